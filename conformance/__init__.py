@@ -1,0 +1,1 @@
+"""The differential conformance suite: programs run on every backend, compared."""

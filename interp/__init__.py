@@ -1,0 +1,1 @@
+"""numpy execution of refir programs: global (whole arrays) and spmd (per device)."""

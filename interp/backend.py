@@ -1,0 +1,22 @@
+"""The spmd backend: the lowered program on numpy, in one process or under MPI."""
+
+from __future__ import annotations
+
+from interp.spmd import NumpyLocal, NumpyTransport, execute
+from interp.transport import InProcess, Transport
+from refir.lower import Lowered
+from refir.runner import Shards
+from refir.world import World
+
+
+def transport_for(world: World) -> Transport:
+    if world.comm is None:
+        return InProcess(world.size)
+    from interp.mpi_transport import MpiTransport
+
+    return MpiTransport(world.comm)
+
+
+def run_spmd(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: World) -> Shards:
+    transport = NumpyTransport(transport_for(world))
+    return execute(lowered, inputs, scalars, NumpyLocal(lowered.types), transport)

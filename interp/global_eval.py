@@ -1,0 +1,31 @@
+"""The global reference: a program's meaning on whole (unsharded) arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from interp.impls import compute
+from refir.errors import RefirError, RunError
+from refir.program import Lit, Sym, Var
+from refir.types import Bindings
+from refir.verify import Checked
+from refir.where import describe_eqn
+
+
+def eval_global(checked: Checked, inputs: dict[str, np.ndarray], bindings: Bindings) -> dict[str, np.ndarray]:
+    env: dict[str, np.ndarray] = {p.name: inputs[p.name] for p in checked.func.params}
+    for eqn in checked.func.eqns:
+        t = checked.types[eqn.out]
+        args = [env[a.name] if isinstance(a, Var) else bindings[a.name] if isinstance(a, Sym)
+                else a.value if isinstance(a, Lit) else a for a in eqn.args]
+        tensors = [a for a in args if isinstance(a, np.ndarray)]
+        try:
+            out = compute(eqn.op, args, tensors[0].dtype)
+        except RefirError:
+            raise
+        except Exception as exc:  # a bug, reported with the equation that hit it
+            raise RunError(describe_eqn(checked, eqn, f"{type(exc).__name__}: {exc}")) from exc
+        if out.dtype != t.np_dtype:
+            out = out.astype(t.np_dtype)
+        env[eqn.out] = out
+    return {r: env[r] for r in checked.func.results}

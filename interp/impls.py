@@ -1,0 +1,146 @@
+"""The meaning of every compute op: one short numpy function each, in a table.
+
+The same table serves the global reference (whole arrays) and spmd (each
+device's block): a reduction over a sharded axis computes the local partial.
+Floats of 32 bits or fewer are summed and multiplied in float64 and rounded
+once; integer arithmetic wraps in its own dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from refir import ops
+from refir.types import DTYPES
+
+Impl = Callable[..., np.ndarray]
+IMPLS: dict[type, Impl] = {}
+
+
+def impl(cls: type) -> Callable[[Impl], Impl]:
+    def register(fn: Impl) -> Impl:
+        IMPLS[cls] = fn
+        return fn
+
+    return register
+
+
+BINARY_FNS = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "maximum": np.maximum, "minimum": np.minimum,
+}
+UNARY_FNS = {
+    "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "relu": lambda x: np.maximum(x, x.dtype.type(0)),
+}
+# The binary operation each reduction folds with (also across devices).
+COMBINE = {
+    "sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum,
+    "band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor,
+}
+
+
+def wide(dtype: np.dtype) -> np.dtype:
+    """The accumulator type: float64 for floats of 32 bits or fewer."""
+    return np.dtype(np.float64) if dtype.kind == "f" else dtype
+
+
+def identity(kind: str, dtype: np.dtype) -> object:
+    """The value a reduction of zero elements gives."""
+    if kind in ("sum", "bor", "bxor"):
+        return dtype.type(0)
+    if kind == "prod":
+        return dtype.type(1)
+    if kind == "band":
+        return ~dtype.type(0)
+    if dtype.kind == "b":
+        return kind == "min"
+    if dtype.kind == "f":
+        return dtype.type(-np.inf if kind == "max" else np.inf)
+    info = np.iinfo(dtype)
+    return dtype.type(info.min if kind == "max" else info.max)
+
+
+@impl(ops.Binary)
+def binary(op: ops.Binary, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.asarray(BINARY_FNS[op.name](a, b))
+
+
+@impl(ops.Unary)
+def unary(op: ops.Unary, x: np.ndarray) -> np.ndarray:
+    return np.asarray(UNARY_FNS[op.name](x))
+
+
+@impl(ops.Cast)
+def cast(op: ops.Cast, x: np.ndarray) -> np.ndarray:
+    """Float to integer truncates toward zero, saturates, and sends NaN to 0 (as
+    PTX's cvt.rzi does); integer to integer wraps; to bool is `!= 0`."""
+    to = DTYPES[op.dtype]
+    if x.dtype.kind == "f" and to.kind in "iu":
+        info = np.iinfo(to)
+        t = np.trunc(x.astype(np.float64))
+        out = np.where(t >= float(info.max), info.max, 0).astype(to)
+        inside = (t > float(info.min)) & (t < float(info.max))
+        out[inside] = t[inside].astype(to)
+        out[t <= float(info.min)] = info.min
+        return out
+    if to.kind == "b":
+        return x != 0
+    return x.astype(to)
+
+
+@impl(ops.Permute)
+def permute(op: ops.Permute, x: np.ndarray) -> np.ndarray:
+    """result[i_0, ..., i_n] = x[j] where j[perm[k]] = i_k."""
+    return np.transpose(x, op.perm)
+
+
+@impl(ops.Unsqueeze)
+def unsqueeze(op: ops.Unsqueeze, x: np.ndarray) -> np.ndarray:
+    return np.expand_dims(x, op.dims)
+
+
+@impl(ops.Reduction)
+def reduction(op: ops.Reduction, x: np.ndarray) -> np.ndarray:
+    dims = tuple(op.dims)
+    if op.kind == "sum":
+        return np.asarray(np.sum(x, axis=dims, dtype=wide(x.dtype))).astype(x.dtype)
+    if op.kind == "prod":
+        return np.asarray(np.prod(x, axis=dims, dtype=wide(x.dtype))).astype(x.dtype)
+    fold = COMBINE[op.kind]
+    return np.asarray(fold.reduce(x, axis=dims, initial=identity(op.kind, x.dtype)))
+
+
+@impl(ops.Matmul)
+def matmul(op: ops.Matmul, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """[..., M, K] x [..., K, N] -> [..., M, N]."""
+    acc = wide(a.dtype)
+    return np.asarray(np.matmul(a.astype(acc), b.astype(acc))).astype(a.dtype)
+
+
+@impl(ops.Set)
+@impl(ops.Copy)
+def copy(op: object, x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def fold(kind: str, parts: list[np.ndarray]) -> np.ndarray:
+    """Combine per-device partials left to right, in their own dtype."""
+    acc = np.array(parts[0], copy=True)
+    for p in parts[1:]:
+        acc = COMBINE[kind](acc, p).astype(acc.dtype)
+    return acc
+
+
+def compute(op: object, args: list[object], dtype: np.dtype) -> np.ndarray:
+    """Apply `op`; scalar operands take the tensor dtype (integers wrap)."""
+    values = [a if isinstance(a, np.ndarray) else _scalar(a, dtype) for a in args]
+    with np.errstate(all="ignore"):
+        return IMPLS[type(op)](op, *values)
+
+
+def _scalar(value: object, dtype: np.dtype) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return np.array(value).astype(dtype) if dtype.kind in "iu" else np.array(value, dtype)

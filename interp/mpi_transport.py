@@ -1,0 +1,225 @@
+"""One rank per MPI process, through mpi4py.
+
+Every buffer crosses MPI as C-contiguous bytes (mpi4py reads an F-ordered array
+as raw memory, and has no float16), with the communicated axis moved to the
+front. Reductions never use MPI's own: partials are gathered and folded in team
+order, so the bits equal the in-process transport's. Every wait is a polite,
+bounded poll: four ranks on two cores would otherwise busy-spin each other.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+from mpi4py import MPI
+
+from interp.collectives import block_index, split
+from interp.impls import fold
+from refir import ops
+from refir.errors import RunError
+from refir.teams import Team, teams_of
+from refir.types import TensorType
+
+TIMEOUT_S = float(os.environ.get("REFIR_MPI_TIMEOUT", "120"))
+
+
+def wait(req: MPI.Request | list[MPI.Request], what: str = "a communication") -> None:
+    """Wait for requests with short sleeps, and give up after TIMEOUT_S."""
+    reqs = req if isinstance(req, list) else [req]
+    start = time.monotonic()
+    while not MPI.Request.Testall(reqs):
+        if time.monotonic() - start > TIMEOUT_S:
+            raise RunError(f"rank {MPI.COMM_WORLD.rank}: gave up waiting for {what} after {TIMEOUT_S:.0f} s")
+        time.sleep(2e-4)
+
+
+def barrier(comm: MPI.Comm = MPI.COMM_WORLD) -> None:
+    wait(comm.Ibarrier(), "a barrier")
+
+
+def to_bytes(x: np.ndarray, axis: int = 0) -> np.ndarray:
+    return np.ascontiguousarray(np.moveaxis(x, axis, 0)).reshape(-1).view(np.uint8)
+
+
+def from_bytes(buf: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, axis: int = 0) -> np.ndarray:
+    """Bytes of a C-contiguous array whose `axis` was moved to the front."""
+    front = (shape[axis],) + shape[:axis] + shape[axis + 1:]
+    return np.moveaxis(buf.view(dtype).reshape(front), 0, axis)
+
+
+class MpiTransport:
+    def __init__(self, comm: MPI.Comm = MPI.COMM_WORLD) -> None:
+        self.comm = comm
+        self.rank = comm.rank
+        self.hosted = (comm.rank,)
+        self.comms: dict[tuple[int, ...], MPI.Comm] = {}
+
+    def team_comm(self, devices: tuple[int, ...]) -> MPI.Comm:
+        """A communicator whose ranks are the team's devices in team order."""
+        if devices not in self.comms:
+            group = self.comm.Get_group().Incl(list(devices))
+            self.comms[devices] = self.comm.Create_group(group)
+            group.Free()
+        return self.comms[devices]
+
+    def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType,
+                    buffers: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        out: dict[int, np.ndarray] = {}
+        for team in teams_of(self.rank, op, src, dst):
+            mine = buffers.get(self.rank) if self.rank in team.senders else None
+            got = MPI_RULES[type(op)](self, op, team, mine, src, dst)
+            if self.rank in team.receivers:
+                out[self.rank] = got
+        return out
+
+    # ---- building blocks ---------------------------------------------------------------
+
+    def shape_from(self, comm: MPI.Comm, root: int, x: np.ndarray | None, rank: int) -> tuple[int, ...]:
+        """The shape of the root's buffer, for members that hold none."""
+        header = np.array(x.shape if x is not None else [0] * rank, np.int64)
+        wait(comm.Ibcast(header, root=root), "a shape header")
+        return tuple(int(n) for n in header)
+
+    def allgather(self, comm: MPI.Comm, x: np.ndarray, axis: int) -> list[np.ndarray]:
+        send = to_bytes(x, axis)
+        recv = np.empty(send.size * comm.size, np.uint8)
+        wait(comm.Iallgather(send, recv), "an allgather")
+        return [from_bytes(p, x.shape, x.dtype, axis) for p in np.split(recv, comm.size)]
+
+    def gather_to(self, comm: MPI.Comm, root: int, x: np.ndarray | None, shape: tuple[int, ...],
+                  dtype: np.dtype, senders: int) -> list[np.ndarray]:
+        """Blocks of the first `senders` team ranks, on team rank `root`."""
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        counts = [nbytes if i < senders else 0 for i in range(comm.size)]
+        send = to_bytes(x) if x is not None else np.empty(0, np.uint8)
+        recv = np.empty(nbytes * senders, np.uint8) if comm.rank == root else None
+        spec = [recv, counts, [nbytes * min(i, senders) for i in range(comm.size)], MPI.BYTE]
+        wait(comm.Igatherv(send, spec if comm.rank == root else None, root=root), "a gather")
+        if comm.rank != root:
+            return []
+        return [from_bytes(p, shape, dtype) for p in np.split(recv, senders)]
+
+    def alltoall(self, comm: MPI.Comm, pieces: list[np.ndarray]) -> list[np.ndarray]:
+        send = np.concatenate([to_bytes(p) for p in pieces])
+        recv = np.empty_like(send)
+        wait(comm.Ialltoall(send, recv), "an all_to_all")
+        return [from_bytes(p, pieces[0].shape, pieces[0].dtype) for p in np.split(recv, comm.size)]
+
+
+Arr = np.ndarray | None  # None where this rank sends or receives nothing
+Rule = Callable[[MpiTransport, object, Team, Arr, TensorType, TensorType], Arr]
+MPI_RULES: dict[type, Rule] = {}
+
+
+def rule(cls: type) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        MPI_RULES[cls] = fn
+        return fn
+
+    return register
+
+
+@rule(ops.Allgather)
+def _allgather(t: MpiTransport, op: ops.Allgather, team: Team, x: Arr, src: TensorType,
+        dst: TensorType) -> Arr:
+    return np.concatenate(t.allgather(t.team_comm(team.devices), x, op.axis), axis=op.axis)
+
+
+@rule(ops.Allreduce)
+def _allreduce(t: MpiTransport, op: ops.Allreduce, team: Team, x: Arr, src: TensorType,
+        dst: TensorType) -> Arr:
+    return fold(op.kind, t.allgather(t.team_comm(team.devices), x, 0))
+
+
+@rule(ops.ReduceScatter)
+def _reduce_scatter(t: MpiTransport, op: ops.ReduceScatter, team: Team, x: Arr, src: TensorType,
+        dst: TensorType) -> Arr:
+    comm = t.team_comm(team.devices)
+    return fold(op.kind, t.alltoall(comm, split(x, comm.size, op.axis)))
+
+
+@rule(ops.AllToAll)
+def _all_to_all(t: MpiTransport, op: ops.AllToAll, team: Team, x: Arr, src: TensorType,
+        dst: TensorType) -> Arr:
+    comm = t.team_comm(team.devices)
+    return np.concatenate(t.alltoall(comm, split(x, comm.size, op.split_axis)), axis=op.concat_axis)
+
+
+def _gathered(t: MpiTransport, team: Team, x: Arr, src: TensorType) -> list[np.ndarray]:
+    """Every receiver collects the senders' blocks (team ranks 0..senders-1)."""
+    comm = t.team_comm(team.devices)
+    shape = t.shape_from(comm, 0, x, src.rank)
+    mine: list[np.ndarray] = []
+    for r in team.receivers:
+        got = t.gather_to(comm, team.index(r), x, shape, src.np_dtype, len(team.senders))
+        if r == t.rank:
+            mine = got
+    return mine
+
+
+@rule(ops.Gather)
+def _gather(t: MpiTransport, op: ops.Gather, team: Team, x: Arr, src: TensorType,
+        dst: TensorType) -> Arr:
+    blocks = _gathered(t, team, x, src)
+    return np.concatenate(blocks, axis=op.axis) if blocks else None
+
+
+@rule(ops.Reduce)
+def _reduce(t: MpiTransport, op: ops.Reduce, team: Team, x: Arr, src: TensorType,
+        dst: TensorType) -> Arr:
+    blocks = _gathered(t, team, x, src)
+    return fold(op.kind, blocks) if blocks else None
+
+
+@rule(ops.Broadcast)
+def _broadcast(t: MpiTransport, op: ops.Broadcast, team: Team, x: Arr, src: TensorType,
+        dst: TensorType) -> Arr:
+    comm = t.team_comm(team.devices)
+    shape = t.shape_from(comm, 0, x, src.rank)
+    buf = to_bytes(x) if x is not None else np.empty(int(np.prod(shape)) * src.np_dtype.itemsize, np.uint8)
+    wait(comm.Ibcast(buf, root=0), "a broadcast")
+    return from_bytes(buf, shape, src.np_dtype)
+
+
+@rule(ops.Scatter)
+def _scatter(t: MpiTransport, op: ops.Scatter, team: Team, x: Arr, src: TensorType,
+        dst: TensorType) -> Arr:
+    comm = t.team_comm(team.devices)
+    whole = t.shape_from(comm, 0, x, src.rank)
+    n = len(team.receivers)
+    shape = tuple(s // n if i == op.axis else s for i, s in enumerate(whole))
+    nbytes = int(np.prod(shape)) * src.np_dtype.itemsize
+    counts = [nbytes if d in team.receivers else 0 for d in team.devices]
+    displs = list(np.cumsum([0] + counts[:-1]))
+    spec = None
+    if comm.rank == 0:
+        parts = split(x, n, op.axis)
+        send = [to_bytes(parts[block_index(dst, d, op.axis)], op.axis)
+                for d in team.devices if d in team.receivers]
+        spec = [np.concatenate(send) if send else np.empty(0, np.uint8), counts, displs, MPI.BYTE]
+    recv = np.empty(counts[comm.rank], np.uint8)
+    wait(comm.Iscatterv(spec, recv, root=0), "a scatter")
+    if team.devices[comm.rank] not in team.receivers:
+        return None
+    return from_bytes(recv, shape, src.np_dtype, op.axis)
+
+
+@rule(ops.SendRecv)
+def _send_recv(t: MpiTransport, op: ops.SendRecv, team: Team, x: Arr, src: TensorType,
+        dst: TensorType) -> Arr:
+    (s,), (r,) = team.senders, team.receivers
+    if s == r:
+        return x
+    if t.rank == s:
+        header = np.array(x.shape, np.int64)
+        wait([t.comm.Isend(header, dest=r, tag=11), t.comm.Isend(to_bytes(x), dest=r, tag=12)], "a send")
+        return None
+    header = np.empty(src.rank, np.int64)
+    wait(t.comm.Irecv(header, source=s, tag=11), "a receive")
+    shape = tuple(int(n) for n in header)
+    buf = np.empty(int(np.prod(shape)) * src.np_dtype.itemsize, np.uint8)
+    wait(t.comm.Irecv(buf, source=s, tag=12), "a receive")
+    return from_bytes(buf, shape, src.np_dtype)

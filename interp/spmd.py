@@ -1,0 +1,132 @@
+"""The per-device interpreter of a lowered program.
+
+Segment by segment, each starting from its own inputs only: the tensors it
+reads and the symbols it takes as scalars. Symbols are re-bound inside a
+segment from the buffers each step reads. The loop is shared by every backend:
+`Local` computes one local step on one device, a Transport moves data.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from interp.impls import compute
+from interp.transport import Transport
+from refir import ops
+from refir.bindings import bind_local
+from refir.errors import RefirError, RunError
+from refir.lower import Lowered, Step
+from refir.program import Lit, Sym, Var
+from refir.types import Bindings, TensorType, local_shape, materialize
+from refir.where import describe_eqn
+
+Buffers = dict[int, Any]  # device -> local buffer
+
+
+class Local(Protocol):
+    """How one backend runs a local step on one device."""
+
+    def __call__(self, step: Step, device: int, args: list[Any]) -> Any: ...
+
+
+def operand_values(step: Step, device: int, env: dict[str, Buffers], types: dict[str, TensorType],
+                   scalars: Bindings) -> tuple[list[Any], dict[str, int]]:
+    """The step's operands on `device`, and the symbols its tensor operands bind."""
+    bindings: dict[str, int] = {}
+    for a in step.args:
+        if isinstance(a, Var):
+            bind_local(types[a.name], tuple(env[a.name][device].shape), bindings)
+    values: list[Any] = []
+    for a in step.args:
+        if isinstance(a, Var):
+            values.append(env[a.name][device])
+        elif isinstance(a, Sym):
+            values.append(bindings[a.name] if a.name in bindings else scalars[a.name])
+        elif isinstance(a, Lit):
+            values.append(a.value)
+    return values, bindings
+
+
+def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, local: Local,
+            transport: Transport) -> dict[str, Buffers]:
+    """Run every segment; return the results' buffers on the hosted devices."""
+    env: dict[str, Buffers] = dict(inputs)
+    types = lowered.types
+    hosted = transport.hosted
+    for seg in lowered.segments:
+        scope: dict[str, Buffers] = {name: env[name] for name in seg.inputs}
+        known = {s: scalars[s] for s in seg.scalars}
+        for step in seg.steps:
+            try:
+                if step.is_communication:
+                    (src,) = step.tensor_args()
+                    scope[step.out] = transport.communicate(step.op, types[src], step.type, scope[src])
+                    continue
+                out: Buffers = {}
+                for d in hosted:
+                    if d in step.type.mesh:
+                        args, bound = operand_values(step, d, scope, types, known)
+                        out[d] = local(step, d, args)
+                        want = local_shape(step.type, bound)
+                        if tuple(out[d].shape) != want:
+                            raise RunError(f"the result has local shape {tuple(out[d].shape)}, "
+                                           f"its type {step.type} gives {want}")
+                scope[step.out] = out
+            except Exception as exc:  # named after the equation it came from
+                rank = hosted[0] if len(hosted) == 1 else None
+                kind = "" if isinstance(exc, RefirError) else type(exc).__name__
+                raise RunError(describe_eqn(lowered.checked, step.eqn, _what(step, exc, kind), rank)) from exc
+        for name in seg.outputs:
+            env[name] = scope[name]
+    return {r: env[r] for r in lowered.results}
+
+
+def _what(step: Step, exc: Exception, kind: str = "") -> str:
+    prefix = f"{kind}: " if kind else ""
+    return f"in lowered step {step.out} = {ops.op_name(step.op)}: {prefix}{exc}"
+
+
+# ---- the numpy backend ----------------------------------------------------------------
+
+
+def slice_block(step: Step, device: int, x: Any, src: TensorType) -> Any:
+    """The device's block along every axis the result shards and `src` does not."""
+    index = []
+    for i, a in enumerate(step.type.axes):
+        if a.shard and not src.axes[i].shard:
+            n = x.shape[i] // step.type.mesh.size(a.shard)
+            k = step.type.mesh.coord(device, a.shard)
+            index.append(slice(k * n, (k + 1) * n))
+        else:
+            index.append(slice(None))
+    return x[tuple(index)]
+
+
+class NumpyLocal:
+    """Local steps on numpy: the IMPLS table, then the result's declared layout."""
+
+    def __init__(self, types: dict[str, TensorType]) -> None:
+        self.types = types
+
+    def __call__(self, step: Step, device: int, args: list[Any]) -> np.ndarray:
+        if isinstance(step.op, ops.Slice):
+            out = slice_block(step, device, args[0], self.types[step.tensor_args()[0]])
+        else:
+            tensors = [a for a in args if isinstance(a, np.ndarray)]
+            out = compute(step.op, args, tensors[0].dtype)
+        return materialize(np.asarray(out, step.type.np_dtype), step.type.order)
+
+
+class NumpyTransport:
+    """Wraps a transport so received buffers land in the result's layout."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.hosted = inner.hosted
+
+    def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType,
+                    buffers: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        got = self.inner.communicate(op, src, dst, buffers)
+        return {d: materialize(x, dst.order) for d, x in got.items()}

@@ -1,0 +1,41 @@
+"""Transports: how the communications of the lowered program reach other ranks.
+
+Both transports take the senders' buffers their process hosts and return the
+receivers' buffers their process hosts; both form teams with refir.teams and
+give identical bits. `InProcess` runs every rank in this process; `MpiTransport`
+(interp/mpi_transport.py) runs one rank per MPI process.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from interp.collectives import exchange
+from refir import ops
+from refir.teams import teams
+from refir.types import TensorType
+
+
+class Transport(Protocol):
+    hosted: tuple[int, ...]  # the devices this process runs
+
+    def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType,
+                    buffers: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """Senders' buffers in, receivers' buffers out (for hosted devices)."""
+        ...
+
+
+class InProcess:
+    """Every device in this process: a communication is its spec, team by team."""
+
+    def __init__(self, world: int) -> None:
+        self.hosted = tuple(range(world))
+
+    def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType,
+                    buffers: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        out: dict[int, np.ndarray] = {}
+        for team in teams(op, src, dst):
+            out.update(exchange(op, team, {s: buffers[s] for s in team.senders}, src, dst))
+        return out

@@ -1,0 +1,35 @@
+"""refir: an exact reference for distributed tensor programs.
+
+    prog = refir.load("examples/layouts.rir")
+    result = refir.run(prog, {"x": x, "y": y}, backend="spmd")
+    result.outputs["g"]          # the global array
+    result.shards["g"][1]        # device 1's buffer, strides as laid out
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from refir.errors import InputError, MismatchError, ParseError, RefirError, RunError, VerifyError
+from refir.parser import parse
+from refir.printer import print_program
+from refir.program import Program
+from refir.runner import RunResult, run
+from refir.verify import verify
+
+__all__ = [
+    "InputError", "MismatchError", "ParseError", "Program", "RefirError", "RunError", "RunResult", "VerifyError",
+    "load", "parse", "print_program", "run", "verify",
+]
+
+
+def load(source: str | Path) -> Program:
+    """Parse a program from a file path or from program text."""
+    if isinstance(source, Path) or ("\n" not in source and source.endswith(".rir")):
+        path = Path(source)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc.strerror}") from exc
+        return parse(text, str(path))
+    return parse(source)

@@ -1,0 +1,8 @@
+"""`python -m refir`: see refir/cli.py. Under MPI an error anywhere ends every rank."""
+
+import sys
+
+from refir.cli import main
+from refir.world import abort_on_error
+
+sys.exit(abort_on_error(main))

@@ -1,0 +1,149 @@
+"""The command line: `python -m refir [run|check|lower|conform] ...`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+import refir
+from refir.errors import InputError, ParseError, RefirError, RunError, VerifyError
+from refir.expect import check_expects
+from refir.inputs import bind_lines, default_bindings, draw_inputs, parse_bind, read_inputs, source_text
+from refir.world import mpi_world
+
+
+def say(text: str) -> None:
+    """Print from rank 0 only, one whole write so ranks never interleave."""
+    world = mpi_world()
+    if world is None or world.is_root:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+
+def _program_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("program", help="a .rir file")
+    p.add_argument("--func", help="the function to use (default: main, or the only one)")
+
+
+def _bindings(args: argparse.Namespace, checked: refir.verify.__class__) -> dict[str, int]:  # type: ignore[name-defined]
+    given = parse_bind(" ".join(args.bind)) if args.bind else None
+    if given is None:
+        listed = bind_lines(source_text(checked.program))
+        given = listed[0] if listed else None
+    return default_bindings(checked, given)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    program = refir.load(args.program)
+    checked = refir.verify(program, args.func)
+    if args.inputs:
+        if args.bind or args.seed is not None:
+            raise RunError("--inputs fixes every extent and value: leave out --bind and --seed")
+        inputs = read_inputs(args.inputs)
+    else:
+        inputs = draw_inputs(checked, _bindings(args, checked), args.seed or 0)
+    result = refir.run(program, inputs, backend=args.backend, world=args.world, func=args.func)
+    lines = [f"{args.program}: {checked.func.name} on {args.backend}"
+             + (f" ({', '.join(f'{k}={v}' for k, v in sorted(result.bindings.items()))})" if result.bindings else "")]
+    for name, value in result.outputs.items():
+        lines.append(f"{name}: {checked.types[name]} = shape {value.shape}\n"
+                     + np.array2string(value, threshold=64, edgeitems=3, prefix="  "))
+    failures = check_expects(program, inputs, result.outputs) if not args.inputs or program.expects else []
+    for f in failures:
+        lines.append(f"FAILED {f}")
+    if program.expects and not failures:
+        lines.append(f"all {len(program.expects)} expect lines hold")
+    say("\n".join(lines))
+    world = mpi_world()
+    if args.out and (world is None or world.is_root):
+        np.savez(args.out, **result.outputs)
+        say(f"wrote {args.out}")
+    return 1 if failures else 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from refir.printer import format_func, format_mesh
+
+    program = refir.load(args.program)
+    names = [args.func] if args.func else [f.name for f in program.funcs]
+    texts = [format_mesh(m) for m in program.meshes] + [""]
+    for name in names:
+        checked = refir.verify(program, name)
+        texts.append(format_func(checked.func, checked.types))
+    say("\n".join(texts) + f"\n{args.program}: ok")
+    return 0
+
+
+def cmd_lower(args: argparse.Namespace) -> int:
+    from refir.listing import format_lowered
+    from refir.lower import lower
+
+    checked = refir.verify(refir.load(args.program), args.func)
+    say(format_lowered(lower(checked)))
+    return 0
+
+
+def cmd_conform(args: argparse.Namespace) -> int:
+    from conformance.cli import conform
+
+    return conform(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="refir", description=__doc__)
+    sub = parser.add_subparsers(dest="command")
+    run = sub.add_parser("run", help="run a program on global inputs")
+    _program_args(run)
+    src = run.add_mutually_exclusive_group()
+    src.add_argument("--inputs", help=".npz of global input arrays, named by parameter")
+    src.add_argument("--seed", type=int, help="draw inputs from this seed (default 0)")
+    run.add_argument("--bind", nargs="*", default=[], metavar="SYM=N", help="symbol values for drawn inputs")
+    run.add_argument("--out", help="write the global results to this .npz")
+    run.add_argument("--backend", default="spmd", help="global, spmd, gpu, or module:callable")
+    run.add_argument("--world", type=int, help="number of ranks (default: what the meshes need)")
+    run.set_defaults(handler=cmd_run)
+    check = sub.add_parser("check", help="verify and print every inferred type")
+    _program_args(check)
+    check.set_defaults(handler=cmd_check)
+    low = sub.add_parser("lower", help="print segments, communications, shapes and strides")
+    _program_args(low)
+    low.set_defaults(handler=cmd_lower)
+    from conformance.cli import add_arguments
+
+    conform = sub.add_parser("conform", help="the differential conformance suite")
+    add_arguments(conform)
+    conform.set_defaults(handler=cmd_conform)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args(["conform", *(argv or [])])
+    try:
+        return args.handler(args)
+    except RefirError as exc:
+        world = mpi_world()
+        if world is None:
+            sys.stderr.write(f"error: {exc}\n")
+            return 2
+        # Every rank meets the same bad program or input: rank 0 reports, all exit.
+        if isinstance(exc, (ParseError, VerifyError, InputError)):
+            if world.is_root:
+                sys.stderr.write(f"error: {exc}\n")
+            return 2
+        # Anything else may have struck this rank alone: end the others too.
+        sys.stderr.write(f"rank {world.rank}: error: {exc}\n")
+        sys.stderr.flush()
+        world.comm.Abort(2)
+        return 2
+
+
+def console_main() -> None:
+    """The `refir` console script."""
+    from refir.world import abort_on_error
+
+    sys.exit(abort_on_error(main))

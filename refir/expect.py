@@ -1,0 +1,48 @@
+"""`# expect: name = expression`: numpy expressions over the global inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from refir.errors import MismatchError
+from refir.program import Program
+
+
+def tolerance(dtype: np.dtype, terms: int = 1) -> float:
+    """Relative slack for a float result built from `terms` rounded terms."""
+    return 0.0 if dtype.kind != "f" else 4 * max(terms, 1) * float(np.finfo(dtype).eps)
+
+
+def agrees(got: np.ndarray, want: np.ndarray, rtol: float) -> bool:
+    if got.shape != want.shape:
+        return False
+    if got.dtype.kind != "f" or rtol == 0:
+        return np.array_equal(got, want.astype(got.dtype), equal_nan=got.dtype.kind == "f")
+    want = want.astype(np.float64)
+    g = got.astype(np.float64)
+    scale = max(float(np.nanmax(np.abs(want), initial=0.0)), 1.0)
+    same_nan = np.isnan(g) == np.isnan(want)
+    close = np.abs(g - want) <= rtol * scale + rtol * np.abs(want)
+    return bool(np.all(same_nan & (close | np.isnan(want)) | (g == want)))
+
+
+def check_expects(program: Program, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray],
+                  terms: int = 64) -> list[str]:
+    """The expect lines the outputs fail, as messages (empty when all hold)."""
+    failures = []
+    scope = {"np": np, **{k: np.asarray(v) for k, v in inputs.items()}}
+    for e in program.expects:
+        if e.name not in outputs:
+            failures.append(f"{e.loc}: expect names {e.name!r}, which the function does not return")
+            continue
+        try:
+            with np.errstate(all="ignore"):
+                want = np.asarray(eval(e.expr, dict(scope)))  # noqa: S307 (program text is trusted)
+        except Exception as exc:
+            raise MismatchError(f"{e.loc}: cannot evaluate expect line: {type(exc).__name__}: {exc}") from exc
+        got = outputs[e.name]
+        if not agrees(got, want, tolerance(got.dtype, terms)):
+            bad = "shape " + str(got.shape) + " vs " + str(want.shape) if got.shape != want.shape else (
+                f"max |diff| {np.nanmax(np.abs(got.astype(np.float64) - want.astype(np.float64)))}")
+            failures.append(f"{e.loc}: {e.name} != {e.expr} ({bad})")
+    return failures

@@ -1,0 +1,73 @@
+"""`refir lower`: the lowered program, segment by segment, with every buffer's
+local shape and element strides on each device, and every communication's teams."""
+
+from __future__ import annotations
+
+from math import prod
+
+from refir import ops
+from refir.lower import Lowered, Step
+from refir.printer import format_call
+from refir.teams import teams
+from refir.types import Extent, TensorType
+
+
+def _local_extent(extent: Extent, parts: int) -> str:
+    if isinstance(extent, int):
+        return str(extent // parts)
+    return extent if parts == 1 else f"{extent}/{parts}"
+
+
+def local_extents(t: TensorType) -> list[str]:
+    return [_local_extent(a.extent, t.mesh.size(a.shard) if a.shard else 1) for a in t.axes]
+
+
+def element_strides(t: TensorType) -> list[str]:
+    """Strides in elements, dense in the type's memory order (symbolic where needed)."""
+    local = local_extents(t)
+    strides = [""] * t.rank
+    inner: list[str] = []
+    for axis in reversed(t.order):
+        ints = [int(x) for x in inner if x.isdigit()]
+        syms = [x for x in inner if not x.isdigit()]
+        number = prod(ints)
+        strides[axis] = "*".join(([str(number)] if number != 1 or not syms else []) + syms[::-1])
+        inner.append(local[axis])
+    return strides
+
+
+def format_buffer(t: TensorType) -> str:
+    return f"local [{', '.join(local_extents(t))}] strides [{', '.join(element_strides(t))}]"
+
+
+def format_step(step: Step, lowered: Lowered) -> list[str]:
+    lines = [f"    {step.out}: {step.type} = {format_call(step.op, step.args)}"]
+    lines.append(f"        {format_buffer(step.type)} on devices {_devices(step.type.mesh.devices)}")
+    if step.is_communication:
+        (src,) = step.tensor_args()
+        for team in teams(step.op, lowered.types[src], step.type):
+            role = "" if team.senders == team.receivers == team.devices else (
+                f" senders {_devices(team.senders)} receivers {_devices(team.receivers)}")
+            lines.append(f"        team {_devices(team.devices)}{role}")
+    return lines
+
+
+def format_lowered(lowered: Lowered) -> str:
+    func = lowered.checked.func
+    out = [f"func {func.name}: {len(lowered.segments)} segments"]
+    for p in func.params:
+        out.append(f"  input {p.name}: {p.type}  {format_buffer(p.type)}"
+                   + ("" if p.type.layout is not None else " (any strides accepted)"))
+    for seg in lowered.segments:
+        kind = ops.op_name(seg.steps[0].op) if seg.kind == "communication" else "compute"
+        scalars = f" + scalars {', '.join(seg.scalars)}" if seg.scalars else ""
+        out.append(f"  segment {seg.index} ({kind}): inputs {', '.join(seg.inputs) or '-'}{scalars}"
+                   f" -> outputs {', '.join(seg.outputs) or '-'}")
+        for step in seg.steps:
+            out += format_step(step, lowered)
+    out.append(f"  return {', '.join(lowered.results)}")
+    return "\n".join(out)
+
+
+def _devices(ds: tuple[int, ...]) -> str:
+    return "(" + " ".join(map(str, ds)) + ")"

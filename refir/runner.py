@@ -1,0 +1,152 @@
+"""`refir.run`: bind and check inputs, lower, run on a backend, gather results.
+
+Inputs and outputs are global arrays. Each device is handed a view of the
+caller's array (any strides), or a copy dense in the declared layout where the
+parameter type has one. Outputs come back whole, and per device exactly as the
+backend laid them out.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from refir.bindings import bind_inputs, check_world, devices_needed
+from refir.errors import InputError, MismatchError, RunError
+from refir.lower import Lowered, lower
+from refir.program import Program
+from refir.types import block_slices, global_shape, materialize
+from refir.verify import Checked, verify
+from refir.world import World, local_world, mpi_world
+
+Shards = dict[str, dict[int, np.ndarray]]
+# A backend runs a lowered program on the ranks `world.hosted`: per-device
+# inputs in, the results' per-device buffers (as host numpy arrays) out.
+Backend = Callable[[Lowered, Shards, dict[str, int], World], Shards]
+
+
+@dataclass
+class RunResult:
+    outputs: dict[str, np.ndarray]
+    shards: Shards = field(default_factory=dict)
+    backend: str = "global"
+    lowered: Lowered | None = None
+    bindings: dict[str, int] = field(default_factory=dict)
+
+
+def backend_named(name: str) -> Backend:
+    """'spmd', 'gpu', or 'module:callable' for a backend of your own."""
+    if name == "spmd":
+        from interp.backend import run_spmd
+
+        return run_spmd
+    if name == "gpu":
+        from gpu_backend.backend import run_gpu
+
+        return run_gpu
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise InputError(f"cannot load backend {name!r}: {exc}") from exc
+    raise InputError(f"unknown backend {name!r} (global, spmd, gpu, or module:callable)")
+
+
+def resolve_world(checked: Checked, world: int | None) -> World:
+    mpi = mpi_world()
+    if mpi is not None:
+        if world is not None and world != mpi.size:
+            raise InputError(f"--world {world} under an MPI launch of {mpi.size} ranks")
+        check_world(checked, mpi.size)
+        return mpi
+    size = world if world is not None else devices_needed(checked)
+    check_world(checked, size)
+    return local_world(size)
+
+
+def shard_inputs(checked: Checked, inputs: dict[str, np.ndarray], hosted: tuple[int, ...]) -> Shards:
+    shards: Shards = {}
+    for p in checked.func.params:
+        x = inputs[p.name]
+        shards[p.name] = {}
+        for d in hosted:
+            if d in p.type.mesh:
+                block = x[block_slices(p.type, d, x.shape)]
+                shards[p.name][d] = block if p.type.layout is None else materialize(block, p.type.layout)
+    return shards
+
+
+def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
+                   world: World) -> tuple[dict[str, np.ndarray], Shards]:
+    """Whole results from per-device blocks; replicas must agree bit for bit."""
+    if world.comm is not None:
+        shards = _share(checked, shards, world)
+    outputs = {}
+    for r in checked.func.results:
+        t = checked.types[r]
+        whole = np.empty(global_shape(t, bindings), t.np_dtype)
+        owner: dict[tuple, int] = {}
+        for d in t.mesh.devices:
+            if d not in shards.get(r, {}):
+                raise RunError(f"the backend returned no buffer of {r!r} for device {d}")
+            index = block_slices(t, d, whole.shape)
+            key = tuple((s.start, s.stop) for s in index)
+            block = shards[r][d]
+            if key in owner:
+                first = whole[index]
+                if block.shape != first.shape or block.tobytes() != np.ascontiguousarray(first).tobytes():
+                    raise MismatchError(f"replicas of {r!r} disagree: device {owner[key]} and device {d} "
+                                        "hold different values for the same block")
+                continue
+            owner[key] = d
+            if block.shape != whole[index].shape:
+                raise MismatchError(f"device {d} holds {r!r} with local shape {block.shape}, "
+                                    f"expected {whole[index].shape}")
+            whole[index] = block
+        outputs[r] = whole
+    return outputs, shards
+
+
+def _share(checked: Checked, shards: Shards, world: World) -> Shards:
+    """Every rank's result buffers on every rank, strides preserved: each buffer
+    travels dense in its memory order, with that order."""
+    mine = {
+        r: {d: (np.ascontiguousarray(np.transpose(x, _order(x))), _order(x)) for d, x in bufs.items()}
+        for r, bufs in shards.items()
+    }
+    merged: Shards = {r: {} for r in checked.func.results}
+    for part in world.comm.allgather(mine):
+        for r, bufs in part.items():
+            for d, (dense, order) in bufs.items():
+                merged[r][d] = dense.transpose(np.argsort(order))
+    return merged
+
+
+def _order(x: np.ndarray) -> tuple[int, ...]:
+    """Axes from the largest stride to the smallest (extent-1 axes kept in place)."""
+    return tuple(sorted(range(x.ndim), key=lambda a: (-abs(x.strides[a]) if x.shape[a] > 1 else 0, a)))
+
+
+def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", world: int | None = None,
+        func: str | None = None) -> RunResult:
+    """Run `program` on global `inputs`; see RunResult."""
+    from refir import load
+
+    if not isinstance(program, Program):
+        program = load(program)
+    checked = verify(program, func)
+    bindings = bind_inputs(checked, inputs)
+    if backend == "global":
+        from interp.global_eval import eval_global
+
+        return RunResult(eval_global(checked, inputs, bindings), {}, "global", None, bindings)
+    w = resolve_world(checked, world)
+    lowered = lower(checked)
+    shards = backend_named(backend)(lowered, shard_inputs(checked, inputs, w.hosted), bindings, w)
+    outputs, shards = gather_outputs(checked, shards, bindings, w)
+    return RunResult(outputs, shards, backend, lowered, bindings)

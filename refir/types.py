@@ -1,0 +1,195 @@
+"""Meshes, axes and tensor types, and what they imply for local buffers.
+
+A type describes the *global* tensor. Sharding, mesh and layout then say which
+block each device holds and how that block lies in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+DTYPES: dict[str, np.dtype] = {
+    name: np.dtype(t)
+    for name, t in [
+        ("bool", np.bool_), ("i8", np.int8), ("i16", np.int16), ("i32", np.int32),
+        ("i64", np.int64), ("u8", np.uint8), ("f16", np.float16), ("f32", np.float32),
+        ("f64", np.float64),
+    ]
+}
+DTYPE_NAMES: dict[np.dtype, str] = {v: k for k, v in DTYPES.items()}
+FLOATS = frozenset({"f16", "f32", "f64"})
+INTEGERS = frozenset({"i8", "i16", "i32", "i64", "u8"})
+
+# Mesh axes as nvFuser names them: DIDx is the last mesh axis.
+DIDS = ("DIDx", "DIDy", "DIDz")
+RESERVED = frozenset({"b", "on", "layout", *DTYPES, *DIDS})
+
+Extent = int | str  # a static extent, or the name of a symbol
+Bindings = Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """A dense 1- to 3-D array of distinct device ids, stored row-major."""
+
+    name: str
+    shape: tuple[int, ...]
+    devices: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def axis_of(self, did: str) -> int:
+        """The mesh axis a parallel type names: DIDx is the last one."""
+        return self.ndim - 1 - DIDS.index(did)
+
+    def has(self, did: str) -> bool:
+        return DIDS.index(did) < self.ndim
+
+    def size(self, did: str) -> int:
+        return self.shape[self.axis_of(did)]
+
+    def coords(self, device: int) -> tuple[int, ...]:
+        return tuple(int(c) for c in np.unravel_index(self.devices.index(device), self.shape))
+
+    def coord(self, device: int, did: str) -> int:
+        return self.coords(device)[self.axis_of(did)]
+
+    def team(self, device: int, dids: Iterable[str]) -> tuple[int, ...]:
+        """The devices that share `device`'s coordinates on every mesh axis not in
+        `dids`, in mesh order. Every collective forms its groups through this."""
+        free = {self.axis_of(d) for d in dids}
+        mine = self.coords(device)
+        return tuple(
+            dev for dev in self.devices
+            if all(c == m for a, (c, m) in enumerate(zip(self.coords(dev), mine)) if a not in free)
+        )
+
+    def __contains__(self, device: object) -> bool:
+        return device in self.devices
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One logical axis: an extent, maybe sharded on a mesh axis, or `b`."""
+
+    extent: Extent
+    shard: str | None = None
+    broadcast: bool = False
+
+    def __str__(self) -> str:
+        if self.broadcast:
+            return "b"
+        return f"{self.extent}@{self.shard}" if self.shard else str(self.extent)
+
+
+BROADCAST = Axis(1, None, True)
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A global tensor type. `layout` lists logical axes outermost first; None
+    means row-major (for inputs: any strides). `partial` names mesh axes whose
+    devices still hold partial results of `partial_kind` (lowering only)."""
+
+    dtype: str
+    axes: tuple[Axis, ...]
+    mesh: Mesh
+    layout: tuple[int, ...] | None = None
+    partial: tuple[str, ...] = ()
+    partial_kind: str = ""
+
+    @property
+    def rank(self) -> int:
+        return len(self.axes)
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def order(self) -> tuple[int, ...]:
+        """The memory order, outermost first (row-major when no layout)."""
+        return self.layout if self.layout is not None else tuple(range(self.rank))
+
+    def sharding(self) -> dict[int, str]:
+        """Tensor axis -> mesh axis, for the sharded axes."""
+        return {i: a.shard for i, a in enumerate(self.axes) if a.shard}
+
+    def symbols(self) -> set[str]:
+        return {a.extent for a in self.axes if isinstance(a.extent, str)}
+
+    def with_sharding(self, sharding: Mapping[int, str]) -> TensorType:
+        axes = tuple(replace(a, shard=sharding.get(i)) for i, a in enumerate(self.axes))
+        return replace(self, axes=axes)
+
+    def __str__(self) -> str:
+        text = f"{self.dtype}[{', '.join(map(str, self.axes))}] on {self.mesh.name}"
+        if self.layout is not None:
+            text += f" layout[{', '.join(map(str, self.layout))}]"
+        if self.partial:
+            text += f" partial[{self.partial_kind}@{','.join(self.partial)}]"
+        return text
+
+
+def extent_value(extent: Extent, bindings: Bindings) -> int:
+    return extent if isinstance(extent, int) else bindings[extent]
+
+
+def global_shape(t: TensorType, bindings: Bindings) -> tuple[int, ...]:
+    return tuple(extent_value(a.extent, bindings) for a in t.axes)
+
+
+def local_shape(t: TensorType, bindings: Bindings) -> tuple[int, ...]:
+    """The shape of one device's block."""
+    return tuple(
+        extent_value(a.extent, bindings) // (t.mesh.size(a.shard) if a.shard else 1) for a in t.axes
+    )
+
+
+def block_slices(t: TensorType, device: int, shape: tuple[int, ...]) -> tuple[slice, ...]:
+    """Which part of an array of global `shape` the device holds."""
+    out = []
+    for a, n in zip(t.axes, shape):
+        if a.shard:
+            size = n // t.mesh.size(a.shard)
+            k = t.mesh.coord(device, a.shard)
+            out.append(slice(k * size, (k + 1) * size))
+        else:
+            out.append(slice(None))
+    return tuple(out)
+
+
+def dense_strides(shape: tuple[int, ...], order: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a buffer dense in `order` (outermost axis first)."""
+    strides = [0] * len(shape)
+    step = itemsize
+    for axis in reversed(order):
+        strides[axis] = step
+        step *= max(shape[axis], 1)
+    return tuple(strides)
+
+
+def empty_in_order(shape: tuple[int, ...], dtype: np.dtype, order: tuple[int, ...]) -> np.ndarray:
+    """An uninitialized array of logical `shape`, dense in memory `order`."""
+    inverse = np.argsort(order)
+    return np.empty([shape[a] for a in order], dtype).transpose(inverse)
+
+
+def materialize(x: np.ndarray, order: tuple[int, ...]) -> np.ndarray:
+    """A fresh copy of `x` laid out dense in `order`."""
+    out = empty_in_order(x.shape, x.dtype, order)
+    out[...] = x
+    return out
+
+
+def has_layout(x: np.ndarray, order: tuple[int, ...]) -> bool:
+    """Whether `x` is dense in `order` (axes of extent 1 may have any stride)."""
+    if x.size == 0:
+        return True
+    want = dense_strides(x.shape, order, x.itemsize)
+    return all(s == w or n == 1 for s, w, n in zip(x.strides, want, x.shape))

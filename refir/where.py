@@ -1,0 +1,19 @@
+"""Error messages that reprint the failing equation with its neighbours."""
+
+from __future__ import annotations
+
+from refir.printer import format_eqn
+from refir.program import Eqn
+from refir.verify import Checked
+
+
+def describe_eqn(checked: Checked, eqn: Eqn, message: str, rank: int | None = None,
+                 context: int = 2) -> str:
+    eqns = list(checked.func.eqns)
+    i = next(k for k, e in enumerate(eqns) if e.out == eqn.out)
+    on = f" on rank {rank}" if rank is not None else ""
+    lines = [f"while running {format_eqn(eqn)}{on} ({eqn.loc}):", f"  {message}"]
+    for k in range(max(0, i - context), min(len(eqns), i + context + 1)):
+        mark = "->" if k == i else "  "
+        lines.append(f"  {mark} {format_eqn(eqns[k], checked.types.get(eqns[k].out))}")
+    return "\n".join(lines)

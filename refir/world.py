@@ -1,0 +1,67 @@
+"""Where the ranks are: all in this process, or one per MPI process.
+
+Nothing here imports mpi4py unless the process was started by an MPI launcher,
+so plain runs never pay for MPI's start-up.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+_LAUNCHER_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
+
+
+@dataclass(frozen=True)
+class World:
+    size: int
+    hosted: tuple[int, ...]  # the ranks this process runs
+    comm: Any = None  # mpi4py's COMM_WORLD when there is one rank per process
+
+    @property
+    def rank(self) -> int:
+        return self.comm.rank if self.comm is not None else 0
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+
+def launched_by_mpi() -> bool:
+    return any(v in os.environ for v in _LAUNCHER_VARS)
+
+
+def mpi_world() -> World | None:
+    """The MPI world when this process is one of several MPI ranks."""
+    if not launched_by_mpi():
+        return None
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    if comm.size == 1:
+        return None
+    return World(comm.size, (comm.rank,), comm)
+
+
+def local_world(size: int) -> World:
+    return World(size, tuple(range(size)))
+
+
+def abort_on_error(main: Any) -> int:
+    """Run `main()`; under MPI, any uncaught exception ends every rank at once
+    instead of leaving the others waiting in a collective."""
+    try:
+        return int(main() or 0)
+    except SystemExit:
+        raise
+    except BaseException:
+        world = mpi_world()
+        if world is None:
+            raise
+        sys.stderr.write(f"rank {world.rank}: {traceback.format_exc()}")
+        sys.stderr.flush()
+        world.comm.Abort(1)
+        return 1
