@@ -244,10 +244,10 @@ class Parser:
         if t.kind == "num":
             self.pos += 1
             return Lit(float(t.text) if re.search(r"[.eE]", t.text) else int(t.text))
-        name = self.name("an operand").text
-        if name in self.symbols and name not in self.values:
-            return Sym(name)
-        return Var(name)
+        tok = self.name("an operand")
+        if tok.text in self.symbols and tok.text not in self.values:
+            return Sym(tok.text, tok.loc)
+        return Var(tok.text, tok.loc)
 
 
 def make_mesh(name: str, nested: object, loc: Loc) -> Mesh:

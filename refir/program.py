@@ -12,6 +12,7 @@ from refir.types import Mesh, TensorType
 @dataclass(frozen=True)
 class Var:
     name: str
+    loc: Loc = field(default=NOWHERE, compare=False)
 
     def __str__(self) -> str:
         return self.name
@@ -22,6 +23,7 @@ class Sym:
     """A symbolic extent used as a scalar value (`add(rs, D)`)."""
 
     name: str
+    loc: Loc = field(default=NOWHERE, compare=False)
 
     def __str__(self) -> str:
         return self.name

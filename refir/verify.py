@@ -278,10 +278,10 @@ def verify(program: Program, func_name: str | None = None) -> Checked:
     for eqn in func.eqns:
         for a in eqn.args:
             if isinstance(a, Var) and a.name not in types:  # func_c2
-                raise VerifyError(eqn.loc, "func_c2", f"in {eqn.out}: {a.name!r} is not defined "
+                raise VerifyError(_at(a, eqn), "func_c2", f"in {eqn.out}: {a.name!r} is not defined "
                                   "before this equation")
             if isinstance(a, Sym) and a.name not in symbols:  # func_c3
-                raise VerifyError(eqn.loc, "func_c3", f"in {eqn.out}: symbol {a.name!r} is bound "
+                raise VerifyError(_at(a, eqn), "func_c3", f"in {eqn.out}: symbol {a.name!r} is bound "
                                   "by no input")
         if eqn.type is not None:
             check_type(eqn.type, eqn.loc)
@@ -304,6 +304,10 @@ def verify(program: Program, func_name: str | None = None) -> Checked:
     if len(set(func.results)) != len(func.results):  # func_c4
         raise VerifyError(func.results_loc, "func_c4", "a value is returned twice")
     return Checked(program, func, types, frozenset(symbols))
+
+
+def _at(a: Var | Sym, eqn: Eqn) -> Loc:
+    return a.loc if a.loc.line else eqn.loc
 
 
 def _define(name: str, loc: Loc, types: dict[str, TensorType], symbols: set[str]) -> None:
