@@ -22,6 +22,7 @@ from refir import ops
 from refir.errors import Loc, ParseError, VerifyError
 from refir.program import Eqn, Expect, Func, Lit, Operand, Param, Program, Sym, Var
 from refir.types import BROADCAST, DIDS, DTYPES, Axis, Mesh, TensorType
+from refir.verify import check_mesh
 
 _TOKEN = re.compile(
     r"(?P<ws>[ \t\r]+)|(?P<nl>\n)|(?P<comment>#[^\n]*)"
@@ -269,15 +270,12 @@ def make_mesh(name: str, nested: object, loc: Loc) -> Mesh:
         for y in x:
             walk(y, depth + 1)
 
-    if not 1 <= len(shape) <= 3 or 0 in shape:
+    if not 1 <= len(shape) <= 3 or 0 in shape:  # mesh_c1
         raise VerifyError(loc, "mesh_c1", f"mesh {name!r} must be a non-empty 1- to 3-D array")
     walk(nested, 0)
-    if len(set(flat)) != len(flat) or min(flat) < 0:
-        dup = sorted({d for d in flat if flat.count(d) > 1 or d < 0})
-        raise VerifyError(
-            loc, "mesh_c2", f"mesh {name!r} device ids must be distinct and >= 0 (offending: {dup})"
-        )
-    return Mesh(name, tuple(shape), tuple(flat))
+    mesh = Mesh(name, tuple(shape), tuple(flat))
+    check_mesh(mesh, loc)
+    return mesh
 
 
 def _operands(opname: Token, values: list[object], count: int) -> tuple[Operand, ...]:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from math import prod
 
 from refir import ops
 from refir.errors import Loc, VerifyError
 from refir.program import Eqn, Func, Lit, Program, Sym, Var
-from refir.types import BROADCAST, FLOATS, INTEGERS, RESERVED, Axis, TensorType
+from refir.types import BROADCAST, FLOATS, INTEGERS, RESERVED, Axis, Mesh, TensorType
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,16 @@ class Checked:
 
     def type_of(self, name: str) -> TensorType:
         return self.types[name]
+
+
+def check_mesh(mesh: Mesh, loc: Loc) -> None:
+    """mesh_c1 (shape) and mesh_c2 (ids); the parser also checks rectangularity."""
+    if not 1 <= mesh.ndim <= 3 or 0 in mesh.shape or len(mesh.devices) != prod(mesh.shape):  # mesh_c1
+        raise VerifyError(loc, "mesh_c1", f"mesh {mesh.name!r} must be a non-empty 1- to 3-D array")
+    if len(set(mesh.devices)) != len(mesh.devices) or min(mesh.devices) < 0:  # mesh_c2
+        bad = sorted({d for d in mesh.devices if mesh.devices.count(d) > 1 or d < 0})
+        raise VerifyError(loc, "mesh_c2", f"mesh {mesh.name!r} device ids must be distinct and >= 0 "
+                          f"(offending: {bad})")
 
 
 def check_type(t: TensorType, loc: Loc) -> None:
@@ -266,6 +277,12 @@ def verify(program: Program, func_name: str | None = None) -> Checked:
     for f in program.funcs:
         if names.count(f.name) > 1:  # func_c5
             raise VerifyError(f.loc, "func_c5", f"function {f.name!r} is defined twice")
+    # Meshes of programs built in Python rather than parsed are checked here.
+    mesh_names = [m.name for m in program.meshes]
+    for m in program.meshes:
+        check_mesh(m, program.funcs[0].loc)
+        if mesh_names.count(m.name) > 1:  # mesh_c3
+            raise VerifyError(program.funcs[0].loc, "mesh_c3", f"mesh {m.name!r} is declared twice")
     func = program.func(func_name)
     types: dict[str, TensorType] = {}
     symbols: set[str] = set()
