@@ -40,7 +40,8 @@ def check_mesh(mesh: Mesh, loc: Loc) -> None:
 
 
 def check_type(t: TensorType, loc: Loc) -> None:
-    """Constraints every tensor type meets (type_c2 .. type_c6)."""
+    """Constraints every tensor type meets (type_c2 .. type_c6), and its mesh's."""
+    check_mesh(t.mesh, loc)
     used: dict[str, int] = {}
     for i, a in enumerate(t.axes):
         if isinstance(a.extent, int) and a.extent < 0:  # type_c6
