@@ -87,7 +87,7 @@ def cast(op: ops.Cast, x: np.ndarray) -> np.ndarray:
         out[t <= float(info.min)] = info.min
         return out
     if to.kind == "b":
-        return x != 0
+        return np.asarray(x != 0)  # a 0-d comparison gives a numpy scalar
     return x.astype(to)
 
 
@@ -142,5 +142,11 @@ def compute(op: object, args: list[object], dtype: np.dtype) -> np.ndarray:
 
 
 def _scalar(value: object, dtype: np.dtype) -> np.ndarray:
+    if dtype.kind in "iu" and isinstance(value, int):  # wrap any Python int, however large
+        bits = 8 * dtype.itemsize
+        value %= 1 << bits
+        if dtype.kind == "i" and value >= 1 << (bits - 1):
+            value -= 1 << bits
+        return np.array(value, dtype)
     with np.errstate(all="ignore"):
         return np.array(value).astype(dtype) if dtype.kind in "iu" else np.array(value, dtype)

@@ -44,11 +44,14 @@ def barrier(comm: MPI.Comm = MPI.COMM_WORLD) -> None:
 
 
 def to_bytes(x: np.ndarray, axis: int = 0) -> np.ndarray:
-    return np.ascontiguousarray(np.moveaxis(x, axis, 0)).reshape(-1).view(np.uint8)
+    front = np.moveaxis(x, axis, 0) if x.ndim else x  # a 0-d buffer has no axis to move
+    return np.ascontiguousarray(front).reshape(-1).view(np.uint8)
 
 
 def from_bytes(buf: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, axis: int = 0) -> np.ndarray:
     """Bytes of a C-contiguous array whose `axis` was moved to the front."""
+    if not shape:
+        return buf.view(dtype).reshape(())
     front = (shape[axis],) + shape[:axis] + shape[axis + 1:]
     return np.moveaxis(buf.view(dtype).reshape(front), 0, axis)
 

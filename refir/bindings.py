@@ -54,6 +54,13 @@ def bind_inputs(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str, in
                 name = f"symbol {a.extent} = {n}" if isinstance(a.extent, str) else f"extent {n}"
                 raise InputError(f"{where} ({name}) does not divide evenly over {a.shard} of mesh "
                                f"{t.mesh.name!r} ({t.mesh.size(a.shard)} devices)")
+    # Inside the function a symbol may be sharded over other meshes than the inputs'.
+    for name, t in checked.types.items():
+        for i, a in enumerate(t.axes):
+            if a.shard and isinstance(a.extent, str) and bindings[a.extent] % t.mesh.size(a.shard):
+                raise InputError(f"symbol {a.extent} = {bindings[a.extent]} does not divide evenly over "
+                                 f"{a.shard} of mesh {t.mesh.name!r} ({t.mesh.size(a.shard)} devices), "
+                                 f"as axis {i} of {name}: {t} needs")
     return bindings
 
 

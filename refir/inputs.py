@@ -42,7 +42,7 @@ def default_bindings(checked: Checked, given: dict[str, int] | None = None) -> d
     if unknown:
         raise InputError(f"--bind names {unknown[0]!r}, which is not a symbol of {checked.func.name}")
     for s in sorted(checked.symbols - set(out)):
-        step = lcm(*[p.type.mesh.size(a.shard) for p in checked.func.params for a in p.type.axes
+        step = lcm(*[t.mesh.size(a.shard) for t in checked.types.values() for a in t.axes
                      if a.extent == s and a.shard] or [1])
         out[s] = step * -(-4 // step)
     return out

@@ -59,7 +59,9 @@ def tokenize(text: str, file: str) -> tuple[list[Token], list[Expect]]:
         elif kind != "ws":
             tokens.append(Token(kind, m.group(), loc))
         pos = m.end()
-    end = Loc(file, line, pos - line_start + 1, lines[line - 1])
+    # The end of the file is shown just past the last line that has text.
+    last = max((i for i, t in enumerate(lines) if t.strip()), default=0)
+    end = Loc(file, last + 1, len(lines[last]) + 1, lines[last])
     tokens.append(Token("eof", "", end))
     return tokens, expects
 

@@ -85,7 +85,7 @@ def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
                    world: World) -> tuple[dict[str, np.ndarray], Shards]:
     """Whole results from per-device blocks; replicas must agree bit for bit."""
     if world.comm is not None:
-        shards = _share(checked, shards, world)
+        shards = share_shards(checked, shards, world)
     outputs = {}
     for r in checked.func.results:
         t = checked.types[r]
@@ -112,11 +112,11 @@ def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
     return outputs, shards
 
 
-def _share(checked: Checked, shards: Shards, world: World) -> Shards:
+def share_shards(checked: Checked, shards: Shards, world: World) -> Shards:
     """Every rank's result buffers on every rank, strides preserved: each buffer
     travels dense in its memory order, with that order."""
     mine = {
-        r: {d: (np.ascontiguousarray(np.transpose(x, _order(x))), _order(x)) for d, x in bufs.items()}
+        r: {d: (np.transpose(x, _order(x)).copy(order="C"), _order(x)) for d, x in bufs.items()}
         for r, bufs in shards.items()
     }
     merged: Shards = {r: {} for r in checked.func.results}
@@ -128,8 +128,9 @@ def _share(checked: Checked, shards: Shards, world: World) -> Shards:
 
 
 def _order(x: np.ndarray) -> tuple[int, ...]:
-    """Axes from the largest stride to the smallest (extent-1 axes kept in place)."""
-    return tuple(sorted(range(x.ndim), key=lambda a: (-abs(x.strides[a]) if x.shape[a] > 1 else 0, a)))
+    """Axes from the largest stride to the smallest. An extent-1 axis goes inside
+    an axis of equal stride, so that a dense buffer comes back with its very strides."""
+    return tuple(sorted(range(x.ndim), key=lambda a: (-abs(x.strides[a]), x.shape[a] == 1, a)))
 
 
 def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", world: int | None = None,

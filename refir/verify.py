@@ -166,6 +166,10 @@ def _same_shape(declared: TensorType, inferred: TensorType, c: _Eqn) -> None:
                      f"[{_extents(inferred)}]")
 
 
+def _placement(a: Axis) -> str:
+    return f"sharded on {a.shard}" if a.shard else "replicated"
+
+
 def _extents(t: TensorType) -> str:
     return ", ".join("b" if a.broadcast else str(a.extent) for a in t.axes)
 
@@ -247,8 +251,8 @@ def _matmul(op: ops.Matmul, c: _Eqn) -> TensorType:
             raise c.fail("matmul_c2", f"batch axis {i} differs: {x} and {y}")
     m, n = a.axes[-2], b.axes[-1]
     if ka.shard != kb.shard:  # matmul_c3
-        raise c.fail("matmul_c3", f"the contracted axis is sharded {ka.shard} in one operand and "
-                     f"{kb.shard} in the other")
+        raise c.fail("matmul_c3", f"the contracted axis is {_placement(ka)} in one operand and "
+                     f"{_placement(kb)} in the other")
     if m.shard and m.shard == n.shard:  # matmul_c3
         raise c.fail("matmul_c3", f"M and N are both sharded on {m.shard}")
     axes = tuple(a.axes[:-2]) + (m, n)

@@ -1,0 +1,77 @@
+"""Run a batch of programs in one MPI launch (tests/test_mpi.py starts it).
+
+    mpiexec -n W python tests/mpi_driver.py BATCH.pkl RESULT.pkl
+
+BATCH.pkl is a list of jobs `{"name", "program" (text), "inputs" (global arrays)}`.
+Each job runs on spmd, one rank per process. Rank 0 writes RESULT.pkl: per job,
+the global outputs, every device's result buffer with its strides, both as the
+runner returns it and as the rank that computed it held it, and the expect lines
+that failed. A job that raises a RefirError records the message and the batch
+goes on (every rank meets the same error).
+"""
+
+import pickle
+import sys
+
+from interp.backend import run_spmd
+from refir.errors import RefirError, RunError
+from refir.expect import check_expects
+from refir.parser import parse
+from refir.runner import run
+from refir.world import mpi_world
+
+HELD = {}  # result -> device -> (strides, array): this rank's own buffers
+
+
+def recording_spmd(lowered, inputs, scalars, world):
+    """The spmd backend, keeping what this rank computed before the runner shares it."""
+    out = run_spmd(lowered, inputs, scalars, world)
+    HELD.clear()
+    HELD.update({name: {d: (x.strides, x.copy(order="K")) for d, x in bufs.items()} for name, bufs in out.items()})
+    return out
+
+
+def refir_error_on_rank_2(lowered, inputs, scalars, world):
+    """A backend that fails on rank 2 alone while the others wait for it in a collective."""
+    if world.rank == 2:
+        raise RunError("rank 2 gave up")
+    world.comm.Barrier()
+    return run_spmd(lowered, inputs, scalars, world)
+
+
+def crash_on_rank_2(lowered, inputs, scalars, world):
+    """Likewise, with an exception that is not refir's (a bug)."""
+    if world.rank == 2:
+        raise ZeroDivisionError("rank 2 divided by zero")
+    world.comm.Barrier()
+    return run_spmd(lowered, inputs, scalars, world)
+
+
+def main(batch_path, result_path):
+    world = mpi_world()
+    assert world is not None, "run me under mpiexec with more than one rank"
+    with open(batch_path, "rb") as f:
+        jobs = pickle.load(f)
+    results = {}
+    for job in jobs:
+        program = parse(job["program"], job["name"])
+        try:
+            r = run(program, job["inputs"], backend="__main__:recording_spmd")
+        except RefirError as exc:
+            results[job["name"]] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        held = world.comm.gather(HELD.copy(), root=0)
+        results[job["name"]] = {
+            "outputs": r.outputs,
+            "shards": {name: {d: (x.strides, x) for d, x in bufs.items()} for name, bufs in r.shards.items()},
+            "held": {rank: part for rank, part in enumerate(held or [])},
+            "failures": check_expects(program, job["inputs"], r.outputs),
+        }
+    ranks = world.comm.gather(world.hosted, root=0)
+    if world.is_root:
+        with open(result_path, "wb") as f:
+            pickle.dump({"world": world.size, "hosted": ranks, "jobs": results}, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])

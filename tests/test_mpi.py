@@ -1,0 +1,242 @@
+"""One rank per MPI process: the shared examples and every communication under a
+real `mpiexec`, compared bit for bit (values and strides) with the in-process
+transport, whose blocks tests/test_collectives.py checks by hand.
+
+Each launch runs a whole batch (tests/mpi_driver.py), so the file costs a few
+launches, not one per case.
+"""
+
+import pickle
+
+import numpy as np
+import pytest
+from helpers import EXAMPLES, ROOT, run_mpi
+
+import refir
+from refir.expect import check_expects
+from refir.inputs import default_bindings, draw_inputs
+
+DRIVER = str(ROOT / "tests" / "mpi_driver.py")
+BIGGER = {"allreduce_then_bias": {"D": 6, "K": 5, "M": 3, "N": 7}, "collectives": {"R": 8, "C": 12, "P": 4},
+          "global_extent": {"D": 8}}
+WORLD_OF = {"allreduce_then_bias": 2, "layouts": 2}  # the others name device 3
+
+
+def example_jobs():
+    """Per example: small integer data, larger extents, and non-integer floats."""
+    jobs = []
+    for path in EXAMPLES:
+        checked = refir.verify(refir.load(path))
+        small = default_bindings(checked)
+        big = default_bindings(checked, BIGGER.get(path.stem))
+        rng = np.random.default_rng(7)
+        floats = {k: rng.standard_normal(x.shape).astype(x.dtype) if x.dtype.kind == "f" else x
+                  for k, x in draw_inputs(checked, big, 3).items()}
+        text = path.read_text()
+        jobs += [
+            {"name": f"{path.stem}:small", "program": text, "inputs": draw_inputs(checked, small, 0)},
+            {"name": f"{path.stem}:big", "program": text, "inputs": draw_inputs(checked, big, 1)},
+            {"name": f"{path.stem}:float", "program": text, "inputs": floats, "expect": False},
+        ]
+    return jobs
+
+
+def f32(*shape, seed=0):
+    """Non-integer floats: any change in summation order shows in the bits."""
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def job(name, text, **inputs):
+    return {"name": name, "program": text, "inputs": inputs}
+
+
+COLLECTIVE_JOBS = [
+    job("allgather", "mesh m = [2, 0, 3, 1]\nfunc main(x: f32[8@DIDx, 3]) {\n  y: f32[8, 3] layout[1, 0] = set(x)\n"
+        "  return y\n}\n", x=f32(8, 3)),
+    job("gather", "mesh a = [3, 1, 0]\nmesh b = [2]\nfunc main(x: f32[6@DIDx, 4] on a) {\n"
+        "  y: f32[6, 4] on b = set(x)\n  return y\n}\n", x=f32(6, 4)),
+    job("scatter", "mesh a = [1]\nmesh b = [3, 0, 2, 1]\nfunc main(x: f32[8, 3] on a) {\n"
+        "  y: f32[8@DIDx, 3] on b = set(x)\n  return y\n}\n", x=f32(8, 3)),
+    job("scatter_inner_column_major", "mesh a = [2]\nmesh b = [0, 1, 2]\nfunc main(x: i16[4, 6] on a) {\n"
+        "  y: i16[4, 6@DIDx] on b layout[1, 0] = set(x)\n  return y\n}\n",
+        x=np.arange(24, dtype=np.int16).reshape(4, 6)),
+    job("slice", "mesh a = [0, 1, 2, 3]\nmesh b = [2, 1]\nfunc main(x: f64[4, 6] on a) {\n"
+        "  y: f64[4, 6@DIDx] on b = set(x)\n  z = add(y, y)\n  return y, z\n}\n", x=f32(4, 6).astype(np.float64)),
+    job("broadcast", "mesh a = [2]\nmesh b = [0, 1, 3]\nfunc main(x: f32[4, 3] on a) {\n"
+        "  y: f32[4, 3] on b layout[1, 0] = set(x)\n  return y\n}\n", x=f32(4, 3)),
+    job("send_recv", "mesh a = [0, 1, 2, 3]\nmesh b = [3, 2, 1, 0]\nmesh c = [1, 2]\nmesh e = [1, 0]\n"
+        "func main(x: i64[4@DIDx, 4] on a, w: f32[2@DIDx, 3] on c) {\n  y: i64[4@DIDx, 4] on b = set(x)\n"
+        "  v: f32[2@DIDx, 3] on e = set(w)\n  return y, v\n}\n",
+        x=np.arange(16, dtype=np.int64).reshape(4, 4), w=f32(2, 3)),
+    job("all_to_all", "mesh m = [2, 0, 3, 1]\nfunc main(x: f16[4@DIDx, 12]) {\n  y: f16[4, 12@DIDx] = set(x)\n"
+        "  z: f16[4@DIDx, 12] = set(y)\n  return y, z\n}\n", x=f32(4, 12).astype(np.float16)),
+    job("allreduce", "mesh m = [3, 1, 0, 2]\nfunc main(x: f32[8@DIDx, 5]) {\n  s = sum(x, dims=[0])\n"
+        "  p = prod(x, dims=[0])\n  hi = max(x, dims=[0])\n  lo = min(x, dims=[0])\n  return s, p, hi, lo\n}\n",
+        x=f32(8, 5)),
+    job("allreduce_nan", "mesh m = [1, 0]\nfunc main(x: f32[4@DIDx, 2]) {\n  hi = max(x, dims=[0])\n"
+        "  s = sum(x, dims=[0])\n  return hi, s\n}\n",
+        x=np.array([[1.0, 2.0], [np.nan, 0.0], [3.0, -1.0], [0.5, 9.0]], np.float32)),
+    job("reduce", "mesh a = [2, 3, 0, 1]\nmesh b = [0, 1]\nfunc main(x: f32[4@DIDx, 3] on a) {\n"
+        "  y: f32[3] on b = sum(x, dims=[0])\n  return y\n}\n", x=f32(4, 3)),
+    job("reduce_scatter_column_major", "mesh m = [0, 1]\nfunc main(x: f32[5, 6@DIDx, 14]) {\n"
+        "  y: f32[5, 14@DIDx] layout[1, 0] = sum(x, dims=[1])\n  return y\n}\n", x=f32(5, 6, 14)),
+    job("matmul_sharded_k", "mesh m = [1, 0]\nfunc main(a: f32[2, 4@DIDx], w: f32[4@DIDx, 3]) {\n"
+        "  z = matmul(a, w)\n  zs: f32[2@DIDx, 3] = matmul(a, w)\n  return z, zs\n}\n",
+        a=f32(2, 4), w=f32(4, 3, seed=1)),
+    job("grid", "mesh g = [[3, 1], [0, 2]]\nfunc main(x: f32[4@DIDy, 4@DIDx, 6]) {\n"
+        "  ag: f32[4@DIDy, 4, 6] = set(x)\n  ar: f32[4@DIDy, 6] = sum(x, dims=[1])\n"
+        "  rs: f32[4@DIDy, 6@DIDx] = sum(x, dims=[1])\n  t: f32[6] = sum(x, dims=[0, 1])\n"
+        "  sw: f32[4@DIDx, 4@DIDy, 6] = set(x)\n  return ag, ar, rs, t, sw\n}\n", x=f32(4, 4, 6)),
+    job("grid_to_grid", "mesh g = [[0, 1], [2, 3]]\nmesh h = [[3, 2], [1, 0]]\nmesh l = [1, 2]\n"
+        "func main(x: i32[4@DIDy, 6@DIDx] on g) {\n  a: i32[4@DIDy, 6@DIDx] on h = set(x)\n"
+        "  c: i32[4, 6@DIDx] on l = set(x)\n  e: i32[6] on l = sum(x, dims=[0])\n  return a, c, e\n}\n",
+        x=np.arange(24, dtype=np.int32).reshape(4, 6) * 1000003),
+    job("full_reduction_to_rank_0", "mesh m = [0, 1]\nmesh n = [1]\nfunc main(x: f32[4@DIDx] on m) {\n"
+        "  s: f32[] on m = sum(x, dims=[0])\n  u: f32[] on n = max(x, dims=[0])\n  return s, u\n}\n", x=f32(4)),
+    job("bool_and_int8", "mesh m = [3, 2, 1, 0]\nfunc main(b8: bool[4@DIDx, 3], k: i8[4@DIDx, 4]) {\n"
+        "  all: bool[4, 3] = set(b8)\n  any = max(b8, dims=[0])\n  w: i8[4@DIDx] = sum(k, dims=[0])\n"
+        "  return all, any, w\n}\n",
+        b8=np.array([[1, 0, 0], [0, 0, 1], [1, 0, 0], [0, 0, 0]], bool), k=np.full((4, 4), 100, np.int8)),
+    job("scatter_after_permute_m0_1", (EXAMPLES[0].parent / "scatter_after_permute.rir").read_text()
+        .replace("mesh m0 = [0]", "mesh m0 = [1]").replace("mesh m1 = [0, 1, 2, 3]", "mesh m1 = [3, 1, 0, 2]"),
+        x=f32(3, 4, 3, 5)),
+    job("overlapping_meshes", "mesh a = [1, 2]\nmesh b = [0, 2]\nmesh c = [3, 0]\nmesh e = [1, 0, 2]\n"
+        "func main(x: f32[4@DIDx, 3] on a, r: f32[6, 3] on c) {\n  g: f32[4, 3] on b = set(x)\n"
+        "  rd: f32[3] on b = sum(x, dims=[0])\n  sc: f32[6@DIDx, 3] on a = set(r)\n  bc: f32[6, 3] on e = set(r)\n"
+        "  return g, rd, sc, bc\n}\n", x=f32(4, 3), r=f32(6, 3, seed=2)),
+    job("reduce_then_slice_and_batched_matmul", "mesh a = [0, 1]\nmesh q = [2, 3]\nmesh g = [[0, 1], [2, 3]]\n"
+        "func main(x: f32[4@DIDx, 6] on a, k: f32[2@DIDy, 3, 4@DIDx] on g, w: f32[2@DIDy, 4@DIDx, 5] on g) {\n"
+        "  s: f32[6@DIDx] on q = sum(x, dims=[0])\n  z = matmul(k, w)\n  return s, z, x\n}\n",
+        x=f32(4, 6), k=f32(2, 3, 4, seed=3), w=f32(2, 4, 5, seed=4)),
+    job("not_divisible", "mesh m = [0, 1]\nmesh q = [0, 1, 2, 3]\nfunc main(x: f32[N@DIDx] on m) {\n"
+        "  y: f32[N@DIDx] on q = set(x)\n  return y\n}\n", x=f32(6)),
+]
+
+
+def launch(n, jobs, tmp_path):
+    batch, result = tmp_path / f"batch{n}.pkl", tmp_path / f"result{n}.pkl"
+    with open(batch, "wb") as f:
+        pickle.dump(jobs, f)
+    done = run_mpi(n, [DRIVER, str(batch), str(result)], timeout=150, env={"PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(result, "rb") as f:
+        got = pickle.load(f)
+    assert got["world"] == n
+    assert got["hosted"] == [(r,) for r in range(n)]  # one rank per process
+    return got["jobs"]
+
+
+@pytest.fixture(scope="module")
+def world4(tmp_path_factory):
+    jobs = example_jobs() + COLLECTIVE_JOBS
+    return {j["name"]: j for j in jobs}, launch(4, jobs, tmp_path_factory.mktemp("mpi4"))
+
+
+@pytest.fixture(scope="module")
+def world2(tmp_path_factory):
+    jobs = [j for j in example_jobs() if WORLD_OF.get(j["name"].split(":")[0]) == 2]
+    return {j["name"]: j for j in jobs}, launch(2, jobs, tmp_path_factory.mktemp("mpi2"))
+
+
+def same_bits(mpi, job):
+    """The MPI run equals the in-process spmd run bit for bit, strides included."""
+    ref = refir.run(job["program"], job["inputs"], backend="spmd")
+    assert set(mpi["outputs"]) == set(ref.outputs)
+    for name, value in ref.outputs.items():
+        assert mpi["outputs"][name].dtype == value.dtype
+        assert mpi["outputs"][name].tobytes() == value.tobytes(), name
+    for name, bufs in ref.shards.items():
+        assert set(mpi["shards"][name]) == set(bufs)
+        for d, buf in bufs.items():
+            strides, got = mpi["shards"][name][d]
+            assert strides == buf.strides, (name, d)
+            assert got.tobytes() == buf.tobytes(), (name, d)
+            # the rank that computed device d's buffer held it with these strides
+            held_strides, held = mpi["held"][d][name][d]
+            assert held_strides == buf.strides and held.tobytes() == buf.tobytes(), (name, d)
+    for rank, part in mpi["held"].items():
+        for name, bufs in part.items():
+            assert set(bufs) <= {rank}, (rank, name)  # each rank holds only its own device
+
+
+@pytest.mark.parametrize("name", [j["name"] for j in example_jobs()])
+def test_example_under_mpiexec_4(world4, name):
+    jobs, results = world4
+    mpi = results[name]
+    assert "error" not in mpi, mpi.get("error")
+    if jobs[name].get("expect", True):
+        assert mpi["failures"] == []
+        assert check_expects(refir.parse(jobs[name]["program"]), jobs[name]["inputs"], mpi["outputs"]) == []
+    same_bits(mpi, jobs[name])
+
+
+@pytest.mark.parametrize("name", [j["name"] for j in example_jobs() if WORLD_OF.get(j["name"].split(":")[0]) == 2])
+def test_example_under_mpiexec_of_its_own_world(world2, name):
+    jobs, results = world2
+    mpi = results[name]
+    assert "error" not in mpi, mpi.get("error")
+    if jobs[name].get("expect", True):
+        assert mpi["failures"] == []
+    same_bits(mpi, jobs[name])
+
+
+def test_extra_ranks_take_part_in_nothing(world4):
+    _, results = world4
+    held = results["layouts:small"]["held"]  # mesh [0, 1] in a world of 4
+    assert held[2] == {"g": {}} and held[3] == {"g": {}}
+    assert set(held[0]["g"]) == {0} and set(held[1]["g"]) == {1}
+
+
+@pytest.mark.parametrize("name", [j["name"] for j in COLLECTIVE_JOBS if j["name"] != "not_divisible"])
+def test_communication_under_mpiexec_matches_in_process(world4, name):
+    jobs, results = world4
+    assert "error" not in results[name], results[name].get("error")
+    same_bits(results[name], jobs[name])
+
+
+def test_mpi_blocks_by_hand(world4):
+    jobs, results = world4
+    x = jobs["scatter"]["inputs"]["x"]
+    shards = results["scatter"]["shards"]["y"]
+    for k, d in enumerate([3, 0, 2, 1]):
+        assert shards[d][0] == (12, 4) and np.array_equal(shards[d][1], x[2 * k:2 * k + 2])
+    x = jobs["all_to_all"]["inputs"]["x"]
+    for k, d in enumerate([2, 0, 3, 1]):
+        strides, y = results["all_to_all"]["shards"]["y"][d]
+        assert strides == (6, 2) and np.array_equal(y, x[:, 3 * k:3 * k + 3])
+    x = jobs["scatter_after_permute_m0_1"]["inputs"]["x"]
+    for k, d in enumerate([3, 1, 0, 2]):
+        strides, out = results["scatter_after_permute_m0_1"]["shards"]["out"][d]
+        t1 = x.sum(3, dtype=np.float64).astype(np.float32)  # summed wide, rounded once
+        assert strides == (12, 12, 4) and np.array_equal(out, 2 * t1[:, k:k + 1, :])
+    nan_run = results["allreduce_nan"]["outputs"]
+    assert np.isnan(nan_run["hi"][0]) and nan_run["hi"][1] == 9.0 and np.isnan(nan_run["s"][0])
+    assert results["bool_and_int8"]["outputs"]["w"].tolist() == [-112] * 4  # 400 mod 256, as i8
+    assert results["full_reduction_to_rank_0"]["outputs"]["s"].shape == ()
+
+
+def test_input_errors_under_mpiexec_reach_every_rank(world4):
+    _, results = world4
+    assert results["not_divisible"] == {"error": "InputError: symbol N = 6 does not divide evenly over DIDx of "
+                                                 "mesh 'q' (4 devices), as axis 0 of y: f32[N@DIDx] on q needs"}
+
+
+def test_cli_out_from_mpiexec_is_bitwise_the_in_process_result(tmp_path):
+    path = EXAMPLES[[p.stem for p in EXAMPLES].index("collectives")]
+    rng = np.random.default_rng(11)
+    inputs = {"x": rng.standard_normal((8, 12)).astype(np.float32),
+              "y": rng.standard_normal((12, 8, 12)).astype(np.float32)}
+    np.savez(tmp_path / "in.npz", **inputs)
+    done = run_mpi(4, ["-m", "refir", "run", str(path), "--inputs", str(tmp_path / "in.npz"),
+                       "--out", str(tmp_path / "out.npz")], timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "all 4 expect lines hold" in done.stdout
+    assert done.stdout.count(f"{path}: main on spmd (C=12, P=12, R=8)") == 1  # rank 0 alone prints
+    ref = refir.run(refir.load(path), inputs, backend="spmd").outputs
+    with np.load(tmp_path / "out.npz") as got:
+        assert sorted(got.files) == ["cols", "full", "part", "total"]
+        for name in got.files:
+            assert got[name].dtype == ref[name].dtype and got[name].tobytes() == ref[name].tobytes(), name
+    # the reductions did round: the same data folded in float64 differs in some bits
+    wide = refir.run(refir.load(path), inputs, backend="global").outputs
+    assert not np.array_equal(wide["total"], ref["total"])

@@ -1,0 +1,354 @@
+"""One negative test per spec constraint, named after its label (docs/spec.md).
+
+Each asserts the VerifyError's label and where it points: `file:line:col` and the
+caret under that column. Positive checks of inferred types come first.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+import refir
+from refir import ops
+from refir.errors import Loc, VerifyError
+from refir.program import Eqn, Func, Param, Program, Sym, Var
+from refir.types import Axis, Mesh, TensorType
+
+ROOT = Path(__file__).resolve().parent.parent
+FILE = "prog.rir"
+
+
+def rejects(text: str, label: str, line: int, col: int, message: str = "") -> VerifyError:
+    """Parse and verify `text`; it must break `label` at line:col."""
+    with pytest.raises(VerifyError) as info:
+        refir.verify(refir.parse(text, FILE))
+    err = info.value
+    assert err.label == label, str(err)
+    assert (err.loc.file, err.loc.line, err.loc.col) == (FILE, line, col), str(err)
+    shown = str(err).split("\n")
+    assert shown[0] == f"{FILE}:{line}:{col}"
+    assert shown[1] == "    " + text.split("\n")[line - 1]
+    assert shown[2] == "    " + " " * (col - 1) + "^"
+    assert shown[3].startswith(f"verify error [{label}]: ")
+    assert message in err.message, err.message
+    return err
+
+
+def prog(params: str, *body: str, mesh: str = "mesh m = [0, 1]") -> str:
+    """`mesh` on line 1, `func main(params) {` on line 2, body from line 3 (col 3)."""
+    lines = [mesh, f"func main({params}) {{", *(f"  {b}" for b in body), "}"]
+    return "\n".join(lines) + "\n"
+
+
+# ---- inferred types --------------------------------------------------------------------
+
+
+def test_inferred_types_keep_mesh_and_sharding_and_are_row_major():
+    text = prog(
+        "x: f32[N@DIDx, 3] layout[1, 0], y: f32[b, 3]",
+        "a = add(x, y)",
+        "p = permute(x, [1, 0])",
+        "u = unsqueeze(p, dims=[0, 3])",
+        "r = sum(x, dims=[1])",
+        "c = cast(x, dtype=i8)",
+        "s = set(x)",
+        "return a, p, u, r, c, s",
+    )
+    checked = refir.verify(refir.parse(text, FILE))
+    got = {name: str(t) for name, t in checked.types.items()}
+    assert got == {
+        "x": "f32[N@DIDx, 3] on m layout[1, 0]",
+        "y": "f32[b, 3] on m",
+        "a": "f32[N@DIDx, 3] on m",
+        "p": "f32[3, N@DIDx] on m",
+        "u": "f32[b, 3, N@DIDx, b] on m",
+        "r": "f32[N@DIDx] on m",
+        "c": "i8[N@DIDx, 3] on m",
+        "s": "f32[N@DIDx, 3] on m",
+    }
+    assert checked.symbols == {"N"}
+
+
+def test_matmul_infers_batch_and_m_from_a_and_n_from_b():
+    text = prog(
+        "a: f32[B@DIDy, M, K], w: f32[B@DIDy, K, N@DIDx]",
+        "z = matmul(a, w)",
+        "return z",
+        mesh="mesh m = [[0, 1], [2, 3]]",
+    )
+    checked = refir.verify(refir.parse(text, FILE))
+    assert str(checked.types["z"]) == "f32[B@DIDy, M, N@DIDx] on m"
+
+
+# ---- meshes ----------------------------------------------------------------------------
+
+
+def test_mesh_c1():
+    err = rejects("mesh m = [[0, 1], [2]]\nfunc main(x: f32[2]) {\n  return x\n}\n", "mesh_c1", 1, 10,
+                  "not a rectangular array")
+    assert "'m'" in err.message
+    rejects("mesh m = [[[[0]]]]\nfunc main(x: f32[2]) {\n  return x\n}\n", "mesh_c1", 1, 10,
+            "1- to 3-D")
+    rejects("mesh m = []\nfunc main(x: f32[2]) {\n  return x\n}\n", "mesh_c1", 1, 10, "non-empty")
+
+
+def test_mesh_c2():
+    err = rejects("mesh m = [0, 1, 0]\nfunc main(x: f32[2]) {\n  return x\n}\n", "mesh_c2", 1, 10)
+    assert "(offending: [0])" in err.message
+    err = rejects("mesh m = [0, -2]\nfunc main(x: f32[2]) {\n  return x\n}\n", "mesh_c2", 1, 10)
+    assert "(offending: [-2])" in err.message
+
+
+def test_mesh_c3():
+    rejects("mesh m = [0]\nmesh m = [1]\nfunc main(x: f32[2]) {\n  return x\n}\n", "mesh_c3", 2, 6,
+            "mesh 'm' is declared twice")
+
+
+def test_mesh_c2_for_a_program_built_in_python():
+    mesh = Mesh("m", (2,), (3, 3))
+    t = TensorType("f32", (Axis(2),), mesh)
+    func = Func("main", (Param("x", t),), (), ("x",), Loc(FILE, 2, 1))
+    with pytest.raises(VerifyError) as info:
+        refir.verify(Program((mesh,), (func,)))
+    assert info.value.label == "mesh_c2"
+    assert str(info.value.loc) == f"{FILE}:2:1"
+
+
+# ---- types -----------------------------------------------------------------------------
+
+
+def test_type_c1():
+    rejects(prog("x: f32[4] on q", "return x"), "type_c1", 2, 24, "no mesh named 'q'")
+    text = "mesh a = [0]\nmesh c = [1]\nfunc main(x: f32[4]) {\n  return x\n}\n"
+    rejects(text, "type_c1", 3, 14, "several meshes")
+    rejects("func main(x: f32[4]) {\n  return x\n}\n", "type_c1", 1, 14, "no mesh is declared")
+
+
+def test_type_c2():
+    rejects(prog("x: f32[4@DIDy]", "return x"), "type_c2", 2, 11, "sharded on DIDy")
+
+
+def test_type_c3():
+    rejects(prog("x: f32[4@DIDx, 2@DIDx]", "return x"), "type_c3", 2, 11,
+            "axes 0 and 1 are both sharded on DIDx")
+
+
+def test_type_c4():
+    rejects(prog("x: f32[3@DIDx]", "return x"), "type_c4", 2, 11,
+            "axis 0 of extent 3 does not divide evenly over DIDx of mesh 'm' (2 devices)")
+    # also on a declared result type
+    rejects(prog("x: f32[3]", "y: f32[3@DIDx] = set(x)", "return y"), "type_c4", 3, 3)
+
+
+def test_type_c5():
+    rejects(prog("x: f32[4, 2] layout[0, 0]", "return x"), "type_c5", 2, 11,
+            "layout [0, 0] is not a permutation of 0..1")
+    rejects(prog("x: f32[4, 2]", "y: f32[4, 2] layout[1, 0, 2] = set(x)", "return y"), "type_c5", 3, 3)
+
+
+def test_type_c6():
+    rejects(prog("x: f32[-1]", "return x"), "type_c6", 2, 11, "negative extent -1")
+    rejects(prog("x: f32[on]", "return x"), "type_c6", 2, 11, "'on' is reserved")
+    rejects(prog("x: f32[DIDx]", "return x"), "type_c6", 2, 11, "'DIDx' is reserved")
+
+
+# ---- functions -------------------------------------------------------------------------
+
+
+def test_func_c1():
+    rejects(prog("x: f32[4]", "y = relu(x)", "y = neg(x)", "return y"), "func_c1", 4, 3,
+            "'y' is defined twice")
+    rejects(prog("x: f32[4]", "b = relu(x)", "return b"), "func_c1", 3, 3, "'b' is reserved")
+    rejects(prog("x: f32[N]", "N = relu(x)", "return N"), "func_c1", 3, 3, "'N' is already a symbol")
+    rejects(prog("N: f32[N]", "return N"), "func_c1", 2, 11, "'N' is already a symbol")
+
+
+def test_func_c2():
+    rejects(prog("x: f32[4]", "y = add(x, z)", "z = relu(x)", "return y"), "func_c2", 3, 14,
+            "'z' is not defined before this equation")
+
+
+def test_func_c3():
+    rejects(prog("x: f32[4]", "y: f32[Q] = relu(x)", "return y"), "func_c3", 3, 3,
+            "symbol 'Q' is bound by no input")
+
+
+def test_func_c3_symbol_operand_of_a_program_built_in_python():
+    mesh = Mesh("m", (1,), (0,))
+    t = TensorType("f32", (Axis(4),), mesh)
+    eqn = Eqn("y", None, ops.Binary("add"), (Var("x"), Sym("Q", Loc(FILE, 3, 14))), Loc(FILE, 3, 3))
+    func = Func("main", (Param("x", t),), (eqn,), ("y",))
+    with pytest.raises(VerifyError) as info:
+        refir.verify(Program((mesh,), (func,)))
+    assert info.value.label == "func_c3"
+    assert str(info.value.loc) == f"{FILE}:3:14"
+
+
+def test_func_c4():
+    rejects(prog("x: f32[4]", "y = relu(x)", "return y, w"), "func_c4", 4, 3, "result 'w' is not defined")
+    rejects(prog("x: f32[4]", "y = relu(x)", "return y, y"), "func_c4", 4, 3, "returned twice")
+
+
+def test_func_c5():
+    text = "mesh m = [0]\nfunc f(x: f32[4]) {\n  return x\n}\nfunc f(x: f32[4]) {\n  return x\n}\n"
+    rejects(text, "func_c5", 2, 1, "function 'f' is defined twice")
+
+
+def test_op_c1():
+    rejects(prog("x: f32[4]", "y = transpose(x)", "return y"), "op_c1", 3, 7, "unknown op 'transpose'")
+
+
+def test_op_c2():
+    rejects(prog("x: f32[4]", "y = add(x)", "return y"), "op_c2", 3, 7, "add takes 2 operands")
+    rejects(prog("x: f32[4]", "y = sum(x)", "return y"), "op_c2", 3, 7, "sum needs dims=[...]")
+    rejects(prog("x: f32[4]", "y = relu(x, dims=[0])", "return y"), "op_c2", 3, 7,
+            "relu takes no argument 'dims'")
+    rejects(prog("x: f32[4, 2]", "y = permute(x)", "return y"), "op_c2", 3, 7, "permute takes an operand")
+    rejects(prog("x: f32[4, 2]", "y = matmul(x, 2)", "return y"), "op_c2", 3, 3,
+            "matmul takes two tensor operands")
+    rejects(prog("x: f32[4]", "y = sum(3, dims=[0])", "return y"), "op_c2", 3, 3, "sum needs a tensor operand")
+
+
+# ---- ops -------------------------------------------------------------------------------
+
+
+def test_elementwise_c1():
+    rejects(prog("x: f32[4]", "y = add(1, 2)", "return y"), "elementwise_c1", 3, 3,
+            "add needs at least one tensor operand")
+
+
+def test_elementwise_c2():
+    rejects(prog("x: f32[4], k: i32[4]", "y = add(x, k)", "return y"), "elementwise_c2", 3, 3,
+            "operands differ in dtype: f32 and i32; use cast")
+
+
+def test_elementwise_c3():
+    rejects(prog("x: f32[4], k: f32[4, 1]", "y = add(x, k)", "return y"), "elementwise_c3", 3, 3,
+            "operands differ in rank: 1 and 2")
+    # a symbolic extent that happens to be 1 is not a broadcast axis
+    rejects(prog("x: f32[N, 4], k: f32[M, 4]", "y = add(x, k)", "return y"), "elementwise_c3", 3, 3,
+            "axis 0 has extents N and M; only b axes broadcast")
+
+
+def test_elementwise_c4():
+    text = "mesh m = [0, 1]\nmesh q = [2, 3]\nfunc main(x: f32[4] on m, k: f32[4] on q) {\n" \
+           "  y = add(x, k)\n  return y\n}\n"
+    rejects(text, "elementwise_c4", 4, 3, "operands live on meshes 'm' and 'q'")
+    text = "mesh m = [0, 1]\nmesh q = [2, 3]\nfunc main(x: f32[4] on m) {\n" \
+           "  y: f32[4] on q = relu(x)\n  return y\n}\n"
+    rejects(text, "elementwise_c4", 4, 3, "the result is on mesh 'q'")
+
+
+def test_elementwise_c5():
+    rejects(prog("x: f32[4@DIDx, 4], k: f32[4@DIDy, 4]", "y = add(x, k)", "return y",
+                 mesh="mesh g = [[0, 1], [2, 3]]"),
+            "elementwise_c5", 3, 3, "axis 0 is sharded on DIDx and DIDy")
+    rejects(prog("x: f32[4@DIDx]", "y: f32[4] = relu(x)", "return y"), "elementwise_c5", 3, 3,
+            "an operand has axis 0 sharded on DIDx but the result has it replicated; reshard with set")
+
+
+def test_elementwise_c6():
+    rejects(prog("x: i32[4]", "y = div(x, x)", "return y"), "elementwise_c6", 3, 3,
+            "div needs a float dtype, not i32")
+    rejects(prog("x: i16[4]", "y = sqrt(x)", "return y"), "elementwise_c6", 3, 3)
+    rejects(prog("x: bool[4]", "y = add(x, x)", "return y"), "elementwise_c6", 3, 3,
+            "add is not defined on bool")
+
+
+def test_elementwise_c7():
+    rejects(prog("x: i32[4]", "y = mul(x, 0.5)", "return y"), "elementwise_c7", 3, 3,
+            "the float literal 0.5 needs a float tensor, not i32")
+
+
+def test_cast_c1():
+    rejects(prog("x: f32[4]", "y = cast(x, dtype=f128)", "return y"), "cast_c1", 3, 7)
+    rejects(prog("x: f32[4]", "y = cast(x)", "return y"), "cast_c1", 3, 7, "cast needs dtype=")
+
+
+def test_permute_c1():
+    rejects(prog("x: f32[4, 2, 3]", "y = permute(x, [0, 0, 1])", "return y"), "permute_c1", 3, 3,
+            "[0, 0, 1] is not a permutation of 0..2")
+    rejects(prog("x: f32[4, 2]", "y = permute(x, [1, 0, 2])", "return y"), "permute_c1", 3, 3)
+
+
+def test_unsqueeze_c1():
+    rejects(prog("x: f32[4]", "y = unsqueeze(x, dims=[2])", "return y"), "unsqueeze_c1", 3, 3,
+            "dims [2] must be distinct positions in 0..1")
+    rejects(prog("x: f32[4]", "y = unsqueeze(x, dims=[0, 0])", "return y"), "unsqueeze_c1", 3, 3)
+
+
+def test_reduce_c1():
+    rejects(prog("x: f32[4, 2]", "y = sum(x, dims=[2])", "return y"), "reduce_c1", 3, 3,
+            "dims [2] must be distinct axes in 0..1")
+    rejects(prog("x: f32[4, 2]", "y = max(x, dims=[1, 1])", "return y"), "reduce_c1", 3, 3)
+
+
+def test_reduce_c2():
+    rejects(prog("x: f32[4]", "y = band(x, dims=[0])", "return y"), "reduce_c2", 3, 3,
+            "band needs an integer or bool dtype, not f32")
+    rejects(prog("x: bool[4]", "y = sum(x, dims=[0])", "return y"), "reduce_c2", 3, 3,
+            "sum is not defined on bool")
+
+
+def test_matmul_c1():
+    rejects(prog("x: f32[4], w: f32[4]", "y = matmul(x, w)", "return y"), "matmul_c1", 3, 3,
+            "rank of at least 2, not 1 and 1")
+    rejects(prog("x: f32[4, 2], w: f16[2, 3]", "y = matmul(x, w)", "return y"), "matmul_c1", 3, 3,
+            "(f32 on m, f16 on m)")
+    rejects(prog("x: bool[4, 2], w: bool[2, 3]", "y = matmul(x, w)", "return y"), "matmul_c1", 3, 3)
+
+
+def test_matmul_c2():
+    rejects(prog("x: f32[4, 2], w: f32[3, 5]", "y = matmul(x, w)", "return y"), "matmul_c2", 3, 3,
+            "contracted extents differ: 2 and 3")
+    rejects(prog("x: f32[6, 4, 2], w: f32[7, 2, 5]", "y = matmul(x, w)", "return y"), "matmul_c2", 3, 3,
+            "batch axis 0 differs: 6 and 7")
+
+
+def test_matmul_c3():
+    rejects(prog("x: f32[4, 2@DIDx], w: f32[2, 6]", "y = matmul(x, w)", "return y"), "matmul_c3", 3, 3,
+            "the contracted axis is sharded on DIDx in one operand")
+    rejects(prog("x: f32[4@DIDx, 2], w: f32[2, 6@DIDx]", "y = matmul(x, w)", "return y"), "matmul_c3", 3, 3,
+            "M and N are both sharded on DIDx")
+
+
+def test_set_c1():
+    rejects(prog("x: f32[4, 2]", "y: f32[2, 4] = set(x)", "return y"), "set_c1", 3, 3,
+            "set keeps dtype and extents")
+    rejects(prog("x: f32[4]", "y: f64[4] = set(x)", "return y"), "set_c1", 3, 3)
+
+
+def test_result_c1():
+    rejects(prog("x: f32[4, 2]", "y: f64[4, 2] = relu(x)", "return y"), "result_c1", 3, 3,
+            "declared dtype f64, but the op gives f32")
+    rejects(prog("x: f32[4, 2]", "y: f32[2, 4] = permute(x, [0, 1])", "return y"), "result_c1", 3, 3,
+            "declared extents [2, 4], but the op gives [4, 2]")
+    rejects(prog("x: f32[4, 2]", "y: f32[4] = sum(x, dims=[0])", "return y"), "result_c1", 3, 3,
+            "declared extents [4], but the op gives [2]")
+
+
+def test_result_c2():
+    rejects(prog("x: f32[4, 2]", "y: f32[2@DIDx, 4] = permute(x, [1, 0])", "return y"), "result_c2", 3, 3,
+            "a resharding needs an explicit set")
+    text = "mesh m = [0, 1]\nmesh q = [2]\nfunc main(x: f32[4] on m) {\n" \
+           "  y: f16[4] on q = cast(x, dtype=f16)\n  return y\n}\n"
+    rejects(text, "result_c2", 4, 3)
+
+
+# ---- every label has its test -----------------------------------------------------------
+
+
+def test_every_label_the_code_raises_has_a_negative_test_here():
+    sources = "".join(p.read_text() for p in sorted((ROOT / "refir").glob("*.py")))
+    labels = set(re.findall(r'"([a-z]+_c[0-9]+)"', sources))
+    tests = set(re.findall(r"^def test_([a-z]+_c[0-9]+)\(", Path(__file__).read_text(), re.M))
+    assert len(labels) >= 34
+    assert labels <= tests, sorted(labels - tests)
+
+
+def test_every_label_the_code_raises_is_in_the_spec():
+    sources = "".join(p.read_text() for p in sorted((ROOT / "refir").glob("*.py")))
+    spec = (ROOT / "docs" / "spec.md").read_text()
+    labels = set(re.findall(r'"([a-z]+_c[0-9]+)"', sources))
+    assert {lab for lab in labels if f"**{lab}**" not in spec} == set()
