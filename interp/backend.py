@@ -18,5 +18,8 @@ def transport_for(world: World) -> Transport:
 
 
 def run_spmd(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: World) -> Shards:
-    transport = NumpyTransport(transport_for(world))
-    return execute(lowered, inputs, scalars, NumpyLocal(lowered.types), transport)
+    transport = transport_for(world)
+    try:
+        return execute(lowered, inputs, scalars, NumpyLocal(lowered.types), NumpyTransport(transport))
+    finally:
+        transport.close()

@@ -2,12 +2,15 @@
 
 `exchange` is the spec: from the senders' buffers (team order) it computes what
 each receiver gets. The in-process transport calls it directly; the MPI and
-NCCL transports must give the same bits.
+NCCL transports must give the same bits. The rules touch blocks only through
+`Arrays` (concatenate, split, fold), so the GPU backend runs this same spec on
+device buffers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -38,62 +41,85 @@ def split(x: np.ndarray, n: int, axis: int) -> list[np.ndarray]:
     return np.split(x, n, axis=axis)
 
 
+class Arrays(Protocol):
+    """The block operations the rules use."""
+
+    def concatenate(self, xs: list[Any], axis: int) -> Any: ...
+    def split(self, x: Any, n: int, axis: int) -> list[Any]: ...
+    def fold(self, kind: str, parts: list[Any]) -> Any: ...
+
+
+class NumpyArrays:
+    def concatenate(self, xs: list[np.ndarray], axis: int) -> np.ndarray:
+        return np.concatenate(xs, axis=axis)
+
+    def split(self, x: np.ndarray, n: int, axis: int) -> list[np.ndarray]:
+        return split(x, n, axis)
+
+    def fold(self, kind: str, parts: list[np.ndarray]) -> np.ndarray:
+        return fold(kind, parts)
+
+
+NUMPY = NumpyArrays()
+
+
 @rule(ops.Allgather)
-def _allgather(op: ops.Allgather, team: Team, x: Blocks, src: TensorType, dst: TensorType) -> Blocks:
-    whole = np.concatenate([x[s] for s in team.senders], axis=op.axis)
+def _allgather(op: ops.Allgather, team: Team, x: Blocks, src: TensorType, dst: TensorType, xp: Arrays) -> Blocks:
+    whole = xp.concatenate([x[s] for s in team.senders], op.axis)
     return {r: whole for r in team.receivers}
 
 
 @rule(ops.Gather)
-def _gather(op: ops.Gather, team: Team, x: Blocks, src: TensorType, dst: TensorType) -> Blocks:
-    whole = np.concatenate([x[s] for s in team.senders], axis=op.axis)
+def _gather(op: ops.Gather, team: Team, x: Blocks, src: TensorType, dst: TensorType, xp: Arrays) -> Blocks:
+    whole = xp.concatenate([x[s] for s in team.senders], op.axis)
     return {r: whole for r in team.receivers}
 
 
 @rule(ops.Scatter)
-def _scatter(op: ops.Scatter, team: Team, x: Blocks, src: TensorType, dst: TensorType) -> Blocks:
-    parts = split(x[op.root], len(team.receivers), op.axis)
+def _scatter(op: ops.Scatter, team: Team, x: Blocks, src: TensorType, dst: TensorType, xp: Arrays) -> Blocks:
+    parts = xp.split(x[op.root], len(team.receivers), op.axis)
     return {r: parts[block_index(dst, r, op.axis)] for r in team.receivers}
 
 
 @rule(ops.Broadcast)
-def _broadcast(op: ops.Broadcast, team: Team, x: Blocks, src: TensorType, dst: TensorType) -> Blocks:
+def _broadcast(op: ops.Broadcast, team: Team, x: Blocks, src: TensorType, dst: TensorType, xp: Arrays) -> Blocks:
     return {r: x[op.root] for r in team.receivers}
 
 
 @rule(ops.SendRecv)
-def _send_recv(op: ops.SendRecv, team: Team, x: Blocks, src: TensorType, dst: TensorType) -> Blocks:
+def _send_recv(op: ops.SendRecv, team: Team, x: Blocks, src: TensorType, dst: TensorType, xp: Arrays) -> Blocks:
     return {team.receivers[0]: x[team.senders[0]]}
 
 
 @rule(ops.AllToAll)
-def _all_to_all(op: ops.AllToAll, team: Team, x: Blocks, src: TensorType, dst: TensorType) -> Blocks:
+def _all_to_all(op: ops.AllToAll, team: Team, x: Blocks, src: TensorType, dst: TensorType, xp: Arrays) -> Blocks:
     n = len(team.devices)
-    pieces = {s: split(x[s], n, op.split_axis) for s in team.senders}
+    pieces = {s: xp.split(x[s], n, op.split_axis) for s in team.senders}
     return {
-        r: np.concatenate([pieces[s][team.index(r)] for s in team.senders], axis=op.concat_axis)
+        r: xp.concatenate([pieces[s][team.index(r)] for s in team.senders], op.concat_axis)
         for r in team.receivers
     }
 
 
 @rule(ops.Allreduce)
-def _allreduce(op: ops.Allreduce, team: Team, x: Blocks, src: TensorType, dst: TensorType) -> Blocks:
-    total = fold(op.kind, [x[s] for s in team.senders])
+def _allreduce(op: ops.Allreduce, team: Team, x: Blocks, src: TensorType, dst: TensorType, xp: Arrays) -> Blocks:
+    total = xp.fold(op.kind, [x[s] for s in team.senders])
     return {r: total for r in team.receivers}
 
 
 @rule(ops.Reduce)
-def _reduce(op: ops.Reduce, team: Team, x: Blocks, src: TensorType, dst: TensorType) -> Blocks:
-    total = fold(op.kind, [x[s] for s in team.senders])
+def _reduce(op: ops.Reduce, team: Team, x: Blocks, src: TensorType, dst: TensorType, xp: Arrays) -> Blocks:
+    total = xp.fold(op.kind, [x[s] for s in team.senders])
     return {r: total for r in team.receivers}
 
 
 @rule(ops.ReduceScatter)
 def _reduce_scatter(op: ops.ReduceScatter, team: Team, x: Blocks, src: TensorType,
-                    dst: TensorType) -> Blocks:
-    parts = split(fold(op.kind, [x[s] for s in team.senders]), len(team.devices), op.axis)
+                    dst: TensorType, xp: Arrays) -> Blocks:
+    parts = xp.split(xp.fold(op.kind, [x[s] for s in team.senders]), len(team.devices), op.axis)
     return {r: parts[team.index(r)] for r in team.receivers}
 
 
-def exchange(op: ops.Communication, team: Team, x: Blocks, src: TensorType, dst: TensorType) -> Blocks:
-    return EXCHANGES[type(op)](op, team, x, src, dst)
+def exchange(op: ops.Communication, team: Team, x: Blocks, src: TensorType, dst: TensorType,
+             xp: Arrays = NUMPY) -> Blocks:
+    return EXCHANGES[type(op)](op, team, x, src, dst, xp)

@@ -71,6 +71,12 @@ class MpiTransport:
             group.Free()
         return self.comms[devices]
 
+    def close(self) -> None:
+        """Free the team communicators: MPICH runs out after about 2,000."""
+        for comm in self.comms.values():
+            comm.Free()
+        self.comms.clear()
+
     def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType,
                     buffers: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         out: dict[int, np.ndarray] = {}

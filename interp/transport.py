@@ -26,6 +26,10 @@ class Transport(Protocol):
         """Senders' buffers in, receivers' buffers out (for hosted devices)."""
         ...
 
+    def close(self) -> None:
+        """Release what the run held (communicators): a process runs many programs."""
+        ...
+
 
 class InProcess:
     """Every device in this process: a communication is its spec, team by team."""
@@ -39,3 +43,6 @@ class InProcess:
         for team in teams(op, src, dst):
             out.update(exchange(op, team, {s: buffers[s] for s in team.senders}, src, dst))
         return out
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,140 @@
+"""Device buffers with layouts: a flat device array seen through an element
+offset, a shape and element strides (any sign, zero for broadcast axes).
+
+Views (transpose, slices, inserted axes, broadcasting) only change offset,
+shape and strides; kernels read any of them. A buffer made by `empty` is dense
+in the memory order it was asked for, the way refir.types lays out host arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from gpu_backend.device import cuda
+from refir.types import dense_strides
+
+
+@dataclass(frozen=True)
+class DeviceBuffer:
+    data: Any  # a 1-D device array
+    offset: int  # of element [0, ..., 0] in `data`
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.data.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+    # ---- making buffers -------------------------------------------------------------
+
+    @staticmethod
+    def empty(shape: tuple[int, ...], dtype: np.dtype, order: tuple[int, ...] | None = None) -> DeviceBuffer:
+        """A fresh buffer dense in `order` (outermost axis first; row-major if None)."""
+        data = cuda.device_array(max(prod(shape), 1), dtype)
+        return DeviceBuffer.dense(data, tuple(shape), order)
+
+    @staticmethod
+    def dense(data: Any, shape: tuple[int, ...], order: tuple[int, ...] | None = None) -> DeviceBuffer:
+        """`data` (1-D, from its start) seen as a tensor dense in `order`."""
+        order = tuple(range(len(shape))) if order is None else order
+        return DeviceBuffer(data, 0, tuple(shape), dense_strides(tuple(shape), order, 1))
+
+    # ---- views ----------------------------------------------------------------------
+
+    def transpose(self, perm: tuple[int, ...]) -> DeviceBuffer:
+        """Axis i of the view is axis perm[i] of this buffer."""
+        return DeviceBuffer(self.data, self.offset, tuple(self.shape[p] for p in perm),
+                            tuple(self.strides[p] for p in perm))
+
+    def __getitem__(self, index: tuple[slice, ...]) -> DeviceBuffer:
+        """Basic slicing, one slice per leading axis."""
+        offset, shape, strides = self.offset, list(self.shape), list(self.strides)
+        for axis, s in enumerate(index):
+            start, stop, step = s.indices(shape[axis])
+            offset += start * strides[axis] if len(range(start, stop, step)) else 0
+            shape[axis] = len(range(start, stop, step))
+            strides[axis] *= step
+        return DeviceBuffer(self.data, offset, tuple(shape), tuple(strides))
+
+    def take(self, axis: int, start: int, stop: int) -> DeviceBuffer:
+        return self[(slice(None),) * axis + (slice(start, stop),)]
+
+    def split(self, n: int, axis: int) -> list[DeviceBuffer]:
+        size = self.shape[axis] // n
+        return [self.take(axis, k * size, (k + 1) * size) for k in range(n)]
+
+    def expand_dims(self, dims: tuple[int, ...]) -> DeviceBuffer:
+        """New axes of extent 1 at positions `dims` of the result."""
+        shape, strides = list(self.shape), list(self.strides)
+        for d in sorted(dims):
+            shape.insert(d, 1)
+            strides.insert(d, 0)
+        return DeviceBuffer(self.data, self.offset, tuple(shape), tuple(strides))
+
+    def broadcast_to(self, shape: tuple[int, ...]) -> DeviceBuffer:
+        """Extent-1 axes (and missing leading ones) read with stride 0."""
+        lead = len(shape) - self.ndim
+        strides = [0] * lead + [0 if n == 1 and m != 1 else s
+                                for n, m, s in zip(self.shape, shape[lead:], self.strides)]
+        return DeviceBuffer(self.data, self.offset, tuple(shape), tuple(strides))
+
+    # ---- layout ---------------------------------------------------------------------
+
+    def is_dense(self, order: tuple[int, ...]) -> bool:
+        """Whether the elements fill data[offset:offset+size] in `order`
+        (axes of extent 1 may have any stride)."""
+        want = dense_strides(self.shape, order, 1)
+        return all(s == w or n == 1 for s, w, n in zip(self.strides, want, self.shape))
+
+    def flat(self) -> Any:
+        """The 1-D device array of a dense buffer's elements, in memory order."""
+        return self.data[self.offset:self.offset + self.size]
+
+    def span(self) -> tuple[int, int]:
+        """The lowest and one past the highest element index the view touches."""
+        if self.size == 0:
+            return self.offset, self.offset
+        low = self.offset + sum((n - 1) * s for n, s in zip(self.shape, self.strides) if s < 0)
+        high = self.offset + sum((n - 1) * s for n, s in zip(self.shape, self.strides) if s > 0)
+        return low, high + 1
+
+
+# ---- host <-> device: program inputs and outputs only ------------------------------
+
+
+def upload(x: np.ndarray) -> DeviceBuffer:
+    """A device copy of `x` with the same strides: the memory span its elements
+    cover is copied as it lies, gaps included."""
+    x = np.asarray(x)
+    if x.size == 0 or x.ndim == 0 or any(s % x.itemsize for s in x.strides):
+        dense = np.ascontiguousarray(x)  # nothing to lay out, or strides no element grid can express
+        return DeviceBuffer.dense(cuda.to_device(dense.reshape(-1) if dense.size else np.empty(1, x.dtype)),
+                                  x.shape)
+    strides = tuple(s // x.itemsize for s in x.strides)
+    corner = x[tuple(slice(n - 1, n) if s < 0 else slice(0, 1) for n, s in zip(x.shape, strides))]
+    low = sum((n - 1) * s for n, s in zip(x.shape, strides) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(x.shape, strides) if s > 0)
+    memory = np.lib.stride_tricks.as_strided(corner, shape=(high - low + 1,), strides=(x.itemsize,))
+    return DeviceBuffer(cuda.to_device(np.ascontiguousarray(memory)), -low, x.shape, strides)
+
+
+def download(b: DeviceBuffer) -> np.ndarray:
+    """A host copy with the buffer's own strides."""
+    if b.size == 0:
+        return np.empty(b.shape, b.dtype)
+    low, high = b.span()
+    memory = b.data[low:high].copy_to_host()
+    return np.lib.stride_tricks.as_strided(memory[b.offset - low:], shape=b.shape,
+                                           strides=tuple(s * b.dtype.itemsize for s in b.strides))

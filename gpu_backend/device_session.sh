@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The gpu backend on real GPUs: one session, logged to $OUT.
+#
+#   bash gpu_backend/device_session.sh     (repository root, .whl/ carried: made here
+#                                          by gpu_backend/prepare_wheels.sh)
+#   STAGES="kernels bench" bash gpu_backend/device_session.sh     (some stages only)
+#
+# Installs nothing but the carried wheels, into /tmp/site, first on PYTHONPATH
+# (numpy 2.4.6 before the machine's 2.5.2, nccl4py without its dependencies),
+# then runs these stages, one rank per GPU wherever MPI is used:
+#   env              versions, GPUs, MPI library, NCCL
+#   examples         every shared example on gpu in one process, against spmd
+#   mpi-examples     every example that fits the GPUs, under mpiexec (NCCL)
+#   mpi-collectives  the nine communications with random layouts, through NCCL
+#   kernels          tests/test_gpu_kernels.py and the in-process collective tests
+#   bench            benchmarks/gpu_bench.py: permutes, sum, allreduce next to torch
+#   cli              `python -m refir run ... --backend gpu` under mpiexec
+#   conform          the conformance corpus and 40 generated programs on gpu, in one process
+#   mpi-conform      the corpus (programs that fit the GPUs) and 20 generated ones, under mpiexec
+# A failing or slow stage never stops the next; each has a time limit and the
+# whole run keeps within $BUDGET seconds (the device tool stops a command at 600).
+# Back in $OUT: summary.txt (each stage's exit status and time), session.log
+# (every stage's output) and bench.txt.
+set -x
+cd "$(dirname "$0")/.."
+export OUT=${OUT:-$PWD/device-logs}
+mkdir -p "$OUT"
+: > "$OUT/summary.txt"
+: > "$OUT/session.log"
+export PY=${PYTHON:-$(command -v python3)}  # absolute: ranks under mpiexec get another PATH
+MPIEXEC=${MPIEXEC:-$(command -v /usr/bin/mpiexec || command -v mpiexec)}
+export MPIEXEC
+export REFIR_SHARED=$PWD/.whl/shared PYTHONPATH=/tmp/site:$PWD
+export NUMBA_ENABLE_CUDASIM=0 NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 PYTHONDONTWRITEBYTECODE=1 REFIR_MPI_TIMEOUT=120
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+# NVLink multicast stays off (the machine's rule: it can take the host's GPUs down).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+START=$SECONDS
+BUDGET=${BUDGET:-560}
+
+stage() {  # stage NAME SECONDS COMMAND...: run within a time limit, log, record the status
+  local name=$1 limit=$2 left=$((BUDGET - (SECONDS - START)))
+  shift 2
+  if [[ -n ${STAGES:-} && " $STAGES " != *" $name "* && $name != install ]]; then return; fi
+  ((limit > left)) && limit=$left
+  if ((limit < 15)); then
+    echo "$name skipped: no time left" | tee -a "$OUT/summary.txt"
+    return
+  fi
+  local t0=$SECONDS log=/tmp/stage-$name.log
+  LIMIT=$limit timeout --kill-after=10 "$limit" "$@" > "$log" 2>&1
+  local rc=$?
+  { echo "=================== $name: rc=$rc, $((SECONDS - t0)) s"; cat "$log"; } >> "$OUT/session.log"
+  echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$OUT/summary.txt"
+  tail -n 25 "$log"
+}
+
+ranks() {  # ranks N ARGS...: N pythons under mpiexec, one GPU each
+  local n=$1
+  shift
+  "$MPIEXEC" -n "$n" -x PYTHONPATH -x REFIR_SHARED -x NUMBA_ENABLE_CUDASIM -x NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS \
+    -x REFIR_MPI_TIMEOUT -x PYTHONDONTWRITEBYTECODE -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST \
+    -x NVSHMEM_DISABLE_NVLS \
+    bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$0" "$@"' "$PY" "$@"
+}
+
+cli() {
+  local f
+  for f in "$REFIR_SHARED"/examples/{layouts,allreduce_then_bias}.rir; do
+    ranks "$NGPU" -m mpi4py -m refir run "$f" --backend gpu || return 1
+  done
+}
+
+NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")}
+((NGPU > 0)) || NGPU=1
+export NGPU
+export -f ranks cli
+# Numba compiles each kernel on one core: several test processes at once, if pytest-xdist is there.
+WORKERS=$("$PY" -c "import xdist; print('-n 6')" 2>/dev/null)
+
+stage install 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/numpy-*.whl .whl/nccl4py-*.whl
+stage env 60 bash -c '
+  nvidia-smi; "$PY" --version; "$MPIEXEC" --version
+  "$PY" -m pip list 2>/dev/null | grep -iE "nccl|cuda|numba|mpi|cupy|torch|numpy|pytest|hypothesis"
+  "$PY" -c "from mpi4py import MPI; print(MPI.Get_library_version())"
+  "$PY" -c "import numpy; print(\"numpy\", numpy.__version__, numpy.__file__)"
+  "$PY" -c "import nccl.core as n; n.show_versions()"
+  "$PY" -c "from gpu_backend.device import SIMULATED, cuda; print(\"simulated:\", SIMULATED); cuda.detect()"'
+stage examples 120 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_examples.py -k "not under_mpi"
+stage mpi-examples 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_examples.py'
+stage mpi-collectives 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_collectives.py'
+stage kernels 300 "$PY" -m pytest -q -p no:cacheprovider -rfE $WORKERS tests/test_gpu_kernels.py \
+  tests/test_gpu_collectives.py -k "not under_mpi"
+stage bench 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench | tee "$OUT/bench.txt"'
+stage cli 90 bash -c cli
+stage conform 150 "$PY" -m refir conform --backend gpu --cases 40 --seed 3
+stage mpi-conform 150 bash -c 'ranks "$NGPU" -m mpi4py -m refir conform --backend gpu --cases 20 --seed 5'
+
+echo "=== done in $((SECONDS - START))s"
+cat "$OUT/summary.txt"

@@ -1,0 +1,109 @@
+"""Every compute op on device buffers: one function each, in a table keyed by op
+class (as interp/impls.py IMPLS), and `GpuLocal`, which runs a lowered step.
+
+Each function writes a fresh buffer dense in the memory order `order` of the
+step's result type; scalar operands (symbols, literals) take the tensor dtype
+exactly as interp.impls converts them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from gpu_backend import functions
+from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.device import cuda
+from gpu_backend.kernels import copy_into, elementwise
+from gpu_backend.matmul import matmul_into
+from gpu_backend.reduce import reduce_into
+from interp.impls import _scalar as scalar_value
+from interp.spmd import slice_block
+from refir import ops
+from refir.lower import Step
+from refir.types import DTYPES, TensorType
+
+Order = tuple[int, ...]
+GpuImpl = Callable[..., DeviceBuffer]
+GPU_IMPLS: dict[type, GpuImpl] = {}
+
+
+def impl(*classes: type) -> Callable[[GpuImpl], GpuImpl]:
+    def register(fn: GpuImpl) -> GpuImpl:
+        for cls in classes:
+            GPU_IMPLS[cls] = fn
+        return fn
+
+    return register
+
+
+def scalar_buffer(value: int | float, dtype: np.dtype) -> DeviceBuffer:
+    """A python scalar as a 0-d device buffer of the tensor's dtype."""
+    return DeviceBuffer.dense(cuda.to_device(scalar_value(value, dtype).reshape(1)), ())
+
+
+@impl(ops.Binary)
+def binary(op: ops.Binary, order: Order, a: DeviceBuffer, b: DeviceBuffer) -> DeviceBuffer:
+    shape = tuple(np.broadcast_shapes(a.shape, b.shape))
+    return elementwise(functions.binary(op.name, a.dtype), DeviceBuffer.empty(shape, a.dtype, order), a, b)
+
+
+@impl(ops.Unary)
+def unary(op: ops.Unary, order: Order, x: DeviceBuffer) -> DeviceBuffer:
+    return elementwise(functions.unary(op.name, x.dtype), DeviceBuffer.empty(x.shape, x.dtype, order), x)
+
+
+@impl(ops.Cast)
+def cast(op: ops.Cast, order: Order, x: DeviceBuffer) -> DeviceBuffer:
+    to = DTYPES[op.dtype]
+    return elementwise(functions.cast(x.dtype, to), DeviceBuffer.empty(x.shape, to, order), x)
+
+
+@impl(ops.Permute)
+def permute(op: ops.Permute, order: Order, x: DeviceBuffer) -> DeviceBuffer:
+    view = x.transpose(op.perm)
+    return copy_into(DeviceBuffer.empty(view.shape, x.dtype, order), view)
+
+
+@impl(ops.Unsqueeze)
+def unsqueeze(op: ops.Unsqueeze, order: Order, x: DeviceBuffer) -> DeviceBuffer:
+    view = x.expand_dims(op.dims)
+    return copy_into(DeviceBuffer.empty(view.shape, x.dtype, order), view)
+
+
+@impl(ops.Set, ops.Copy, ops.Slice)
+def copy(op: object, order: Order, x: DeviceBuffer) -> DeviceBuffer:
+    return copy_into(DeviceBuffer.empty(x.shape, x.dtype, order), x)
+
+
+@impl(ops.Reduction)
+def reduction(op: ops.Reduction, order: Order, x: DeviceBuffer) -> DeviceBuffer:
+    shape = tuple(n for i, n in enumerate(x.shape) if i not in op.dims)
+    return reduce_into(DeviceBuffer.empty(shape, x.dtype, order), x, op.dims, op.kind)
+
+
+@impl(ops.Matmul)
+def matmul(op: ops.Matmul, order: Order, a: DeviceBuffer, b: DeviceBuffer) -> DeviceBuffer:
+    shape = (*a.shape[:-1], b.shape[-1])
+    return matmul_into(DeviceBuffer.empty(shape, a.dtype, order), a, b)
+
+
+def compute(op: object, order: Order, args: list[Any]) -> DeviceBuffer:
+    """Apply `op`; python scalars become device scalars of the tensor dtype."""
+    dtype = next(a.dtype for a in args if isinstance(a, DeviceBuffer))
+    values = [a if isinstance(a, DeviceBuffer) else scalar_buffer(a, dtype) for a in args]
+    return GPU_IMPLS[type(op)](op, order, *values)
+
+
+class GpuLocal:
+    """Local steps on the device: GPU_IMPLS into the result type's layout."""
+
+    def __init__(self, types: dict[str, TensorType]) -> None:
+        self.types = types
+
+    def __call__(self, step: Step, device: int, args: list[Any]) -> DeviceBuffer:
+        if isinstance(step.op, ops.Slice):  # the device's own block, as a view
+            args = [slice_block(step, device, args[0], self.types[step.tensor_args()[0]])]
+        return compute(step.op, step.type.order, args)

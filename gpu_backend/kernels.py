@@ -1,0 +1,222 @@
+"""Elementwise and data-movement kernels over buffers of any strides.
+
+Elementwise kernels walk the result's memory order, its innermost axis along
+threadIdx.x (coalesced writes, and coalesced reads of operands laid out
+alike), unravelling the outer axes once per work item of many elements. Shapes
+and strides travel as int tuples, padded to a multiple of four axes so that
+each kernel compiles for few ranks. A copy between buffers whose fastest axes
+differ goes through a shared-memory tile instead (the tiled transpose), so
+both its reads and its writes are coalesced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import cache
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.device import ITEM_ROWS, SHARED_ASKS, TILE, TILE_ROWS, blocks_for, cuda, rows_block
+
+Ints = tuple[int, ...]  # shapes and strides travel to kernels as int tuples
+Arr = Any  # a 1-D device array
+
+
+@cuda.jit(device=True)
+def unravel(index: int, shape: Ints, strides: Ints) -> int:
+    """The offset of row-major `index` over `shape`, walked with `strides`."""
+    offset = 0
+    for d in range(len(shape) - 1, -1, -1):
+        if index == 0:  # the leading axes, padding included, add nothing
+            break
+        offset += (index % shape[d]) * strides[d]
+        index //= shape[d]
+    return offset
+
+
+def padded(values: Sequence[int], fill: int) -> tuple[int, ...]:
+    """Leading `fill`s up to a multiple of four entries (at least four)."""
+    n = max(4, -(-len(values) // 4) * 4)
+    return (fill,) * (n - len(values)) + tuple(values)
+
+
+def coalesce(shape: Sequence[int], strides: Sequence[Ints], lead: Sequence[int]) -> tuple[list[int], list[list[int]]]:
+    """Axes in order of decreasing |lead stride|, extent-1 axes dropped, and
+    neighbours merged where every buffer steps through them as through one axis."""
+    axes = sorted((a for a in range(len(shape)) if shape[a] != 1), key=lambda a: -abs(lead[a]))
+    out_shape: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in strides]
+    for a in axes:
+        if out_shape and all(st[-1] == s[a] * shape[a] for st, s in zip(out_strides, strides)):
+            out_shape[-1] *= shape[a]
+            for st, s in zip(out_strides, strides):
+                st[-1] = s[a]
+        else:
+            out_shape.append(shape[a])
+            for st, s in zip(out_strides, strides):
+                st.append(s[a])
+    if not out_shape:
+        return [1], [[0] for _ in strides]
+    return out_shape, out_strides
+
+
+# ---- elementwise: out[i] = fn(x[i], ...) --------------------------------------------
+# The walk: [outer..., mid, inner] in the result's memory order. A work item is
+# `span` elements of one inner row (threadIdx.x side by side), or, where rows
+# are shorter than that, `span` elements' worth of consecutive rows: the outer
+# index is unravelled once per item, never per element.
+
+
+@cuda.jit(device=True)
+def _item(item: int, walk: Ints) -> tuple[int, int, int, int, int]:
+    """Work item -> (outer row, first and end mid index, first and end inner index)."""
+    mid, inner, span, per_item, items_mid, items_in = walk[0], walk[1], walk[2], walk[3], walk[4], walk[5]
+    c = item % items_in
+    q = item // items_in
+    m0 = q % items_mid * per_item
+    return q // items_mid, m0, min(m0 + per_item, mid), c * span, min(c * span + span, inner)
+
+
+def _walk(rows: int, mid: int, inner: int, bx: int) -> tuple[tuple[int, ...], int]:
+    """The walk's geometry for the kernels, and its number of work items."""
+    span = bx * ITEM_ROWS
+    items_in = -(-inner // span)
+    per_item = max(1, span // inner) if items_in == 1 else 1
+    items_mid = -(-mid // per_item)
+    return (mid, inner, span, per_item, items_mid, items_in), rows * items_mid * items_in
+
+
+@cache
+def _map1(fn: Callable) -> Callable:
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
+               a: Arr, a_off: int, a_outer: Ints, a_mid: int, a_in: int, outer: Ints, walk: Ints, items: int) -> None:
+        for item in range(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y, items,
+                          cuda.gridDim.x * cuda.blockDim.y):
+            row, m0, m1, j0, j1 = _item(item, walk)
+            o = o_off + unravel(row, outer, o_outer)
+            p = a_off + unravel(row, outer, a_outer)
+            for m in range(m0, m1):
+                for j in range(j0 + cuda.threadIdx.x, j1, cuda.blockDim.x):
+                    out[o + m * o_mid + j * o_in] = fn(a[p + m * a_mid + j * a_in])
+
+    return kernel
+
+
+@cache
+def _map2(fn: Callable) -> Callable:
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
+               a: Arr, a_off: int, a_outer: Ints, a_mid: int, a_in: int,
+               b: Arr, b_off: int, b_outer: Ints, b_mid: int, b_in: int, outer: Ints, walk: Ints, items: int) -> None:
+        for item in range(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y, items,
+                          cuda.gridDim.x * cuda.blockDim.y):
+            row, m0, m1, j0, j1 = _item(item, walk)
+            o = o_off + unravel(row, outer, o_outer)
+            p = a_off + unravel(row, outer, a_outer)
+            q = b_off + unravel(row, outer, b_outer)
+            for m in range(m0, m1):
+                for j in range(j0 + cuda.threadIdx.x, j1, cuda.blockDim.x):
+                    out[o + m * o_mid + j * o_in] = fn(a[p + m * a_mid + j * a_in], b[q + m * b_mid + j * b_in])
+
+    return kernel
+
+
+def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer) -> DeviceBuffer:
+    """out = fn(*xs) element by element; operands broadcast to out's shape."""
+    if out.size == 0:
+        return out
+    views = [out] + [x.broadcast_to(out.shape) for x in xs]
+    shape, strides = coalesce(out.shape, [v.strides for v in views], out.strides)
+    shape, strides = [1] + shape, [[0] + st for st in strides]  # a mid axis, at worst of extent 1
+    outer = padded(shape[:-2], 1)
+    args = []
+    for v, st in zip(views, strides):
+        args += [v.data, v.offset, padded(st[:-2], 0), st[-2], st[-1]]
+    bx, by = rows_block(shape[-1])
+    walk, items = _walk(prod(outer), shape[-2], shape[-1], bx)
+    kernel = (_map1 if len(xs) == 1 else _map2)(fn)
+    kernel[blocks_for(items, by), (bx, by)](*args, outer, walk, items)
+    return out
+
+
+# ---- data movement -------------------------------------------------------------------
+
+
+@cuda.jit(device=True)
+def _same(a: object) -> object:
+    return a
+
+
+@cache
+def _transpose(itemsize: int) -> Callable:
+    word = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
+    side, rows, tile_shape = TILE, TILE_ROWS, (TILE, TILE + 1)  # +1: no shared-memory bank conflicts
+
+    @cuda.jit
+    def kernel(dst: Arr, d_off: int, d_batch: Ints, d_a: int, d_b: int, src: Arr, s_off: int, s_batch: Ints,
+               s_a: int, s_b: int, batch: Ints, na: int, nb: int, nbatch: int) -> None:
+        for _ in range(SHARED_ASKS):
+            tile = cuda.shared.array(tile_shape, word)
+            cuda.syncthreads()
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        tiles_a = (na + side - 1) // side
+        tiles_b = (nb + side - 1) // side
+        for t in range(cuda.blockIdx.x, nbatch * tiles_a * tiles_b, cuda.gridDim.x):
+            ta = t % tiles_a
+            tb = (t // tiles_a) % tiles_b
+            bi = t // (tiles_a * tiles_b)
+            so = s_off + unravel(bi, batch, s_batch)
+            do = d_off + unravel(bi, batch, d_batch)
+            a = ta * side + tx  # read along the source's fastest axis
+            for j in range(ty, side, rows):
+                b = tb * side + j
+                if a < na and b < nb:
+                    tile[j, tx] = src[so + a * s_a + b * s_b]
+            cuda.syncthreads()
+            b = tb * side + tx  # write along the destination's fastest axis
+            for j in range(ty, side, rows):
+                a = ta * side + j
+                if a < na and b < nb:
+                    dst[do + a * d_a + b * d_b] = tile[tx, j]
+            cuda.syncthreads()
+
+    return kernel
+
+
+def _bits(b: DeviceBuffer) -> DeviceBuffer:
+    """The same buffer as unsigned words: a copy moves bits, never values."""
+    word = np.dtype(f"u{b.dtype.itemsize}")
+    return b if b.dtype == word else DeviceBuffer(b.data.view(word), b.offset, b.shape, b.strides)
+
+
+def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
+    """dst[...] = src, both of one shape and dtype, any strides."""
+    if dst.size == 0:
+        return dst
+    d, s = _bits(dst), _bits(src.broadcast_to(dst.shape))
+    shape, (ds, ss) = coalesce(d.shape, [d.strides, s.strides], d.strides)
+    fast = min(range(len(shape)), key=lambda a: (abs(ss[a]), -a))
+    if fast == len(shape) - 1 or ss[fast] == 0:
+        elementwise(_same, d, s)
+        return dst
+    last = len(shape) - 1
+    rest = [a for a in range(len(shape)) if a not in (fast, last)]
+    batch = padded([shape[a] for a in rest], 1)
+    kernel = _transpose(d.dtype.itemsize)
+    tiles = prod(batch) * -(-shape[fast] // TILE) * -(-shape[last] // TILE)
+    kernel[blocks_for(tiles, 1), (TILE, TILE_ROWS)](
+        d.data, d.offset, padded([ds[a] for a in rest], 0), ds[fast], ds[last],
+        s.data, s.offset, padded([ss[a] for a in rest], 0), ss[fast], ss[last],
+        batch, shape[fast], shape[last], prod(batch))
+    return dst
+
+
+def laid_out(x: DeviceBuffer, order: tuple[int, ...]) -> DeviceBuffer:
+    """`x` itself when dense in `order`, else a copy that is."""
+    if x.is_dense(order):
+        return x
+    return copy_into(DeviceBuffer.empty(x.shape, x.dtype, order), x)

@@ -1,0 +1,241 @@
+"""One rank per MPI process: the nine communications as packing kernels around
+a wire (gpu_backend/wires.py: NCCL on GPUs, host-staged MPI under the simulator).
+
+Packing is a copy kernel into a dense buffer. For a gather or split along an
+axis, that axis goes outermost, so that blocks side by side on the wire are
+their concatenation along it: what a rank receives is the result, seen through
+a view (LaidOut then lays it out as declared). A block that travels whole
+(broadcast, scatter, send_recv, a native allreduce) is packed in the result's
+own order and needs no further copy. Buffers cross the wire as bytes, except
+where the wire reduces natively (gpu_backend/wires.py says when); otherwise
+partials are gathered and folded in team order, as the spec folds them.
+
+Receivers that hold nothing learn a block's shape from a small MPI header
+(interp.mpi_transport's), since symbols may be unknown to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import prod
+from typing import Any, Protocol
+
+import numpy as np
+
+from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.kernels import copy_into, laid_out
+from gpu_backend.transports import Buffers, DeviceArrays
+from interp.collectives import block_index
+from interp.mpi_transport import MpiTransport, wait
+from refir import ops
+from refir.teams import Team, teams_of
+from refir.types import TensorType
+
+Arr = Any  # a 1-D device array
+HEADER_TAG = 21
+
+
+class Wire(Protocol):
+    """Moves contiguous device arrays; teams are world ranks in team order."""
+
+    def start(self) -> None: ...
+    def native(self, kind: str, dtype: np.dtype) -> bool: ...
+    def allgather(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None: ...
+    def alltoall(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None: ...
+    def broadcast(self, team: tuple[int, ...], buf: Arr, root: int) -> None: ...
+    def allreduce(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None: ...
+    def reduce_scatter(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None: ...
+    def p2p(self, sends: list[tuple[int, Arr]], recvs: list[tuple[int, Arr]]) -> None: ...
+    def close(self) -> None: ...
+
+
+class RankTransport:
+    def __init__(self, mpi: MpiTransport, wire: Wire) -> None:
+        self.mpi = mpi  # team communicators and shape headers
+        self.wire = wire
+        self.rank = mpi.rank
+        self.hosted = (mpi.rank,)
+
+    def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType, buffers: Buffers) -> Buffers:
+        self.wire.start()  # every rank comes here, in or out of the teams
+        out: Buffers = {}
+        for team in teams_of(self.rank, op, src, dst):
+            mine = buffers.get(self.rank) if self.rank in team.senders else None
+            got = RULES[type(op)](self, op, team, mine, src, dst)
+            if self.rank in team.receivers:
+                out[self.rank] = got
+        return out
+
+    def close(self) -> None:
+        self.wire.close()
+        self.mpi.close()  # its team communicators: MPI has only so many
+
+    def header(self, team: Team, x: DeviceBuffer | None, src: TensorType) -> tuple[int, ...]:
+        """The shape of the first team member's block (a sender), on every member."""
+        return self.mpi.shape_from(self.mpi.team_comm(team.devices), 0, x, src.rank)
+
+
+Buf = DeviceBuffer | None  # None where this rank sends or receives nothing
+Rule = Callable[[RankTransport, Any, Team, Buf, TensorType, TensorType], Buf]
+RULES: dict[type, Rule] = {}
+
+
+def rule(cls: type) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        RULES[cls] = fn
+        return fn
+
+    return register
+
+
+def axis_first(ndim: int, axis: int) -> tuple[int, ...]:
+    return (axis, *(a for a in range(ndim) if a != axis))
+
+
+def scaled(shape: tuple[int, ...], axis: int, times: int = 1, parts: int = 1) -> tuple[int, ...]:
+    return tuple(n * times // parts if a == axis else n for a, n in enumerate(shape))
+
+
+def pieces(flat: Arr, n: int, shape: tuple[int, ...], order: tuple[int, ...]) -> list[DeviceBuffer]:
+    """n blocks of `shape` side by side in `flat`, each dense in `order`."""
+    m = prod(shape)
+    return [DeviceBuffer.dense(flat[k * m:(k + 1) * m], shape, order) for k in range(n)]
+
+
+@rule(ops.Allgather)
+def _allgather(t: RankTransport, op: ops.Allgather, team: Team, x: Buf, src: TensorType,
+               dst: TensorType) -> Buf:
+    order = axis_first(x.ndim, op.axis)
+    send = laid_out(x, order)
+    whole = DeviceBuffer.empty(scaled(x.shape, op.axis, len(team.devices)), x.dtype, order)
+    t.wire.allgather(team.devices, send.flat(), whole.flat())
+    return whole
+
+
+@rule(ops.Allreduce)
+def _allreduce(t: RankTransport, op: ops.Allreduce, team: Team, x: Buf, src: TensorType,
+               dst: TensorType) -> Buf:
+    if t.wire.native(op.kind, x.dtype):
+        send = laid_out(x, dst.order)
+        total = DeviceBuffer.empty(x.shape, x.dtype, dst.order)
+        t.wire.allreduce(team.devices, send.flat(), total.flat(), op.kind)
+        return total
+    send = laid_out(x, dst.order)  # every member packs alike
+    every = DeviceBuffer.empty((len(team.devices) * x.size,), x.dtype)
+    t.wire.allgather(team.devices, send.flat(), every.flat())
+    return DeviceArrays(dst.order).fold(op.kind, pieces(every.flat(), len(team.devices), x.shape, dst.order))
+
+
+@rule(ops.ReduceScatter)
+def _reduce_scatter(t: RankTransport, op: ops.ReduceScatter, team: Team, x: Buf, src: TensorType,
+                    dst: TensorType) -> Buf:
+    n, order = len(team.devices), axis_first(x.ndim, op.axis)
+    send, block = laid_out(x, order), scaled(x.shape, op.axis, parts=len(team.devices))
+    if t.wire.native(op.kind, x.dtype):
+        mine = DeviceBuffer.empty(block, x.dtype, order)
+        t.wire.reduce_scatter(team.devices, send.flat(), mine.flat(), op.kind)
+        return mine
+    got = DeviceBuffer.empty(x.shape, x.dtype, order)  # my block of every member, in team order
+    t.wire.alltoall(team.devices, send.flat(), got.flat())
+    return DeviceArrays(dst.order).fold(op.kind, pieces(got.flat(), n, block, order))
+
+
+@rule(ops.AllToAll)
+def _all_to_all(t: RankTransport, op: ops.AllToAll, team: Team, x: Buf, src: TensorType,
+                dst: TensorType) -> Buf:
+    n, order = len(team.devices), axis_first(x.ndim, op.concat_axis)
+    parts = x.split(n, op.split_axis)
+    send = DeviceBuffer.empty((x.size,), x.dtype).flat()
+    for slot, part in zip(pieces(send, n, parts[0].shape, order), parts):
+        copy_into(slot, part)
+    whole = DeviceBuffer.empty(scaled(parts[0].shape, op.concat_axis, n), x.dtype, order)
+    t.wire.alltoall(team.devices, send, whole.flat())
+    return whole
+
+
+def _collect(t: RankTransport, team: Team, x: Buf, src: TensorType,
+             order: tuple[int, ...]) -> tuple[Arr, tuple[int, ...]] | None:
+    """Every sender's block, side by side in team order, on every receiver (and
+    the block shape); None elsewhere."""
+    shape = t.header(team, x, src)
+    send = laid_out(x, order) if x is not None else None
+    sends = [(r, send.flat()) for r in team.receivers if r != t.rank] if send is not None else []
+    if t.rank not in team.receivers:
+        t.wire.p2p(sends, [])
+        return None
+    flat = DeviceBuffer.empty((len(team.senders) * prod(shape),), src.np_dtype).flat()
+    recvs = []
+    for s, block in zip(team.senders, pieces(flat, len(team.senders), shape, order)):
+        if s == t.rank:
+            copy_into(block, send)
+        else:
+            recvs.append((s, block.flat()))
+    t.wire.p2p(sends, recvs)
+    return flat, shape
+
+
+@rule(ops.Gather)
+def _gather(t: RankTransport, op: ops.Gather, team: Team, x: Buf, src: TensorType, dst: TensorType) -> Buf:
+    order = axis_first(src.rank, op.axis)
+    got = _collect(t, team, x, src, order)
+    if got is None:
+        return None
+    flat, shape = got
+    return DeviceBuffer.dense(flat, scaled(shape, op.axis, len(team.senders)), order)
+
+
+@rule(ops.Reduce)
+def _reduce(t: RankTransport, op: ops.Reduce, team: Team, x: Buf, src: TensorType, dst: TensorType) -> Buf:
+    got = _collect(t, team, x, src, dst.order)
+    if got is None:
+        return None
+    flat, shape = got
+    return DeviceArrays(dst.order).fold(op.kind, pieces(flat, len(team.senders), shape, dst.order))
+
+
+@rule(ops.Broadcast)
+def _broadcast(t: RankTransport, op: ops.Broadcast, team: Team, x: Buf, src: TensorType,
+               dst: TensorType) -> Buf:
+    shape = t.header(team, x, src)  # team.devices[0] is the root
+    buf = laid_out(x, dst.order) if x is not None else DeviceBuffer.empty(shape, src.np_dtype, dst.order)
+    t.wire.broadcast(team.devices, buf.flat(), 0)
+    return buf if t.rank in team.receivers else None
+
+
+@rule(ops.Scatter)
+def _scatter(t: RankTransport, op: ops.Scatter, team: Team, x: Buf, src: TensorType,
+             dst: TensorType) -> Buf:
+    n = len(team.receivers)
+    block = scaled(t.header(team, x, src), op.axis, parts=n)  # team.devices[0] is the root
+    mine, sends, recvs = None, [], []
+    if t.rank == op.root:
+        parts = x.split(n, op.axis)
+        for r in team.receivers:
+            part = laid_out(parts[block_index(dst, r, op.axis)], dst.order)
+            if r == t.rank:
+                mine = part
+            else:
+                sends.append((r, part.flat()))
+    elif t.rank in team.receivers:
+        mine = DeviceBuffer.empty(block, src.np_dtype, dst.order)
+        recvs.append((op.root, mine.flat()))
+    t.wire.p2p(sends, recvs)
+    return mine
+
+
+@rule(ops.SendRecv)
+def _send_recv(t: RankTransport, op: ops.SendRecv, team: Team, x: Buf, src: TensorType,
+               dst: TensorType) -> Buf:
+    (s,), (r,) = team.senders, team.receivers
+    if s == r:
+        return x
+    comm = t.mpi.comm
+    if t.rank == s:
+        wait(comm.Isend(np.array(x.shape, np.int64), dest=r, tag=HEADER_TAG), "a shape header")
+        t.wire.p2p([(r, laid_out(x, dst.order).flat())], [])
+        return None
+    header = np.empty(src.rank, np.int64)
+    wait(comm.Irecv(header, source=s, tag=HEADER_TAG), "a shape header")
+    got = DeviceBuffer.empty(tuple(int(n) for n in header), src.np_dtype, dst.order)
+    t.wire.p2p([], [(s, got.flat())])
+    return got

@@ -1,0 +1,158 @@
+"""Reductions over any axes (sum prod max min band bor bxor), in parallel.
+
+Values accumulate in float64 (floats) or int64 (integers and bool), starting
+from the reduction's identity in the operand dtype (interp.impls.identity), and
+round or wrap once when stored (functions.narrow). Two ways to spread the work:
+
+- one thread per output when the operand's fastest axis is kept: neighbouring
+  threads read neighbouring elements;
+- one block per output when the fastest axis is reduced: the block's threads
+  read it side by side, then fold their partials as a shared-memory tree.
+
+Either way the reduced range may be cut into chunks to occupy the GPU when
+there are few outputs; the chunks' partials then go through a second pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.device import SHARED_ASKS, SIMULATED, THREADS, blocks_for, cuda, max_blocks
+from gpu_backend.functions import BINARY, COMBINE, accumulator, narrow
+from gpu_backend.kernels import Arr, Ints, coalesce, padded, unravel
+from interp.impls import identity
+
+
+@cache
+def _fold_rows(kind: str, to_acc: Callable) -> Callable:
+    combine = BINARY[COMBINE[kind]]
+
+    @cuda.jit(device=True)
+    def fold(acc: Any, x: Arr, base: int, start: int, end: int, first: int, step: int, r_in: int, s_in: int,
+             r_outer: Ints, s_outer: Ints) -> Any:
+        """Fold x over reduced indices [start, end) (row-major over r_outer x
+        r_in); this thread takes every `step`-th from `first` within each row."""
+        r = start
+        while r < end:
+            ro = r // r_in
+            stop = min(end - ro * r_in, r_in)
+            row = base + (unravel(ro, r_outer, s_outer) if ro else 0)
+            for k in range(r - ro * r_in + first, stop, step):
+                acc = combine(acc, to_acc(x[row + k * s_in]))
+            r = ro * r_in + stop
+        return acc
+
+    return fold
+
+
+@cache
+def _per_thread(kind: str, to_acc: Callable, store: Callable) -> Callable:
+    fold = _fold_rows(kind, to_acc)
+
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, o_kept: Ints, x: Arr, x_off: int, x_kept: Ints, kept: Ints, n_out: int,
+               r_in: int, s_in: int, r_outer: Ints, s_outer: Ints, n_red: int, chunks: int, chunk: int,
+               ident: Any, part: Arr) -> None:
+        for item in range(cuda.grid(1), n_out * chunks, cuda.gridsize(1)):
+            o = item % n_out
+            c = item // n_out
+            start = c * chunk
+            acc = fold(ident, x, x_off + unravel(o, kept, x_kept), start, min(n_red, start + chunk), 0, 1,
+                       r_in, s_in, r_outer, s_outer)
+            if chunks == 1:
+                out[o_off + unravel(o, kept, o_kept)] = store(acc)
+            else:
+                part[o * chunks + c] = acc
+
+    return kernel
+
+
+@cache
+def _per_block(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> Callable:
+    fold, combine, width = _fold_rows(kind, to_acc), BINARY[COMBINE[kind]], THREADS
+
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, o_kept: Ints, x: Arr, x_off: int, x_kept: Ints, kept: Ints, n_out: int,
+               r_in: int, s_in: int, r_outer: Ints, s_outer: Ints, n_red: int, chunks: int, chunk: int,
+               ident: Any, part: Arr) -> None:
+        for _ in range(SHARED_ASKS):
+            partial = cuda.shared.array(width, acc_type)
+            cuda.syncthreads()
+        tid = cuda.threadIdx.x
+        for item in range(cuda.blockIdx.x, n_out * chunks, cuda.gridDim.x):
+            o = item // chunks
+            c = item % chunks
+            start = c * chunk
+            partial[tid] = fold(ident, x, x_off + unravel(o, kept, x_kept), start, min(n_red, start + chunk),
+                                tid, width, r_in, s_in, r_outer, s_outer)
+            cuda.syncthreads()
+            s = width // 2
+            while s > 0:
+                if tid < s:
+                    partial[tid] = combine(partial[tid], partial[tid + s])
+                cuda.syncthreads()
+                s //= 2
+            if tid == 0:
+                if chunks == 1:
+                    out[o_off + unravel(o, kept, o_kept)] = store(partial[0])
+                else:
+                    part[o * chunks + c] = partial[0]
+            cuda.syncthreads()
+
+    return kernel
+
+
+def _chunks(n_out: int, n_red: int, per_block: bool) -> int:
+    """How many pieces to cut each output's reduced range into."""
+    if SIMULATED:
+        return 1
+    if per_block:  # enough blocks for the GPU, each thread folding a few dozen values
+        return max(1, min(-(-max_blocks() // n_out), n_red // (THREADS * 16)))
+    return max(1, min(-(-max_blocks() * THREADS // n_out), n_red // 64))
+
+
+def reduce_into(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str,
+                chunks: int | None = None) -> DeviceBuffer:
+    """out = kind-reduction of x over `dims`; out's axes are x's other axes, in order."""
+    acc_dtype, to_acc = accumulator(x.dtype)
+    return _reduce(out, x, dims, kind, acc_dtype.type(identity(kind, x.dtype)), to_acc, chunks)
+
+
+def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str, ident: np.generic,
+            to_acc: Callable, chunks: int | None) -> DeviceBuffer:
+    if out.size == 0:
+        return out
+    kept = [a for a in range(x.ndim) if a not in dims]
+    red_shape, (red_x,) = coalesce([x.shape[d] for d in dims], [[x.strides[d] for d in dims]],
+                                   [x.strides[d] for d in dims])
+    n_red = prod(red_shape)
+    moving = [a for a in range(x.ndim) if x.shape[a] > 1]
+    fast = min(moving, key=lambda a: abs(x.strides[a]), default=None)
+    per_block = n_red >= THREADS and fast in dims
+    lead = out.strides if per_block else [x.strides[a] for a in kept]
+    kept_shape, (kept_x, kept_o) = coalesce(out.shape, [[x.strides[a] for a in kept], out.strides], lead)
+    n_out = prod(kept_shape)
+    chunks = chunks or _chunks(n_out, n_red, per_block)
+    chunk = -(-n_red // chunks) if n_red else 0
+    acc_dtype, store = np.dtype(type(ident)), narrow(out.dtype)
+    part = cuda.device_array(n_out * chunks if chunks > 1 else 1, acc_dtype)
+    args = (out.data, out.offset, padded(kept_o, 0), x.data, x.offset, padded(kept_x, 0), padded(kept_shape, 1),
+            n_out, red_shape[-1], red_x[-1], padded(red_shape[:-1], 1), padded(red_x[:-1], 0),
+            n_red, chunks, chunk, ident, part)
+    if per_block:
+        _per_block(kind, to_acc, store, acc_dtype.type)[blocks_for(n_out * chunks, 1), THREADS](*args)
+    else:
+        _per_thread(kind, to_acc, store)[blocks_for(n_out * chunks, THREADS), THREADS](*args)
+    if chunks == 1:
+        return out
+    # Second pass: the partials, one row of `chunks` per output, into out.
+    partials = DeviceBuffer.dense(part, (*kept_shape, chunks))
+    target = DeviceBuffer(out.data, out.offset, tuple(kept_shape), tuple(kept_o))
+    _reduce(target, partials, (len(kept_shape),), kind, ident, accumulator(acc_dtype)[1], 1)
+    return out

@@ -1,0 +1,99 @@
+"""Communications on device buffers: every rank in this process, or one per MPI
+process, and in both cases results laid out as their type declares.
+
+All ranks in one process (a single GPU, or the simulator) share one device, so
+a communication is its spec, interp.collectives.exchange, run on device
+buffers: concatenation and folds are kernels, splits are views. One rank per
+process goes through gpu_backend/rank_transport.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpu_backend import functions
+from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.kernels import copy_into, elementwise, laid_out
+from interp.collectives import exchange
+from interp.transport import Transport
+from refir import ops
+from refir.teams import teams
+from refir.types import TensorType
+from refir.world import World
+
+if TYPE_CHECKING:
+    from gpu_backend.rank_transport import RankTransport
+
+Buffers = dict[int, DeviceBuffer]
+
+
+class DeviceArrays:
+    """interp.collectives.Arrays on the device; new buffers are dense in `order`."""
+
+    def __init__(self, order: tuple[int, ...]) -> None:
+        self.order = order
+
+    def concatenate(self, xs: list[DeviceBuffer], axis: int) -> DeviceBuffer:
+        shape = list(xs[0].shape)
+        shape[axis] = sum(x.shape[axis] for x in xs)
+        out = DeviceBuffer.empty(tuple(shape), xs[0].dtype, self.order)
+        start = 0
+        for x in xs:
+            copy_into(out.take(axis, start, start + x.shape[axis]), x)
+            start += x.shape[axis]
+        return out
+
+    def split(self, x: DeviceBuffer, n: int, axis: int) -> list[DeviceBuffer]:
+        return x.split(n, axis)
+
+    def fold(self, kind: str, parts: list[DeviceBuffer]) -> DeviceBuffer:
+        """Left to right in team order, in the parts' own dtype (interp.impls.fold)."""
+        out = DeviceBuffer.empty(parts[0].shape, parts[0].dtype, self.order)
+        if len(parts) == 1:
+            return copy_into(out, parts[0])
+        combine = functions.binary(functions.COMBINE[kind], parts[0].dtype)
+        elementwise(combine, out, parts[0], parts[1])
+        for p in parts[2:]:
+            elementwise(combine, out, out, p)
+        return out
+
+
+class DeviceInProcess:
+    """Every rank in this process, every buffer on this process's device."""
+
+    def __init__(self, world: int) -> None:
+        self.hosted = tuple(range(world))
+
+    def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType, buffers: Buffers) -> Buffers:
+        out: Buffers = {}
+        for team in teams(op, src, dst):
+            out.update(exchange(op, team, {s: buffers[s] for s in team.senders}, src, dst, DeviceArrays(dst.order)))
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+class LaidOut:
+    """Wraps a transport so received buffers land in the result's layout."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.hosted = inner.hosted
+
+    def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType, buffers: Buffers) -> Buffers:
+        got = self.inner.communicate(op, src, dst, buffers)
+        return {d: laid_out(x, dst.order) for d, x in got.items()}
+
+
+def transport_for(world: World) -> DeviceInProcess | RankTransport:
+    """In-process without MPI; under MPI, NCCL on GPUs or MPI under the simulator."""
+    if world.comm is None:
+        return DeviceInProcess(world.size)
+    from gpu_backend.device import SIMULATED
+    from gpu_backend.rank_transport import RankTransport  # it builds on this module
+    from gpu_backend.wires import MpiWire, NcclWire
+    from interp.mpi_transport import MpiTransport
+
+    mpi = MpiTransport(world.comm)
+    return RankTransport(mpi, MpiWire(mpi) if SIMULATED else NcclWire(mpi))

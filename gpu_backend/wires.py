@@ -1,0 +1,159 @@
+"""Wires: how packed device arrays travel between ranks.
+
+`NcclWire` keeps them on the GPU: nccl4py communicators, one per team (the
+world's for point-to-point), bootstrapped with a unique id sent over the
+team's MPI communicator, one GPU per rank. Data moves as bytes (NCCL knows no
+bool or int16, and ignores strides: the arrays here are always contiguous).
+NCCL reduces natively only where refir's numerics allow its order: integer
+sum, prod, max and min are exact in any order; float sum and prod come within
+the spec's bound (not bit-identical to spmd's team-order fold); float max/min
+are folded by refir itself, since NCCL's need not propagate NaN.
+
+`MpiWire` serves the simulator: MPI cannot read device memory, so each array
+is staged through the host as bytes, and never reduces (the caller folds on
+the device, in team order).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpu_backend.device import cuda
+from interp.mpi_transport import MpiTransport, wait
+
+Arr = Any  # a 1-D contiguous device array
+DATA_TAG = 22
+
+
+def _host(a: Arr) -> np.ndarray:
+    """The bytes of a device array, on the host (never hand MPI a device array)."""
+    host = a.view(np.uint8).copy_to_host()
+    assert isinstance(host, np.ndarray)
+    return host
+
+
+def _to_device(host: np.ndarray, a: Arr) -> None:
+    if a.size:
+        a.view(np.uint8).copy_to_device(host)
+
+
+class MpiWire:
+    def __init__(self, mpi: MpiTransport) -> None:
+        self.mpi = mpi
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def native(self, kind: str, dtype: np.dtype) -> bool:
+        return False
+
+    def allgather(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None:
+        got = np.empty(recv.nbytes, np.uint8)
+        wait(self.mpi.team_comm(team).Iallgather(_host(send), got), "an allgather")
+        _to_device(got, recv)
+
+    def alltoall(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None:
+        got = np.empty(recv.nbytes, np.uint8)
+        wait(self.mpi.team_comm(team).Ialltoall(_host(send), got), "an all_to_all")
+        _to_device(got, recv)
+
+    def broadcast(self, team: tuple[int, ...], buf: Arr, root: int) -> None:
+        comm = self.mpi.team_comm(team)
+        host = _host(buf) if comm.rank == root else np.empty(buf.nbytes, np.uint8)
+        wait(comm.Ibcast(host, root=root), "a broadcast")
+        if comm.rank != root:
+            _to_device(host, buf)
+
+    def allreduce(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None:
+        raise NotImplementedError("MpiWire never reduces: native() is False")
+
+    def reduce_scatter(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None:
+        raise NotImplementedError("MpiWire never reduces: native() is False")
+
+    def p2p(self, sends: list[tuple[int, Arr]], recvs: list[tuple[int, Arr]]) -> None:
+        comm = self.mpi.comm
+        got = [np.empty(a.nbytes, np.uint8) for _, a in recvs]
+        requests = [comm.Irecv(g, source=peer, tag=DATA_TAG) for (peer, _), g in zip(recvs, got)]
+        requests += [comm.Isend(_host(a), dest=peer, tag=DATA_TAG) for peer, a in sends]
+        wait(requests, "a point-to-point exchange")
+        for (_, a), g in zip(recvs, got):
+            _to_device(g, a)
+
+
+# NCCL's types, and the reductions whose result may come in NCCL's order.
+_NCCL_TYPES = {np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.int64, np.float16, np.float32, np.float64)}
+
+
+class NcclWire:
+    def __init__(self, mpi: MpiTransport) -> None:
+        import nccl.core as nccl
+
+        self.nccl = nccl
+        self.mpi = mpi
+        self.world: Any = None
+        self.comms: dict[tuple[int, ...], Any] = {}
+
+    def _init(self, comm: Any) -> Any:
+        """A NCCL communicator over the ranks of MPI communicator `comm` (collective)."""
+        uid = bytes(self.nccl.get_unique_id()) if comm.rank == 0 else None
+        uid = comm.bcast(uid, root=0)
+        return self.nccl.Communicator.init(comm.size, comm.rank, self.nccl.UniqueId.from_bytes(uid))
+
+    def start(self) -> None:
+        if self.world is None:
+            self.world = self._init(self.mpi.comm)
+
+    def team(self, devices: tuple[int, ...]) -> Any:
+        if devices == tuple(range(self.mpi.comm.size)):
+            return self.world
+        if devices not in self.comms:
+            self.comms[devices] = self._init(self.mpi.team_comm(devices))
+        return self.comms[devices]
+
+    def close(self) -> None:
+        cuda.synchronize()
+        for comm in [*self.comms.values(), self.world]:
+            if comm is not None:
+                comm.destroy()
+        self.comms, self.world = {}, None
+
+    def native(self, kind: str, dtype: np.dtype) -> bool:
+        exact = kind in ("sum", "prod") or (kind in ("max", "min") and dtype.kind in "iu")
+        return exact and dtype in _NCCL_TYPES
+
+    def _op(self, kind: str) -> Any:
+        return {"sum": self.nccl.SUM, "prod": self.nccl.PROD, "max": self.nccl.MAX, "min": self.nccl.MIN}[kind]
+
+    def allgather(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None:
+        if recv.size:
+            self.team(team).allgather(send.view(np.uint8), recv.view(np.uint8))
+
+    def alltoall(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None:
+        if recv.size:
+            self.team(team).alltoall(send.view(np.uint8), recv.view(np.uint8))
+
+    def broadcast(self, team: tuple[int, ...], buf: Arr, root: int) -> None:
+        if buf.size:
+            self.team(team).broadcast(buf.view(np.uint8), buf.view(np.uint8), root)
+
+    def allreduce(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None:
+        if recv.size:
+            self.team(team).allreduce(send, recv, self._op(kind))
+
+    def reduce_scatter(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None:
+        if recv.size:
+            self.team(team).reduce_scatter(send, recv, self._op(kind))
+
+    def p2p(self, sends: list[tuple[int, Arr]], recvs: list[tuple[int, Arr]]) -> None:
+        with self.nccl.group():
+            for peer, a in sends:
+                if a.size:
+                    self.world.send(a.view(np.uint8), peer)
+            for peer, a in recvs:
+                if a.size:
+                    self.world.recv(a.view(np.uint8), peer)

@@ -1,0 +1,167 @@
+"""The nine communications on device buffers, against the spec
+(interp.collectives.exchange through the numpy in-process transport): random
+dtypes, extents, meshes in any device order, senders' blocks of any strides
+and results in any declared layout. Values and bits must match exactly (the
+float data is integer-valued, so even reductions in NCCL's own order agree).
+
+In one process (every rank on one device); and one rank per MPI process, where
+this file is the driver (`python -m mpi4py tests/test_gpu_collectives.py`):
+the MPI wire under the simulator, NCCL on GPUs.
+"""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from helpers import ROOT, run_mpi  # noqa: E402
+from test_gpu_kernels import strided  # noqa: E402
+
+from gpu_backend.buffer import download, upload  # noqa: E402
+from gpu_backend.transports import DeviceInProcess, LaidOut, transport_for  # noqa: E402
+from interp.spmd import NumpyTransport  # noqa: E402
+from interp.transport import InProcess  # noqa: E402
+from refir import ops  # noqa: E402
+from refir.types import DTYPES, Axis, Mesh, TensorType, has_layout  # noqa: E402
+from refir.world import mpi_world  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+KINDS = ("allgather", "gather", "scatter", "broadcast", "send_recv", "all_to_all", "allreduce", "reduce",
+         "reduce_scatter")
+REDUCING = ("allreduce", "reduce", "reduce_scatter")
+Case = tuple[object, TensorType, TensorType, dict[int, np.ndarray]]
+
+
+def case(seed: int, world: int) -> Case:
+    """Communication number `seed % 9` of KINDS on a world of 2 or 4 ranks; its
+    variant `seed // 9` picks the rank, the communicated axis and, for the
+    reducing ones, floats summed or multiplied (non-integer: the fold order shows
+    in the bits), integers and bool (bitwise too), or float max/min with NaN."""
+    rng = np.random.default_rng(seed)
+    kind, variant = KINDS[seed % len(KINDS)], seed // len(KINDS)
+    devices = tuple(int(d) for d in rng.permutation(world))
+    half = world // 2
+    m = Mesh("m", (world,), devices)
+    a, b = Mesh("a", (half,), devices[:half]), Mesh("b", (half,), devices[half:])
+    one = Mesh("one", (1,), devices[-1:])
+    rank = 2 + variant % 2 if kind == "all_to_all" else 1 + variant % 3
+    extents = [int(rng.integers(1, 3)) * world for _ in range(rank)]
+    axis = variant % rank
+    other = (axis + 1 + variant // 2 % (rank - 1)) % rank if rank > 1 else axis
+    floats, integers = ["f16", "f32", "f64"], ["bool", "i8", "i16", "i32", "i64", "u8"]
+    if kind not in REDUCING:
+        name, reduce_kind = str(rng.choice(floats + integers)), ""
+    elif variant % 3 == 0:
+        name, reduce_kind = str(rng.choice(floats)), str(rng.choice(["sum", "prod"]))
+    elif variant % 3 == 1:
+        name = str(rng.choice(integers))
+        reduce_kind = str(rng.choice(["max", "min", "band", "bor", "bxor"] + ["sum", "prod"] * (name != "bool")))
+    else:
+        name, reduce_kind = str(rng.choice(floats)), str(rng.choice(["max", "min"]))
+
+    def typed(mesh: Mesh, shards: dict[int, str], partial: bool = False) -> TensorType:
+        axes = tuple(Axis(n, shards.get(i)) for i, n in enumerate(extents))
+        layout = tuple(int(x) for x in rng.permutation(rank))
+        return TensorType(name, axes, mesh, layout, ("DIDx",) if partial else (), reduce_kind if partial else "")
+
+    plans = {
+        "allgather": lambda: (ops.Allgather(axis, "DIDx"), typed(m, {axis: "DIDx"}), typed(m, {})),
+        "gather": lambda: (ops.Gather(axis), typed(a, {axis: "DIDx"}), typed(one if seed % 2 else b, {})),
+        "scatter": lambda: (ops.Scatter(axis, devices[0]), typed(Mesh("r", (1,), devices[:1]), {}),
+                            typed(m if seed % 2 else b, {axis: "DIDx"})),
+        "broadcast": lambda: (ops.Broadcast(devices[0]), typed(a, {}), typed(b, {})),
+        "send_recv": lambda: (ops.SendRecv(axis), typed(a, {axis: "DIDx"}), typed(b, {axis: "DIDx"})),
+        "all_to_all": lambda: (ops.AllToAll("DIDx", other, axis), typed(m, {axis: "DIDx"}),
+                               typed(m, {other: "DIDx"})),
+        "allreduce": lambda: (ops.Allreduce(reduce_kind, ("DIDx",)), typed(m, {}, True), typed(m, {})),
+        "reduce": lambda: (ops.Reduce(reduce_kind), typed(a, {}, True), typed(one, {})),
+        "reduce_scatter": lambda: (ops.ReduceScatter(reduce_kind, "DIDx", axis), typed(m, {}, True),
+                                   typed(m, {axis: "DIDx"})),
+    }
+    op, src, dst = plans[kind]()
+    special = reduce_kind in ("", "max", "min")  # NaN, inf: only where the order cannot matter
+    blocks = {}
+    for d in src.mesh.devices:
+        shape = tuple(n // (src.mesh.size(x.shard) if x.shard else 1) for n, x in zip(extents, src.axes))
+        blocks[d] = strided(rng, shape, DTYPES[name], special)
+        if reduce_kind in ("sum", "prod") and name.startswith("f"):
+            blocks[d][...] = rng.standard_normal(shape)  # a fold out of team order shows in the bits
+    return op, src, dst, blocks
+
+
+def mismatches(got: dict[int, np.ndarray], want: dict[int, np.ndarray], dst: TensorType,
+               exact: bool = True, kind: str = "") -> list[str]:
+    """Bits equal (or, where NCCL folds in its own order, within the spec's
+    bound), and every received buffer dense in the declared layout. A float
+    max/min need only agree as values: NaN payloads and the sign of a zero it
+    picks between +0 and -0 are not part of the spec (numpy itself differs by dtype)."""
+    found = [f"device {d}: nothing received" for d in want if d not in got]
+    for d, x in got.items():
+        w = want[d]
+        if x.shape != w.shape:
+            same = False
+        elif x.dtype.kind == "f" and kind in ("max", "min"):
+            same = np.array_equal(x, w, equal_nan=True)
+        elif exact:
+            same = np.array_equal(x.view(f"u{x.itemsize}"), w.view(f"u{w.itemsize}"))
+        else:
+            bound = 8 * float(np.finfo(w.dtype).eps) * max(float(np.abs(w).max(initial=0)), 1.0)
+            same = np.allclose(x, w, rtol=0, atol=bound, equal_nan=True)
+        if not same:
+            found.append(f"device {d}: values differ")
+        elif not has_layout(x, dst.order):
+            found.append(f"device {d}: strides {x.strides} are not dense in order {dst.order}")
+    return found
+
+
+def expected(op: object, src: TensorType, dst: TensorType, blocks: dict[int, np.ndarray], world: int) -> dict:
+    return NumpyTransport(InProcess(world)).communicate(op, src, dst, blocks)
+
+
+@pytest.mark.parametrize("seed", range(4 * len(KINDS)))
+def test_in_one_process(seed):
+    world = 4 if seed % 2 == 0 else 2
+    op, src, dst, blocks = case(seed, world)
+    got = LaidOut(DeviceInProcess(world)).communicate(op, src, dst, {d: upload(x) for d, x in blocks.items()})
+    want = expected(op, src, dst, blocks, world)
+    assert mismatches({d: download(x) for d, x in got.items()}, want, dst, kind=src.partial_kind) == []
+
+
+def test_under_mpi():
+    done = run_mpi(4, ["-m", "mpi4py", "tests/test_gpu_collectives.py"], timeout=200, env={"PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sum(line.startswith("ok ") for line in done.stdout.splitlines()) == 4 * len(KINDS), done.stdout
+
+
+def main(cases: int = 4 * len(KINDS)) -> int:
+    """Under mpiexec: every rank builds every case, runs its own part, and checks
+    what it received against the spec; rank 0 prints a line per case."""
+    from gpu_backend.device import use_device
+
+    world = mpi_world()
+    assert world is not None, "run me under mpiexec with 2 or 4 ranks"
+    use_device(world.comm)
+    failed, transport = 0, transport_for(world)
+    for seed in range(cases):
+        op, src, dst, blocks = case(seed, world.size)
+        mine = {d: upload(x) for d, x in blocks.items() if d == world.rank}
+        got = {d: download(x) for d, x in LaidOut(transport).communicate(op, src, dst, mine).items()}
+        want = {d: x for d, x in expected(op, src, dst, blocks, world.size).items() if d == world.rank}
+        native = transport.wire.native(getattr(op, "kind", ""), src.np_dtype)
+        exact = not native or src.dtype not in ("f16", "f32", "f64")
+        mine = mismatches(got, want, dst, exact, src.partial_kind)
+        found = [p for part in world.comm.gather(mine, root=0) or [] for p in part]
+        failed += bool(found)
+        if world.is_root:
+            line = f"ok {seed} {ops.op_name(op)}" if not found else f"FAIL {seed} {ops.op_name(op)}: {found}"
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+    transport.close()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Every shared example on the gpu backend: its `# expect:` lines hold, every
+result buffer is laid out as its type declares, and the buffers equal spmd's
+bit for bit (the inputs are integer-valued, so float sums agree exactly too).
+In one process, and under mpiexec with one rank per process: there, this file
+is the driver (`python -m mpi4py tests/test_gpu_examples.py`), one launch for
+every example, printing one line per example from rank 0."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import refir
+from refir.bindings import devices_needed
+from refir.errors import RefirError
+from refir.expect import check_expects
+from refir.inputs import default_bindings, draw_inputs
+from refir.types import has_layout
+from refir.world import mpi_world
+
+sys.path.insert(0, os.path.dirname(__file__))
+from helpers import EXAMPLES, ROOT, run_mpi  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def problems(path) -> list[str]:
+    """What is wrong with the example on gpu (empty when nothing is)."""
+    program = refir.load(path)
+    checked = refir.verify(program)
+    inputs = draw_inputs(checked, default_bindings(checked), seed=1)
+    gpu = refir.run(program, inputs, backend="gpu")
+    spmd = refir.run(program, inputs, backend="spmd")
+    found = check_expects(program, inputs, gpu.outputs)
+    for name, blocks in gpu.shards.items():
+        order = checked.types[name].order
+        for d, buf in blocks.items():
+            want = spmd.shards[name][d]
+            if not has_layout(buf, order):
+                found.append(f"{name} on device {d} has strides {buf.strides}, not dense in order {order}")
+            if buf.shape != want.shape or buf.tobytes() != want.tobytes():
+                found.append(f"{name} on device {d} differs from spmd")
+    return found
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_in_one_process(path):
+    assert problems(path) == []
+
+
+BAD_INPUTS = {
+    "missing input": ("layouts", lambda x: {"x": x["x"]}, None),
+    "wrong dtype": ("layouts", lambda x: {**x, "y": x["y"].astype("f8")}, None),
+    "wrong extent": ("layouts", lambda x: {**x, "x": x["x"][:, :4]}, None),
+    "symbol not dividing": ("global_extent", lambda x: {"x": np.zeros((6, 6, 4), np.float32)}, None),
+    "world too small": ("collectives", lambda x: x, 2),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_raises_what_spmd_raises(case):
+    name, spoil, world = BAD_INPUTS[case]
+    program = refir.load(next(p for p in EXAMPLES if p.stem == name))
+    checked = refir.verify(program)
+    inputs = spoil(draw_inputs(checked, default_bindings(checked), seed=0))
+    raised = []
+    for backend in ("spmd", "gpu"):
+        with pytest.raises(RefirError) as info:
+            refir.run(program, inputs, backend=backend, world=world)
+        raised.append(type(info.value))
+    assert raised[0] is raised[1]
+
+
+@pytest.fixture(scope="module")
+def under_mpi():
+    """One mpiexec launch for every example; its lines by example name."""
+    ranks = max(devices_needed(refir.verify(refir.load(p))) for p in EXAMPLES)
+    done = run_mpi(ranks, ["-m", "mpi4py", "tests/test_gpu_examples.py"], timeout=200,
+                   env={"PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("ok ", "FAIL "))]
+    return {line.split(" ", 1)[1].split(":")[0]: line for line in lines}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_under_mpi(under_mpi, path):
+    assert under_mpi.get(path.stem) == f"ok {path.stem}", under_mpi.get(path.stem, "no line")
+
+
+def main() -> int:
+    """Under mpiexec: every example that fits the world; rank 0 reports."""
+    world = mpi_world()
+    size = world.size if world else 1
+    failed = 0
+    for path in EXAMPLES:
+        needed = devices_needed(refir.verify(refir.load(path)))
+        if needed > size:
+            line = f"skip {path.stem}: needs {needed} ranks"
+        else:
+            try:
+                found = problems(path)
+            except RefirError as exc:
+                found = [f"{type(exc).__name__}: {exc}"]
+            failed += bool(found)
+            line = f"ok {path.stem}" if not found else f"FAIL {path.stem}: {'; '.join(found)}"
+        if world is None or world.is_root:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

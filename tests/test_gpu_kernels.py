@@ -1,0 +1,272 @@
+"""Every gpu kernel against interp.impls (the numpy meaning of each op), on random
+shapes, dtypes, operand strides (gaps, transposes, negative steps) and result
+layouts. Under CI the kernels run on the CUDA simulator; the device session
+runs this file on a real GPU (NUMBA_ENABLE_CUDASIM=0)."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpu_backend.buffer import DeviceBuffer, download, upload
+from gpu_backend.impls import compute
+from gpu_backend.kernels import copy_into
+from gpu_backend.matmul import matmul_into
+from gpu_backend.reduce import reduce_into
+from interp import impls
+from refir import ops
+from refir.types import DTYPES, has_layout
+
+# Simulated kernels compute with numpy scalars, which warn where a GPU wraps silently.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+NUMERIC = [n for n in DTYPES if n != "bool"]
+FLOATS = ["f16", "f32", "f64"]
+SPECIAL = [np.nan, np.inf, -np.inf, -0.0, 0.5, -0.5, 2.5, -2.5, 127.9, -128.9, 255.5, 300.7, -300.7,
+           65504.0, 1e10, -1e10, 2.0**31, 2.0**63, -(2.0**63), 3e38]
+
+
+def values(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype, special: bool = False) -> np.ndarray:
+    """Integers over the whole range (overflow must wrap), small integer-valued
+    floats (every summation order then agrees), and, if asked, floats that
+    probe NaN, infinities, rounding and saturation."""
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, shape, endpoint=True, dtype=dtype)
+    x = rng.integers(-4, 5, shape).astype(np.float64)
+    if special:
+        mask = rng.random(shape) < 0.4
+        x[mask] = rng.choice(SPECIAL, int(mask.sum()))
+    with np.errstate(over="ignore"):
+        return x.astype(dtype)
+
+
+def strided(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype, special: bool = False) -> np.ndarray:
+    """An array of `shape` that is a view with gaps, negative steps and permuted axes."""
+    rank = len(shape)
+    perm = rng.permutation(rank)
+    steps = rng.choice([1, 1, 2, -1, -2], rank)
+    starts = rng.integers(0, 2, rank)
+    base = values(rng, tuple(shape[p] * abs(steps[p]) + 1 for p in perm), dtype, special)
+    index = []
+    for p in perm:
+        n, step, start = shape[p], int(steps[p]), int(starts[p])
+        last = start + (n - 1) * abs(step)
+        index.append(slice(start, last + 1, step) if step > 0 else slice(last, start - 1 if start else None, step))
+    return base[(*index, Ellipsis)].transpose(np.argsort(perm))  # Ellipsis: 0-d stays an array
+
+
+def views(shape: tuple[int, ...], dtype: np.dtype, special: bool = False) -> st.SearchStrategy:
+    return st.integers(0, 2**32 - 1).map(lambda seed: strided(np.random.default_rng(seed), shape, dtype, special))
+
+
+def shapes(min_rank: int = 0, max_rank: int = 3, max_side: int = 5) -> st.SearchStrategy:
+    return st.lists(st.integers(1, max_side), min_size=min_rank, max_size=max_rank).map(tuple)
+
+
+def orders(rank: int) -> st.SearchStrategy:
+    return st.permutations(range(rank)).map(tuple)
+
+
+def run(op: object, order: tuple[int, ...], *args: object) -> np.ndarray:
+    """The op on the device, from host operands; the result must be dense in `order`."""
+    out = download(compute(op, order, [upload(a) if isinstance(a, np.ndarray) else a for a in args]))
+    assert has_layout(out, order), (out.shape, out.strides, order)
+    return out
+
+
+def reference(op: object, *args: object) -> np.ndarray:
+    dtype = next(a.dtype for a in args if isinstance(a, np.ndarray))
+    return np.asarray(impls.compute(op, list(args), dtype))
+
+
+def same(got: np.ndarray, want: np.ndarray) -> None:
+    """Equal values, NaN where NaN (and -0.0 == 0.0, as the spec compares)."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got, want, equal_nan=got.dtype.kind == "f"), (got, want)
+
+
+def close(got: np.ndarray, want: np.ndarray, ulps: int) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape
+    eps = float(np.finfo(got.dtype).eps)
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        ok = (g == w) | (np.isnan(g) & np.isnan(w)) | (np.abs(g - w) <= ulps * eps * np.abs(w))
+    assert ok.all(), (got, want)
+
+
+# ---- buffers -------------------------------------------------------------------------
+
+
+@given(st.data(), shapes(), st.sampled_from(list(DTYPES)))
+def test_upload_download_keep_strides(data, shape, name):
+    x = data.draw(views(shape, DTYPES[name]))
+    back = download(upload(x))
+    assert back.strides == x.strides and np.array_equal(back, x)
+
+
+# ---- elementwise -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(DTYPES))
+@given(st.data(), shapes(1))
+def test_binary(name, data, shape):
+    dtype = DTYPES[name]
+    allowed = {"maximum", "minimum"} if name == "bool" else {"add", "sub", "mul", "maximum", "minimum"}
+    op = ops.Binary(data.draw(st.sampled_from(sorted(allowed | ({"div"} if name in FLOATS else set())))))
+    a = data.draw(views(shape, dtype, special=True))
+    b_shape = tuple(1 if data.draw(st.booleans()) else n for n in shape)  # `b` axes broadcast
+    kind = data.draw(st.sampled_from(["tensor", "scalar", "scalar first"]))
+    if kind == "tensor":
+        args = [a, data.draw(views(b_shape, dtype, special=True))]
+    else:
+        scalar = data.draw(st.floats(-300, 300, allow_subnormal=False) if name in FLOATS else st.integers(-300, 300))
+        args = [a, scalar] if kind == "scalar" else [scalar, a]
+    if data.draw(st.booleans()) and kind == "tensor":
+        args.reverse()
+    same(run(op, data.draw(orders(len(shape))), *args), reference(op, *args))
+
+
+@pytest.mark.parametrize("fn", ["neg", "abs", "relu", "exp", "log", "sqrt"])
+@given(st.data(), shapes(), st.sampled_from(NUMERIC))
+def test_unary(fn, data, shape, name):
+    if fn in ("exp", "log", "sqrt") and name not in FLOATS:
+        name = "f32"
+    op = ops.Unary(fn)
+    x = data.draw(views(shape, DTYPES[name], special=True))
+    got, want = run(op, data.draw(orders(len(shape))), x), reference(op, x)
+    if fn in ("exp", "log"):  # math libraries differ in the last bit
+        close(got, want, ulps=2)
+    else:
+        same(got, want)
+
+
+@pytest.mark.parametrize("source", list(DTYPES))
+@given(st.data(), shapes(), st.sampled_from(list(DTYPES)))
+def test_cast(source, data, shape, target):
+    op = ops.Cast(target)
+    x = data.draw(views(shape, DTYPES[source], special=True))
+    with np.errstate(all="ignore"):
+        same(run(op, data.draw(orders(len(shape))), x), reference(op, x))
+
+
+def test_cast_saturates_at_the_edges():
+    """Exactly at an integer type's bounds (2**63 is where int64 saturates)."""
+    edges = [2.0**63, -(2.0**63), 2.0**31, -(2.0**31) - 1, 127.0, 127.5, -128.0, -128.5, 255.0, 256.0,
+             -0.99, 0.99, 32767.0, -32768.5, np.nan, np.inf, -np.inf]
+    for source in FLOATS[1:]:
+        x = np.array(edges, DTYPES[source])
+        for target in ["i8", "u8", "i16", "i32", "i64"]:
+            same(run(ops.Cast(target), (0,), x), reference(ops.Cast(target), x))
+
+
+# ---- data movement ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("permute", [True, False])
+@given(st.data(), shapes(1, 4, 6), st.sampled_from(["bool", "i16", "f16", "f32", "f64"]))
+def test_permute_and_copy(permute, data, shape, name):
+    """Bits move unchanged (NaN payloads included) into the result's layout."""
+    x = data.draw(views(shape, DTYPES[name], special=True))
+    op = ops.Permute(tuple(data.draw(st.permutations(range(len(shape)))))) if permute else ops.Copy()
+    got, want = run(op, data.draw(orders(len(shape))), x), reference(op, x)
+    word = f"u{x.itemsize}"
+    assert got.shape == want.shape and np.array_equal(got.view(word), want.view(word))
+
+
+@pytest.mark.parametrize("shape, perm", [((33, 70), (1, 0)), ((3, 9, 37), (2, 0, 1)), ((5, 10, 9), (0, 2, 1))])
+def test_tiled_transpose_crosses_tile_edges(shape, perm):
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    same(run(ops.Permute(perm), tuple(range(len(shape))), x), np.transpose(x, perm))
+
+
+@given(st.data(), shapes(0, 3), st.sampled_from(["u8", "f32"]))
+def test_unsqueeze(data, shape, name):
+    x = data.draw(views(shape, DTYPES[name]))
+    rank = len(shape) + data.draw(st.integers(1, 2))
+    op = ops.Unsqueeze(tuple(sorted(data.draw(st.permutations(range(rank)))[: rank - len(shape)])))
+    same(run(op, data.draw(orders(rank)), x), reference(op, x))
+
+
+def test_views_slice_like_numpy():
+    x = np.arange(6 * 7, dtype=np.int16).reshape(6, 7)
+    index = (slice(5, 0, -2), slice(None, None, -3))
+    same(download(upload(x)[index]), x[index])
+
+
+def test_copy_into_a_strided_destination():
+    x = np.arange(24, dtype=np.int32).reshape(4, 6)
+    dst = DeviceBuffer.empty((8, 12), np.dtype(np.int32))
+    copy_into(dst[(slice(None, None, 2), slice(None, None, 2))].transpose((0, 1)), upload(x))
+    assert np.array_equal(download(dst)[::2, ::2], x)
+
+
+# ---- reductions ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sum", "prod", "max", "min", "band", "bor", "bxor"])
+@given(st.data(), shapes(1, 4), st.sampled_from(list(DTYPES)), st.sampled_from([None, 2, 3]))
+def test_reduction(kind, data, shape, name, chunks):
+    if name == "bool" and kind in ("sum", "prod") or name in FLOATS and kind in ("band", "bor", "bxor"):
+        kind = "max"
+    dtype = DTYPES[name]
+    x = data.draw(views(shape, dtype, special=data.draw(st.booleans())))
+    dims = tuple(sorted(set(data.draw(st.lists(st.integers(0, len(shape) - 1), min_size=1, max_size=len(shape))))))
+    op = ops.Reduction(kind, dims)
+    kept = tuple(n for i, n in enumerate(shape) if i not in dims)
+    order = data.draw(orders(len(kept)))
+    out = download(reduce_into(DeviceBuffer.empty(kept, dtype, order), upload(x), dims, kind, chunks))
+    assert has_layout(out, order)
+    want = reference(op, x)
+    if name in FLOATS and kind in ("sum", "prod"):
+        terms = max(int(np.prod([shape[d] for d in dims])), 1)
+        close(out, want, ulps=2 * terms)  # any order of summation, within the spec's bound
+    else:
+        same(out, want)
+
+
+def test_reduction_per_block_and_chunked():
+    """The fastest axis reduced, and over many elements: the block-wide tree,
+    then a second pass over the chunks' partials."""
+    x = np.arange(300 * 7, dtype=np.float32).reshape(7, 300) % 13 - 6
+    x[3, 17] = np.nan
+    for chunks in (None, 2, 5):
+        out = download(reduce_into(DeviceBuffer.empty((7,), x.dtype), upload(x), (1,), "sum", chunks))
+        same(out, x.sum(1, dtype=np.float64).astype(np.float32))
+        top = download(reduce_into(DeviceBuffer.empty((), x.dtype), upload(x), (0, 1), "max", chunks))
+        assert np.isnan(top)
+
+
+def test_reduction_across_rows_of_unmergeable_axes():
+    """Reduced axes that no stride merges: the fold walks row after row."""
+    x = np.arange(2 * 3 * 9, dtype=np.int32).reshape(2, 3, 9)[:, :, ::2]
+    for dims in [(1, 2), (0, 1, 2), (0, 2)]:
+        for chunks in (None, 2, 4):
+            kept = tuple(n for i, n in enumerate(x.shape) if i not in dims)
+            out = download(reduce_into(DeviceBuffer.empty(kept, x.dtype), upload(x), dims, "sum", chunks))
+            same(out, x.sum(dims, dtype=np.int32))
+
+
+def test_empty_reduction_gives_the_identity():
+    x = np.zeros((0, 3), np.int8)
+    for kind, want in [("sum", 0), ("prod", 1), ("max", -128), ("min", 127), ("band", -1)]:
+        out = download(reduce_into(DeviceBuffer.empty((3,), x.dtype), upload(x), (0,), kind))
+        same(out, np.full(3, want, np.int8))
+
+
+# ---- matmul ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["i8", "u8", "i64", "f16", "f32", "f64"])
+@given(st.data(), shapes(0, 2, 3), st.integers(1, 7), st.integers(1, 7), st.integers(1, 7), st.booleans())
+def test_matmul(name, data, batch, m, k, n, library):
+    dtype = DTYPES[name]
+    a = data.draw(views((*batch, m, k), dtype))
+    b = data.draw(views((*batch, k, n), dtype))
+    order = data.draw(orders(len(batch) + 2))
+    out = DeviceBuffer.empty((*batch, m, n), dtype, order)
+    got = download(matmul_into(out, upload(a), upload(b), library))
+    assert has_layout(got, order)
+    same(got, reference(ops.Matmul(), a, b))  # integer-valued floats: exact in any order
