@@ -1,41 +1,93 @@
-"""Conformance cases: a program file, a function, one binding of its symbols."""
+"""Conformance cases: a program, one binding of its symbols, and its input data.
+
+A corpus file may carry, besides `# expect:` lines:
+
+    # bind: N=4 M=3            one case per line (default: refir's bindings)
+    # data: exact special      the kinds of input data to run (default: exact)
+    # data: {"kind": ...}      or one exact DataSpec, as a saved failure has
+
+The shared examples are read from ../shared/examples (or $REFIR_SHARED/examples).
+"""
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
+import numpy as np
+
 import refir
+from conformance.data import KINDS, DataSpec, make_inputs
+from refir.errors import InputError
 from refir.inputs import bind_lines, default_bindings
 from refir.program import Program
+from refir.verify import Checked
 
 CORPUS = Path(__file__).parent / "corpus"
+_DATA = re.compile(r"^#\s*data:\s*(.*?)\s*$", re.M)
+
+
+def shared_examples() -> Path:
+    root = Path(os.environ.get("REFIR_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+    return root / "examples"
 
 
 @dataclass(frozen=True)
 class Case:
-    path: Path
-    program: Program = field(compare=False, repr=False)
-    bindings: dict[str, int] = field(compare=False)
-    seed: int = 0
+    group: str  # corpus, examples, generated, or files
+    label: str
+    program: Program = field(repr=False)
+    bindings: dict[str, int]
+    data: DataSpec
+    path: Path | None = None  # the file the program came from, if any
+    choices: tuple[int, ...] = field(default=(), repr=False)  # generated: the draws that built it
 
     @property
     def name(self) -> str:
         bind = ",".join(f"{k}={v}" for k, v in sorted(self.bindings.items()))
-        return f"{self.path.stem}[{bind}]" if bind else self.path.stem
+        return f"{self.label}[{bind}]/{self.data.kind}" if bind else f"{self.label}/{self.data.kind}"
 
-    def replay(self, backend: str) -> str:
-        bind = f" --bind {' '.join(f'{k}={v}' for k, v in sorted(self.bindings.items()))}" if self.bindings else ""
-        return f"python -m refir run {self.path} --backend {backend} --seed {self.seed}{bind}"
+    @cached_property
+    def checked(self) -> Checked:
+        return refir.verify(self.program)
+
+    def inputs(self) -> dict[str, np.ndarray]:
+        """Fresh global inputs, the same every time and on every rank."""
+        return make_inputs([(p.name, p.type) for p in self.checked.func.params], self.bindings, self.data)
 
 
-def corpus_files(dirs: list[Path] | None = None) -> list[Path]:
-    return sorted(p for d in (dirs or [CORPUS]) for p in Path(d).glob("*.rir"))
+def data_specs(text: str, seed: int) -> list[DataSpec]:
+    specs: list[DataSpec] = []
+    for line in _DATA.findall(text):
+        if line.startswith("{"):
+            specs.append(DataSpec.from_json(line))
+            continue
+        for kind in line.split():
+            if kind not in KINDS:
+                raise InputError(f"unknown data kind {kind!r} (known: {', '.join(KINDS)})")
+            specs.append(DataSpec(kind, seed))
+    return specs or [DataSpec("exact", seed)]
 
 
-def cases_of(path: Path, seed: int = 0) -> list[Case]:
-    """One case per `# bind:` line (or one with default bindings)."""
+def cases_of(path: Path, group: str = "files", seed: int = 0) -> list[Case]:
+    """One case per `# bind:` line and data kind."""
+    text = path.read_text()
     program = refir.load(path)
     checked = refir.verify(program)
-    listed = bind_lines(path.read_text()) or [{}]
-    return [Case(path, program, default_bindings(checked, b), seed) for b in listed]
+    return [Case(group, path.stem, program, default_bindings(checked, b), spec, path)
+            for b in (bind_lines(text) or [{}]) for spec in data_specs(text, seed)]
+
+
+def files_in(paths: list[Path]) -> list[Path]:
+    return [f for p in paths for f in (sorted(p.glob("*.rir")) if p.is_dir() else [p])]
+
+
+def bundled_cases(seed: int = 0) -> list[Case]:
+    """The corpus, then the shared examples (where the checkout has them)."""
+    out = [c for f in files_in([CORPUS]) for c in cases_of(f, "corpus", seed)]
+    if shared_examples().is_dir():
+        out += [c for f in files_in([shared_examples()]) for c in cases_of(f, "examples", seed)]
+    return out

@@ -1,65 +1,113 @@
-"""`python -m refir conform`: run the corpus on every backend and compare."""
+"""`python -m refir conform` (and plain `python -m refir`): the differential suite.
+
+It runs the corpus, the shared examples and generated programs on every
+backend, compares each with the global reference, shrinks and saves what
+fails, and exits non-zero on any disagreement. `--mutants` instead runs the
+deliberately broken spmd backends and shows which check kills each.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from conformance.cases import Case, cases_of, corpus_files
-from conformance.check import Outcome, available_backends, check_case
+from conformance.cases import bundled_cases, cases_of, files_in
+from conformance.check import Outcome, check_case, quiet, reference_of
+from conformance.explore import drawn, minimize
+from conformance.failures import conform_command, save
+from conformance.report import Progress, summary, write_junit
 from refir.world import mpi_world
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", action="append", help="a backend to check (repeatable; default: all available)")
-    p.add_argument("--corpus", action="append", type=Path, help="a directory of .rir programs (repeatable)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the drawn inputs")
+    p.add_argument("programs", nargs="*", type=Path,
+                   help=".rir files or directories to run instead of the bundled corpus")
+    p.add_argument("--backend", action="append",
+                   help="global, spmd, gpu or module:callable (repeatable; default: every available one)")
+    p.add_argument("--cases", type=int, default=20, metavar="N", help="generated programs to run (default 20)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated programs and the input data")
+    p.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
+    p.add_argument("--save", type=Path, default=Path("conform-failures"), metavar="DIR",
+                   help="where failing generated cases are written (default ./conform-failures)")
+    p.add_argument("--no-corpus", action="store_true", help="run generated programs only")
+    p.add_argument("--mutants", action="store_true", help="run the mutant table on the spmd backend instead")
+    p.add_argument("-v", "--verbose", action="store_true", help="print a line per case as it finishes")
 
 
-def _progress(done: int, total: int, label: str) -> None:
+def available_backends() -> list[str]:
+    out = ["global", "spmd"]
+    try:
+        import gpu_backend.backend  # noqa: F401
+    except ImportError:
+        return out
+    return out + ["gpu"]
+
+
+def say(text: str) -> None:
     world = mpi_world()
-    if (world is None or world.is_root) and sys.stderr.isatty():
-        width = 30
-        filled = width * done // max(total, 1)
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label[:40]:<40}")
-        sys.stderr.flush()
+    if world is None or world.is_root:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
 
 
 def conform(args: argparse.Namespace) -> int:
+    with quiet():
+        return mutants(args) if args.mutants else suite(args)
+
+
+def suite(args: argparse.Namespace) -> int:
     world = mpi_world()
     backends = args.backend or available_backends()
-    cases: list[Case] = [c for f in corpus_files(args.corpus) for c in cases_of(f, args.seed)]
-    outcomes: list[Outcome] = []
+    if args.programs:
+        cases = [c for f in files_in(args.programs) for c in cases_of(f, "files", args.seed)]
+    else:
+        cases = [] if args.no_corpus else bundled_cases(args.seed)
+    progress = Progress(len(cases) + args.cases, world, args.verbose)
     start = time.monotonic()
-    for i, case in enumerate(cases):
-        _progress(i, len(cases), case.name)
-        outcomes += check_case(case, backends)
-    _progress(len(cases), len(cases), "done")
-    if world is None or world.is_root:
-        if sys.stderr.isatty():
-            sys.stderr.write("\n")
-        sys.stdout.write(summary(outcomes, backends, len(cases), time.monotonic() - start) + "\n")
-        sys.stdout.flush()
+    outcomes: list[Outcome] = []
+    for case in cases:
+        progress.step(case.name)
+        outcomes += [replace(o, replay=conform_command(case.path, o.backend)) if o.status == "fail" and case.path
+                     else o for o in check_case(case, backends)]
+    for index in range(args.cases):
+        progress.step(f"generated {index}")
+        ran = [o for case in drawn(args.seed, index) for o in check_case(case, backends)]
+        replays: dict[str, str] = {}
+        for o in ran:  # one shrink per program and backend, however many bindings fail
+            if o.status == "fail" and o.backend not in replays:
+                replays[o.backend] = _saved(o, args.save)
+        outcomes += [replace(o, replay=replays[o.backend]) if o.status == "fail" else o for o in ran]
+    progress.close()
+    where = f"{world.size} MPI ranks" if world else "ranks simulated in one process"
+    say(summary(outcomes, backends, where, time.monotonic() - start))
+    if args.junit and (world is None or world.is_root):
+        write_junit(args.junit, outcomes, time.monotonic() - start)
     return 1 if any(o.status == "fail" for o in outcomes) else 0
 
 
-def summary(outcomes: list[Outcome], backends: list[str], ncases: int, seconds: float) -> str:
-    world = mpi_world()
-    where = f"{world.size} MPI ranks" if world else "ranks in one process"
-    lines = [f"{ncases} cases, {where}, {seconds:.1f} s", "",
-             f"{'backend':<10} {'pass':>5} {'fail':>5} {'skip':>5}"]
-    for b in backends:
-        mine = [o for o in outcomes if o.backend == b]
-        count = {s: sum(o.status == s for o in mine) for s in ("pass", "fail", "skip")}
-        lines.append(f"{b:<10} {count['pass']:>5} {count['fail']:>5} {count['skip']:>5}")
-    failed = [o for o in outcomes if o.status == "fail"]
-    if failed:
-        lines += ["", "failures:"]
-        for o in failed:
-            lines += [f"- {o.case.name} on {o.backend}: {o.message}", f"  replay: {o.case.replay(o.backend)}"]
-    skipped = sorted({o.message for o in outcomes if o.status == "skip"})
-    if skipped:
-        lines += ["", "skipped: " + "; ".join(skipped)]
-    return "\n".join(lines)
+def _saved(outcome: Outcome, directory: Path) -> str:
+    """Shrink a failing generated case, write it down, print it, and return
+    the command that replays it."""
+    small = minimize(outcome)
+    size = f"shrunk from {len(outcome.case.checked.func.eqns)} to {len(small.case.checked.func.eqns)} equations"
+    try:
+        ref = reference_of(small.case)
+    except Exception:
+        ref = None  # the reference itself fails: the file has no expect lines
+    case, command = save(small, ref, directory, size)
+    say(f"\n{outcome.backend} fails generated case {outcome.case.name} ({size}):\n"
+        f"{case.path.read_text() if case.path else ''}replay: {command}\n")
+    return command
+
+
+def mutants(args: argparse.Namespace) -> int:
+    from conformance.teeth import hunt, table
+
+    cases = [c for f in files_in(args.programs) for c in cases_of(f, "files", args.seed)] if args.programs \
+        else bundled_cases(args.seed)
+    kills = hunt(cases + [c for index in range(args.cases) for c in drawn(args.seed, index)])
+    say(table(kills))
+    return 0 if all(k.killed for k in kills) else 1

@@ -1,0 +1,104 @@
+"""The comparator: a backend's buffers against the reference, check by check.
+
+Each problem found is filed under the check that found it, so that a report
+(and the mutant table) can say which check caught what.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from refir.types import Bindings, TensorType, block_slices, global_shape, has_layout, local_shape
+
+CHECKS: dict[str, str] = {
+    "error": "the backend returns a buffer for every device, without raising",
+    "values": "results agree with the global reference by the numerics model",
+    "strides": "every buffer returned has its type's local shape and is dense in its layout",
+    "replicas": "devices that hold the same block hold the same values",
+    "isolation": "run segment by segment, each from its own inputs only, the program gives the same results",
+    "inputs": "the caller's input arrays are left unchanged",
+    "expect": "the program's # expect: lines hold",
+}
+SHOWN = 3  # mismatching elements quoted per problem
+
+
+@dataclass(frozen=True)
+class Problem:
+    check: str  # a key of CHECKS
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.check}: {self.message}"
+
+
+def bad_elements(got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """Where `got` breaks the numerics model (see conformance/bounds.py)."""
+    free = ~np.isfinite(bound)
+    if want.dtype.kind != "f":
+        return ~free & (got != want)
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    special = ~np.isfinite(w)
+    same_special = (np.isnan(g) & np.isnan(w)) | (g == w)
+    with np.errstate(invalid="ignore"):
+        close = np.isfinite(g) & (np.abs(g - w) <= bound)
+    return ~free & ~np.where(special, same_special, close)
+
+
+def value_problems(name: str, got: np.ndarray, want: np.ndarray, bound: np.ndarray,
+                   check: str = "values", against: str = "global") -> list[Problem]:
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return [Problem(check, f"{name} is {got.dtype}{list(got.shape)}, {against} gives "
+                               f"{want.dtype}{list(want.shape)}")]
+    bad = bad_elements(got, want, bound)
+    if not bad.any():
+        return []
+    where = [tuple(int(i) for i in ix) for ix in np.argwhere(bad)[:SHOWN]]
+    quoted = ", ".join(f"{name}{list(ix)} = {got[ix]!r} vs {want[ix]!r}"
+                       + (f" (bound {bound[ix]:.3g})" if bound[ix] else "") for ix in where)
+    return [Problem(check, f"{int(bad.sum())} of {bad.size} elements of {name} differ from {against}: {quoted}")]
+
+
+def layout_problems(name: str, t: TensorType, buffers: dict[int, np.ndarray],
+                    bindings: Bindings) -> list[Problem]:
+    """Each device's buffer of `name` has its local shape and is dense in its layout."""
+    out = []
+    want = local_shape(t, bindings)
+    for d, buf in sorted(buffers.items()):
+        if not isinstance(buf, np.ndarray):
+            out.append(Problem("error", f"device {d} returned {name} as a {type(buf).__name__}, not a numpy array"))
+        elif tuple(buf.shape) != want:
+            out.append(Problem("strides", f"device {d} holds {name} with local shape {list(buf.shape)}, "
+                                          f"its type {t} gives {list(want)}"))
+        elif not has_layout(buf, t.order):
+            out.append(Problem("strides", f"device {d} holds {name} with byte strides {list(buf.strides)}, "
+                                          f"not dense in order {list(t.order)} as {t} says"))
+    return out
+
+
+def assemble(name: str, t: TensorType, buffers: dict[int, np.ndarray],
+             bindings: Bindings) -> tuple[np.ndarray | None, list[Problem]]:
+    """The global array from every device's block; replicas must agree."""
+    whole = np.zeros(global_shape(t, bindings), t.np_dtype)
+    owner: dict[tuple, int] = {}
+    problems: list[Problem] = []
+    for d in t.mesh.devices:
+        block = buffers.get(d)
+        if not isinstance(block, np.ndarray):
+            problems.append(Problem("error", f"the backend returned no buffer of {name} for device {d}"))
+            continue
+        index = block_slices(t, d, whole.shape)
+        if block.shape != whole[index].shape or block.dtype != whole.dtype:
+            continue  # layout_problems reports it
+        key = tuple((s.start, s.stop) for s in index)
+        if key in owner:
+            if bad_elements(block, whole[index], np.zeros(block.shape)).any():
+                problems.append(Problem("replicas", f"devices {owner[key]} and {d} hold different values "
+                                                    f"for the same block of {name}"))
+            continue
+        owner[key] = d
+        whole[index] = block
+    complete = len(owner) == len({tuple((s.start, s.stop) for s in block_slices(t, d, whole.shape))
+                                  for d in t.mesh.devices})
+    return (whole if complete else None), problems

@@ -1,0 +1,1 @@
+"""Example backends for `python -m refir conform --backend module:callable`."""

@@ -1,0 +1,353 @@
+"""Random valid programs and their input data, built from a stream of draws.
+
+`generate(draw)` asks `draw.below(n)` for every decision, and 0 is always the
+simplest answer (fewer equations, no sharding, row-major, exact data). So the
+same code runs under hypothesis (conformance/strategies.py) and from a seed
+(conformance/shrink.py), and shrinking the draws shrinks the program.
+
+Programs are kept tiny (at most BUDGET elements per tensor at the largest
+binding): the GPU simulator runs a Python thread per element.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from math import lcm, prod
+from typing import Protocol
+
+from conformance.data import KINDS, DataSpec, View
+from refir import ops
+from refir.parser import parse
+from refir.printer import print_program
+from refir.program import Eqn, Func, Lit, Operand, Param, Program, Sym, Var
+from refir.types import BROADCAST, DIDS, FLOATS, INTEGERS, Axis, Extent, Mesh, TensorType
+from refir.verify import verify
+
+BUDGET = 64
+STATIC = (2, 4, 1, 3, 6, 8)
+SYMBOLS = ("N", "M", "P")
+MESH_SHAPES = ((2, 2), (1, 2), (2, 1), (1, 2, 2))
+MAX_EQNS = 6
+
+
+class Draw(Protocol):
+    def below(self, n: int) -> int:
+        """An integer in [0, n); 0 is the simplest choice."""
+        ...
+
+
+@dataclass(frozen=True)
+class Generated:
+    program: Program
+    bindings: tuple[dict[str, int], ...]  # one case each
+    data: DataSpec
+    spans: tuple[tuple[int, int], ...] = ()  # the draws of each list item (seeded draws only)
+
+
+class Chooser:
+    def __init__(self, draw: Draw) -> None:
+        self.draw = draw
+        self.count = 0  # draws so far
+        self.spans: list[tuple[int, int]] = []  # draws that make one list item, for the shrinker
+
+    def items(self, least: int, most: int, percent: int) -> Iterator[int]:
+        """Indices of a list whose length is drawn item by item: a "one more?"
+        flag before each optional item, so that deleting an item's draws (its
+        span) leaves the items after it as they were."""
+        for i in range(most):
+            start = self.count
+            if i >= least and not self.maybe(percent):
+                return
+            yield i
+            self.spans.append((start, self.count))
+
+    def below(self, n: int) -> int:
+        if n <= 1:
+            return 0
+        self.count += 1
+        return self.draw.below(n)
+
+    def pick(self, options: list | tuple) -> object:
+        return options[self.below(len(options))]
+
+    def maybe(self, percent: int) -> bool:
+        """True with this probability; the simplest draw says False."""
+        return self.below(100) >= 100 - percent
+
+    def permutation(self, n: int) -> tuple[int, ...]:
+        out = list(range(n))
+        for i in range(n - 1):
+            j = i + self.below(n - i)
+            out[i], out[j] = out[j], out[i]
+        return tuple(out)
+
+
+@dataclass
+class Builder:
+    c: Chooser
+    meshes: list[Mesh]
+    units: dict[str, int]  # every binding of a symbol is a multiple of its unit
+    values: dict[str, tuple[int, ...]]  # the bindings of each symbol
+    params: list[Param] = field(default_factory=list)
+    eqns: list[Eqn] = field(default_factory=list)
+    types: dict[str, TensorType] = field(default_factory=dict)
+    views: list[tuple[str, View]] = field(default_factory=list)
+
+    # ---- types -----------------------------------------------------------------------
+
+    def largest(self, e: Extent) -> int:
+        return e if isinstance(e, int) else max(self.values[e])
+
+    def size(self, axes: tuple[Axis, ...]) -> int:
+        return prod(self.largest(a.extent) for a in axes)
+
+    def divides(self, e: Extent, k: int) -> bool:
+        return (e if isinstance(e, int) else self.units[e]) % k == 0
+
+    def extent(self, room: int) -> Extent:
+        symbols = [s for s in self.units if max(self.values[s]) <= room]
+        if symbols and self.c.maybe(40):
+            return self.c.pick(symbols)
+        return self.c.pick([e for e in STATIC if e <= room])
+
+    def fresh_axes(self, rank: int, room: int = BUDGET) -> tuple[Axis, ...]:
+        axes = []
+        for _ in range(rank):
+            e = self.extent(room)
+            room //= self.largest(e)
+            axes.append(Axis(e))
+        return tuple(axes)
+
+    def place(self, axes: tuple[Axis, ...], mesh: Mesh, keep: dict[int, str] | None = None) -> tuple[Axis, ...]:
+        """Shard some axes on the mesh's axes; `keep` shardings stay."""
+        shard = dict(keep or {})
+        for did in DIDS[:mesh.ndim]:
+            if did in shard.values():
+                continue
+            free = [i for i, a in enumerate(axes)
+                    if not a.broadcast and i not in shard and self.divides(a.extent, mesh.size(did))]
+            k = self.c.below(len(free) + 1)
+            if k:
+                shard[free[k - 1]] = did
+        return tuple(replace(a, shard=shard.get(i)) for i, a in enumerate(axes))
+
+    def layout(self, rank: int) -> tuple[int, ...] | None:
+        return self.c.permutation(rank) if rank and self.c.maybe(50) else None
+
+    def placed(self, dtype: str, axes: tuple[Axis, ...], mesh: Mesh | None = None,
+               keep: dict[int, str] | None = None) -> TensorType:
+        mesh = mesh or self.c.pick(self.meshes)
+        return TensorType(dtype, self.place(axes, mesh, keep), mesh, self.layout(len(axes)))
+
+    def other_mesh(self, mesh: Mesh) -> Mesh:
+        """Mostly the same mesh; sometimes the next pipeline stage."""
+        return self.c.pick([m for m in self.meshes if m != mesh]) if len(self.meshes) > 1 and self.c.maybe(30) else mesh
+
+    # ---- values ----------------------------------------------------------------------
+
+    def param(self, t: TensorType) -> str:
+        """A new input, and how its array will lie in memory (drawn here, so that
+        dropping a later equation leaves the earlier inputs as they were)."""
+        name = f"x{len(self.params)}"
+        self.params.append(Param(name, t))
+        self.types[name] = t
+        c = self.c
+        self.views.append((name, View(c.permutation(t.rank), tuple(1 + c.below(2) for _ in t.axes),
+                                      tuple(c.maybe(50) for _ in t.axes))))
+        return name
+
+    def emit(self, op: object, args: tuple[Operand, ...], declared: TensorType | None) -> str:
+        name = f"t{len(self.eqns) + 1}"
+        self.eqns.append(Eqn(name, declared, op, args))
+        self.types[name] = verify(self.program((name,))).types[name]
+        return name
+
+    def program(self, results: tuple[str, ...]) -> Program:
+        return Program(tuple(self.meshes), (Func("main", tuple(self.params), tuple(self.eqns), results),))
+
+    def bound_symbols(self) -> list[str]:
+        return sorted({s for p in self.params for s in p.type.symbols()})
+
+    # ---- ops: each takes an operand and emits one equation --------------------------
+
+    def unary(self, x: str, t: TensorType) -> str:
+        names = ops.UNARY if t.dtype in FLOATS else ("neg", "abs", "relu")
+        return self.emit(ops.Unary(self.c.pick(names)), (Var(x),), self.relaid(t))
+
+    def scalar(self, x: str, t: TensorType) -> str:
+        names = ("maximum", "minimum") if t.dtype == "bool" else ops.BINARY if t.dtype in FLOATS else (
+            "add", "sub", "mul", "maximum", "minimum")
+        lits = (1, 0) if t.dtype == "bool" else (2.0, 0.5, -1.5, 3) if t.dtype in FLOATS else (2, -1, 3)
+        symbols = [Sym(s) for s in self.bound_symbols()] if t.dtype != "bool" else []
+        # A symbol as a value, as global extent, is what nvFuser #2758 got wrong.
+        s = self.c.pick(symbols) if symbols and self.c.maybe(50) else Lit(self.c.pick(lits))
+        args = (s, Var(x)) if self.c.maybe(25) else (Var(x), s)
+        return self.emit(ops.Binary(self.c.pick(names)), args, self.relaid(t))
+
+    def binary(self, x: str, t: TensorType) -> str:
+        names = ("maximum", "minimum") if t.dtype == "bool" else ops.BINARY if t.dtype in FLOATS else (
+            "add", "sub", "mul", "maximum", "minimum")
+        y = x if self.c.maybe(20) else self.partner(t)
+        u = self.types[y]
+        union = {i: a.shard or b.shard for i, (a, b) in enumerate(zip(t.axes, u.axes)) if a.shard or b.shard}
+        axes = tuple(b if a.broadcast else a for a, b in zip(t.axes, u.axes))
+        declared = None
+        if self.c.maybe(60):
+            declared = TensorType(t.dtype, self.place(axes, t.mesh, union), t.mesh, self.layout(t.rank))
+        args = (Var(y), Var(x)) if self.c.maybe(25) else (Var(x), Var(y))
+        return self.emit(ops.Binary(self.c.pick(names)), args, declared)
+
+    def partner(self, t: TensorType) -> str:
+        """A new input that may stand beside `t` in an elementwise op: same
+        extents or `b`, each axis sharded as in `t` or replicated."""
+        used = {a.shard for a in t.axes if a.shard}
+        axes = []
+        for a in t.axes:
+            if a.broadcast or self.c.maybe(20):
+                axes.append(BROADCAST)
+            else:
+                axes.append(Axis(a.extent, a.shard if a.shard and not self.c.maybe(30) else None))
+        # Sometimes shard an axis `t` leaves whole, on a mesh axis `t` does not use.
+        spare = [d for d in DIDS[:t.mesh.ndim] if d not in used]
+        if spare and self.c.maybe(20):
+            did = self.c.pick(spare)
+            free = [i for i, a in enumerate(axes) if not a.broadcast and not t.axes[i].shard
+                    and self.divides(a.extent, t.mesh.size(did))]
+            if free:
+                i = self.c.pick(free)
+                axes[i] = replace(axes[i], shard=did)
+        return self.param(TensorType(t.dtype, tuple(axes), t.mesh, self.layout(t.rank)))
+
+    def cast(self, x: str, t: TensorType) -> str:
+        to = self.c.pick([d for d in ("f32", "i32", "f64", "f16", "i64", "i8", "u8", "bool") if d != t.dtype])
+        return self.emit(ops.Cast(to), (Var(x),), self.relaid(replace(t, dtype=to)))
+
+    def permute(self, x: str, t: TensorType) -> str:
+        perm = self.c.permutation(t.rank)
+        moved = replace(t, axes=tuple(t.axes[p] for p in perm))
+        return self.emit(ops.Permute(perm), (Var(x),), self.relaid(moved))
+
+    def unsqueeze(self, x: str, t: TensorType) -> str:
+        at = self.c.below(t.rank + 1)
+        axes = t.axes[:at] + (BROADCAST,) + t.axes[at:]
+        return self.emit(ops.Unsqueeze((at,)), (Var(x),), self.relaid(replace(t, axes=axes)))
+
+    def reduce(self, x: str, t: TensorType) -> str:
+        kinds = ["sum", "prod", "max", "min"] if t.dtype in FLOATS else ["max", "min", "band", "bor", "bxor"]
+        if t.dtype in INTEGERS:
+            kinds = ["sum", "prod", "max", "min", "band", "bor", "bxor"]
+        dims = tuple(sorted(self.c.permutation(t.rank)[:1 + self.c.below(t.rank)]))
+        kept = tuple(replace(a, shard=None) for i, a in enumerate(t.axes) if i not in dims)
+        partial = [t.axes[d].shard for d in dims if t.axes[d].shard]
+        declared = None
+        if partial and self.c.maybe(30):  # the partial sums land sharded: a reduce_scatter
+            free = [i for i, a in enumerate(kept)
+                    if not a.broadcast and self.divides(a.extent, t.mesh.size(partial[0]))]
+            if free:
+                declared = TensorType(t.dtype, self.place(kept, t.mesh, {self.c.pick(free): partial[0]}), t.mesh,
+                                      self.layout(len(kept)))
+        if declared is None and self.c.maybe(70):
+            declared = self.placed(t.dtype, kept, self.other_mesh(t.mesh))
+        return self.emit(ops.Reduction(self.c.pick(kinds), dims), (Var(x),), declared)
+
+    def matmul(self, x: str, t: TensorType) -> str:
+        """x: [..., M, K] times a new input w: [..., K, N]."""
+        batch, k = t.axes[:-2], t.axes[-1]
+        room = max(1, BUDGET // max(self.size(batch + (k,)), self.size(t.axes[:-1])))
+        n = self.fresh_axes(1, room)[0]
+        used = {a.shard for a in t.axes if a.shard}
+        spare = [d for d in DIDS[:t.mesh.ndim] if d not in used and self.divides(n.extent, t.mesh.size(d))]
+        if spare and self.c.maybe(30):
+            n = replace(n, shard=self.c.pick(spare))
+        w = self.param(TensorType(t.dtype, batch + (k, n), t.mesh, self.layout(t.rank)))
+        declared = None
+        axes = t.axes[:-1] + (n,)
+        if k.shard and self.c.maybe(60):  # partial sums may land anywhere, as after a reduction
+            declared = self.placed(t.dtype, tuple(replace(a, shard=None) for a in axes), self.other_mesh(t.mesh))
+        elif self.c.maybe(40):
+            declared = TensorType(t.dtype, axes, t.mesh, self.layout(t.rank))
+        return self.emit(ops.Matmul(), (Var(x), Var(w)), declared)
+
+    def set(self, x: str, t: TensorType) -> str:
+        if self.c.maybe(10):
+            return self.emit(ops.Set(), (Var(x),), None)
+        mesh = self.c.pick([t.mesh] + [m for m in self.meshes if m != t.mesh])
+        axes = tuple(replace(a, shard=None) for a in t.axes)
+        if mesh != t.mesh and mesh.shape == t.mesh.shape and t.sharding() and self.c.maybe(50):
+            return self.emit(ops.Set(), (Var(x),), replace(t, mesh=mesh, layout=self.layout(t.rank)))  # a stage move
+        return self.emit(ops.Set(), (Var(x),), self.placed(t.dtype, axes, mesh))
+
+    def relaid(self, t: TensorType) -> TensorType | None:
+        """The type an op infers, declared (with a layout) or left out."""
+        return replace(t, layout=self.layout(t.rank)) if self.c.maybe(50) else None
+
+    def step(self, x: str) -> str:
+        t = self.types[x]
+        # Resharding is what the suite is for: set and reduce come up most.
+        menu = [self.set, self.scalar, self.set, self.binary, self.cast, self.permute, self.set]
+        if t.dtype != "bool":
+            menu.insert(1, self.unary)
+        if t.rank < 4:
+            menu.append(self.unsqueeze)
+        if t.rank:
+            menu += [self.reduce, self.reduce]
+        if t.rank >= 2 and t.dtype != "bool" and not t.axes[-1].broadcast and not t.axes[-2].broadcast:
+            menu.append(self.matmul)
+        return self.c.pick(menu)(x, t)
+
+
+def draw_meshes(c: Chooser) -> list[Mesh]:
+    meshes = []
+    for i in c.items(1, 3, 50):
+        ids = c.permutation(4)
+        if meshes and c.maybe(40):  # a pipeline stage of the first one's shape: send_recv between them
+            shape = meshes[0].shape
+        elif c.maybe(25):
+            shape = c.pick(MESH_SHAPES)
+        else:
+            shape = (1 + c.below(4),)
+        meshes.append(Mesh(f"m{i}", shape, ids[:prod(shape)]))
+    return meshes
+
+
+def draw_symbols(c: Chooser, meshes: list[Mesh]) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
+    sizes = sorted({k for m in meshes for k in m.shape if k > 1})
+    units = [1, *sizes] + ([lcm(*sizes)] if sizes and lcm(*sizes) <= 8 and lcm(*sizes) not in sizes else [])
+    out_units, out_values = {}, {}
+    for i in c.items(0, len(SYMBOLS), 60):
+        s = SYMBOLS[i]
+        unit = c.pick(units)
+        multiples = [m for m in (1, 2, 3, 4) if unit * m <= 8]
+        first = c.pick(multiples)
+        rest = [m for m in multiples if m != first]
+        second = c.pick(rest) if rest else first
+        out_units[s] = unit
+        out_values[s] = tuple(dict.fromkeys((unit * first, unit * second)))
+    return out_units, out_values
+
+
+def generate(draw: Draw) -> Generated:
+    """A random program that verifies and prints back to itself, its bindings
+    and its input data."""
+    c = Chooser(draw)
+    kind, seed = c.pick(KINDS), c.below(1000)
+    meshes = draw_meshes(c)
+    units, values = draw_symbols(c, meshes)
+    b = Builder(c, meshes, units, values)
+    dtype = c.pick(("f32", "i32", "f64", "f16", "i64", "i8", "u8", "bool"))
+    x = b.param(b.placed(dtype, b.fresh_axes(1 + c.below(3))))
+    made: list[str] = []
+    for _ in c.items(1, MAX_EQNS, 75):
+        x = b.step(x if not made or not c.maybe(20) else c.pick(made))
+        made.append(x)
+    extra = [m for m in made[:-1] if c.maybe(20)]
+    program = b.program((*extra, made[-1]))
+    text = print_program(program)
+    if parse(text) != program:  # the printer and parser must agree on every generated program
+        raise AssertionError(f"the program does not survive printing:\n{text}")
+    verify(program)
+    used = b.bound_symbols()
+    n = max((len(values[s]) for s in used), default=1)
+    bindings = tuple({s: values[s][min(i, len(values[s]) - 1)] for s in used} for i in range(n))
+    return Generated(program, bindings, DataSpec(kind, seed, tuple(b.views)), tuple(c.spans))

@@ -1,0 +1,263 @@
+"""Deliberate backend bugs, injected at run time into the spmd backend.
+
+Each mutant is a context manager that patches one piece the spmd backend is
+made of (a collective rule, a compute impl, the team helper, the per-device
+loop) and restores it on exit; nothing is ever edited on disk. The suite must
+kill every one: some check of the comparator must fail on some case. Under
+MPI every rank applies the same patch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+from unittest import mock
+
+import numpy as np
+
+import interp.backend
+import interp.collectives
+import interp.impls
+import interp.spmd
+import interp.transport
+import refir.teams
+from refir import ops
+from refir.lower import Lowered, Step
+from refir.program import Sym
+from refir.runner import Shards
+from refir.teams import Team
+from refir.types import TensorType
+from refir.world import World, launched_by_mpi
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    bug: str
+    by: str  # the check meant to kill it: a mutant that merely crashes is not killed
+    inject: Callable[[], AbstractContextManager]
+
+
+MUTANTS: list[Mutant] = []
+OTHER = {"DIDx": "DIDy", "DIDy": "DIDx", "DIDz": "DIDz"}  # the mesh axis a 2-D mix-up picks
+TeamsOf = Callable[[ops.Communication, TensorType, TensorType], list[Team]]
+
+
+def mutant(bug: str, by: str) -> Callable[[Callable[[], Iterator[None]]], Callable[[], Iterator[None]]]:
+    def register(fn: Callable[[], Iterator[None]]) -> Callable[[], Iterator[None]]:
+        MUTANTS.append(Mutant(fn.__name__, bug, by, contextmanager(fn)))
+        return fn
+
+    return register
+
+
+def _mpi_rules() -> dict:
+    """The MPI transport's rules under an MPI launch (patched alike), else none:
+    a plain run never loads mpi4py."""
+    if not launched_by_mpi():
+        return {}
+    from interp.mpi_transport import MPI_RULES
+
+    return MPI_RULES
+
+
+def as_row_major(x: np.ndarray) -> np.ndarray:
+    """x's memory, in memory order, read as if it were a row-major buffer."""
+    ascending = x[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in x.strides)]
+    order = sorted(range(x.ndim), key=lambda a: (-abs(x.strides[a]), a))
+    return np.ascontiguousarray(np.transpose(ascending, order)).reshape(x.shape)
+
+
+def _patch_teams(stack: ExitStack, change: Callable[..., list[Team]]) -> None:
+    """Route every team lookup through `change(op, src, dst, original_teams)`."""
+    original = refir.teams.teams
+
+    def teams(op: ops.Communication, src: object, dst: object) -> list[Team]:
+        return change(op, src, dst, original)
+
+    # The in-process transport imported the name; the MPI one looks it up in refir.teams.
+    stack.enter_context(mock.patch.object(refir.teams, "teams", teams))
+    stack.enter_context(mock.patch.object(interp.transport, "teams", teams))
+
+
+def _reading(rule: Callable[..., Any], fix: Callable[[np.ndarray], np.ndarray]) -> Callable[..., Any]:
+    """An exchange rule that first passes every sender's block through `fix`."""
+
+    def wrapped(op: object, team: Team, x: dict[int, np.ndarray], *rest: Any) -> Any:
+        return rule(op, team, {d: fix(b) for d, b in x.items()}, *rest)
+
+    return wrapped
+
+
+def _mpi_reading(rule: Callable[..., Any], fix: Callable[[np.ndarray], np.ndarray]) -> Callable[..., Any]:
+    """An MPI rule that first passes this rank's block (if it sends one) through `fix`."""
+
+    def wrapped(t: object, op: object, team: Team, x: np.ndarray | None, *rest: Any) -> Any:
+        return rule(t, op, team, None if x is None else fix(x), *rest)
+
+    return wrapped
+
+
+@mutant("communications read a strided buffer as if it were row-major", by="values")
+def strided_comm_as_row_major() -> Iterator[None]:
+    rules, mpi = interp.collectives.EXCHANGES, _mpi_rules()
+    with mock.patch.dict(rules, {c: _reading(r, as_row_major) for c, r in rules.items()}), \
+            mock.patch.dict(mpi, {c: _mpi_reading(r, as_row_major) for c, r in mpi.items()}):
+        yield
+
+
+@mutant("a segment re-binds an input's symbols from its type before the reduction that made it (nvFuser #2481)",
+        by="isolation")
+def reduced_axis_symbol() -> Iterator[None]:
+    run, operands = interp.backend.run_spmd, interp.spmd.operand_values
+
+    def run_spmd(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: World) -> Shards:
+        made_by = {e.out: e for e in lowered.checked.func.eqns}
+        types = lowered.checked.types
+
+        def operand_values(step: Step, device: int, env: dict, types_: dict, known: dict) -> tuple[list, dict]:
+            values, bound = operands(step, device, env, types_, known)
+            for a in step.tensor_args():
+                e = made_by.get(a.split("~")[0])
+                if e is not None and isinstance(e.op, (ops.Reduction, ops.Matmul)):
+                    for s in sorted(s for x in e.tensor_args() for s in types[x].symbols()):
+                        if s not in bound:
+                            bound[s] = scalars[s]
+            return values, bound
+
+        with mock.patch.object(interp.spmd, "operand_values", operand_values):
+            return run(lowered, inputs, scalars, world)
+
+    with mock.patch.object(interp.backend, "run_spmd", run_spmd):
+        yield
+
+
+@mutant("the teams of a collective along a mesh axis list their devices in sorted order, not in mesh order",
+        by="values")
+def teams_sorted() -> Iterator[None]:
+    def change(op: ops.Communication, src: TensorType, dst: TensorType, original: TeamsOf) -> list[Team]:
+        # Teams with a root (gather, scatter, broadcast, send_recv) keep their order: reordering
+        # them breaks the MPI transport's protocol on some ranks only, a hang rather than a bug.
+        return [Team(*(tuple(sorted(t.devices)),) * 3) if t.senders == t.receivers == t.devices else t
+                for t in original(op, src, dst)]
+
+    with ExitStack() as stack:
+        _patch_teams(stack, change)
+        yield
+
+
+@mutant("a reduction on a 2-D mesh reduces over the other mesh axis", by="values")
+def reduction_wrong_mesh_axis() -> Iterator[None]:
+    def change(op: ops.Communication, src: TensorType, dst: TensorType, original: TeamsOf) -> list[Team]:
+        if src.mesh.ndim >= 2 and isinstance(op, ops.Allreduce):
+            op = ops.Allreduce(op.kind, tuple(OTHER[k] for k in op.mesh_axes))
+        elif src.mesh.ndim >= 2 and isinstance(op, ops.ReduceScatter):
+            op = ops.ReduceScatter(op.kind, OTHER[op.mesh_axis], op.axis)
+        return original(op, src, dst)
+
+    with ExitStack() as stack:
+        _patch_teams(stack, change)
+        yield
+
+
+@mutant("a permute writes its result row-major, whatever its layout", by="strides")
+def permute_row_major() -> Iterator[None]:
+    call = interp.spmd.NumpyLocal.__call__
+
+    def local(self: interp.spmd.NumpyLocal, step: Step, device: int, args: list) -> np.ndarray:
+        out = call(self, step, device, args)
+        return np.array(out, order="C") if isinstance(step.op, ops.Permute) else out
+
+    with mock.patch.object(interp.spmd.NumpyLocal, "__call__", local):
+        yield
+
+
+@mutant("max drops NaN (fmax), locally and across devices", by="values")
+def max_drops_nan() -> Iterator[None]:
+    reduction = interp.impls.IMPLS[ops.Reduction]
+
+    def impl(op: ops.Reduction, x: np.ndarray) -> np.ndarray:
+        if op.kind != "max":
+            return reduction(op, x)
+        return np.asarray(np.fmax.reduce(x, axis=op.dims, initial=interp.impls.identity("max", x.dtype)))
+
+    with mock.patch.dict(interp.impls.IMPLS, {ops.Reduction: impl}), \
+            mock.patch.dict(interp.impls.COMBINE, {"max": np.fmax}):
+        yield
+
+
+@mutant("an allgather concatenates blocks in rank order, not in mesh order", by="values")
+def allgather_rank_order() -> Iterator[None]:
+    original = interp.collectives.EXCHANGES[ops.Allgather]
+
+    def local(op: object, team: Team, x: dict, *rest: Any) -> Any:
+        ranked = Team(team.devices, tuple(sorted(team.senders)), team.receivers)
+        return original(op, ranked, x, *rest)
+
+    mpi = _mpi_rules()
+    patches = {}
+    if ops.Allgather in mpi:
+        def remote(t: Any, op: Any, team: Team, x: np.ndarray, *rest: Any) -> np.ndarray:
+            blocks = t.allgather(t.team_comm(team.devices), x, op.axis)
+            return np.concatenate([blocks[team.index(d)] for d in sorted(team.devices)], axis=op.axis)
+        patches = {ops.Allgather: remote}
+    with mock.patch.dict(interp.collectives.EXCHANGES, {ops.Allgather: local}), mock.patch.dict(mpi, patches):
+        yield
+
+
+@mutant("a kernel writes its result into its input buffer", by="inputs")
+def kernel_writes_input() -> Iterator[None]:
+    unary = interp.impls.IMPLS[ops.Unary]
+
+    def impl(op: ops.Unary, x: np.ndarray) -> np.ndarray:
+        out = unary(op, x)
+        if isinstance(x, np.ndarray) and x.flags.writeable and x.shape == out.shape:
+            x[...] = out
+            return x
+        return out
+
+    with mock.patch.dict(interp.impls.IMPLS, {ops.Unary: impl}):
+        yield
+
+
+@mutant("a symbol used as a value is a device's local extent, not the global one (nvFuser #2758)", by="values")
+def local_extent_symbol() -> Iterator[None]:
+    operands = interp.spmd.operand_values
+
+    def operand_values(step: Step, device: int, env: dict, types: dict, known: dict) -> tuple[list, dict]:
+        values, bound = operands(step, device, env, types, known)
+        local = {}
+        for a in step.tensor_args():
+            for axis, n in zip(types[a].axes, env[a][device].shape):
+                if isinstance(axis.extent, str) and axis.shard:
+                    local.setdefault(axis.extent, n)
+        return [local.get(a.name, v) if isinstance(a, Sym) else v for a, v in zip(step.args, values)], bound
+
+    with mock.patch.object(interp.spmd, "operand_values", operand_values):
+        yield
+
+
+@mutant("a communication leaves its result row-major, whatever its layout", by="strides")
+def comm_result_row_major() -> Iterator[None]:
+    def communicate(self: interp.spmd.NumpyTransport, op: ops.Communication, src: TensorType, dst: TensorType,
+                    buffers: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        return {d: np.array(x, order="C") for d, x in self.inner.communicate(op, src, dst, buffers).items()}
+
+    with mock.patch.object(interp.spmd.NumpyTransport, "communicate", communicate):
+        yield
+
+
+@mutant("a local slice takes its block at the device's coordinate on the other mesh axis", by="values")
+def slice_wrong_mesh_axis() -> Iterator[None]:
+    original = interp.spmd.slice_block
+
+    def slice_block(step: Step, device: int, x: np.ndarray, src: TensorType) -> np.ndarray:
+        t = step.type
+        if t.mesh.ndim >= 2:
+            step = replace(step, type=t.with_sharding({i: OTHER[k] for i, k in t.sharding().items()}))
+        return original(step, device, x, src)
+
+    with mock.patch.object(interp.spmd, "slice_block", slice_block):
+        yield

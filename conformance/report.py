@@ -1,0 +1,95 @@
+"""What the suite prints and writes: a progress bar, the summary table, JUnit XML."""
+
+from __future__ import annotations
+
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from conformance.check import Outcome
+from refir.world import World
+
+GROUPS = ("corpus", "examples", "files", "generated")
+SHOWN = 20  # failures listed in full
+
+
+class Progress:
+    """A one-line bar on stderr, from rank 0, when stderr is a terminal."""
+
+    def __init__(self, total: int, world: World | None, verbose: bool = False) -> None:
+        self.total = total
+        self.done = 0
+        self.root = world is None or world.is_root
+        self.on = self.root and sys.stderr.isatty() and not verbose
+        self.verbose = self.root and verbose
+        self.start = time.monotonic()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        if self.verbose:  # a log line per case, for CI logs where no bar is drawn
+            sys.stderr.write(f"[{time.monotonic() - self.start:7.1f} s] {self.done}/{self.total} {label}\n")
+            sys.stderr.flush()
+        if self.on:
+            filled = 30 * self.done // max(self.total, 1)
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {label[:48]:<48}")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.on:
+            sys.stderr.write("\r" + " " * 100 + "\r")
+            sys.stderr.flush()
+
+
+def summary(outcomes: list[Outcome], backends: list[str], where: str, seconds: float) -> str:
+    """Cases by backends (passed of run, and skips), then every failure with
+    the command that replays it."""
+    groups = [g for g in GROUPS if any(o.case.group == g for o in outcomes)]
+    count = {g: len({o.case.name for o in outcomes if o.case.group == g}) for g in groups}
+    head = ", ".join(f"{count[g]} {g}" for g in groups)
+    lines = [f"refir conform: {sum(count.values())} cases ({head}) on {where}, {seconds:.1f} s", ""]
+    width = max([len(g) for g in groups] + [5])
+    cols = [max(14, len(b)) for b in backends]
+    lines.append(f"{'':<{width}}  " + "  ".join(f"{b:>{c}}" for b, c in zip(backends, cols)))
+    for g in groups + ["total"]:
+        row = []
+        for b, c in zip(backends, cols):
+            mine = [o for o in outcomes if o.backend == b and g in ("total", o.case.group)]
+            ran = [o for o in mine if o.status != "skip"]
+            cell = f"{sum(o.status == 'pass' for o in ran)}/{len(ran)}"
+            skipped = len(mine) - len(ran)
+            row.append(f"{cell + (f' ({skipped} skip)' if skipped else ''):>{c}}")
+        lines.append(f"{g:<{width}}  " + "  ".join(row))
+    failed = [o for o in outcomes if o.status == "fail"]
+    if failed:
+        lines += ["", f"{len(failed)} failure{'s' * (len(failed) > 1)}:"]
+        for o in failed[:SHOWN]:
+            lines.append(f"- {o.case.name} on {o.backend} [{', '.join(o.checks)}]")
+            lines += [f"    {p}" for p in o.problems[:4]]
+            if o.replay:
+                lines.append(f"    replay: {o.replay}")
+        if len(failed) > SHOWN:
+            lines.append(f"... and {len(failed) - SHOWN} more (all of them in the --junit report)")
+    skipped = sorted({o.note for o in outcomes if o.status == "skip"})
+    if skipped:
+        lines += ["", "skipped: " + "; ".join(skipped)]
+    lines += ["", "FAILED" if failed else "all backends agree"]
+    return "\n".join(lines)
+
+
+def write_junit(path: Path, outcomes: list[Outcome], seconds: float) -> None:
+    """One testcase per case and backend, classname `conform.<backend>.<group>`."""
+    suite = ET.Element("testsuite", name="refir-conform", tests=str(len(outcomes)),
+                       failures=str(sum(o.status == "fail" for o in outcomes)),
+                       skipped=str(sum(o.status == "skip" for o in outcomes)), time=f"{seconds:.3f}")
+    for o in outcomes:
+        case = ET.SubElement(suite, "testcase", classname=f"conform.{o.backend}.{o.case.group}", name=o.case.name)
+        if o.status == "fail":
+            failure = ET.SubElement(case, "failure", message=", ".join(o.checks))
+            failure.text = "\n".join(map(str, o.problems)) + (f"\nreplay: {o.replay}" if o.replay else "")
+        elif o.status == "skip":
+            ET.SubElement(case, "skipped", message=o.note)
+    root = ET.Element("testsuites")
+    root.append(suite)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
