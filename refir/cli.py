@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import numpy as np
 
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         # Anything else may have struck this rank alone: end the others too.
         sys.stderr.write(f"rank {world.rank}: error: {exc}\n")
         sys.stderr.flush()
+        time.sleep(0.5)  # let the launcher forward this rank's stderr before the job is torn down
         world.comm.Abort(2)
         return 2
 

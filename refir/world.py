@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -63,5 +64,6 @@ def abort_on_error(main: Any) -> int:
             raise
         sys.stderr.write(f"rank {world.rank}: {traceback.format_exc()}")
         sys.stderr.flush()
+        time.sleep(0.5)  # let the launcher forward this rank's stderr before the job is torn down
         world.comm.Abort(1)
         return 1
