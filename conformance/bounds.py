@@ -28,6 +28,7 @@ import numpy as np
 from interp.global_eval import eval_global
 from refir import ops
 from refir.program import Lit, Sym, Var
+from refir.tables import registrar
 from refir.types import Bindings
 from refir.verify import Checked
 
@@ -36,13 +37,7 @@ BOUNDS: dict[type, Rule] = {}
 TRANSCENDENTAL_ULPS = 4
 
 
-def rule(*classes: type) -> Callable[[Rule], Rule]:
-    def register(fn: Rule) -> Rule:
-        for c in classes:
-            BOUNDS[c] = fn
-        return fn
-
-    return register
+rule = registrar(BOUNDS)
 
 
 def reference(checked: Checked, inputs: dict[str, np.ndarray],

@@ -9,7 +9,6 @@ deliberately broken spmd backends and shows which check kills each.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +18,7 @@ from conformance.check import Outcome, check_case, quiet, reference_of
 from conformance.explore import drawn, minimize
 from conformance.failures import conform_command, save
 from conformance.report import Progress, summary, write_junit
-from refir.world import mpi_world
+from refir.world import mpi_world, say
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,13 +43,6 @@ def available_backends() -> list[str]:
     except ImportError:
         return out
     return out + ["gpu"]
-
-
-def say(text: str) -> None:
-    world = mpi_world()
-    if world is None or world.is_root:
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
 
 
 def conform(args: argparse.Namespace) -> int:

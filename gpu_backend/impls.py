@@ -23,6 +23,7 @@ from interp.impls import _scalar as scalar_value
 from interp.spmd import slice_block
 from refir import ops
 from refir.lower import Step
+from refir.tables import registrar
 from refir.types import DTYPES, TensorType
 
 Order = tuple[int, ...]
@@ -30,13 +31,7 @@ GpuImpl = Callable[..., DeviceBuffer]
 GPU_IMPLS: dict[type, GpuImpl] = {}
 
 
-def impl(*classes: type) -> Callable[[GpuImpl], GpuImpl]:
-    def register(fn: GpuImpl) -> GpuImpl:
-        for cls in classes:
-            GPU_IMPLS[cls] = fn
-        return fn
-
-    return register
+impl = registrar(GPU_IMPLS)
 
 
 def scalar_buffer(value: int | float, dtype: np.dtype) -> DeviceBuffer:

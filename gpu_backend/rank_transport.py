@@ -28,6 +28,7 @@ from gpu_backend.transports import Buffers, DeviceArrays
 from interp.collectives import block_index
 from interp.mpi_transport import MpiTransport, wait
 from refir import ops
+from refir.tables import registrar
 from refir.teams import Team, teams_of
 from refir.types import TensorType
 
@@ -80,12 +81,7 @@ Rule = Callable[[RankTransport, Any, Team, Buf, TensorType, TensorType], Buf]
 RULES: dict[type, Rule] = {}
 
 
-def rule(cls: type) -> Callable[[Rule], Rule]:
-    def register(fn: Rule) -> Rule:
-        RULES[cls] = fn
-        return fn
-
-    return register
+rule = registrar(RULES)
 
 
 def axis_first(ndim: int, axis: int) -> tuple[int, ...]:

@@ -16,6 +16,7 @@ import numpy as np
 
 from interp.impls import fold
 from refir import ops
+from refir.tables import registrar
 from refir.teams import Team
 from refir.types import TensorType
 
@@ -24,12 +25,7 @@ Rule = Callable[..., Blocks]
 EXCHANGES: dict[type, Rule] = {}
 
 
-def rule(cls: type) -> Callable[[Rule], Rule]:
-    def register(fn: Rule) -> Rule:
-        EXCHANGES[cls] = fn
-        return fn
-
-    return register
+rule = registrar(EXCHANGES)
 
 
 def block_index(t: TensorType, device: int, axis: int) -> int:

@@ -13,18 +13,14 @@ from collections.abc import Callable
 import numpy as np
 
 from refir import ops
+from refir.tables import registrar
 from refir.types import DTYPES
 
 Impl = Callable[..., np.ndarray]
 IMPLS: dict[type, Impl] = {}
 
 
-def impl(cls: type) -> Callable[[Impl], Impl]:
-    def register(fn: Impl) -> Impl:
-        IMPLS[cls] = fn
-        return fn
-
-    return register
+impl = registrar(IMPLS)
 
 
 BINARY_FNS = {

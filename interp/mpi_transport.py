@@ -20,6 +20,7 @@ from interp.collectives import block_index, split
 from interp.impls import fold
 from refir import ops
 from refir.errors import RunError
+from refir.tables import registrar
 from refir.teams import Team, teams_of
 from refir.types import TensorType
 
@@ -126,12 +127,7 @@ Rule = Callable[[MpiTransport, object, Team, Arr, TensorType, TensorType], Arr]
 MPI_RULES: dict[type, Rule] = {}
 
 
-def rule(cls: type) -> Callable[[Rule], Rule]:
-    def register(fn: Rule) -> Rule:
-        MPI_RULES[cls] = fn
-        return fn
-
-    return register
+rule = registrar(MPI_RULES)
 
 
 @rule(ops.Allgather)

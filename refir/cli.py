@@ -12,15 +12,7 @@ import refir
 from refir.errors import InputError, ParseError, RefirError, RunError, VerifyError
 from refir.expect import check_expects
 from refir.inputs import bind_lines, default_bindings, draw_inputs, parse_bind, read_inputs, source_text
-from refir.world import mpi_world
-
-
-def say(text: str) -> None:
-    """Print from rank 0 only, one whole write so ranks never interleave."""
-    world = mpi_world()
-    if world is None or world.is_root:
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
+from refir.world import mpi_world, say
 
 
 def _program_args(p: argparse.ArgumentParser) -> None:

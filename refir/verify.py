@@ -13,6 +13,7 @@ from math import prod
 from refir import ops
 from refir.errors import Loc, VerifyError
 from refir.program import Eqn, Func, Lit, Program, Sym, Var
+from refir.tables import registrar
 from refir.types import BROADCAST, FLOATS, INTEGERS, RESERVED, Axis, Mesh, TensorType
 
 
@@ -88,13 +89,7 @@ Rule = Callable[[object, _Eqn], TensorType]
 INFER: dict[type, Rule] = {}
 
 
-def rule(*classes: type) -> Callable[[Rule], Rule]:
-    def register(fn: Rule) -> Rule:
-        for c in classes:
-            INFER[c] = fn
-        return fn
-
-    return register
+rule = registrar(INFER)
 
 
 def _same_extent(a: Axis, b: Axis) -> bool:

@@ -51,6 +51,14 @@ def local_world(size: int) -> World:
     return World(size, tuple(range(size)))
 
 
+def say(text: str) -> None:
+    """Print from rank 0 only, in one write, so that ranks never interleave."""
+    world = mpi_world()
+    if world is None or world.is_root:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+
 def abort_on_error(main: Any) -> int:
     """Run `main()`; under MPI, any uncaught exception ends every rank at once
     instead of leaving the others waiting in a collective."""
