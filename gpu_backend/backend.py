@@ -13,12 +13,14 @@ from gpu_backend.device import announce, use_device
 from gpu_backend.impls import GpuLocal
 from gpu_backend.transports import LaidOut, transport_for
 from interp.spmd import execute
+from refir.bindings import check_local_inputs
 from refir.lower import Lowered
 from refir.runner import Shards
 from refir.world import World
 
 
 def run_gpu(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: World) -> Shards:
+    check_local_inputs(lowered.checked, inputs)
     announce(world.rank)
     use_device(world.comm)
     transport = transport_for(world)

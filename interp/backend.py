@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from interp.spmd import NumpyLocal, NumpyTransport, execute
 from interp.transport import InProcess, Transport
+from refir.bindings import check_local_inputs
 from refir.lower import Lowered
 from refir.runner import Shards
 from refir.world import World
@@ -18,6 +19,7 @@ def transport_for(world: World) -> Transport:
 
 
 def run_spmd(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: World) -> Shards:
+    check_local_inputs(lowered.checked, inputs)
     transport = transport_for(world)
     try:
         return execute(lowered, inputs, scalars, NumpyLocal(lowered.types), NumpyTransport(transport))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from refir.errors import InputError
-from refir.types import TensorType, global_shape
+from refir.types import TensorType, dense_strides, global_shape, has_layout
 from refir.verify import Checked
 
 
@@ -62,6 +62,33 @@ def bind_inputs(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str, in
                                  f"{a.shard} of mesh {t.mesh.name!r} ({t.mesh.size(a.shard)} devices), "
                                  f"as axis {i} of {name}: {t} needs")
     return bindings
+
+
+def check_local_inputs(checked: Checked, inputs: dict[str, dict[int, np.ndarray]]) -> None:
+    """Per-device input buffers handed straight to a backend: each of the declared
+    dtype, rank and local extents, symbols consistent, and dense in its declared
+    layout where the parameter has one (InputError otherwise)."""
+    bindings: dict[str, int] = {}
+    for p in checked.func.params:
+        t = p.type
+        for d, x in sorted(inputs.get(p.name, {}).items()):
+            where = f"input {p.name!r} on device {d}"
+            if not isinstance(x, np.ndarray) or x.dtype != t.np_dtype or x.ndim != t.rank:
+                what = f"{x.dtype}{list(x.shape)}" if isinstance(x, np.ndarray) else type(x).__name__
+                raise InputError(f"{where} is {what}, but {p.name}: {t} needs a {t.np_dtype} array of rank {t.rank}")
+            seen = dict(bindings)
+            bind_local(t, x.shape, seen)
+            for i, (a, n) in enumerate(zip(t.axes, x.shape)):
+                parts = t.mesh.size(a.shard) if a.shard else 1
+                extent = seen[a.extent] if isinstance(a.extent, str) else a.extent
+                if n * parts != extent:
+                    raise InputError(f"{where} has local extent {n} on axis {i}, but {p.name}: {t} "
+                                     f"needs {extent // parts}")
+            bindings = seen
+            if t.layout is not None and not has_layout(x, t.layout):
+                want = dense_strides(x.shape, t.layout, x.itemsize)
+                raise InputError(f"{where} has strides {x.strides}, but {p.name}: {t} needs a buffer dense "
+                                 f"in its layout (strides {want})")
 
 
 def check_world(checked: Checked, world: int) -> None:

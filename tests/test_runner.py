@@ -242,3 +242,27 @@ def test_a_dense_buffer_travels_and_comes_back_with_its_very_strides(case):
     back = np.transpose(x, o).copy(order="C").transpose(np.argsort(o))
     assert np.array_equal(back, x)
     assert back.strides == x.strides or x.size == 0
+
+
+@pytest.mark.parametrize("backend", ["spmd", "gpu"])
+def test_local_buffers_handed_straight_to_a_backend_are_checked(backend):
+    from refir.runner import backend_named
+    from refir.world import local_world
+
+    low = lower(refir.verify(refir.load(LAYOUTS)))
+    run = backend_named(backend)
+    x = np.arange(48, dtype=np.float32).reshape(6, 8)
+    y_dense = np.asfortranarray(np.arange(48, dtype=np.float32).reshape(8, 6))  # layout[1, 0]: column-major
+    blocks = {0: x[:, :4], 1: x[:, 4:]}
+    with pytest.raises(InputError, match=r"input 'y' on device 0 has strides \(24, 4\), but y: f32\[8, 6\] on m "
+                                         r"layout\[1, 0\] needs a buffer dense in its layout \(strides \(4, 32\)\)"):
+        run(low, {"x": blocks, "y": {0: np.ascontiguousarray(y_dense), 1: y_dense}}, {}, local_world(2))
+    with pytest.raises(InputError, match=r"input 'x' on device 1 has local extent 3 on axis 1, but "
+                                         r"x: f32\[6, 8@DIDx\] on m needs 4"):
+        run(low, {"x": {0: x[:, :4], 1: x[:, 4:7]}, "y": {0: y_dense, 1: y_dense}}, {}, local_world(2))
+    with pytest.raises(InputError, match=r"input 'x' on device 0 is int32\[6, 4\]"):
+        run(low, {"x": {0: x[:, :4].astype(np.int32), 1: x[:, 4:]}, "y": {0: y_dense, 1: y_dense}}, {},
+            local_world(2))
+    out = run(low, {"x": blocks, "y": {0: y_dense, 1: y_dense}}, {}, local_world(2))
+    for d in (0, 1):
+        assert np.array_equal(out["g"][d], x.T + y_dense) and out["g"][d].strides == (4, 32)
