@@ -27,9 +27,10 @@ from gpu_backend.kernels import copy_into, laid_out
 from gpu_backend.transports import Buffers, DeviceArrays
 from interp.collectives import block_index
 from interp.mpi_transport import MpiTransport, wait
+from interp.transport import rank_part
 from refir import ops
 from refir.tables import registrar
-from refir.teams import Team, teams_of
+from refir.teams import Team
 from refir.types import TensorType
 
 Arr = Any  # a 1-D device array
@@ -59,13 +60,8 @@ class RankTransport:
 
     def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType, buffers: Buffers) -> Buffers:
         self.wire.start()  # every rank comes here, in or out of the teams
-        out: Buffers = {}
-        for team in teams_of(self.rank, op, src, dst):
-            mine = buffers.get(self.rank) if self.rank in team.senders else None
-            got = RULES[type(op)](self, op, team, mine, src, dst)
-            if self.rank in team.receivers:
-                out[self.rank] = got
-        return out
+        rule = RULES[type(op)]
+        return rank_part(self.rank, op, src, dst, buffers, lambda team, x: rule(self, op, team, x, src, dst))
 
     def close(self) -> None:
         self.wire.close()

@@ -18,10 +18,11 @@ from mpi4py import MPI
 
 from interp.collectives import block_index, split
 from interp.impls import fold
+from interp.transport import rank_part
 from refir import ops
 from refir.errors import RunError
 from refir.tables import registrar
-from refir.teams import Team, teams_of
+from refir.teams import Team
 from refir.types import TensorType
 
 TIMEOUT_S = float(os.environ.get("REFIR_MPI_TIMEOUT", "120"))
@@ -80,13 +81,8 @@ class MpiTransport:
 
     def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType,
                     buffers: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-        out: dict[int, np.ndarray] = {}
-        for team in teams_of(self.rank, op, src, dst):
-            mine = buffers.get(self.rank) if self.rank in team.senders else None
-            got = MPI_RULES[type(op)](self, op, team, mine, src, dst)
-            if self.rank in team.receivers:
-                out[self.rank] = got
-        return out
+        rule = MPI_RULES[type(op)]
+        return rank_part(self.rank, op, src, dst, buffers, lambda team, x: rule(self, op, team, x, src, dst))
 
     # ---- building blocks ---------------------------------------------------------------
 

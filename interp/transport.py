@@ -8,13 +8,14 @@ give identical bits. `InProcess` runs every rank in this process; `MpiTransport`
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 
 from interp.collectives import exchange
 from refir import ops
-from refir.teams import teams
+from refir.teams import Team, teams, teams_of
 from refir.types import TensorType
 
 
@@ -46,3 +47,16 @@ class InProcess:
 
     def close(self) -> None:
         pass
+
+
+def rank_part(rank: int, op: ops.Communication, src: TensorType, dst: TensorType, buffers: dict[int, Any],
+              run_team: Callable[[Team, Any], Any]) -> dict[int, Any]:
+    """One rank's part of a communication, for transports with a rank per
+    process: every team it is in runs with its buffer (where it sends), and it
+    keeps the result where it receives."""
+    out: dict[int, Any] = {}
+    for team in teams_of(rank, op, src, dst):
+        got = run_team(team, buffers.get(rank) if rank in team.senders else None)
+        if rank in team.receivers:
+            out[rank] = got
+    return out
