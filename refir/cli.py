@@ -12,6 +12,7 @@ import refir
 from refir.errors import InputError, ParseError, RefirError, RunError, VerifyError
 from refir.expect import check_expects
 from refir.inputs import bind_lines, default_bindings, draw_inputs, parse_bind, read_inputs, source_text
+from refir.verify import Checked
 from refir.world import mpi_world, say
 
 
@@ -20,7 +21,7 @@ def _program_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--func", help="the function to use (default: main, or the only one)")
 
 
-def _bindings(args: argparse.Namespace, checked: refir.verify.__class__) -> dict[str, int]:  # type: ignore[name-defined]
+def _bindings(args: argparse.Namespace, checked: Checked) -> dict[str, int]:
     given = parse_bind(" ".join(args.bind)) if args.bind else None
     if given is None:
         listed = bind_lines(source_text(checked.program))

@@ -23,6 +23,7 @@ through a replicated copy.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from refir import ops
@@ -152,6 +153,8 @@ class _Lowerer:
             self.cross_mesh(cur, d, plan)
         if not plan:
             plan.append((ops.Copy(), d))
+        reached = plan[-1][1]
+        assert _same_placement(reached, d), f"lowering {e.out}: the chain reaches {reached}, not {d}"
         name = src
         for i, (op, t) in enumerate(plan):
             last = i == len(plan) - 1
@@ -264,5 +267,5 @@ def cut_segments(steps: tuple[Step, ...], types: dict[str, TensorType],
     return tuple(segments)
 
 
-def _unique(xs) -> tuple[str, ...]:  # noqa: ANN001
+def _unique(xs: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(xs))

@@ -76,7 +76,7 @@ def shard_inputs(checked: Checked, inputs: dict[str, np.ndarray], hosted: tuple[
         shards[p.name] = {}
         for d in hosted:
             if d in p.type.mesh:
-                block = x[block_slices(p.type, d, x.shape)]
+                block = x[block_slices(p.type, d, x.shape) + (Ellipsis,)]  # a view, also of a 0-d array
                 shards[p.name][d] = block if p.type.layout is None else materialize(block, p.type.layout)
     return shards
 

@@ -7,6 +7,7 @@ folds in and an allgather concatenates in: the order of the mesh.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from refir import ops
@@ -23,7 +24,8 @@ class Team:
         return self.devices.index(device)
 
 
-def _along(mesh_devices: tuple[int, ...], team_of) -> list[Team]:  # noqa: ANN001
+def _along(mesh_devices: tuple[int, ...], team_of: Callable[[int], tuple[int, ...]]) -> list[Team]:
+    """The distinct teams of a mesh's devices, in the order their first members come."""
     seen: list[tuple[int, ...]] = []
     for d in mesh_devices:
         t = team_of(d)
