@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from refir.types import Bindings, TensorType, block_slices, global_shape, has_layout, local_shape
+from refir import runner
+from refir.types import Bindings, TensorType, has_layout, local_shape
 
 CHECKS: dict[str, str] = {
     "error": "the backend returns a buffer for every device, without raising",
@@ -79,26 +80,11 @@ def layout_problems(name: str, t: TensorType, buffers: dict[int, np.ndarray],
 
 def assemble(name: str, t: TensorType, buffers: dict[int, np.ndarray],
              bindings: Bindings) -> tuple[np.ndarray | None, list[Problem]]:
-    """The global array from every device's block; replicas must agree."""
-    whole = np.zeros(global_shape(t, bindings), t.np_dtype)
-    owner: dict[tuple, int] = {}
-    problems: list[Problem] = []
-    for d in t.mesh.devices:
-        block = buffers.get(d)
-        if not isinstance(block, np.ndarray):
-            problems.append(Problem("error", f"the backend returned no buffer of {name} for device {d}"))
-            continue
-        index = block_slices(t, d, whole.shape)
-        if block.shape != whole[index].shape or block.dtype != whole.dtype:
-            continue  # layout_problems reports it
-        key = tuple((s.start, s.stop) for s in index)
-        if key in owner:
-            if bad_elements(block, whole[index], np.zeros(block.shape)).any():
-                problems.append(Problem("replicas", f"devices {owner[key]} and {d} hold different values "
-                                                    f"for the same block of {name}"))
-            continue
-        owner[key] = d
-        whole[index] = block
-    complete = len(owner) == len({tuple((s.start, s.stop) for s in block_slices(t, d, whole.shape))
-                                  for d in t.mesh.devices})
-    return (whole if complete else None), problems
+    """The global array from every device's block (refir.runner.assemble);
+    replicas must agree by the numerics model. A block of the wrong shape is
+    left to layout_problems."""
+    got = runner.assemble(t, buffers, bindings, lambda a, b: not bad_elements(a, b, np.zeros(a.shape)).any())
+    problems = [Problem("error", f"the backend returned no buffer of {name} for device {d}") for d in got.missing]
+    problems += [Problem("replicas", f"devices {first} and {d} hold different values for the same block of {name}")
+                 for first, d in got.disagree]
+    return got.whole, problems

@@ -19,7 +19,7 @@ from refir.bindings import bind_inputs, check_world, devices_needed
 from refir.errors import InputError, MismatchError, RunError
 from refir.lower import Lowered, lower
 from refir.program import Program
-from refir.types import block_slices, global_shape, materialize
+from refir.types import TensorType, block_slices, global_shape, local_shape, materialize
 from refir.verify import Checked, verify
 from refir.world import World, local_world, mpi_world
 
@@ -81,6 +81,48 @@ def shard_inputs(checked: Checked, inputs: dict[str, np.ndarray], hosted: tuple[
     return shards
 
 
+@dataclass
+class Assembled:
+    """A global array put together from per-device blocks, and what went wrong."""
+
+    whole: np.ndarray | None  # None unless every block was delivered
+    missing: list[int] = field(default_factory=list)  # devices that returned no array
+    misshapen: list[int] = field(default_factory=list)  # devices whose block has the wrong shape or dtype
+    disagree: list[tuple[int, int]] = field(default_factory=list)  # (first holder, device): copies differ
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+def assemble(t: TensorType, buffers: dict[int, Any], bindings: dict[str, int],
+             same: Callable[[np.ndarray, np.ndarray], bool] = same_bits) -> Assembled:
+    """The global array of type `t` from each device's block; devices holding
+    copies of one block must hold the `same` values."""
+    whole = np.zeros(global_shape(t, bindings), t.np_dtype)
+    out = Assembled(whole)
+    owner: dict[tuple, int] = {}
+    keys = set()
+    for d in t.mesh.devices:
+        index = block_slices(t, d, whole.shape)
+        key = tuple((s.start, s.stop) for s in index)
+        keys.add(key)
+        block = buffers.get(d)
+        if not isinstance(block, np.ndarray):
+            out.missing.append(d)
+        elif block.shape != whole[index].shape or block.dtype != whole.dtype:
+            out.misshapen.append(d)
+        elif key in owner:
+            if not same(block, whole[index]):
+                out.disagree.append((owner[key], d))
+        else:
+            owner[key] = d
+            whole[index] = block
+    if len(owner) < len(keys):
+        out.whole = None
+    return out
+
+
 def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
                    world: World) -> tuple[dict[str, np.ndarray], Shards]:
     """Whole results from per-device blocks; replicas must agree bit for bit."""
@@ -89,26 +131,20 @@ def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
     outputs = {}
     for r in checked.func.results:
         t = checked.types[r]
-        whole = np.empty(global_shape(t, bindings), t.np_dtype)
-        owner: dict[tuple, int] = {}
-        for d in t.mesh.devices:
-            if d not in shards.get(r, {}):
-                raise RunError(f"the backend returned no buffer of {r!r} for device {d}")
-            index = block_slices(t, d, whole.shape)
-            key = tuple((s.start, s.stop) for s in index)
+        got = assemble(t, shards.get(r, {}), bindings)
+        if got.missing:
+            raise RunError(f"the backend returned no buffer of {r!r} for device {got.missing[0]}")
+        if got.misshapen:
+            d = got.misshapen[0]
             block = shards[r][d]
-            if key in owner:
-                first = whole[index]
-                if block.shape != first.shape or block.tobytes() != np.ascontiguousarray(first).tobytes():
-                    raise MismatchError(f"replicas of {r!r} disagree: device {owner[key]} and device {d} "
-                                        "hold different values for the same block")
-                continue
-            owner[key] = d
-            if block.shape != whole[index].shape:
-                raise MismatchError(f"device {d} holds {r!r} with local shape {block.shape}, "
-                                    f"expected {whole[index].shape}")
-            whole[index] = block
-        outputs[r] = whole
+            raise MismatchError(f"device {d} holds {r!r} with local shape {block.shape} and dtype {block.dtype}, "
+                                f"expected {local_shape(t, bindings)} and {t.np_dtype}")
+        if got.disagree:
+            first, d = got.disagree[0]
+            raise MismatchError(f"replicas of {r!r} disagree: device {first} and device {d} "
+                                "hold different values for the same block")
+        assert got.whole is not None
+        outputs[r] = got.whole
     return outputs, shards
 
 

@@ -181,7 +181,8 @@ def missing_device(lowered, inputs, scalars, world):
 
 @pytest.mark.parametrize("backend, error, message", [
     ("disagreeing", MismatchError, "replicas of 'y' disagree: device 0 and device 1 hold different values"),
-    ("wrong_shape", MismatchError, r"device 0 holds 'y' with local shape \(1, 2\), expected \(2, 2\)"),
+    ("wrong_shape", MismatchError,
+     r"device 0 holds 'y' with local shape \(1, 2\) and dtype int32, expected \(2, 2\) and int32"),
     ("missing_device", RunError, "the backend returned no buffer of 'y' for device 1"),
 ])
 def test_results_from_a_backend_are_checked(backend, error, message):
