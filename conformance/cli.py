@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from conformance.cases import bundled_cases, cases_of, files_in
+from conformance.cases import Case, bundled_cases, cases_of, files_in
 from conformance.check import Outcome, check_case, quiet, reference_of
 from conformance.explore import drawn, minimize
 from conformance.failures import conform_command, save
@@ -45,6 +45,13 @@ def available_backends() -> list[str]:
     return out + ["gpu"]
 
 
+def chosen_cases(args: argparse.Namespace) -> list[Case]:
+    """The programs named on the command line, else the corpus and the shared examples."""
+    if args.programs:
+        return [c for f in files_in(args.programs) for c in cases_of(f, "files", args.seed)]
+    return bundled_cases(args.seed)
+
+
 def conform(args: argparse.Namespace) -> int:
     with quiet():
         return mutants(args) if args.mutants else suite(args)
@@ -53,10 +60,7 @@ def conform(args: argparse.Namespace) -> int:
 def suite(args: argparse.Namespace) -> int:
     world = mpi_world()
     backends = args.backend or available_backends()
-    if args.programs:
-        cases = [c for f in files_in(args.programs) for c in cases_of(f, "files", args.seed)]
-    else:
-        cases = [] if args.no_corpus else bundled_cases(args.seed)
+    cases = [] if args.no_corpus and not args.programs else chosen_cases(args)
     progress = Progress(len(cases) + args.cases, world, args.verbose)
     start = time.monotonic()
     outcomes: list[Outcome] = []
@@ -98,8 +102,7 @@ def _saved(outcome: Outcome, directory: Path) -> str:
 def mutants(args: argparse.Namespace) -> int:
     from conformance.teeth import hunt, table
 
-    cases = [c for f in files_in(args.programs) for c in cases_of(f, "files", args.seed)] if args.programs \
-        else bundled_cases(args.seed)
+    cases = chosen_cases(args)
     kills = hunt(cases + [c for index in range(args.cases) for c in drawn(args.seed, index)])
     say(table(kills))
     return 0 if all(k.killed for k in kills) else 1

@@ -56,14 +56,13 @@ def shrink(choices: Choices, fails: Callable[[Choices], Choices | None], spans: 
     returns the draws actually used when the case fails as before, else None;
     `spans(c)` says which runs of draws make one item of a list (an equation,
     a mesh), the first thing to try deleting."""
-    best = choices
-    budget = [tries]
+    best, budget = choices, tries
 
     def attempt(candidate: Choices) -> bool:
-        nonlocal best
-        if budget[0] <= 0 or not _simpler(candidate, best):
+        nonlocal best, budget
+        if budget <= 0 or not _simpler(candidate, best):
             return False
-        budget[0] -= 1
+        budget -= 1
         used = fails(candidate)
         if used is not None and _simpler(used, best):
             best = used
@@ -71,7 +70,7 @@ def shrink(choices: Choices, fails: Callable[[Choices], Choices | None], spans: 
         return False
 
     improved = True
-    while improved and budget[0] > 0:
+    while improved and budget > 0:
         improved = False
         for start, end in sorted(spans(best), key=lambda se: se[0] - se[1]):  # the longest first
             if end <= len(best) and attempt(best[:start] + best[end:]):

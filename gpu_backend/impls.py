@@ -19,7 +19,7 @@ from gpu_backend.device import cuda
 from gpu_backend.kernels import copy_into, elementwise
 from gpu_backend.matmul import matmul_into
 from gpu_backend.reduce import reduce_into
-from interp.impls import _scalar as scalar_value
+from interp.impls import scalar_value
 from interp.spmd import slice_block
 from refir import ops
 from refir.lower import Step

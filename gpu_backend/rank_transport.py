@@ -26,7 +26,7 @@ from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.kernels import copy_into, laid_out
 from gpu_backend.transports import Buffers, DeviceArrays
 from interp.collectives import block_index
-from interp.mpi_transport import MpiTransport, wait
+from interp.mpi_transport import MpiTransport
 from interp.transport import rank_part
 from refir import ops
 from refir.tables import registrar
@@ -34,7 +34,6 @@ from refir.teams import Team
 from refir.types import TensorType
 
 Arr = Any  # a 1-D device array
-HEADER_TAG = 21
 
 
 class Wire(Protocol):
@@ -221,13 +220,10 @@ def _send_recv(t: RankTransport, op: ops.SendRecv, team: Team, x: Buf, src: Tens
     (s,), (r,) = team.senders, team.receivers
     if s == r:
         return x
-    comm = t.mpi.comm
     if t.rank == s:
-        wait(comm.Isend(np.array(x.shape, np.int64), dest=r, tag=HEADER_TAG), "a shape header")
+        t.mpi.send_shape(x.shape, r)
         t.wire.p2p([(r, laid_out(x, dst.order).flat())], [])
         return None
-    header = np.empty(src.rank, np.int64)
-    wait(comm.Irecv(header, source=s, tag=HEADER_TAG), "a shape header")
-    got = DeviceBuffer.empty(tuple(int(n) for n in header), src.np_dtype, dst.order)
+    got = DeviceBuffer.empty(t.mpi.recv_shape(s, src.rank), src.np_dtype, dst.order)
     t.wire.p2p([], [(s, got.flat())])
     return got

@@ -132,12 +132,13 @@ def fold(kind: str, parts: list[np.ndarray]) -> np.ndarray:
 
 def compute(op: object, args: list[object], dtype: np.dtype) -> np.ndarray:
     """Apply `op`; scalar operands take the tensor dtype (integers wrap)."""
-    values = [a if isinstance(a, np.ndarray) else _scalar(a, dtype) for a in args]
+    values = [a if isinstance(a, np.ndarray) else scalar_value(a, dtype) for a in args]
     with np.errstate(all="ignore"):
         return IMPLS[type(op)](op, *values)
 
 
-def _scalar(value: object, dtype: np.dtype) -> np.ndarray:
+def scalar_value(value: object, dtype: np.dtype) -> np.ndarray:
+    """A scalar operand (literal or symbol value) in the tensor dtype; integers wrap."""
     if dtype.kind in "iu" and isinstance(value, int):  # wrap any Python int, however large
         bits = 8 * dtype.itemsize
         value %= 1 << bits

@@ -26,6 +26,7 @@ from refir.teams import Team
 from refir.types import TensorType
 
 TIMEOUT_S = float(os.environ.get("REFIR_MPI_TIMEOUT", "120"))
+HEADER_TAG, DATA_TAG = 11, 12  # point-to-point: a block's shape, then its bytes
 
 
 def wait(req: MPI.Request | list[MPI.Request], what: str = "a communication") -> None:
@@ -86,6 +87,15 @@ class MpiTransport:
 
     # ---- building blocks ---------------------------------------------------------------
 
+    def send_shape(self, shape: tuple[int, ...], dest: int) -> None:
+        """Tell a point-to-point receiver, who may know no symbol, what it gets."""
+        wait(self.comm.Isend(np.array(shape, np.int64), dest=dest, tag=HEADER_TAG), "a shape header")
+
+    def recv_shape(self, source: int, rank: int) -> tuple[int, ...]:
+        header = np.empty(rank, np.int64)
+        wait(self.comm.Irecv(header, source=source, tag=HEADER_TAG), "a shape header")
+        return tuple(int(n) for n in header)
+
     def shape_from(self, comm: MPI.Comm, root: int, x: np.ndarray | None, rank: int) -> tuple[int, ...]:
         """The shape of the root's buffer, for members that hold none."""
         header = np.array(x.shape if x is not None else [0] * rank, np.int64)
@@ -128,26 +138,26 @@ rule = registrar(MPI_RULES)
 
 @rule(ops.Allgather)
 def _allgather(t: MpiTransport, op: ops.Allgather, team: Team, x: Arr, src: TensorType,
-        dst: TensorType) -> Arr:
+               dst: TensorType) -> Arr:
     return np.concatenate(t.allgather(t.team_comm(team.devices), x, op.axis), axis=op.axis)
 
 
 @rule(ops.Allreduce)
 def _allreduce(t: MpiTransport, op: ops.Allreduce, team: Team, x: Arr, src: TensorType,
-        dst: TensorType) -> Arr:
+               dst: TensorType) -> Arr:
     return fold(op.kind, t.allgather(t.team_comm(team.devices), x, 0))
 
 
 @rule(ops.ReduceScatter)
 def _reduce_scatter(t: MpiTransport, op: ops.ReduceScatter, team: Team, x: Arr, src: TensorType,
-        dst: TensorType) -> Arr:
+                    dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
     return fold(op.kind, t.alltoall(comm, split(x, comm.size, op.axis)))
 
 
 @rule(ops.AllToAll)
 def _all_to_all(t: MpiTransport, op: ops.AllToAll, team: Team, x: Arr, src: TensorType,
-        dst: TensorType) -> Arr:
+                dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
     return np.concatenate(t.alltoall(comm, split(x, comm.size, op.split_axis)), axis=op.concat_axis)
 
@@ -166,21 +176,21 @@ def _gathered(t: MpiTransport, team: Team, x: Arr, src: TensorType) -> list[np.n
 
 @rule(ops.Gather)
 def _gather(t: MpiTransport, op: ops.Gather, team: Team, x: Arr, src: TensorType,
-        dst: TensorType) -> Arr:
+            dst: TensorType) -> Arr:
     blocks = _gathered(t, team, x, src)
     return np.concatenate(blocks, axis=op.axis) if blocks else None
 
 
 @rule(ops.Reduce)
 def _reduce(t: MpiTransport, op: ops.Reduce, team: Team, x: Arr, src: TensorType,
-        dst: TensorType) -> Arr:
+            dst: TensorType) -> Arr:
     blocks = _gathered(t, team, x, src)
     return fold(op.kind, blocks) if blocks else None
 
 
 @rule(ops.Broadcast)
 def _broadcast(t: MpiTransport, op: ops.Broadcast, team: Team, x: Arr, src: TensorType,
-        dst: TensorType) -> Arr:
+               dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
     shape = t.shape_from(comm, 0, x, src.rank)
     buf = to_bytes(x) if x is not None else np.empty(int(np.prod(shape)) * src.np_dtype.itemsize, np.uint8)
@@ -190,7 +200,7 @@ def _broadcast(t: MpiTransport, op: ops.Broadcast, team: Team, x: Arr, src: Tens
 
 @rule(ops.Scatter)
 def _scatter(t: MpiTransport, op: ops.Scatter, team: Team, x: Arr, src: TensorType,
-        dst: TensorType) -> Arr:
+             dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
     whole = t.shape_from(comm, 0, x, src.rank)
     n = len(team.receivers)
@@ -213,17 +223,15 @@ def _scatter(t: MpiTransport, op: ops.Scatter, team: Team, x: Arr, src: TensorTy
 
 @rule(ops.SendRecv)
 def _send_recv(t: MpiTransport, op: ops.SendRecv, team: Team, x: Arr, src: TensorType,
-        dst: TensorType) -> Arr:
+               dst: TensorType) -> Arr:
     (s,), (r,) = team.senders, team.receivers
     if s == r:
         return x
     if t.rank == s:
-        header = np.array(x.shape, np.int64)
-        wait([t.comm.Isend(header, dest=r, tag=11), t.comm.Isend(to_bytes(x), dest=r, tag=12)], "a send")
+        t.send_shape(x.shape, r)
+        wait(t.comm.Isend(to_bytes(x), dest=r, tag=DATA_TAG), "a send")
         return None
-    header = np.empty(src.rank, np.int64)
-    wait(t.comm.Irecv(header, source=s, tag=11), "a receive")
-    shape = tuple(int(n) for n in header)
+    shape = t.recv_shape(s, src.rank)
     buf = np.empty(int(np.prod(shape)) * src.np_dtype.itemsize, np.uint8)
-    wait(t.comm.Irecv(buf, source=s, tag=12), "a receive")
+    wait(t.comm.Irecv(buf, source=s, tag=DATA_TAG), "a receive")
     return from_bytes(buf, shape, src.np_dtype)
