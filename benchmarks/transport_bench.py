@@ -59,7 +59,7 @@ def measure(transport: MpiTransport, mesh: Mesh, elems: int) -> list[tuple[str, 
 def main() -> None:
     comm = MPI.COMM_WORLD
     mesh = Mesh("m", (comm.size,), tuple(range(comm.size)))
-    transport = MpiTransport(comm)
+    transport = MpiTransport()
     rows = [r for elems in (1 << 10, 1 << 14, 1 << 18, 1 << 20) for r in measure(transport, mesh, elems)]
     if comm.rank == 0:
         lines = [f"{comm.size} ranks, float32, best of 7", "",

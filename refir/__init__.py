@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from refir.errors import InputError, MismatchError, ParseError, RefirError, RunError, VerifyError
@@ -19,7 +20,7 @@ from refir.verify import verify
 
 __all__ = [
     "InputError", "MismatchError", "ParseError", "Program", "RefirError", "RunError", "RunResult", "VerifyError",
-    "load", "parse", "print_program", "run", "verify",
+    "close", "load", "parse", "print_program", "run", "verify",
 ]
 
 
@@ -33,3 +34,12 @@ def load(source: str | Path) -> Program:
             raise InputError(f"cannot read {path}: {exc.strerror}") from exc
         return parse(text, str(path))
     return parse(source)
+
+
+def close() -> None:
+    """Free the communicators (MPI's, NCCL's) that runs under MPI keep for the
+    life of the process; every rank calls it. A later run makes new ones, and
+    exit frees them anyway. Without MPI there is nothing to free."""
+    mpi = sys.modules.get("refir.mpi")
+    if mpi is not None:
+        mpi.COMMS.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -69,6 +69,16 @@ def resolve_world(checked: Checked, world: int | None) -> World:
     return local_world(size)
 
 
+def backend_world(world: World) -> World:
+    """The world a backend runs in: under MPI, with refir's own communicator
+    (refir.mpi.COMMS), so that its messages never meet the caller's."""
+    if world.comm is None:
+        return world
+    from refir.mpi import COMMS
+
+    return replace(world, comm=COMMS.world())
+
+
 def shard_inputs(checked: Checked, inputs: dict[str, np.ndarray], hosted: tuple[int, ...]) -> Shards:
     shards: Shards = {}
     for p in checked.func.params:
@@ -124,10 +134,23 @@ def assemble(t: TensorType, buffers: dict[int, Any], bindings: dict[str, int],
 
 
 def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
-                   world: World) -> tuple[dict[str, np.ndarray], Shards]:
-    """Whole results from per-device blocks; replicas must agree bit for bit."""
-    if world.comm is not None:
-        shards = share_shards(checked, shards, world)
+                   world: World, everywhere: bool = False) -> tuple[dict[str, np.ndarray], Shards]:
+    """Whole results from per-device blocks; replicas must agree bit for bit.
+    Under MPI on rank 0 only, unless `everywhere` (other ranks keep their own buffers)."""
+    if world.comm is None:
+        return assemble_outputs(checked, shards, bindings), shards
+    from refir.mpi import COMMS, agreed
+    from refir.ranks import collect_results
+
+    shards = collect_results(shards, world, everywhere)
+    if not (everywhere or world.is_root):
+        agreed(COMMS.world(), "rank 0 to assemble the results", lambda: None)
+        return {}, shards
+    return agreed(COMMS.world(), "rank 0 to assemble the results",
+                  lambda: assemble_outputs(checked, shards, bindings)), shards
+
+
+def assemble_outputs(checked: Checked, shards: Shards, bindings: dict[str, int]) -> dict[str, np.ndarray]:
     outputs = {}
     for r in checked.func.results:
         t = checked.types[r]
@@ -145,45 +168,63 @@ def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
                                 "hold different values for the same block")
         assert got.whole is not None
         outputs[r] = got.whole
-    return outputs, shards
+    return outputs
 
 
 def share_shards(checked: Checked, shards: Shards, world: World) -> Shards:
-    """Every rank's result buffers on every rank, strides preserved: each buffer
-    travels dense in its memory order, with that order."""
-    mine = {
-        r: {d: (np.transpose(x, _order(x)).copy(order="C"), _order(x)) for d, x in bufs.items()}
-        for r, bufs in shards.items()
-    }
-    merged: Shards = {r: {} for r in checked.func.results}
-    for part in world.comm.allgather(mine):
-        for r, bufs in part.items():
-            for d, (dense, order) in bufs.items():
-                merged[r][d] = dense.transpose(np.argsort(order))
-    return merged
+    """Every rank's result buffers on every rank, strides preserved."""
+    from refir.ranks import collect_results
 
-
-def _order(x: np.ndarray) -> tuple[int, ...]:
-    """Axes from the largest stride to the smallest. An extent-1 axis goes inside
-    an axis of equal stride, so that a dense buffer comes back with its very strides."""
-    return tuple(sorted(range(x.ndim), key=lambda a: (-abs(x.strides[a]), x.shape[a] == 1, a)))
+    return collect_results({r: shards.get(r, {}) for r in checked.func.results}, world, everywhere=True)
 
 
 def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", world: int | None = None,
-        func: str | None = None) -> RunResult:
-    """Run `program` on global `inputs`; see RunResult."""
+        func: str | None = None, everywhere: bool = False) -> RunResult:
+    """Run `program` on global `inputs`; see RunResult.
+
+    Under MPI (one rank per process) rank 0 must be given the inputs; another
+    rank given none receives only its devices' blocks from rank 0. Rank 0
+    alone gets `outputs` and every device's buffer in `shards` (each other rank
+    its own buffers), unless `everywhere` asks for them on every rank."""
     from refir import load
 
     if not isinstance(program, Program):
         program = load(program)
     checked = verify(program, func)
-    bindings = bind_inputs(checked, inputs)
-    if backend == "global":
-        from interp.global_eval import eval_global
+    mpi = mpi_world()
+    if mpi is None:
+        bindings = bind_inputs(checked, inputs)
+    else:
+        from refir.ranks import settle_bindings
 
-        return RunResult(eval_global(checked, inputs, bindings), {}, "global", None, bindings)
-    w = resolve_world(checked, world)
-    lowered = lower(checked)
-    shards = backend_named(backend)(lowered, shard_inputs(checked, inputs, w.hosted), bindings, w)
-    outputs, shards = gather_outputs(checked, shards, bindings, w)
+        bindings, needy = settle_bindings(checked, inputs, mpi)
+    if backend == "global":
+        return RunResult(_global(checked, inputs, bindings, mpi, everywhere), {}, "global", None, bindings)
+    if mpi is None:
+        w, lowered = resolve_world(checked, world), lower(checked)
+        local = shard_inputs(checked, inputs, w.hosted)
+    else:
+        from refir.mpi import COMMS, agreed
+        from refir.ranks import deliver_inputs
+
+        w, lowered = agreed(COMMS.world(), "every rank to lower the program",
+                            lambda: (resolve_world(checked, world), lower(checked)))
+        local = deliver_inputs(checked, inputs, bindings, w, needy)
+    shards = backend_named(backend)(lowered, local, bindings, backend_world(w))
+    outputs, shards = gather_outputs(checked, shards, bindings, w, everywhere)
     return RunResult(outputs, shards, backend, lowered, bindings)
+
+
+def _global(checked: Checked, inputs: dict[str, Any], bindings: dict[str, int], mpi: World | None,
+            everywhere: bool) -> dict[str, np.ndarray]:
+    """The global evaluator: under MPI, on rank 0 (shared if asked)."""
+    from interp.global_eval import eval_global
+
+    if mpi is None:
+        return eval_global(checked, inputs, bindings)
+    from refir.mpi import COMMS, agreed
+    from refir.ranks import share_arrays
+
+    outputs = agreed(COMMS.world(), "rank 0 to evaluate the program",
+                     lambda: eval_global(checked, inputs, bindings) if mpi.is_root else {})
+    return share_arrays(outputs, COMMS.world()) if everywhere else outputs

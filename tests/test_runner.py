@@ -14,8 +14,7 @@ from interp.transport import InProcess
 from refir.errors import InputError, MismatchError, RunError
 from refir.inputs import default_bindings, draw_inputs
 from refir.lower import lower
-from refir.runner import _order
-from refir.types import materialize
+from refir.types import materialize, memory_order, receive_into, wire_bytes
 
 LAYOUTS = EXAMPLES[[p.stem for p in EXAMPLES].index("layouts")]
 TWO_MESHES = EXAMPLES[[p.stem for p in EXAMPLES].index("two_meshes")]
@@ -236,11 +235,12 @@ def test_run_error_names_the_equation_and_rank():
 @given(st.lists(st.integers(0, 3), min_size=0, max_size=4).flatmap(
     lambda shape: st.tuples(st.just(tuple(shape)), st.permutations(list(range(len(shape)))))))
 def test_a_dense_buffer_travels_and_comes_back_with_its_very_strides(case):
-    """What runner.share_shards does for each buffer under MPI: dense in its own order, then back."""
+    """What refir.ranks does for each buffer under MPI: its bytes dense in its own order, then back."""
     shape, order = case
     x = materialize(np.arange(int(np.prod(shape)), dtype=np.int16).reshape(shape), tuple(order))
-    o = _order(x)
-    back = np.transpose(x, o).copy(order="C").transpose(np.argsort(o))
+    o = memory_order(x)
+    back, buf = receive_into(x.shape, x.dtype, o)
+    buf[...] = wire_bytes(x, o)
     assert np.array_equal(back, x)
     assert back.strides == x.strides or x.size == 0
 

@@ -1,0 +1,147 @@
+"""Inputs out to the ranks and results back, when each rank is an MPI process.
+
+Rank 0 holds the global inputs. A rank given the inputs too slices its own
+blocks from them (views, as in one process); a rank given none receives from
+rank 0 exactly the blocks its devices need, dense in their declared layout.
+Results come back to rank 0 only (every rank, when asked): each buffer travels
+as raw bytes, dense in its own memory order, with that order, so that its
+strides are restored on arrival. Nothing large is pickled; every wait is
+bounded (refir.mpi.wait), and errors are agreed so that every rank stops alike.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from refir.bindings import bind_inputs
+from refir.errors import InputError
+from refir.mpi import COMMS, agreed, allgather_obj, bcast_obj, fault, wait
+from refir.types import block_slices, global_shape, memory_order, receive_into, wire_bytes
+from refir.verify import Checked
+from refir.world import World
+
+Shards = dict[str, dict[int, np.ndarray]]
+INPUT_TAG, RESULT_TAG = 41, 42
+
+
+def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, ...]:
+    return tuple(len(range(*s.indices(n))) for s, n in zip(index, shape)) + shape[len(index):]
+
+
+# ---- inputs ----------------------------------------------------------------------------
+
+def settle_bindings(checked: Checked, inputs: dict[str, np.ndarray], world: World) -> tuple[dict[str, int], list[int]]:
+    """Rank 0's bindings on every rank, and the ranks that were given no inputs."""
+    comm = COMMS.world()
+
+    def check() -> dict[str, int] | None:
+        if world.is_root and not inputs:
+            raise InputError("under MPI, rank 0 must be given the inputs (other ranks may be given none)")
+        return bind_inputs(checked, inputs) if inputs else None
+
+    every = allgather_obj(comm, agreed(comm, "every rank to check its inputs", check), "the inputs' extents")
+    differ = [k for k, b in enumerate(every) if b is not None and b != every[0]]
+    if differ:
+        error = InputError(f"rank {differ[0]} was given inputs of other extents than rank 0's "
+                           f"({every[differ[0]]} against {every[0]})")
+        error.agreed = True  # type: ignore[attr-defined]
+        raise error
+    return every[0], [k for k, b in enumerate(every) if b is None]
+
+
+def deliver_inputs(checked: Checked, inputs: dict[str, np.ndarray], bindings: dict[str, int], world: World,
+                   needy: list[int]) -> Shards:
+    """Each needy rank's blocks, from rank 0; other ranks keep their own."""
+    from refir.runner import shard_inputs
+
+    comm = COMMS.world()
+    fault("inputs")
+    shards: Shards = shard_inputs(checked, inputs, world.hosted) if inputs else {}
+    reqs: list[MPI.Request] = []
+    for p in checked.func.params:
+        t = p.type
+        shape = global_shape(t, bindings)
+        for k in needy:
+            if k not in t.mesh:
+                continue
+            index = block_slices(t, k, shape)
+            if world.is_root:
+                reqs.append(comm.Isend(wire_bytes(inputs[p.name][index + (Ellipsis,)], t.order), dest=k,
+                                       tag=INPUT_TAG))
+            elif k == world.rank:
+                x, buf = receive_into(block_shape(shape, index), t.np_dtype, t.order)
+                reqs.append(comm.Irecv(buf, source=0, tag=INPUT_TAG))
+                shards.setdefault(p.name, {})[k] = x
+    for p in checked.func.params:
+        shards.setdefault(p.name, {})
+    wait(reqs, "the inputs from rank 0" if not world.is_root else "ranks to take their inputs")
+    return shards
+
+
+# ---- results ---------------------------------------------------------------------------
+
+def collect_results(shards: Shards, world: World, everywhere: bool = False) -> Shards:
+    """Every rank's result buffers on rank 0 (on every rank if `everywhere`),
+    strides preserved; a rank's own buffers stay as they are."""
+    comm = COMMS.world()
+    fault("gather")
+    mine = [(name, d, x) for name, bufs in shards.items() for d, x in bufs.items()]
+    header = [(name, d, x.shape, x.dtype.str, memory_order(x)) if isinstance(x, np.ndarray) else (name, d, None)
+              for name, d, x in mine]
+    headers = gather_obj(comm, header)
+    reqs: list[MPI.Request] = []
+    merged: Shards = {name: dict(bufs) for name, bufs in shards.items()}
+    if world.is_root:
+        for k, part in enumerate(headers):
+            for entry in part if k else []:
+                name, d = entry[0], entry[1]
+                if entry[2] is None:
+                    merged.setdefault(name, {})[d] = None
+                    continue
+                x, buf = receive_into(entry[2], np.dtype(entry[3]), entry[4])
+                reqs.append(comm.Irecv(buf, source=k, tag=RESULT_TAG))
+                merged.setdefault(name, {})[d] = x
+    else:
+        reqs = [comm.Isend(wire_bytes(x, memory_order(x)), dest=0, tag=RESULT_TAG)
+                for _, _, x in mine if isinstance(x, np.ndarray)]
+    wait(reqs, "the results on rank 0" if world.is_root else "rank 0 to take the results")
+    return share_from_root(merged, comm) if everywhere else merged
+
+
+def gather_obj(comm: MPI.Comm, obj: object) -> list:
+    """Small values of every rank on rank 0 (within the timeout); [] elsewhere.
+    An allgather: headers are a few hundred bytes, and every rank learns that
+    all have come this far."""
+    every = allgather_obj(comm, obj, "every rank's result headers")
+    return every if comm.rank == 0 else []
+
+
+def share_from_root(shards: Shards, comm: MPI.Comm) -> Shards:
+    """Rank 0's buffers on every rank, strides preserved (for results asked everywhere)."""
+    entries = [(name, d, x.shape, x.dtype.str, memory_order(x)) if isinstance(x, np.ndarray) else (name, d, None)
+               for name, bufs in shards.items() for d, x in bufs.items()] if comm.rank == 0 else None
+    entries = bcast_obj(comm, entries, 0, "rank 0's result headers")
+    out: Shards = {}
+    reqs = []
+    for entry in entries:
+        name, d = entry[0], entry[1]
+        if entry[2] is None:
+            out.setdefault(name, {})[d] = None
+            continue
+        if comm.rank == 0:
+            x = shards[name][d]
+            buf = wire_bytes(x, entry[4])
+        else:
+            x, buf = receive_into(entry[2], np.dtype(entry[3]), entry[4])
+        reqs.append(comm.Ibcast(buf, root=0))
+        out.setdefault(name, {})[d] = x
+    wait(reqs, "the results from rank 0")
+    return out
+
+
+def share_arrays(arrays: dict[str, np.ndarray] | None, comm: MPI.Comm) -> dict[str, np.ndarray]:
+    """Rank 0's named arrays on every rank."""
+    got = share_from_root({"": dict(enumerate(arrays.values()))} if comm.rank == 0 else {}, comm)
+    names = bcast_obj(comm, list(arrays) if comm.rank == 0 else None, 0, "result names")
+    return {n: got.get("", {})[k] for k, n in enumerate(names)}
