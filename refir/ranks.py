@@ -81,12 +81,15 @@ def deliver_inputs(checked: Checked, inputs: dict[str, np.ndarray], bindings: di
 
 # ---- results ---------------------------------------------------------------------------
 
-def collect_results(shards: Shards, world: World, everywhere: bool = False) -> Shards:
-    """Every rank's result buffers on rank 0 (on every rank if `everywhere`),
-    strides preserved; a rank's own buffers stay as they are."""
+def collect_results(shards: Shards, world: World, wanted: set[tuple[str, int]] | None) -> Shards:
+    """Result buffers of other ranks on rank 0: the `wanted` (result, device)
+    ones, or with None every one, and then on every rank. Strides are kept; a
+    rank's own buffers stay as they are. A buffer the backend did not return is
+    reported (as None) even when not wanted."""
     comm = COMMS.world()
     fault("gather")
-    mine = [(name, d, x) for name, bufs in shards.items() for d, x in bufs.items()]
+    mine = [(name, d, x) for name, bufs in shards.items() for d, x in bufs.items()
+            if wanted is None or (name, d) in wanted or not isinstance(x, np.ndarray)]
     header = [(name, d, x.shape, x.dtype.str, memory_order(x)) if isinstance(x, np.ndarray) else (name, d, None)
               for name, d, x in mine]
     headers = gather_obj(comm, header)
@@ -106,7 +109,7 @@ def collect_results(shards: Shards, world: World, everywhere: bool = False) -> S
         reqs = [comm.Isend(wire_bytes(x, memory_order(x)), dest=0, tag=RESULT_TAG)
                 for _, _, x in mine if isinstance(x, np.ndarray)]
     wait(reqs, "the results on rank 0" if world.is_root else "rank 0 to take the results")
-    return share_from_root(merged, comm) if everywhere else merged
+    return share_from_root(merged, comm) if wanted is None else merged
 
 
 def gather_obj(comm: MPI.Comm, obj: object) -> list:

@@ -9,7 +9,7 @@ backend laid them out.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -106,55 +106,93 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def assemble(t: TensorType, buffers: dict[int, Any], bindings: dict[str, int],
-             same: Callable[[np.ndarray, np.ndarray], bool] = same_bits) -> Assembled:
-    """The global array of type `t` from each device's block; devices holding
-    copies of one block must hold the `same` values."""
+             same: Callable[[np.ndarray, np.ndarray], bool] = same_bits,
+             devices: Collection[int] | None = None) -> Assembled:
+    """The global array of type `t` from each device's block (of `devices`, by
+    default all of the mesh); devices holding copies of one block must hold the
+    `same` values. A single C-contiguous block that is the whole array is
+    returned as it is, not copied."""
     whole = np.zeros(global_shape(t, bindings), t.np_dtype)
     out = Assembled(whole)
     owner: dict[tuple, int] = {}
-    keys = set()
+    firsts: list[tuple[tuple[slice, ...], np.ndarray]] = []
     for d in t.mesh.devices:
+        if devices is not None and d not in devices:
+            continue
         index = block_slices(t, d, whole.shape)
         key = tuple((s.start, s.stop) for s in index)
-        keys.add(key)
         block = buffers.get(d)
         if not isinstance(block, np.ndarray):
             out.missing.append(d)
         elif block.shape != whole[index].shape or block.dtype != whole.dtype:
             out.misshapen.append(d)
         elif key in owner:
-            if not same(block, whole[index]):
+            if not same(block, buffers[owner[key]]):
                 out.disagree.append((owner[key], d))
         else:
             owner[key] = d
-            whole[index] = block
-    if len(owner) < len(keys):
+            firsts.append((index, block))
+    if len(owner) < len(blocks_of(t, whole.shape)):
         out.whole = None
+    elif len(firsts) == 1 and firsts[0][1].flags.c_contiguous:
+        out.whole = firsts[0][1]
+    else:
+        for index, block in firsts:
+            whole[index] = block
     return out
+
+
+def block_key(t: TensorType, d: int, shape: tuple[int, ...]) -> tuple:
+    """Which block of a global array of type `t` device `d` holds, as (start, stop) per axis."""
+    return tuple((s.start, s.stop) for s in block_slices(t, d, shape))
+
+
+def blocks_of(t: TensorType, shape: tuple[int, ...]) -> set[tuple]:
+    return {block_key(t, d, shape) for d in t.mesh.devices}
+
+
+def root_blocks(checked: Checked, bindings: dict[str, int]) -> set[tuple[str, int]]:
+    """The (result, device) buffers rank 0 lacks to assemble every result:
+    each block device 0 does not hold, from the first device that holds it."""
+    wanted = set()
+    for r in checked.func.results:
+        t = checked.types[r]
+        shape = global_shape(t, bindings)
+        held = {block_key(t, 0, shape)} if 0 in t.mesh else set()
+        for d in t.mesh.devices:
+            if block_key(t, d, shape) not in held:
+                held.add(block_key(t, d, shape))
+                wanted.add((r, d))
+    return wanted
 
 
 def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
                    world: World, everywhere: bool = False) -> tuple[dict[str, np.ndarray], Shards]:
     """Whole results from per-device blocks; replicas must agree bit for bit.
-    Under MPI on rank 0 only, unless `everywhere` (other ranks keep their own buffers)."""
+    Under MPI, on rank 0 only, from the blocks it lacks (replicas elsewhere are
+    neither shipped nor compared); with `everywhere`, every device's buffer on
+    every rank, replicas compared."""
     if world.comm is None:
         return assemble_outputs(checked, shards, bindings), shards
     from refir.mpi import COMMS, agreed
     from refir.ranks import collect_results
 
-    shards = collect_results(shards, world, everywhere)
+    shards = collect_results(shards, world, None if everywhere else root_blocks(checked, bindings))
     if not (everywhere or world.is_root):
         agreed(COMMS.world(), "rank 0 to assemble the results", lambda: None)
         return {}, shards
     return agreed(COMMS.world(), "rank 0 to assemble the results",
-                  lambda: assemble_outputs(checked, shards, bindings)), shards
+                  lambda: assemble_outputs(checked, shards, bindings, partial=not everywhere)), shards
 
 
-def assemble_outputs(checked: Checked, shards: Shards, bindings: dict[str, int]) -> dict[str, np.ndarray]:
+def assemble_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
+                     partial: bool = False) -> dict[str, np.ndarray]:
+    """Every result from `shards`: every device's buffer, or where `partial`
+    those at hand (at least one of each block)."""
     outputs = {}
     for r in checked.func.results:
         t = checked.types[r]
-        got = assemble(t, shards.get(r, {}), bindings)
+        got = assemble(t, shards.get(r, {}), bindings, devices=set(shards.get(r, {})) if partial else None)
         if got.missing:
             raise RunError(f"the backend returned no buffer of {r!r} for device {got.missing[0]}")
         if got.misshapen:
@@ -166,7 +204,8 @@ def assemble_outputs(checked: Checked, shards: Shards, bindings: dict[str, int])
             first, d = got.disagree[0]
             raise MismatchError(f"replicas of {r!r} disagree: device {first} and device {d} "
                                 "hold different values for the same block")
-        assert got.whole is not None
+        if got.whole is None:
+            raise RunError(f"no device returned every block of {r!r}")
         outputs[r] = got.whole
     return outputs
 
@@ -175,7 +214,7 @@ def share_shards(checked: Checked, shards: Shards, world: World) -> Shards:
     """Every rank's result buffers on every rank, strides preserved."""
     from refir.ranks import collect_results
 
-    return collect_results({r: shards.get(r, {}) for r in checked.func.results}, world, everywhere=True)
+    return collect_results({r: shards.get(r, {}) for r in checked.func.results}, world, None)
 
 
 def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", world: int | None = None,

@@ -3,7 +3,9 @@
     mpiexec -n W python tests/mpi_driver.py BATCH.pkl RESULT.pkl
 
 BATCH.pkl is a list of jobs `{"name", "program" (text), "inputs" (global arrays)}`,
-optionally `"root_inputs": True` (ranks other than 0 are given no inputs).
+optionally `"root_inputs": True` (ranks other than 0 are given no inputs) and
+`"everywhere": False` (results on rank 0 only, refir.run's default; the driver
+otherwise asks for every buffer on every rank).
 Each job runs on spmd, one rank per process. Rank 0 writes RESULT.pkl: per job,
 the global outputs, every device's result buffer with its strides, both as the
 runner returns it and as the rank that computed it held it, the input blocks
@@ -65,18 +67,19 @@ def main(batch_path, result_path):
         inputs = job["inputs"] if world.is_root or not job.get("root_inputs") else {}
         before = dict(COMMS.created)
         try:
-            r = run(program, inputs, backend="__main__:recording_spmd")
+            r = run(program, inputs, backend="__main__:recording_spmd", everywhere=job.get("everywhere", True))
         except RefirError as exc:
             results[job["name"]] = {"error": f"{type(exc).__name__}: {exc}"}
             continue
         created = {k: n - before.get(k, 0) for k, n in COMMS.created.items()}
-        held = world.comm.gather((HELD.copy(), GIVEN.copy(), created), root=0)
+        held = world.comm.gather((HELD.copy(), GIVEN.copy(), created, sorted(r.outputs)), root=0)
         results[job["name"]] = {
             "outputs": r.outputs,
             "shards": {name: {d: (x.strides, x) for d, x in bufs.items()} for name, bufs in r.shards.items()},
             "held": {rank: part[0] for rank, part in enumerate(held or [])},
             "given": {rank: part[1] for rank, part in enumerate(held or [])},
             "created": {rank: part[2] for rank, part in enumerate(held or [])},
+            "outputs_on": {rank: part[3] for rank, part in enumerate(held or [])},
             "failures": check_expects(program, job["inputs"], r.outputs) if world.is_root else [],
         }
     ranks = world.comm.gather(world.hosted, root=0)

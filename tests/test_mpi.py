@@ -15,6 +15,7 @@ from helpers import EXAMPLES, ROOT, run_mpi
 import refir
 from refir.expect import check_expects
 from refir.inputs import default_bindings, draw_inputs
+from refir.runner import root_blocks
 
 DRIVER = str(ROOT / "tests" / "mpi_driver.py")
 BIGGER = {"allreduce_then_bias": {"D": 6, "K": 5, "M": 3, "N": 7}, "collectives": {"R": 8, "C": 12, "P": 4},
@@ -122,6 +123,8 @@ LATER_JOBS = [
         "  w: f32[8, 5] on q = set(v)\n  t = sum(v, dims=[0])\n  return w, t\n}\n", v=f32(8, 5, seed=5)),
     *({**_BY_NAME[n], "name": f"{n}:root_inputs", "root_inputs": True}
       for n in ("scatter", "send_recv", "grid", "reduce_scatter_column_major", "scatter_inner_column_major")),
+    *({**_BY_NAME[n], "name": f"{n}:root_only", "root_inputs": True, "everywhere": False}
+      for n in ("allgather", "grid", "grid_to_grid", "overlapping_meshes", "full_reduction_to_rank_0")),
 ]
 
 
@@ -221,7 +224,8 @@ def test_ranks_given_no_inputs_receive_only_their_blocks(world4, name):
     jobs, results = world4
     mpi = results[name]
     assert "error" not in mpi, mpi.get("error")
-    same_bits(mpi, jobs[name])
+    if jobs[name].get("everywhere", True):
+        same_bits(mpi, jobs[name])
     for rank, given in mpi["given"].items():
         for param, blocks in given.items():
             assert set(blocks) <= {rank}
@@ -231,6 +235,24 @@ def test_ranks_given_no_inputs_receive_only_their_blocks(world4, name):
                     assert memory == jobs[name]["inputs"][param].nbytes
                 else:  # the others hold their block and nothing more
                     assert memory == block_bytes, (rank, param)
+
+
+@pytest.mark.parametrize("name", [j["name"] for j in LATER_JOBS if j.get("everywhere") is False])
+def test_by_default_rank_0_alone_assembles_the_results(world4, name):
+    jobs, results = world4
+    mpi = results[name]
+    assert "error" not in mpi, mpi.get("error")
+    ref = refir.run(jobs[name]["program"], jobs[name]["inputs"], backend="spmd")
+    assert mpi["outputs_on"] == {0: sorted(ref.outputs), 1: [], 2: [], 3: []}
+    for out, value in ref.outputs.items():
+        got = mpi["outputs"][out]
+        assert got.dtype == value.dtype and got.tobytes() == value.tobytes(), out
+    lacked = root_blocks(ref.lowered.checked, ref.bindings)
+    for out, bufs in mpi["shards"].items():  # rank 0 keeps its own buffers, and got one of each other block
+        mesh = ref.lowered.checked.types[out].mesh
+        assert set(bufs) == {d for r, d in lacked if r == out} | ({0} if 0 in mesh else set()), out
+        for d, (strides, buf) in bufs.items():
+            assert strides == ref.shards[out][d].strides and buf.tobytes() == ref.shards[out][d].tobytes()
 
 
 def test_mpi_blocks_by_hand(world4):
