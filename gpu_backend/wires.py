@@ -20,15 +20,13 @@ the device, in team order).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
 from gpu_backend.device import cuda
 from interp.mpi_transport import MpiTransport
-from refir.errors import RunError
-from refir.mpi import COMMS, TIMEOUT_S, bcast_bytes, wait
+from refir.mpi import COMMS, bcast_bytes, poll, wait
 
 Arr = Any  # a 1-D contiguous device array
 DATA_TAG = 22
@@ -121,13 +119,7 @@ class NcclWire:
         """Wait, politely and within the timeout, for the GPU to finish `what`."""
         done = cuda.event(timing=False)
         done.record()
-        start = time.monotonic()
-        while not done.query():
-            waited = time.monotonic() - start
-            if waited > TIMEOUT_S:
-                raise RunError(f"rank {self.mpi.rank}: gave up waiting for {what} on the GPU after "
-                               f"{TIMEOUT_S:g} s (another rank failed or stopped responding)")
-            time.sleep(0 if waited < 5e-3 else 2e-4)
+        poll(done.query, f"{what} on the GPU")
 
     def native(self, kind: str, dtype: np.dtype) -> bool:
         exact = kind in ("sum", "prod") or (kind in ("max", "min") and dtype.kind in "iu")

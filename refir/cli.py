@@ -50,8 +50,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         from refir.mpi import COMMS, agreed
 
-        program, checked, inputs = agreed(COMMS.world(), "every rank to read the program",
-                                          lambda: _prepare(args, world.is_root))
+        (program, checked, inputs), _ = agreed(COMMS.world(), "every rank to read the program",
+                                               lambda: _prepare(args, world.is_root))
     result = refir.run(program, inputs, backend=args.backend, world=args.world, func=args.func)
     if world is not None and not world.is_root:
         return 0  # rank 0 has the results, and says what they are
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         if world is None:
             sys.stderr.write(f"error: {exc}\n")
             return 2
-        # An error every rank agreed on (refir.mpi.agree): rank 0 reports, all exit.
+        # An error every rank agreed on (refir.mpi.agreed): rank 0 reports, all exit.
         if getattr(exc, "agreed", False):
             if world.is_root:
                 sys.stderr.write(f"error: {exc}\n")

@@ -35,12 +35,11 @@ STAGGER_S = min(1.0, TIMEOUT_S / 8)
 HANDSHAKE_TAG = 31
 
 
-def wait(req: MPI.Request | list[MPI.Request], what: str = "a communication") -> None:
-    """Wait for requests with short sleeps, and give up after TIMEOUT_S."""
-    reqs = req if isinstance(req, list) else [req]
+def poll(done: Callable[[], bool], what: str) -> None:
+    """Call `done()` with short sleeps until it says so; give up after TIMEOUT_S."""
     start = time.monotonic()
     limit = TIMEOUT_S + STAGGER_S * MPI.COMM_WORLD.rank
-    while not MPI.Request.Testall(reqs):
+    while not done():
         waited = time.monotonic() - start
         if waited > limit:
             raise RunError(f"rank {MPI.COMM_WORLD.rank}: gave up waiting for {what} after {TIMEOUT_S:g} s "
@@ -48,6 +47,12 @@ def wait(req: MPI.Request | list[MPI.Request], what: str = "a communication") ->
         # Yield the core at once for the first few milliseconds (fast collectives
         # stay fast), then sleep: ranks that wait long should leave it to those working.
         time.sleep(0 if waited < 5e-3 else 2e-4)
+
+
+def wait(req: MPI.Request | list[MPI.Request], what: str = "a communication") -> None:
+    """Wait for requests, politely and within the timeout."""
+    reqs = req if isinstance(req, list) else [req]
+    poll(lambda: MPI.Request.Testall(reqs), what)
 
 
 def barrier(comm: MPI.Comm) -> None:
@@ -176,27 +181,51 @@ def bcast_obj(comm: MPI.Comm, obj: Any, root: int, what: str) -> Any:
     return pickle.loads(bcast_bytes(comm, data, root, what).tobytes())
 
 
-def agree(comm: MPI.Comm, error: RefirError | None, what: str) -> None:
-    """Raise on every rank if any rank met an error: a rank's own error, or on
-    the others an OtherRankError with the first failing rank's message. Either
-    is marked `agreed`: every rank stops alike, so rank 0 alone need say why."""
-    errors = allgather_obj(comm, None if error is None else (type(error).__name__, str(error)), what)
-    failed = [(k, e) for k, e in enumerate(errors) if e is not None]
-    if not failed:
-        return
-    if error is None:
-        k, (kind, message) = failed[0]
-        error = OtherRankError(f"rank {k} stopped with {kind}: {message}")
-    error.agreed = True  # type: ignore[attr-defined]
-    raise error
-
-
-def agreed(comm: MPI.Comm, what: str, step: Callable[[], Any]) -> Any:
-    """`step()` on every rank, then `agree` on its errors."""
+def agreed(comm: MPI.Comm, what: str, step: Callable[[], Any],
+           public: Callable[[Any], Any] = lambda _: None) -> tuple[Any, list[Any]]:
+    """`step()` on every rank, then one exchange: if any rank met a RefirError,
+    every rank raises (its own error, or an OtherRankError with the first
+    failing rank's message), marked `agreed`: every rank stops alike, so rank 0
+    alone need say why. Returns this rank's value and every rank's `public(value)`."""
     try:
-        out = step()
+        value, error = step(), None
     except RefirError as exc:
-        agree(comm, exc, what)
-        raise
-    agree(comm, None, what)
-    return out
+        value, error = None, exc
+    every = allgather_obj(comm, (None, public(value)) if error is None else ((type(error).__name__, str(error)), None),
+                          what)
+    failed = [(k, e) for k, (e, _) in enumerate(every) if e is not None]
+    if failed:
+        if error is None:
+            k, (kind, message) = failed[0]
+            error = OtherRankError(f"rank {k} stopped with {kind}: {message}")
+        raise as_agreed(error)
+    return value, [v for _, v in every]
+
+
+def as_agreed(error: RefirError) -> RefirError:
+    error.agreed = True  # type: ignore[attr-defined]
+    return error
+
+
+def recv_bytes(comm: MPI.Comm, source: int, tag: int, what: str) -> np.ndarray:
+    """One message of a length this rank does not know, within the timeout."""
+    status = MPI.Status()
+    found: list[MPI.Message | None] = [None]
+
+    def arrived() -> bool:
+        found[0] = comm.Improbe(source=source, tag=tag, status=status)
+        return found[0] is not None
+
+    poll(arrived, what)
+    buf = np.empty(status.Get_count(MPI.BYTE), np.uint8)
+    wait(found[0].Irecv(buf), what)
+    return buf
+
+
+def root_verdict(comm: MPI.Comm, error: RefirError | None, what: str) -> None:
+    """Rank 0's error (or none) on every rank: one small broadcast when all is well."""
+    failed = np.array([comm.rank == 0 and error is not None], np.int8)
+    wait(comm.Ibcast(failed, root=0), what)
+    if failed[0]:
+        text = bcast_obj(comm, (type(error).__name__, str(error)) if comm.rank == 0 else None, 0, what)
+        raise as_agreed(error if comm.rank == 0 else OtherRankError(f"rank 0 stopped with {text[0]}: {text[1]}"))

@@ -11,18 +11,22 @@ bounded (refir.mpi.wait), and errors are agreed so that every rank stops alike.
 
 from __future__ import annotations
 
+import pickle
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 from mpi4py import MPI
 
 from refir.bindings import bind_inputs
 from refir.errors import InputError
-from refir.mpi import COMMS, agreed, allgather_obj, bcast_obj, fault, wait
+from refir.mpi import COMMS, agreed, as_agreed, bcast_obj, fault, recv_bytes, wait
 from refir.types import block_slices, global_shape, memory_order, receive_into, wire_bytes
 from refir.verify import Checked
 from refir.world import World
 
 Shards = dict[str, dict[int, np.ndarray]]
-INPUT_TAG, RESULT_TAG = 41, 42
+INPUT_TAG, HEADER_TAG, RESULT_TAG = 41, 42, 43
 
 
 def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, ...]:
@@ -31,23 +35,25 @@ def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, 
 
 # ---- inputs ----------------------------------------------------------------------------
 
-def settle_bindings(checked: Checked, inputs: dict[str, np.ndarray], world: World) -> tuple[dict[str, int], list[int]]:
-    """Rank 0's bindings on every rank, and the ranks that were given no inputs."""
+def settle(checked: Checked, inputs: dict[str, np.ndarray], step: Callable[[], Any]) -> tuple[Any, dict[str, int],
+                                                                                        list[int]]:
+    """Check the inputs given to this rank and run `step()` (the world, the
+    lowering) on every rank, in one exchange: any error stops every rank, rank
+    0's bindings hold everywhere. Returns `step()`'s value, the bindings and the
+    ranks that were given no inputs."""
     comm = COMMS.world()
 
-    def check() -> dict[str, int] | None:
-        if world.is_root and not inputs:
+    def check() -> tuple[dict[str, int] | None, Any]:
+        if comm.rank == 0 and not inputs:
             raise InputError("under MPI, rank 0 must be given the inputs (other ranks may be given none)")
-        return bind_inputs(checked, inputs) if inputs else None
+        return (bind_inputs(checked, inputs) if inputs else None), step()
 
-    every = allgather_obj(comm, agreed(comm, "every rank to check its inputs", check), "the inputs' extents")
+    (_, value), every = agreed(comm, "every rank to check the program and its inputs", check, lambda v: v[0])
     differ = [k for k, b in enumerate(every) if b is not None and b != every[0]]
     if differ:
-        error = InputError(f"rank {differ[0]} was given inputs of other extents than rank 0's "
-                           f"({every[differ[0]]} against {every[0]})")
-        error.agreed = True  # type: ignore[attr-defined]
-        raise error
-    return every[0], [k for k, b in enumerate(every) if b is None]
+        raise as_agreed(InputError(f"rank {differ[0]} was given inputs of other extents than rank 0's "
+                                   f"({every[differ[0]]} against {every[0]})"))
+    return value, every[0], [k for k, b in enumerate(every) if b is None]
 
 
 def deliver_inputs(checked: Checked, inputs: dict[str, np.ndarray], bindings: dict[str, int], world: World,
@@ -85,39 +91,32 @@ def collect_results(shards: Shards, world: World, wanted: set[tuple[str, int]] |
     """Result buffers of other ranks on rank 0: the `wanted` (result, device)
     ones, or with None every one, and then on every rank. Strides are kept; a
     rank's own buffers stay as they are. A buffer the backend did not return is
-    reported (as None) even when not wanted."""
+    reported (as None) even when not wanted. Point-to-point: a small header per
+    rank, then the buffers' bytes."""
     comm = COMMS.world()
     fault("gather")
-    mine = [(name, d, x) for name, bufs in shards.items() for d, x in bufs.items()
-            if wanted is None or (name, d) in wanted or not isinstance(x, np.ndarray)]
-    header = [(name, d, x.shape, x.dtype.str, memory_order(x)) if isinstance(x, np.ndarray) else (name, d, None)
-              for name, d, x in mine]
-    headers = gather_obj(comm, header)
-    reqs: list[MPI.Request] = []
     merged: Shards = {name: dict(bufs) for name, bufs in shards.items()}
     if world.is_root:
-        for k, part in enumerate(headers):
-            for entry in part if k else []:
-                name, d = entry[0], entry[1]
-                if entry[2] is None:
-                    merged.setdefault(name, {})[d] = None
-                    continue
-                x, buf = receive_into(entry[2], np.dtype(entry[3]), entry[4])
-                reqs.append(comm.Irecv(buf, source=k, tag=RESULT_TAG))
+        reqs = []
+        for k in range(1, comm.size):
+            header = pickle.loads(recv_bytes(comm, k, HEADER_TAG, f"rank {k}'s results").tobytes())
+            for name, d, shape, dtype, order in header:
+                x, buf = (None, None) if shape is None else receive_into(shape, np.dtype(dtype), order)
                 merged.setdefault(name, {})[d] = x
+                if buf is not None:
+                    reqs.append(comm.Irecv(buf, source=k, tag=RESULT_TAG))
+        wait(reqs, "the results on rank 0")
     else:
-        reqs = [comm.Isend(wire_bytes(x, memory_order(x)), dest=0, tag=RESULT_TAG)
-                for _, _, x in mine if isinstance(x, np.ndarray)]
-    wait(reqs, "the results on rank 0" if world.is_root else "rank 0 to take the results")
+        mine = [(name, d, x) for name, bufs in shards.items() for d, x in bufs.items()
+                if wanted is None or (name, d) in wanted or not isinstance(x, np.ndarray)]
+        sent = [(name, d, x, memory_order(x) if isinstance(x, np.ndarray) else None) for name, d, x in mine]
+        header = [(name, d, None, None, None) if order is None else (name, d, x.shape, x.dtype.str, order)
+                  for name, d, x, order in sent]
+        reqs = [comm.Isend(np.frombuffer(pickle.dumps(header), np.uint8), dest=0, tag=HEADER_TAG)]
+        reqs += [comm.Isend(wire_bytes(x, order), dest=0, tag=RESULT_TAG) for _, _, x, order in sent
+                 if order is not None]
+        wait(reqs, "rank 0 to take the results")
     return share_from_root(merged, comm) if wanted is None else merged
-
-
-def gather_obj(comm: MPI.Comm, obj: object) -> list:
-    """Small values of every rank on rank 0 (within the timeout); [] elsewhere.
-    An allgather: headers are a few hundred bytes, and every rank learns that
-    all have come this far."""
-    every = allgather_obj(comm, obj, "every rank's result headers")
-    return every if comm.rank == 0 else []
 
 
 def share_from_root(shards: Shards, comm: MPI.Comm) -> Shards:

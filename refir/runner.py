@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from refir.bindings import bind_inputs, check_world, devices_needed
-from refir.errors import InputError, MismatchError, RunError
+from refir.errors import InputError, MismatchError, RefirError, RunError
 from refir.lower import Lowered, lower
 from refir.program import Program
 from refir.types import TensorType, block_slices, global_shape, local_shape, materialize
@@ -174,15 +174,21 @@ def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
     every rank, replicas compared."""
     if world.comm is None:
         return assemble_outputs(checked, shards, bindings), shards
-    from refir.mpi import COMMS, agreed
+    from refir.mpi import COMMS, as_agreed, root_verdict
     from refir.ranks import collect_results
 
     shards = collect_results(shards, world, None if everywhere else root_blocks(checked, bindings))
-    if not (everywhere or world.is_root):
-        agreed(COMMS.world(), "rank 0 to assemble the results", lambda: None)
-        return {}, shards
-    return agreed(COMMS.world(), "rank 0 to assemble the results",
-                  lambda: assemble_outputs(checked, shards, bindings, partial=not everywhere)), shards
+    outputs, error = {}, None
+    if everywhere or world.is_root:
+        try:
+            outputs = assemble_outputs(checked, shards, bindings, partial=not everywhere)
+        except RefirError as exc:
+            error = exc
+    if everywhere and error is not None:
+        raise as_agreed(error)  # every rank assembled the same buffers, and met the same error
+    if not everywhere:
+        root_verdict(COMMS.world(), error, "rank 0 to assemble the results")
+    return outputs, shards
 
 
 def assemble_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
@@ -233,37 +239,38 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
     mpi = mpi_world()
     if mpi is None:
         bindings = bind_inputs(checked, inputs)
-    else:
-        from refir.ranks import settle_bindings
+        if backend == "global":
+            from interp.global_eval import eval_global
 
-        bindings, needy = settle_bindings(checked, inputs, mpi)
-    if backend == "global":
-        return RunResult(_global(checked, inputs, bindings, mpi, everywhere), {}, "global", None, bindings)
-    if mpi is None:
+            return RunResult(eval_global(checked, inputs, bindings), {}, "global", None, bindings)
         w, lowered = resolve_world(checked, world), lower(checked)
         local = shard_inputs(checked, inputs, w.hosted)
     else:
-        from refir.mpi import COMMS, agreed
-        from refir.ranks import deliver_inputs
+        from refir.ranks import deliver_inputs, settle
 
-        w, lowered = agreed(COMMS.world(), "every rank to lower the program",
-                            lambda: (resolve_world(checked, world), lower(checked)))
+        if backend == "global":
+            _, bindings, _ = settle(checked, inputs, lambda: None)
+            return RunResult(_global_on_root(checked, inputs, bindings, everywhere), {}, "global", None, bindings)
+        (w, lowered), bindings, needy = settle(checked, inputs, lambda: (resolve_world(checked, world),
+                                                                         lower(checked)))
         local = deliver_inputs(checked, inputs, bindings, w, needy)
     shards = backend_named(backend)(lowered, local, bindings, backend_world(w))
     outputs, shards = gather_outputs(checked, shards, bindings, w, everywhere)
     return RunResult(outputs, shards, backend, lowered, bindings)
 
 
-def _global(checked: Checked, inputs: dict[str, Any], bindings: dict[str, int], mpi: World | None,
-            everywhere: bool) -> dict[str, np.ndarray]:
-    """The global evaluator: under MPI, on rank 0 (shared if asked)."""
+def _global_on_root(checked: Checked, inputs: dict[str, Any], bindings: dict[str, int],
+                    everywhere: bool) -> dict[str, np.ndarray]:
+    """The global evaluator under MPI: on rank 0 (its results shared if asked)."""
     from interp.global_eval import eval_global
-
-    if mpi is None:
-        return eval_global(checked, inputs, bindings)
-    from refir.mpi import COMMS, agreed
+    from refir.mpi import COMMS, root_verdict
     from refir.ranks import share_arrays
 
-    outputs = agreed(COMMS.world(), "rank 0 to evaluate the program",
-                     lambda: eval_global(checked, inputs, bindings) if mpi.is_root else {})
+    outputs, error = {}, None
+    if COMMS.world().rank == 0:
+        try:
+            outputs = eval_global(checked, inputs, bindings)
+        except RefirError as exc:
+            error = exc
+    root_verdict(COMMS.world(), error, "rank 0 to evaluate the program")
     return share_arrays(outputs, COMMS.world()) if everywhere else outputs
