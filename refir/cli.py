@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stderr.write(f"error: {exc}\n")
             return 2
         # Anything else may have struck this rank alone: end the others too.
-        sys.stderr.write(f"rank {world.rank}: error: {exc}\n")
+        text = str(exc).removeprefix(f"rank {world.rank}: ")
+        sys.stderr.write(f"rank {world.rank}: error: {text}\n")
         sys.stderr.flush()
         time.sleep(0.5)  # let the launcher forward this rank's stderr before the job is torn down
         world.comm.Abort(2)

@@ -31,7 +31,7 @@ from refir.errors import OtherRankError, RefirError, RunError
 TIMEOUT_S = float(os.environ.get("REFIR_MPI_TIMEOUT", "120"))
 # A rank that times out aborts the job; the others wait a little longer first,
 # in rank order, so that one message (the first rank's) is printed, not one each.
-STAGGER_S = min(1.0, TIMEOUT_S / 8)
+STAGGER_S = 1.5
 HANDSHAKE_TAG = 31
 
 
@@ -92,7 +92,6 @@ class Comms:
     def world(self) -> MPI.Comm:
         """The job's own duplicate of COMM_WORLD: refir's messages never meet the caller's."""
         if self.base is None:
-            fault("comm")
             comm, req = MPI.COMM_WORLD.Idup()
             wait(req, "every rank to create a communicator")
             self.base = comm
