@@ -115,12 +115,24 @@ SIZES = [tuple(int(n) for n in s.split(",")) for s in
          os.environ.get("GPU_BENCH_SIZES", "256,512,256 4096,4096,4096 8192,8192,8192").split()]
 
 
-def whole_runs(torch: object, world: World) -> list[str]:
-    """refir.run of the seed-2 pattern next to torch, per size; lines for rank 0 to print."""
+def profiled(fn: Callable[[], object], barrier: Callable[[], object], what: str) -> list[str]:
+    """Where one call of `fn` spends its time (cProfile, by own time)."""
     import cProfile
     import io
     import pstats
 
+    profile = cProfile.Profile()
+    barrier()
+    profile.enable()
+    fn()
+    profile.disable()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(20)
+    return ["", f"profile of {what}:", text.getvalue()]
+
+
+def whole_runs(torch: object, world: World) -> list[str]:
+    """refir.run of the seed-2 pattern next to torch, per size; lines for rank 0 to print."""
     import torch.distributed as dist
 
     import refir
@@ -132,6 +144,7 @@ def whole_runs(torch: object, world: World) -> list[str]:
     barrier, sync = world.comm.Barrier, torch.cuda.synchronize
     lines = [f"{'M, K, N':<18} {'refir first':>11} {'refir':>9} {'rank 0 in':>9} {'torch host':>10} "
              f"{'torch dev':>9} {'refir/host':>10} {'refir/dev':>9}  (ms, median of {REPEATS})"]
+    notes: list[str] = []
     for m, k, n in SIZES:
         rng = np.random.default_rng(2)
         x = rng.random((m, k), np.float32) - 0.5
@@ -171,16 +184,11 @@ def whole_runs(torch: object, world: World) -> list[str]:
         lines.append(f"{f'{m}, {k}, {n}':<18} {first * 1e3:>11.2f} {ours * 1e3:>9.2f} {root_in * 1e3:>9.2f} "
                      f"{theirs * 1e3:>10.2f} {on_device * 1e3:>9.2f} {ours / theirs:>10.2f} {ours / on_device:>9.1f}")
         dev.clear()
-    profile = cProfile.Profile()
-    barrier()
-    profile.enable()
-    refir.run(program, inputs, backend="gpu")
-    profile.disable()
-    text = io.StringIO()
-    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(25)
-    lines += ["", f"profile of one run at {SIZES[-1]} on rank {world.rank}:", text.getvalue()]
+        if (m, k, n) in (SIZES[0], SIZES[-1]):
+            notes += profiled(lambda: refir.run(program, inputs, backend="gpu"), barrier,  # noqa: B023
+                              f"one run at {m}, {k}, {n} on rank {world.rank}")
     dist.destroy_process_group()
-    return lines
+    return lines + notes
 
 
 def main() -> int:
