@@ -131,6 +131,46 @@ def profiled(fn: Callable[[], object], barrier: Callable[[], object], what: str)
     return ["", f"profile of {what}:", text.getvalue()]
 
 
+def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
+    """Median ms of each phase of a refir.run on this rank (the functions it
+    calls, timed by wrapping them for the measurement only)."""
+    import gpu_backend.backend as gb
+    import refir.ranks as rr
+    import refir.runner as rn
+
+    spots = [(rn, "verified", "verify"), (rn, "gather_outputs", "gather"), (rr, "settle", "agree"),
+             (gb, "upload", "upload"), (gb, "execute", "kernels+nccl"), (gb, "download", "download")]
+    spent: dict[str, list[float]] = {label: [] for _, _, label in spots}
+    total: list[float] = []
+    originals = [(module, name, getattr(module, name)) for module, name, _ in spots]
+
+    def timed(f: Callable, label: str) -> Callable:
+        def inner(*args: object, **kwargs: object) -> object:
+            start = time.perf_counter()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                spent[label][-1] += time.perf_counter() - start
+        return inner
+
+    for (module, name, label), (_, _, f) in zip(spots, originals):
+        setattr(module, name, timed(f, label))
+    try:
+        for _ in range(REPEATS):
+            for times in spent.values():
+                times.append(0.0)
+            barrier()
+            start = time.perf_counter()
+            fn()
+            total.append(time.perf_counter() - start)
+    finally:
+        for module, name, f in originals:
+            setattr(module, name, f)
+    parts = {label: float(np.median(t)) for label, t in spent.items()}
+    parts["rest"] = float(np.median(total)) - sum(parts.values())
+    return ", ".join(f"{label} {t * 1e3:.2f}" for label, t in parts.items()) + f" (of {np.median(total) * 1e3:.2f} ms)"
+
+
 def whole_runs(torch: object, world: World) -> list[str]:
     """refir.run of the seed-2 pattern next to torch, per size; lines for rank 0 to print."""
     import torch.distributed as dist
@@ -185,6 +225,8 @@ def whole_runs(torch: object, world: World) -> list[str]:
                      f"{theirs * 1e3:>10.2f} {on_device * 1e3:>9.2f} {ours / theirs:>10.2f} {ours / on_device:>9.1f}")
         dev.clear()
         if (m, k, n) in (SIZES[0], SIZES[-1]):
+            notes += ["", f"phases of a run at {m}, {k}, {n} on rank {world.rank}, ms: "
+                      + phases(lambda: refir.run(program, inputs, backend="gpu"), barrier)]  # noqa: B023
             notes += profiled(lambda: refir.run(program, inputs, backend="gpu"), barrier,  # noqa: B023
                               f"one run at {m}, {k}, {n} on rank {world.rank}")
     dist.destroy_process_group()

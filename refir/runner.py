@@ -9,6 +9,7 @@ backend laid them out.
 from __future__ import annotations
 
 import importlib
+from collections import OrderedDict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -235,7 +236,7 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
 
     if not isinstance(program, Program):
         program = load(program)
-    checked = verify(program, func)
+    checked = verified(program, func)
     mpi = mpi_world()
     if mpi is None:
         bindings = bind_inputs(checked, inputs)
@@ -243,7 +244,7 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
             from interp.global_eval import eval_global
 
             return RunResult(eval_global(checked, inputs, bindings), {}, "global", None, bindings)
-        w, lowered = resolve_world(checked, world), lower(checked)
+        w, lowered = resolve_world(checked, world), lowered_of(checked)
         local = shard_inputs(checked, inputs, w.hosted)
     else:
         from refir.ranks import deliver_inputs, settle
@@ -252,11 +253,34 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
             _, bindings, _ = settle(checked, inputs, lambda: None)
             return RunResult(_global_on_root(checked, inputs, bindings, everywhere), {}, "global", None, bindings)
         (w, lowered), bindings, needy = settle(checked, inputs, lambda: (resolve_world(checked, world),
-                                                                         lower(checked)))
+                                                                         lowered_of(checked)))
         local = deliver_inputs(checked, inputs, bindings, w, needy)
     shards = backend_named(backend)(lowered, local, bindings, backend_world(w))
     outputs, shards = gather_outputs(checked, shards, bindings, w, everywhere)
     return RunResult(outputs, shards, backend, lowered, bindings)
+
+
+# Programs are immutable: a program run again (refir.run in a loop) is verified
+# and lowered once. Keyed by identity; each entry keeps its program alive.
+_KEPT: OrderedDict[tuple[int, str | None], tuple[Program, Checked]] = OrderedDict()
+_LOWERED: dict[int, tuple[Checked, Lowered]] = {}
+
+
+def verified(program: Program, func: str | None) -> Checked:
+    key = (id(program), func)
+    if key not in _KEPT:
+        _KEPT[key] = (program, verify(program, func))
+        while len(_KEPT) > 16:
+            _, (_, gone) = _KEPT.popitem(last=False)
+            _LOWERED.pop(id(gone), None)
+    _KEPT.move_to_end(key)
+    return _KEPT[key][1]
+
+
+def lowered_of(checked: Checked) -> Lowered:
+    if id(checked) not in _LOWERED:
+        _LOWERED[id(checked)] = (checked, lower(checked))
+    return _LOWERED[id(checked)][1]
 
 
 def _global_on_root(checked: Checked, inputs: dict[str, Any], bindings: dict[str, int],
