@@ -6,8 +6,9 @@ team's MPI communicator, one GPU per rank. They live in refir.mpi.COMMS, made
 on a team's first use and kept for every later run (NCCL sets up connections
 lazily on first use: about a second that only the first run pays). Each
 operation is followed by a bounded, polite wait for the GPU, so that a rank
-that never joins ends the job within REFIR_MPI_TIMEOUT instead of hanging it. Data moves as bytes (NCCL knows no
-bool or int16, and ignores strides: the arrays here are always contiguous).
+that never joins ends the job within REFIR_MPI_TIMEOUT instead of hanging
+it. Data moves as bytes (NCCL knows no bool or int16, and ignores strides:
+the arrays here are always contiguous).
 NCCL reduces natively only where refir's numerics allow its order: integer
 sum, prod, max and min are exact in any order; float sum and prod come within
 the spec's bound (not bit-identical to spmd's team-order fold); float max/min

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from refir.errors import InputError, MismatchError, ParseError, RefirError, RunError, VerifyError
+from refir.errors import InputError, MismatchError, OtherRankError, ParseError, RefirError, RunError, VerifyError
 from refir.parser import parse
 from refir.printer import print_program
 from refir.program import Program
@@ -19,8 +19,8 @@ from refir.runner import RunResult, run
 from refir.verify import verify
 
 __all__ = [
-    "InputError", "MismatchError", "ParseError", "Program", "RefirError", "RunError", "RunResult", "VerifyError",
-    "close", "load", "parse", "print_program", "run", "verify",
+    "InputError", "MismatchError", "OtherRankError", "ParseError", "Program", "RefirError", "RunError", "RunResult",
+    "VerifyError", "close", "load", "parse", "print_program", "run", "verify",
 ]
 
 
