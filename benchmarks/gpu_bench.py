@@ -135,11 +135,15 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
     """Median ms of each phase of a refir.run on this rank (the functions it
     calls, timed by wrapping them for the measurement only)."""
     import gpu_backend.backend as gb
+    import gpu_backend.impls as gi
+    import gpu_backend.transports as gt
     import refir.ranks as rr
     import refir.runner as rn
 
     spots = [(rn, "verified", "verify"), (rn, "gather_outputs", "gather"), (rr, "settle", "agree"),
-             (gb, "upload", "upload"), (gb, "execute", "kernels+nccl"), (gb, "download", "download")]
+             (gb, "upload", "upload"), (gb, "execute", "steps"), (gi, "matmul_into", "(of which matmul"),
+             (gi, "elementwise", "elementwise"), (gt.LaidOut, "communicate", "allreduce)"),
+             (gb, "download", "download")]
     spent: dict[str, list[float]] = {label: [] for _, _, label in spots}
     total: list[float] = []
     originals = [(module, name, getattr(module, name)) for module, name, _ in spots]
@@ -167,8 +171,22 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
         for module, name, f in originals:
             setattr(module, name, f)
     parts = {label: float(np.median(t)) for label, t in spent.items()}
-    parts["rest"] = float(np.median(total)) - sum(parts.values())
+    parts["rest"] = float(np.median(total)) - sum(t for label, t in parts.items() if label[0] != "(" and
+                                                 label[-1] != ")" and label != "elementwise")
     return ", ".join(f"{label} {t * 1e3:.2f}" for label, t in parts.items()) + f" (of {np.median(total) * 1e3:.2f} ms)"
+
+
+def floor(barrier: Callable[[], object]) -> str:
+    """What numba-cuda's Python side costs for the smallest operations (µs)."""
+    host = np.zeros(1, np.float32)
+    one = DeviceBuffer.dense(cuda.to_device(host), (1,))
+    out = DeviceBuffer.empty((1,), np.dtype(np.float32))
+    sync = cuda.synchronize
+    costs = {"to_device of 4 bytes": median_time(lambda: cuda.to_device(host), sync, barrier),
+             "device_array(1)": median_time(lambda: cuda.device_array(1, np.float32), sync, barrier),
+             "copy kernel on 1 element": median_time(lambda: copy_into(out, one), sync, barrier),
+             "copy_to_host of 4 bytes": median_time(lambda: one.data.copy_to_host(), sync, barrier)}
+    return "numba floor, µs: " + ", ".join(f"{k} {v * 1e6:.0f}" for k, v in costs.items())
 
 
 def whole_runs(torch: object, world: World) -> list[str]:
@@ -224,6 +242,8 @@ def whole_runs(torch: object, world: World) -> list[str]:
         lines.append(f"{f'{m}, {k}, {n}':<18} {first * 1e3:>11.2f} {ours * 1e3:>9.2f} {root_in * 1e3:>9.2f} "
                      f"{theirs * 1e3:>10.2f} {on_device * 1e3:>9.2f} {ours / theirs:>10.2f} {ours / on_device:>9.1f}")
         dev.clear()
+        if (m, k, n) == SIZES[0]:
+            notes += ["", floor(barrier)]
         if (m, k, n) in (SIZES[0], SIZES[-1]):
             notes += ["", f"phases of a run at {m}, {k}, {n} on rank {world.rank}, ms: "
                       + phases(lambda: refir.run(program, inputs, backend="gpu"), barrier)]  # noqa: B023
