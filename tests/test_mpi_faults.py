@@ -2,13 +2,16 @@
 run (handing out inputs, creating a communicator, inside a collective,
 gathering the results) ends the whole job within the timeout, with one clear
 message. Faults are injected through refir.mpi.fault (REFIR_FAULT=RANK:STAGE:KIND);
-each launch is one `python -m refir run` under `mpiexec -n 4` with a 3 s timeout."""
+each launch is one `python -m refir run` under `mpiexec -n 4` with a 3 s timeout.
+A fault ends its job, so each needs a launch of its own: they run four at a
+time (their ranks mostly sleep, waiting), once for the whole file."""
 
 import os
 import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -29,13 +32,24 @@ FAULTS = [(2, stage) for stage in STAGES] + [(0, "gather"), (0, "inputs")]
 KILLED = "BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
 
 
-def launch(tmp_path, fault):
-    path = tmp_path / "fault.rir"
-    path.write_text(PROGRAM)
+def launch(path, fault):
     env = {"REFIR_FAULT": fault, "REFIR_MPI_TIMEOUT": str(TIMEOUT_S)}
     start = time.monotonic()
     done = run_mpi(4, ["-m", "refir", "run", str(path)], timeout=60, env=env, cwd=ROOT)
     return done, time.monotonic() - start
+
+
+CASES = ([f"{r}:{s}:raise" for r, s in FAULTS] + [f"{r}:{s}:stall" for r, s in FAULTS]
+         + [f"2:{s}:kill" for s in STAGES])
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """Every fault's launch: (CompletedProcess, seconds) by REFIR_FAULT value."""
+    path = tmp_path_factory.mktemp("faults") / "fault.rir"
+    path.write_text(PROGRAM)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(zip(CASES, pool.map(lambda fault: launch(path, fault), CASES)))
 
 
 def errors(text):
@@ -43,8 +57,8 @@ def errors(text):
 
 
 @pytest.mark.parametrize("rank,stage", FAULTS)
-def test_a_rank_that_raises_ends_the_job_with_its_message(tmp_path, rank, stage):
-    done, seconds = launch(tmp_path, f"{rank}:{stage}:raise")
+def test_a_rank_that_raises_ends_the_job_with_its_message(jobs, rank, stage):
+    done, seconds = jobs[f"{rank}:{stage}:raise"]
     assert done.returncode != 0 and "Traceback" not in done.stderr
     found = errors(done.stderr)
     assert len(found) == 1 and found[0].startswith(f"rank {rank}: error: "), done.stderr
@@ -53,8 +67,8 @@ def test_a_rank_that_raises_ends_the_job_with_its_message(tmp_path, rank, stage)
 
 
 @pytest.mark.parametrize("rank,stage", FAULTS)
-def test_a_rank_that_stalls_ends_the_job_within_the_timeout(tmp_path, rank, stage):
-    done, seconds = launch(tmp_path, f"{rank}:{stage}:stall")
+def test_a_rank_that_stalls_ends_the_job_within_the_timeout(jobs, rank, stage):
+    done, seconds = jobs[f"{rank}:{stage}:stall"]
     assert done.returncode != 0 and "Traceback" not in done.stderr
     found = errors(done.stderr)
     assert len(found) == 1, done.stderr  # the first rank to give up speaks; the launcher ends the rest
@@ -66,8 +80,8 @@ def test_a_rank_that_stalls_ends_the_job_within_the_timeout(tmp_path, rank, stag
 
 
 @pytest.mark.parametrize("rank,stage", [(2, stage) for stage in STAGES])
-def test_a_rank_that_is_killed_ends_the_job(tmp_path, rank, stage):
-    done, seconds = launch(tmp_path, f"{rank}:{stage}:kill")
+def test_a_rank_that_is_killed_ends_the_job(jobs, rank, stage):
+    done, seconds = jobs[f"{rank}:{stage}:kill"]
     assert done.returncode != 0
     assert (done.stdout + done.stderr).count(KILLED) == 1 and errors(done.stderr) == []
     assert seconds < TIMEOUT_S + 3 * STAGGER_S + 10
