@@ -35,8 +35,8 @@ def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, 
 
 # ---- inputs ----------------------------------------------------------------------------
 
-def settle(checked: Checked, inputs: dict[str, np.ndarray], step: Callable[[], Any]) -> tuple[Any, dict[str, int],
-                                                                                        list[int]]:
+def settle(checked: Checked, inputs: dict[str, np.ndarray],
+           step: Callable[[], Any]) -> tuple[Any, dict[str, int], list[int]]:
     """Check the inputs given to this rank and run `step()` (the world, the
     lowering) on every rank, in one exchange: any error stops every rank, rank
     0's bindings hold everywhere. Returns `step()`'s value, the bindings and the
@@ -87,6 +87,21 @@ def deliver_inputs(checked: Checked, inputs: dict[str, np.ndarray], bindings: di
 
 # ---- results ---------------------------------------------------------------------------
 
+Entry = tuple[str, int, Any, Any, Any]  # result, device, then shape, dtype, memory order (None: no buffer)
+
+
+def entry(name: str, d: int, x: Any) -> Entry:
+    """How a buffer travels: enough for the receiver to lay it out as it was."""
+    if not isinstance(x, np.ndarray):
+        return (name, d, None, None, None)
+    return (name, d, x.shape, x.dtype.str, memory_order(x))
+
+
+def receiver(e: Entry) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The array an entry arrives as, and its bytes to receive into (None, None: no buffer)."""
+    return (None, None) if e[2] is None else receive_into(e[2], np.dtype(e[3]), e[4])
+
+
 def collect_results(shards: Shards, world: World, wanted: set[tuple[str, int]] | None) -> Shards:
     """Result buffers of other ranks on rank 0: the `wanted` (result, device)
     ones, or with None every one, and then on every rank. Strides are kept; a
@@ -99,45 +114,31 @@ def collect_results(shards: Shards, world: World, wanted: set[tuple[str, int]] |
     if world.is_root:
         reqs = []
         for k in range(1, comm.size):
-            header = pickle.loads(recv_bytes(comm, k, HEADER_TAG, f"rank {k}'s results").tobytes())
-            for name, d, shape, dtype, order in header:
-                x, buf = (None, None) if shape is None else receive_into(shape, np.dtype(dtype), order)
-                merged.setdefault(name, {})[d] = x
+            for e in pickle.loads(recv_bytes(comm, k, HEADER_TAG, f"rank {k}'s results").tobytes()):
+                x, buf = receiver(e)
+                merged.setdefault(e[0], {})[e[1]] = x
                 if buf is not None:
                     reqs.append(comm.Irecv(buf, source=k, tag=RESULT_TAG))
         wait(reqs, "the results on rank 0")
     else:
-        mine = [(name, d, x) for name, bufs in shards.items() for d, x in bufs.items()
+        sent = [(entry(name, d, x), x) for name, bufs in shards.items() for d, x in bufs.items()
                 if wanted is None or (name, d) in wanted or not isinstance(x, np.ndarray)]
-        sent = [(name, d, x, memory_order(x) if isinstance(x, np.ndarray) else None) for name, d, x in mine]
-        header = [(name, d, None, None, None) if order is None else (name, d, x.shape, x.dtype.str, order)
-                  for name, d, x, order in sent]
-        reqs = [comm.Isend(np.frombuffer(pickle.dumps(header), np.uint8), dest=0, tag=HEADER_TAG)]
-        reqs += [comm.Isend(wire_bytes(x, order), dest=0, tag=RESULT_TAG) for _, _, x, order in sent
-                 if order is not None]
+        reqs = [comm.Isend(np.frombuffer(pickle.dumps([e for e, _ in sent]), np.uint8), dest=0, tag=HEADER_TAG)]
+        reqs += [comm.Isend(wire_bytes(x, e[4]), dest=0, tag=RESULT_TAG) for e, x in sent if e[2] is not None]
         wait(reqs, "rank 0 to take the results")
     return share_from_root(merged, comm) if wanted is None else merged
 
 
 def share_from_root(shards: Shards, comm: MPI.Comm) -> Shards:
     """Rank 0's buffers on every rank, strides preserved (for results asked everywhere)."""
-    entries = [(name, d, x.shape, x.dtype.str, memory_order(x)) if isinstance(x, np.ndarray) else (name, d, None)
-               for name, bufs in shards.items() for d, x in bufs.items()] if comm.rank == 0 else None
-    entries = bcast_obj(comm, entries, 0, "rank 0's result headers")
+    entries = [entry(name, d, x) for name, bufs in shards.items() for d, x in bufs.items()] if comm.rank == 0 else None
     out: Shards = {}
     reqs = []
-    for entry in entries:
-        name, d = entry[0], entry[1]
-        if entry[2] is None:
-            out.setdefault(name, {})[d] = None
-            continue
-        if comm.rank == 0:
-            x = shards[name][d]
-            buf = wire_bytes(x, entry[4])
-        else:
-            x, buf = receive_into(entry[2], np.dtype(entry[3]), entry[4])
-        reqs.append(comm.Ibcast(buf, root=0))
-        out.setdefault(name, {})[d] = x
+    for e in bcast_obj(comm, entries, 0, "rank 0's result headers"):
+        x, buf = (shards[e[0]][e[1]], None) if comm.rank == 0 else receiver(e)
+        if e[2] is not None:
+            reqs.append(comm.Ibcast(wire_bytes(x, e[4]) if comm.rank == 0 else buf, root=0))
+        out.setdefault(e[0], {})[e[1]] = x
     wait(reqs, "the results from rank 0")
     return out
 

@@ -5,7 +5,8 @@
 BATCH.pkl is a list of jobs `{"name", "program" (text), "inputs" (global arrays)}`,
 optionally `"root_inputs": True` (ranks other than 0 are given no inputs) and
 `"everywhere": False` (results on rank 0 only, refir.run's default; the driver
-otherwise asks for every buffer on every rank).
+otherwise asks for every buffer on every rank) and `"close_before": True`
+(refir.close() first).
 Each job runs on spmd, one rank per process. Rank 0 writes RESULT.pkl: per job,
 the global outputs, every device's result buffer with its strides, both as the
 runner returns it and as the rank that computed it held it, the input blocks
@@ -18,6 +19,7 @@ import pickle
 import sys
 
 from interp.backend import run_spmd
+from refir import close
 from refir.errors import RefirError, RunError
 from refir.expect import check_expects
 from refir.mpi import COMMS
@@ -65,6 +67,8 @@ def main(batch_path, result_path):
     for job in jobs:
         program = parse(job["program"], job["name"])
         inputs = job["inputs"] if world.is_root or not job.get("root_inputs") else {}
+        if job.get("close_before"):
+            close()
         before = dict(COMMS.created)
         try:
             r = run(program, inputs, backend="__main__:recording_spmd", everywhere=job.get("everywhere", True))

@@ -119,6 +119,7 @@ _BY_NAME = {j["name"]: j for j in COLLECTIVE_JOBS}
 # given no inputs at all.
 LATER_JOBS = [
     {**_BY_NAME["allreduce"], "name": "allreduce:again"},
+    {**_BY_NAME["allreduce"], "name": "allreduce:after_close", "close_before": True},
     job("allreduce:same_team_other_mesh", "mesh q = [3, 1, 0, 2]\nfunc main(v: f32[8@DIDx, 5] on q) {\n"
         "  w: f32[8, 5] on q = set(v)\n  t = sum(v, dims=[0])\n  return w, t\n}\n", v=f32(8, 5, seed=5)),
     *({**_BY_NAME[n], "name": f"{n}:root_inputs", "root_inputs": True}
@@ -217,6 +218,9 @@ def test_communicators_are_made_once_per_team_and_process(world4):
         assert "error" not in results[name], results[name].get("error")
         assert all(n == 0 for c in results[name]["created"].values() for n in c.values()), results[name]["created"]
         same_bits(results[name], jobs[name])
+    after = results["allreduce:after_close"]  # refir.close() freed them: the next run makes its own
+    assert "error" not in after and all(c.get("mpi", 0) >= 2 for c in after["created"].values())
+    same_bits(after, jobs["allreduce:after_close"])
 
 
 @pytest.mark.parametrize("name", [j["name"] for j in LATER_JOBS if j.get("root_inputs")])

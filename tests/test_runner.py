@@ -274,3 +274,12 @@ def test_a_rank_0_input_reaches_the_backend_as_an_array():
     r = refir.run(prog, {"s": np.array(2.5, np.float32)}, backend="test_runner:capture")
     assert all(isinstance(b, np.ndarray) and b.shape == () for b in SEEN["s"].values())
     assert r.outputs["y"].shape == () and r.outputs["y"] == np.float32(3.5)
+
+
+def test_close_without_mpi_has_nothing_to_free():
+    prog = refir.load("mesh m = [0, 1]\nfunc main(x: f32[4@DIDx]) {\n  s = sum(x, dims=[0])\n  return s\n}\n")
+    x = np.arange(4, dtype=np.float32)
+    assert refir.run(prog, {"x": x}).outputs["s"] == 6.0
+    refir.close()
+    refir.close()  # twice is fine
+    assert refir.run(prog, {"x": x}).outputs["s"] == 6.0
