@@ -80,7 +80,7 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
                 raise RunError(describe_eqn(lowered.checked, step.eqn, _what(step, exc, kind), rank)) from exc
         for name in seg.outputs:
             env[name] = scope[name]
-    return {r: env[r] for r in lowered.results}
+    return {r: env[lowered.source(r)] for r in lowered.results}
 
 
 def _what(step: Step, exc: Exception, kind: str = "") -> str:
