@@ -20,7 +20,7 @@ from refir.errors import InputError
 from refir.explain import bindings_for, is_printer, make_console, world_for
 from refir.inputs import draw_inputs, read_inputs
 from refir.pictures import comm_picture, ints, spans, step_line
-from refir.placement import Explained, StepFacts, explain
+from refir.placement import Explained, Placement, StepFacts, explain, intersect
 from refir.program import Var
 from refir.runner import RunResult
 
@@ -39,21 +39,29 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
 
 def buffer_text(x: np.ndarray) -> str:
     """A buffer in full when small, else its edges and a summary; always its shape and byte strides."""
-    head = f"shape {ints(list(x.shape))} strides {ints(list(x.strides))}"
+    head = f"{ints(list(x.shape))} {x.dtype}, byte strides {ints(list(x.strides))}"
     body = np.array2string(x, threshold=FULL, edgeitems=2, separator=" ")
     if x.size > FULL and x.dtype.kind in "fiub":
         body += f"\nmin {x.min()} max {x.max()}"
     return f"{head}\n{body}"
 
 
-def moved_text(s: StepFacts, device: int) -> str:
+def moved_text(s: StepFacts, src: Placement, device: int) -> str:
     """Which part of the device's new buffer came from which device."""
     assert s.comm is not None
-    mine = s.placement.block(device).ranges
     lines = []
     reducing = s.comm.kind in ("allreduce", "reduce", "reduce_scatter")
+    if device not in s.placement.type.mesh:
+        mine = None
+    else:
+        mine = s.placement.block(device).ranges
+        if device in src.type.mesh:
+            own = intersect(src.block(device).ranges, mine)
+            if all(b > a for a, b in own) or not own:
+                local = tuple((a - m0, b - m0) for (a, b), (m0, _) in zip(own, mine))
+                lines.append(f"its own {'term for ' if reducing else ''}local {spans(local)}")
     for tr in s.comm.transfers:
-        if tr.receiver == device:
+        if tr.receiver == device and mine is not None:
             local = tuple((a - m0, b - m0) for (a, b), (m0, _) in zip(tr.ranges, mine))
             what = "a term for " if reducing else ""
             lines.append(f"from {tr.sender}: {what}local {spans(local)} ({tr.nbytes} B)")
@@ -63,8 +71,9 @@ def moved_text(s: StepFacts, device: int) -> str:
     return "\n".join(lines) or "nothing moved"
 
 
-def step_table(s: StepFacts, kept: dict[str, dict[int, np.ndarray]], devices: list[int]) -> Table:
-    args = [a.name for a in s.step.args if isinstance(a, Var)]
+def step_table(s: StepFacts, src: Placement | None, kept: dict[str, dict[int, np.ndarray]],
+               devices: list[int]) -> Table:
+    args = list(dict.fromkeys(a.name for a in s.step.args if isinstance(a, Var)))
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, show_lines=True)
     table.add_column("device", no_wrap=True)
     table.add_column("before: " + ", ".join(args), overflow="fold")
@@ -72,13 +81,13 @@ def step_table(s: StepFacts, kept: dict[str, dict[int, np.ndarray]], devices: li
     if s.comm is not None:
         table.add_column("moved", overflow="fold")
     for d in devices:
-        before = [f"{a}: {buffer_text(kept[a][d])}" for a in args if d in kept.get(a, {})]
+        before = [(f"{a}: " if len(args) > 1 else "") + buffer_text(kept[a][d]) for a in args if d in kept.get(a, {})]
         if d not in kept.get(s.step.out, {}) and not before:
             continue
         after = buffer_text(kept[s.step.out][d]) if d in kept.get(s.step.out, {}) else "nothing"
         row = [str(d), "\n".join(before) or "nothing", after]
-        if s.comm is not None:
-            row.append(moved_text(s, d))
+        if s.comm is not None and src is not None:
+            row.append(moved_text(s, src, d))
         table.add_row(*row)
     return table
 
@@ -109,7 +118,8 @@ def trace_pictures(ex: Explained, result: RunResult, device: int | None, value: 
         parts: list[RenderableType] = [step_line(s)]
         if s.comm is not None:
             parts.append(comm_picture(s.comm, device))
-        parts.append(step_table(s, kept, devices))
+        tensors = s.step.tensor_args()
+        parts.append(step_table(s, ex.value(tensors[0]) if s.comm else None, kept, devices))
         out.append(Group(*parts))
     return out
 
