@@ -19,7 +19,9 @@ from rich.rule import Rule
 from rich.text import Text
 
 import refir
+from refir import ops
 from refir.bindings import check_world, devices_needed
+from refir.errors import InputError
 from refir.inputs import bind_lines, default_bindings, parse_bind, source_text
 from refir.lower import Lowered, lower
 from refir.pictures import devices_text, step_picture, value_picture
@@ -38,6 +40,7 @@ def add_view_args(p: argparse.ArgumentParser, pictures: bool = False) -> None:
     if pictures:
         p.add_argument("--world", type=int, help="number of ranks (default: what the meshes need)")
         p.add_argument("--device", type=int, help="show this device's part only")
+        p.add_argument("--value", metavar="NAME", help="show only NAME (an input, or the steps that make it)")
         p.add_argument("--svg", metavar="FILE", help="also write the pictures as SVG")
         p.add_argument("--html", metavar="FILE", help="also write the pictures as HTML")
 
@@ -64,8 +67,16 @@ def is_printer() -> bool:
 
 
 def make_console(record: bool = False) -> Console:
-    width = None if sys.stdout.isatty() else WIDTH
-    return Console(record=record, width=width, highlight=False, soft_wrap=False)
+    """Colour and the terminal's width on a terminal; else plain text WIDTH wide."""
+    if sys.stdout.isatty():
+        return Console(record=record, highlight=False, soft_wrap=False)
+    return Console(record=record, width=WIDTH, color_system=None, force_terminal=False, highlight=False,
+                   soft_wrap=False)
+
+
+def wanted(name: str, value: str | None) -> bool:
+    """Whether `name` is the value asked for, or one of the lowered steps that make it."""
+    return value is None or name == value or name.split("~")[0] == value
 
 
 # ---- JSON ----------------------------------------------------------------------------
@@ -167,8 +178,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
         return 0
     if not is_printer():
         return 0
+    names = [p.name for p in ex.values()]
+    if args.value is not None and not any(wanted(n, args.value) for n in names):
+        raise InputError(f"--value {args.value}: no value of that name (values: {', '.join(names)})")
     console = make_console(record=bool(args.svg or args.html))
-    render(ex, console, args.device)
+    render(ex, console, args.device, args.value)
     if args.svg:
         console.save_svg(args.svg, title=f"refir explain {args.program}", clear=False)
     if args.html:
@@ -176,13 +190,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def render(ex: Explained, console: Console, device: int | None = None) -> None:
+def render(ex: Explained, console: Console, device: int | None = None, value: str | None = None) -> None:
     checked = ex.lowered.checked
     binds = ", ".join(f"{k}={v}" for k, v in sorted(ex.bindings.items()))
     console.print(Text(f"{checked.program.file}: {checked.func.name}, world of {ex.world}"
                        + (f", {binds}" if binds else ""), style="bold"))
-    for m in checked.program.meshes:
-        console.print(format_mesh(m))
+    if value is None:
+        for m in checked.program.meshes:
+            console.print(format_mesh(m))
 
     def idle(p: Placement) -> list[int]:
         return [d for d in range(ex.world) if d not in p.type.mesh]
@@ -191,19 +206,24 @@ def render(ex: Explained, console: Console, device: int | None = None) -> None:
         return device is None or device in p.type.mesh
 
     for p in ex.inputs:
+        if not wanted(p.name, value):
+            continue
         console.print(Rule(f"input {p.name}", align="left"))
         console.print(value_picture(p, device, idle(p)) if shown(p) else Text(f"device {device} holds nothing"))
     for seg in ex.lowered.segments:
-        head = seg.kind if seg.kind == "compute" else seg.steps[0].op.__class__.__name__.lower()
+        if not any(wanted(s.out, value) for s in seg.steps):
+            continue
+        head = seg.kind if seg.kind == "compute" else ops.op_name(seg.steps[0].op)
         scalars = f" + scalars {', '.join(seg.scalars)}" if seg.scalars else ""
         console.print(Rule(f"segment {seg.index} ({head}): inputs {', '.join(seg.inputs) or '-'}{scalars}"
                            f" -> outputs {', '.join(seg.outputs) or '-'}", align="left"))
         for s in ex.steps:
-            if s.segment == seg.index:
+            if s.segment == seg.index and wanted(s.step.out, value):
                 if shown(s.placement) or (s.comm and device in s.comm.devices()):
                     console.print(step_picture(s, device, idle(s.placement)))
                 else:
                     console.print(Text(f"{s.step.out}: device {device} takes no part"))
-    console.print(f"return {', '.join(ex.lowered.results)}")
+    if value is None:
+        console.print(f"return {', '.join(ex.lowered.results)}")
     if device is not None and device >= ex.world:
         console.print(f"device {device} is outside the world {devices_text(list(range(ex.world)))}")

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from refir import ops
 from refir.placement import RULES, Block, CommFacts, Placement, Range, StepFacts
-from refir.printer import format_mesh
+from refir.printer import format_call, format_mesh
 from refir.types import DIDS
 
 PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
@@ -193,7 +193,7 @@ def step_line(s: StepFacts) -> Text:
     text.append(f"{s.step.out} = {s.call}", style="bold")
     e = s.step.eqn
     if s.step.out != e.out or s.comm:
-        text.append(f"   from {e.out} at {e.loc}", style="dim")
+        text.append(f"\n  lowered from {e.out} = {format_call(e.op, e.args)} at {e.loc}", style="dim")
     return text
 
 

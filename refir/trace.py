@@ -17,12 +17,13 @@ from rich.text import Text
 
 import refir
 from refir.errors import InputError
-from refir.explain import bindings_for, is_printer, make_console, world_for
+from refir.explain import bindings_for, is_printer, make_console, wanted, world_for
 from refir.inputs import draw_inputs, read_inputs
 from refir.pictures import comm_picture, ints, spans, step_line
 from refir.placement import Explained, Placement, StepFacts, explain, intersect
 from refir.program import Var
 from refir.runner import RunResult
+from refir.types import DTYPE_NAMES
 
 FULL = 48  # buffers of at most this many elements are printed in full
 
@@ -39,7 +40,7 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
 
 def buffer_text(x: np.ndarray) -> str:
     """A buffer in full when small, else its edges and a summary; always its shape and byte strides."""
-    head = f"{ints(list(x.shape))} {x.dtype}, byte strides {ints(list(x.strides))}"
+    head = f"{DTYPE_NAMES.get(x.dtype, x.dtype)}{ints(list(x.shape))}\nstrides {ints(list(x.strides))} B"
     body = np.array2string(x, threshold=FULL, edgeitems=2, separator=" ")
     if x.size > FULL and x.dtype.kind in "fiub":
         body += f"\nmin {x.min()} max {x.max()}"
@@ -59,7 +60,7 @@ def moved_text(s: StepFacts, src: Placement, device: int) -> str:
             own = intersect(src.block(device).ranges, mine)
             if all(b > a for a, b in own) or not own:
                 local = tuple((a - m0, b - m0) for (a, b), (m0, _) in zip(own, mine))
-                lines.append(f"its own {'term for ' if reducing else ''}local {spans(local)}")
+                lines.append(f"kept its own {'term: ' if reducing else ''}local {spans(local)}")
     for tr in s.comm.transfers:
         if tr.receiver == device and mine is not None:
             local = tuple((a - m0, b - m0) for (a, b), (m0, _) in zip(tr.ranges, mine))
@@ -79,7 +80,7 @@ def step_table(s: StepFacts, src: Placement | None, kept: dict[str, dict[int, np
     table.add_column("before: " + ", ".join(args), overflow="fold")
     table.add_column(f"after: {s.step.out}", overflow="fold")
     if s.comm is not None:
-        table.add_column("moved", overflow="fold")
+        table.add_column("moved", no_wrap=True)
     for d in devices:
         before = [(f"{a}: " if len(args) > 1 else "") + buffer_text(kept[a][d]) for a in args if d in kept.get(a, {})]
         if d not in kept.get(s.step.out, {}) and not before:
@@ -90,10 +91,6 @@ def step_table(s: StepFacts, src: Placement | None, kept: dict[str, dict[int, np
             row.append(moved_text(s, src, d))
         table.add_row(*row)
     return table
-
-
-def wanted(name: str, value: str | None) -> bool:
-    return value is None or name == value or name.split("~")[0] == value
 
 
 def trace_pictures(ex: Explained, result: RunResult, device: int | None, value: str | None) -> list[RenderableType]:
@@ -147,5 +144,6 @@ def cmd_trace(args: argparse.Namespace) -> int:
                        style="bold"))
     for part in trace_pictures(ex, result, args.device, args.value):
         console.print(part)
-    console.print(f"return {', '.join(ex.lowered.results)}")
+    if args.value is None:
+        console.print(f"return {', '.join(ex.lowered.results)}")
     return 0

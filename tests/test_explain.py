@@ -178,3 +178,16 @@ def test_under_mpiexec_one_rank_prints(command):
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("return out") == 1
     assert "scatter" in done.stdout
+
+
+def test_trace_takes_inputs_and_summarises_large_buffers(tmp_path, capsys):
+    path = tmp_path / "big.rir"
+    path.write_text("mesh m = [0, 1]\n\nfunc main(x: i32[8@DIDx, 16] on m) {\n"
+                    "  y: i32[8, 16] on m = set(x)\n  return y\n}\n")
+    x = np.arange(128, dtype=np.int32).reshape(8, 16)
+    np.savez(tmp_path / "in.npz", x=x)
+    assert main(["trace", str(path), "--inputs", str(tmp_path / "in.npz"), "--device", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "from 0: local [0:4, 0:16] (256 B)" in out and "kept its own local [4:8, 0:16]" in out
+    assert "min 0 max 127" in out and "min 64 max 127" in out  # device 1's block, then the gathered whole
+    assert "1        i32[4, 16]" in out and "0        i32" not in out  # device 0's buffers are left out
