@@ -33,7 +33,7 @@ class Progress:
         if root and sys.stderr.isatty() and not verbose:
             self.bar = progress.Progress(
                 progress.BarColumn(), progress.MofNCompleteColumn(), progress.TimeElapsedColumn(),
-                progress.TextColumn("{task.description}"), console=Console(stderr=True), transient=True)
+                progress.TextColumn("{task.description}", markup=False), console=Console(stderr=True), transient=True)
             self.task = self.bar.add_task("", total=total)
             self.bar.start()
 
@@ -52,7 +52,7 @@ class Progress:
 
 def plain(renderable: object, width: int = 160) -> str:
     """A rich renderable as plain text: no colour, no trailing blanks."""
-    console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False)
+    console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False, markup=False)
     console.print(renderable)
     return "\n".join(line.rstrip() for line in console.file.getvalue().rstrip("\n").splitlines())
 

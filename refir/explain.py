@@ -69,8 +69,8 @@ def is_printer() -> bool:
 def make_console(record: bool = False) -> Console:
     """Colour and the terminal's width on a terminal; else plain text WIDTH wide."""
     if sys.stdout.isatty():
-        return Console(record=record, highlight=False, soft_wrap=False)
-    return Console(record=record, width=WIDTH, color_system=None, force_terminal=False, highlight=False,
+        return Console(record=record, highlight=False, soft_wrap=False, markup=False)
+    return Console(record=record, width=WIDTH, color_system=None, force_terminal=False, highlight=False, markup=False,
                    soft_wrap=False)
 
 

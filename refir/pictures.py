@@ -29,7 +29,10 @@ def span(r: Range) -> str:
 
 
 def spans(ranges: tuple[Range, ...]) -> str:
-    return "[" + ", ".join(span(r) for r in ranges) + "]" if ranges else "[] (a scalar)"
+    if not ranges:
+        return "[] (a scalar)"
+    text = "[" + ", ".join(span(r) for r in ranges) + "]"
+    return text + " (no elements)" if any(b <= a for a, b in ranges) else text
 
 
 def ints(xs: tuple[int, ...] | list[int]) -> str:
@@ -62,49 +65,48 @@ def holder_text(p: Placement, devices: tuple[int, ...]) -> str:
     return f"dev {terms} (partial {t.partial_kind}{', copies' if len(sums) > 1 else ''})"
 
 
-def _axis_blocks(p: Placement, axis: int) -> list[Range]:
-    return sorted({b.ranges[axis] for b in p.blocks})
-
-
 def grid(p: Placement, focus: int | None = None) -> RenderableType:
     """The sharded axes as a grid of blocks (first sharded axis down, second
     across, a third as one grid per block); each cell names its holders."""
     t = p.type
     sharded = [i for i, a in enumerate(t.axes) if a.shard]
-    holders = dict(p.holders())
-    colour = {r: PALETTE[k % len(PALETTE)] for k, r in enumerate(holders)}
+    holders = p.holders()
+    ranges_of = {(i, n[i]): r[i] for n, r, _ in holders for i in n}
 
-    def cell(fixed: dict[int, Range]) -> Text:
-        found = [(r, ds) for r, ds in holders.items() if all(r[i] == v for i, v in fixed.items())]
+    def cell(fixed: dict[int, int]) -> Text:
+        found = [(k, r, ds) for k, (n, r, ds) in enumerate(holders) if all(n[i] == v for i, v in fixed.items())]
         if not found:
             return Text("-")
-        ranges, ds = found[0]
-        text = Text(holder_text(p, ds), style=colour[ranges])
+        k, ranges, ds = found[0]
+        text = Text(holder_text(p, ds) + (" (empty)" if any(b <= a for a, b in ranges) else ""),
+                    style=PALETTE[k % len(PALETTE)])
         if focus in ds:
             text.stylize("bold reverse")
         return text
 
-    def label(axis: int, r: Range) -> str:
-        return f"axis {axis} {span(r)}"
+    def label(axis: int, number: int) -> str:
+        return f"axis {axis} {span(ranges_of[axis, number])}"
+
+    def numbers(axis: int | None) -> list[int | None]:
+        return [None] if axis is None else list(range(t.mesh.size(t.axes[axis].shard)))
 
     rows = sharded[0] if len(sharded) > 1 else None
     cols = sharded[1] if len(sharded) > 1 else sharded[0] if sharded else None
-    pages: list[dict[int, Range]] = [{}]
+    pages: list[dict[int, int]] = [{}]
     if len(sharded) > 2:
-        pages = [{sharded[2]: r} for r in _axis_blocks(p, sharded[2])]
+        pages = [{sharded[2]: n} for n in range(t.mesh.size(t.axes[sharded[2]].shard))]
     tables = []
     for page in pages:
-        title = ", ".join(label(a, r) for a, r in page.items()) or None
+        title = ", ".join(label(a, n) for a, n in page.items()) or None
         table = Table(box=box.SQUARE, show_lines=True, title=title, title_justify="left",
                       show_header=cols is not None)
         if rows is not None:
             table.add_column("", no_wrap=True)
-        col_blocks = _axis_blocks(p, cols) if cols is not None else [None]
-        for c in col_blocks:
+        for c in numbers(cols):
             table.add_column(label(cols, c) if cols is not None and c is not None else "", no_wrap=True)
-        for r in _axis_blocks(p, rows) if rows is not None else [None]:
+        for r in numbers(rows):
             cells = []
-            for c in col_blocks:
+            for c in numbers(cols):
                 fixed = dict(page)
                 if r is not None and rows is not None:
                     fixed[rows] = r

@@ -48,12 +48,18 @@ class Placement:
     def block(self, device: int) -> Block:
         return next(b for b in self.blocks if b.device == device)
 
-    def holders(self) -> list[tuple[tuple[Range, ...], tuple[int, ...]]]:
-        """Each distinct block with the devices holding it (copies, or partial terms)."""
-        out: dict[tuple[Range, ...], list[int]] = {}
+    def block_number(self, b: Block) -> dict[int, int]:
+        """Sharded tensor axis -> which of its blocks `b` is (the device's mesh coordinate)."""
+        return {i: self.type.mesh.coord(b.device, k) for i, k in self.type.sharding().items()}
+
+    def holders(self) -> list[tuple[dict[int, int], tuple[Range, ...], tuple[int, ...]]]:
+        """Each distinct block (by block number, so that empty blocks stay apart)
+        with its ranges and the devices holding it (copies, or partial terms)."""
+        out: dict[tuple, tuple[dict[int, int], tuple[Range, ...], list[int]]] = {}
         for b in self.blocks:
-            out.setdefault(b.ranges, []).append(b.device)
-        return [(r, tuple(ds)) for r, ds in out.items()]
+            number = self.block_number(b)
+            out.setdefault(tuple(sorted(number.items())), (number, b.ranges, []))[2].append(b.device)
+        return [(n, r, tuple(ds)) for n, r, ds in out.values()]
 
 
 @dataclass(frozen=True)

@@ -191,3 +191,40 @@ def test_trace_takes_inputs_and_summarises_large_buffers(tmp_path, capsys):
     assert "from 0: local [0:4, 0:16] (256 B)" in out and "kept its own local [4:8, 0:16]" in out
     assert "min 0 max 127" in out and "min 64 max 127" in out  # device 1's block, then the gathered whole
     assert "1        i32[4, 16]" in out and "0        i32" not in out  # device 0's buffers are left out
+
+
+def test_uneven_and_empty_blocks_display_plainly(monkeypatch):
+    """Ranges come from refir.types.block_slices alone: cut 5 elements into
+    blocks of ceil(5/4) = 2 and the last device's block is empty."""
+    import io
+
+    from rich.console import Console
+
+    from refir import placement as placement_module
+    from refir.pictures import value_picture
+    from refir.types import Axis, Mesh, TensorType
+
+    def ceil_blocks(t, device, shape):
+        out = []
+        for a, n in zip(t.axes, shape):
+            if a.shard:
+                size = -(-n // t.mesh.size(a.shard))
+                k = t.mesh.coord(device, a.shard)
+                out.append(slice(min(k * size, n), min((k + 1) * size, n)))
+            else:
+                out.append(slice(None))
+        return tuple(out)
+
+    monkeypatch.setattr(placement_module, "block_slices", ceil_blocks)
+    mesh = Mesh("m", (2, 2), (0, 1, 2, 3))
+    t = TensorType("f32", (Axis(3, "DIDy"), Axis(5, "DIDx")), mesh)
+    p = placement_module.placement("x", t, {})
+    assert [b.ranges for b in p.blocks] == [((0, 2), (0, 3)), ((0, 2), (3, 5)), ((2, 3), (0, 3)), ((2, 3), (3, 5))]
+    t = TensorType("f32", (Axis(5, "DIDx"),), Mesh("m", (4,), (0, 1, 2, 3)))
+    p = placement_module.placement("y", t, {})
+    assert [b.local_shape for b in p.blocks] == [(2,), (2,), (1,), (0,)]
+    console = Console(file=io.StringIO(), width=100, color_system=None, markup=False)
+    console.print(value_picture(p))
+    out = console.file.getvalue()
+    assert "axis 0 4:5" in out and "axis 0 empty" in out and "dev 3 (empty)" in out
+    assert "[empty] (no elements)   [0]" in out
