@@ -154,6 +154,29 @@ def share_shards(checked: Checked, shards: Shards, world: World) -> Shards:
     return share_buffers(shards, world, checked.func.results)
 
 
+def share_kept(kept: Shards, world: World) -> Shards:
+    """Every rank's kept buffers on every rank, with the very strides the rank
+    held them in (an input's view of the caller's array included)."""
+    mine = {v: {d: (np.array(x, order="C"), x.strides) for d, x in bufs.items()} for v, bufs in kept.items()}
+    merged: Shards = {}
+    for part in world.comm.allgather(mine):
+        for v, bufs in part.items():
+            for d, (dense, strides) in bufs.items():
+                merged.setdefault(v, {})[d] = with_strides(dense, strides)
+    return merged
+
+
+def with_strides(x: np.ndarray, strides: tuple[int, ...]) -> np.ndarray:
+    """A copy of `x` laid out in memory with the given byte strides (any signs)."""
+    if x.size == 0:
+        return x
+    low = sum(min(0, s * (n - 1)) for s, n in zip(strides, x.shape))
+    high = sum(max(0, s * (n - 1)) for s, n in zip(strides, x.shape)) + x.itemsize
+    out = np.ndarray(x.shape, x.dtype, np.empty(high - low, np.uint8), -low, strides)
+    out[...] = x
+    return out
+
+
 def share_buffers(shards: Shards, world: World, names: tuple[str, ...] | list[str]) -> Shards:
     """Every rank's buffers of `names` on every rank, strides preserved: each
     buffer travels dense in its memory order, with that order."""
@@ -202,7 +225,7 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
 
         shards = run_spmd(lowered, local, bindings, w, keep=kept)
         if w.comm is not None:
-            kept = share_buffers(kept, w, [p.name for p in checked.func.params] + [s.out for s in lowered.steps])
+            kept = share_kept(kept, w)
     else:
         shards = backend_named(backend)(lowered, local, bindings, w)
     outputs, shards = gather_outputs(checked, shards, bindings, w)

@@ -228,3 +228,26 @@ def test_uneven_and_empty_blocks_display_plainly(monkeypatch):
     out = console.file.getvalue()
     assert "axis 0 4:5" in out and "axis 0 empty" in out and "dev 3 (empty)" in out
     assert "[empty] (no elements)   [0]" in out
+
+
+def test_explain_and_trace_of_every_corpus_program_under_mpiexec(tmp_path, capsys):
+    """One launch of 4 ranks: rank 0 alone prints, and prints what a run in one process prints."""
+    from refir.bindings import devices_needed
+
+    fits = [str(p) for p in FILES if devices_needed(first_case(p).checked) <= 4]
+    out = tmp_path / "views.json"
+    done = run_mpi(4, [str(ROOT / "tests" / "mpi_views.py"), str(out), *fits], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = json.loads(out.read_text())
+    assert len(fits) > 50
+    for path in fits:
+        for rank in ranks[1:]:
+            assert rank[path]["explain"] == [0, ""] and rank[path]["trace"] == [0, ""], path
+        rc, text = ranks[0][path]["explain"]
+        assert rc == 0
+        assert main(["explain", path, "--json", "--world", "4"]) == 0
+        assert json.loads(text) == json.loads(capsys.readouterr().out), path
+        rc, text = ranks[0][path]["trace"]
+        assert rc == 0
+        assert main(["trace", path, "--seed", "3", "--world", "4"]) == 0
+        assert text == capsys.readouterr().out, path
