@@ -1,5 +1,5 @@
-"""docs/tutorial.md runs: every `$ python -m refir ...` line in a ```console
-block is run and its output compared with the lines that follow it.
+"""docs/tutorial.md and README.md run: every `$ python -m refir ...` line in a
+```console block is run and its output compared with the lines that follow it.
 `python tests/test_tutorial.py` rewrites those outputs from the current code."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from helpers import ROOT
 from refir.cli import main
 
 TUTORIAL = ROOT / "docs" / "tutorial.md"
+DOCS = [TUTORIAL, ROOT / "README.md"]
 BLOCK = re.compile(r"^```console\n(.*?)^```\n", re.M | re.S)
 
 
@@ -47,7 +48,7 @@ def rewrite(text: str) -> str:
     return BLOCK.sub(block, text)
 
 
-CASES = [(c, want) for m in BLOCK.finditer(TUTORIAL.read_text()) for c, want in commands(m.group(1))]
+CASES = [(c, want) for doc in DOCS for m in BLOCK.finditer(doc.read_text()) for c, want in commands(m.group(1))]
 
 
 @pytest.mark.parametrize("command, want", CASES, ids=[c for c, _ in CASES])
@@ -64,6 +65,14 @@ def test_tutorial_covers_every_communication():
     assert len(CASES) >= 10
 
 
+def test_readme_quick_start_is_one_sh_block_of_two_commands():
+    text = (ROOT / "README.md").read_text()
+    quick = text.split("## Quick start", 1)[1].split("##", 1)[0]
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```", quick, re.M | re.S)
+    assert len(blocks) == 1 and blocks[0][0] == "sh" and len(blocks[0][1].strip().splitlines()) == 2
+
+
 if __name__ == "__main__":
     os.chdir(ROOT)
-    TUTORIAL.write_text(rewrite(TUTORIAL.read_text()))
+    for doc in DOCS:
+        doc.write_text(rewrite(doc.read_text()))
