@@ -135,7 +135,7 @@ def strides_text(p: Placement, b: Block) -> str:
 def value_header(p: Placement) -> Text:
     text = Text()
     text.append(p.name, style="bold")
-    text.append(f": {p.type}   global {ints(list(p.shape))}   {mesh_text(p)}")
+    text.append(f": {p.type}\n  global {ints(list(p.shape))} over {mesh_text(p)}")
     whole = [str(i) for i, a in enumerate(p.type.axes) if not a.shard]
     if whole and len(whole) < p.type.rank:
         text.append(f"\n  axis {', '.join(whole)} whole in every block")
