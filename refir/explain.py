@@ -24,7 +24,7 @@ from refir.bindings import check_world, devices_needed
 from refir.errors import InputError
 from refir.inputs import bind_lines, default_bindings, parse_bind, source_text
 from refir.lower import Lowered, lower
-from refir.pictures import devices_text, step_picture, value_picture
+from refir.pictures import step_picture, value_picture
 from refir.placement import CommFacts, Explained, Placement, explain, placement
 from refir.printer import format_mesh
 from refir.verify import Checked
@@ -150,10 +150,17 @@ def print_json(doc: Any) -> None:
 # ---- the commands ----------------------------------------------------------------------
 
 
+def check_device(device: int | None, world: int) -> None:
+    if device is not None and not 0 <= device < world:
+        raise InputError(f"--device {device} is not a rank of the world of {world} (0..{world - 1})")
+
+
 def explained_of(args: argparse.Namespace) -> tuple[Lowered, Explained]:
     checked = refir.verify(refir.load(args.program), args.func)
     lowered = lower(checked)
-    return lowered, explain(lowered, bindings_for(args, checked), world_for(checked, getattr(args, "world", None)))
+    world = world_for(checked, getattr(args, "world", None))
+    check_device(getattr(args, "device", None), world)
+    return lowered, explain(lowered, bindings_for(args, checked), world)
 
 
 def json_check(args: argparse.Namespace) -> int:
@@ -225,5 +232,3 @@ def render(ex: Explained, console: Console, device: int | None = None, value: st
                     console.print(Text(f"{s.step.out}: device {device} takes no part"))
     if value is None:
         console.print(f"return {', '.join(ex.lowered.results)}")
-    if device is not None and device >= ex.world:
-        console.print(f"device {device} is outside the world {devices_text(list(range(ex.world)))}")

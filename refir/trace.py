@@ -17,8 +17,9 @@ from rich.text import Text
 
 import refir
 from refir.errors import InputError
-from refir.explain import bindings_for, is_printer, make_console, wanted, world_for
+from refir.explain import bindings_for, check_device, is_printer, make_console, wanted, world_for
 from refir.inputs import draw_inputs, read_inputs
+from refir.lower import lower
 from refir.pictures import comm_picture, ints, spans, step_line
 from refir.placement import Explained, Placement, StepFacts, explain, intersect
 from refir.program import Var
@@ -130,12 +131,14 @@ def cmd_trace(args: argparse.Namespace) -> int:
         inputs = read_inputs(args.inputs)
     else:
         inputs = draw_inputs(checked, bindings_for(args, checked), args.seed or 0)
-    result = refir.run(program, inputs, backend="spmd", world=args.world, func=args.func, keep="all")
-    assert result.lowered is not None
-    ex = explain(result.lowered, result.bindings, world_for(checked, args.world))
-    names = [p.name for p in ex.inputs] + [s.step.out for s in ex.steps]
+    world = world_for(checked, args.world)
+    check_device(args.device, world)
+    names = [p.name for p in checked.func.params] + [s.out for s in lower(checked).steps]
     if args.value is not None and not any(wanted(n, args.value) for n in names):
         raise InputError(f"--value {args.value}: no value of that name (values: {', '.join(names)})")
+    result = refir.run(program, inputs, backend="spmd", world=args.world, func=args.func, keep="all")
+    assert result.lowered is not None
+    ex = explain(result.lowered, result.bindings, world)
     if not is_printer():
         return 0
     console = make_console()

@@ -251,3 +251,9 @@ def test_explain_and_trace_of_every_corpus_program_under_mpiexec(tmp_path, capsy
         assert rc == 0
         assert main(["trace", path, "--seed", "3", "--world", "4"]) == 0
         assert text == capsys.readouterr().out, path
+
+
+@pytest.mark.parametrize("command", ["explain", "trace"])
+def test_a_device_outside_the_world_is_an_input_error(command, capsys):
+    assert main([command, str(SCATTER), "--device", "4"]) == 2
+    assert capsys.readouterr().err == "error: --device 4 is not a rank of the world of 4 (0..3)\n"
