@@ -37,6 +37,7 @@ class RunResult:
     backend: str = "global"
     lowered: Lowered | None = None
     bindings: dict[str, int] = field(default_factory=dict)
+    kept: Shards = field(default_factory=dict)  # with keep="all": every value's per-device buffers
 
 
 def backend_named(name: str) -> Backend:
@@ -224,9 +225,36 @@ def share_shards(checked: Checked, shards: Shards, world: World) -> Shards:
     return collect_results({r: shards.get(r, {}) for r in checked.func.results}, world, None)
 
 
+def share_kept(kept: Shards, world: World) -> Shards:
+    """Every rank's kept buffers on every rank, with the very strides the rank
+    held them in (an input's view of the caller's array included). Kept values
+    are for looking at small programs: they travel pickled."""
+    from refir.mpi import COMMS, allgather_obj
+
+    mine = {v: {d: (np.array(x, order="C"), x.strides) for d, x in bufs.items()} for v, bufs in kept.items()}
+    merged: Shards = {}
+    for part in allgather_obj(COMMS.world(), mine, "every rank's kept buffers"):
+        for v, bufs in part.items():
+            for d, (dense, strides) in bufs.items():
+                merged.setdefault(v, {})[d] = with_strides(dense, strides)
+    return merged
+
+
+def with_strides(x: np.ndarray, strides: tuple[int, ...]) -> np.ndarray:
+    """A copy of `x` laid out in memory with the given byte strides (any signs)."""
+    if x.size == 0:
+        return x
+    low = sum(min(0, s * (n - 1)) for s, n in zip(strides, x.shape))
+    high = sum(max(0, s * (n - 1)) for s, n in zip(strides, x.shape)) + x.itemsize
+    out = np.ndarray(x.shape, x.dtype, np.empty(high - low, np.uint8), -low, strides)
+    out[...] = x
+    return out
+
+
 def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", world: int | None = None,
-        func: str | None = None, everywhere: bool = False) -> RunResult:
-    """Run `program` on global `inputs`; see RunResult.
+        func: str | None = None, everywhere: bool = False, keep: str | None = None) -> RunResult:
+    """Run `program` on global `inputs`; see RunResult. keep="all" (spmd only)
+    keeps every input's and intermediate's per-device buffers in `kept`.
 
     Under MPI (one rank per process) rank 0 must be given the inputs; another
     rank given none receives only its devices' blocks from rank 0. Rank 0
@@ -236,6 +264,10 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
 
     if not isinstance(program, Program):
         program = load(program)
+    if keep not in (None, "all"):
+        raise InputError(f"keep={keep!r}: write keep='all' or leave it out")
+    if keep and backend != "spmd":
+        raise InputError(f"keep='all' needs the spmd backend, not {backend!r}")
     checked = verified(program, func)
     mpi = mpi_world()
     if mpi is None:
@@ -255,9 +287,17 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
         (w, lowered), bindings, needy = settle(checked, inputs, lambda: (resolve_world(checked, world),
                                                                          lowered_of(checked)))
         local = deliver_inputs(checked, inputs, bindings, w, needy)
-    shards = backend_named(backend)(lowered, local, bindings, backend_world(w))
+    kept: Shards = {}
+    if keep:
+        from interp.backend import run_spmd
+
+        shards = run_spmd(lowered, local, bindings, backend_world(w), keep=kept)
+        if w.comm is not None:
+            kept = share_kept(kept, w)
+    else:
+        shards = backend_named(backend)(lowered, local, bindings, backend_world(w))
     outputs, shards = gather_outputs(checked, shards, bindings, w, everywhere)
-    return RunResult(outputs, shards, backend, lowered, bindings)
+    return RunResult(outputs, shards, backend, lowered, bindings, kept)
 
 
 # Programs are immutable: a program run again (refir.run in a loop) is verified
