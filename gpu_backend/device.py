@@ -81,6 +81,9 @@ def use_device(comm: Any = None) -> None:
         return
     from mpi4py import MPI
 
+    from refir.mpi import barrier
+
+    barrier(comm)  # splitting blocks until every rank calls it: first wait, within the timeout
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     index = node.rank % len(cuda.gpus)
     node.Free()
