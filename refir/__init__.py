@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from refir.errors import InputError, MismatchError, ParseError, RefirError, RunError, VerifyError
+from refir.frontends.nvfuser import from_nvfuser  # noqa: E402,I001 (after the core it builds on)
 from refir.parser import parse
 from refir.printer import print_program
 from refir.program import Program
@@ -19,7 +20,7 @@ from refir.verify import verify
 
 __all__ = [
     "InputError", "MismatchError", "ParseError", "Program", "RefirError", "RunError", "RunResult", "VerifyError",
-    "load", "parse", "print_program", "run", "verify",
+    "from_nvfuser", "load", "parse", "print_program", "run", "verify",
 ]
 
 

@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     low = sub.add_parser("lower", help="print segments, communications, shapes and strides")
     _program_args(low)
     low.set_defaults(handler=cmd_lower)
+    from refir.frontend_cli import add_subcommands
+
+    add_subcommands(sub)
     from conformance.cli import add_arguments
 
     conform = sub.add_parser("conform", help="the differential conformance suite")

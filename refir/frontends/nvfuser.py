@@ -28,6 +28,9 @@ BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "ma
           "max": "maximum", "minimum": "minimum", "fmin": "minimum", "min": "minimum"}
 UNARY = {"neg": "neg", "abs": "abs", "fabs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "relu": "relu"}
 REDUCE_OPS = {"add": "sum", "sum": "sum", "mul": "prod", "max": "max", "fmax": "max", "min": "min", "fmin": "min"}
+_COMM_NAMES = {"Allgather": "allgather", "Gather": "gather", "Scatter": "scatter", "Broadcast": "broadcast",
+               "SendRecv": "send_recv", "AllToAll": "all_to_all", "Allreduce": "allreduce", "Reduce": "reduce",
+               "ReduceScatter": "reduce_scatter"}
 REDUCING_COMMS = ("Allreduce", "Reduce", "ReduceScatter")
 MOVING_COMMS = ("Allgather", "Gather", "Scatter", "Broadcast", "SendRecv", "AllToAll")
 
@@ -83,9 +86,10 @@ class _Union:
             self.value[ra] = self.value.pop(rb)
 
 
-def logical_axes(ref: TVRef) -> list[Ax]:
+def logical_axes(ref: TVRef, splits: dict[int, object] | None = None) -> list[Ax]:
     """The printed domains as logical axes: a device axis of extent n followed by
-    `ceilDiv(E, n)` is an outer split of E, i.e. E sharded on that device axis."""
+    `ceilDiv(E, n)` is an outer split of E, i.e. E sharded on that device axis;
+    so is a device axis followed by a domain that an `Outer split:` line made."""
     out: list[Ax] = []
     doms = list(ref.domains)
     i = 0
@@ -101,6 +105,9 @@ def logical_axes(ref: TVRef) -> list[Ax]:
                 raise ParseError(nxt.loc, f"cannot map {nxt.text!r}: an inner split puts the device axis "
                                  "inside the logical axis (blocks interleaved); refir shards contiguous blocks")
             raise ParseError(d.loc, f"cannot map {d.text!r}: ceilDiv extent without the device axis before it")
+        split = (splits or {}).get(nxt.number) if nxt is not None else None
+        if d.device and nxt is not None and split is not None:
+            nxt = Domain(nxt.text, nxt.kind, nxt.ptype, nxt.number, ("ceilDiv", split, d.extent), nxt.rf, nxt.loc)
         if d.device and nxt is not None and isinstance(nxt.extent, tuple) and nxt.extent[2] == d.extent:
             whole = nxt.extent[1]
             if isinstance(whole, tuple):
@@ -135,13 +142,14 @@ class Importer:
         self.layouts: dict[str, tuple[int, ...]] = {}
         self.eqns: list[tuple[str, str, list[str]]] = []  # (out, call text, comments)
         self.local_types: dict[str, tuple[list[Ax], tuple]] = {}  # helper values: axes, mesh
+        self.comm_kinds: dict[str, str] = {}  # out -> the communication nvFuser printed for it
 
     # ---- TensorViews and their types ----------------------------------------------------
 
     def learn(self, ref: TVRef) -> None:
         """Record a printing of a TensorView: its first full printing fixes the
         axes; every other must agree, extent for extent."""
-        axes = logical_axes(ref)
+        axes = logical_axes(ref, self.dump.splits)
         if ref.name not in self.refs:
             self.refs[ref.name] = ref
             self.axes[ref.name] = axes
@@ -193,7 +201,8 @@ class Importer:
         d = self.dump
         if not d.statements and not d.inputs:
             raise ParseError(Loc(self.file, 1, 1), "no nvFuser fusion IR found (no `Tn_g[...] = ...` statement)")
-        for ref in d.mentions + d.inputs + d.outputs:
+        # A definition's printing shows its reduced domains: it fixes the axes.
+        for ref in [s.out for s in d.statements] + d.mentions + d.inputs + d.outputs:
             if ref.name:
                 self.learn(ref)
         self.infer_meshes()
@@ -237,7 +246,7 @@ class Importer:
         """An operand pasted without its name is the one known TensorView whose
         logical extents the result carries (nvFuser prints a result's domains with
         its producer's extents)."""
-        want = [x.extent for x in logical_axes(s.out)]
+        want = [x.extent for x in logical_axes(s.out, self.dump.splits)]
         hits = [n for n, axes in self.axes.items()
                 if n != s.out.name and [x.extent for x in _kept(axes)] == want]
         if len(hits) != 1:
@@ -522,6 +531,7 @@ class Importer:
         self.eqns.append((out, f"add({mm}, {bb})", []))
 
     def communication(self, out: str, kind: str, x: TVRef, call: Call, comment: list[str]) -> None:
+        self.comm_kinds[out] = kind
         if kind in MOVING_COMMS:
             self.set_like(out, x, call.loc)
             self.eqns.append((out, f"set({x.name})", comment + [f"nvFuser lowered this to {kind}"]))
@@ -533,7 +543,7 @@ class Importer:
         if op not in REDUCE_OPS:
             raise ParseError(call.loc, f"cannot map reduction op {op!r} of a {kind}")
         if not any(a.reduced for a in self.axes[out]):
-            raise ParseError(call.loc, f"a {kind} whose output {out} shows no reduced (r) domain")
+            raise ParseError(call.loc, f"the output {out} of this {kind} shows no reduced (r) domain")
         self.reduction(out, REDUCE_OPS[op], x, call, comment + [f"nvFuser lowered this to {kind}"])
 
     # ---- the refir text ---------------------------------------------------------------
@@ -564,8 +574,7 @@ class Importer:
         self.mesh_names = {m: ("m" if len(meshes) == 1 else f"m{i}") for i, m in enumerate(meshes)}
         body = [f"  {o}: {self.type_text(o)} = {call}" for o, call, _ in order]  # types first: they add notes
         head = [f"func main({', '.join(f'{p}: {self.type_text(p)}' for p in params)}) {{"]
-        lines = [f"# Imported from nvFuser fusion IR ({self.file}) by `refir import-nvfuser`."]
-        lines += [f"# note: {n}" for n in self.notes]
+        lines = []
         for m, name in self.mesh_names.items():
             lines.append(f"mesh {name} = {_nest(list(m[1]), m[0])}")
         lines.append("")
@@ -576,8 +585,30 @@ class Importer:
             lines += [f"  # {c}" for c in comments]
             lines.append(text)
         lines += [f"  return {', '.join(results)}", "}", ""]
-        text = "\n".join(lines)
-        return Imported(parse(text, f"{self.file} (imported)"), text, self.notes)
+        self.compare_communications(parse("\n".join(lines), f"{self.file} (imported)"))
+        header = [f"# Imported from nvFuser fusion IR ({self.file}) by `refir import-nvfuser`."]
+        text = "\n".join(header + [f"# note: {n}" for n in self.notes] + lines)
+        program = parse(text, f"{self.file} (imported)")
+        return Imported(program, text, self.notes)
+
+    def compare_communications(self, program: Program) -> None:
+        """Where the dump names the communication nvFuser chose, say if refir's
+        lowering chooses another."""
+        from refir.lower import lower
+        from refir.ops import op_name
+        from refir.verify import verify
+
+        chosen = {out: kind for out, call, _ in self.eqns if call.startswith(("set(", "sum(", "prod(", "max(", "min("))
+                  for kind in [self.comm_kinds.get(out)] if kind}
+        if not chosen:
+            return
+        lowered = lower(verify(program))
+        for out, kind in chosen.items():
+            ours = [op_name(s.op) for s in lowered.steps if s.eqn.out == out and s.is_communication]
+            want = _COMM_NAMES[kind]
+            if want not in ours:
+                self.notes.append(f"nvFuser lowered {out} to {kind}; refir lowers it to "
+                                  f"{', '.join(ours) or 'no communication'}")
 
 
 def _flags(call: Call, key: str) -> list[bool] | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from refir.errors import Loc, ParseError
 
 _TOKEN = re.compile(
-    r"(?P<ws>[ \t\r\f]+)|(?P<nl>\n)|(?P<comment>//[^\n]*)"
+    r"(?P<ws>[ \t\r\f]+)|(?P<nl>\n)"
     r"|(?P<num>\d+\.\d*(?:[eE][-+]?\d+)?|\d+(?:[eE][-+]?\d+)?)"
     r"|(?P<name>[A-Za-z_][A-Za-z_0-9]*(?:\.[A-Za-z_][A-Za-z_0-9]*)*)"
     r"|(?P<punct>.)"
@@ -105,6 +105,9 @@ class Dump:
     outputs: list[TVRef] = field(default_factory=list)  # from `Outputs:` lists
     mentions: list[TVRef] = field(default_factory=list)  # every TensorView printed
     segments: int = 0
+    # `Outer split: iS0{6} by factor 2 -> ideviceIdx.x4{2}, iS5{3}` (printTransforms):
+    # the number of the inner domain -> the extent of the split logical domain.
+    splits: dict[int, Extent] = field(default_factory=dict)
 
 
 def tokenize(text: str, file: str) -> list[Tok]:
@@ -117,7 +120,7 @@ def tokenize(text: str, file: str) -> list[Tok]:
         kind = m.lastgroup or ""
         if kind == "nl":
             line, start = line + 1, m.end()
-        elif kind not in ("ws", "comment"):
+        elif kind != "ws":
             out.append(Tok(kind, m.group(), Loc(file, line, pos - start + 1, lines[line - 1]), pos))
         pos = m.end()
     last = len(lines)
@@ -125,6 +128,9 @@ def tokenize(text: str, file: str) -> list[Tok]:
     return out
 
 
+_DEPTH = {"(": 1, "{": 1, "[": 1, ")": -1, "}": -1, "]": -1}
+# Host-IR statements that allocate or wait: no values of their own.
+HOST_BOOKKEEPING = ("ALLOCATE", "KIR::ALLOCATE", "ALLOCATE_TENSOR")
 INFIX = {"+": "add", "-": "sub", "*": "mul", "/": "div", "•": "bullet"}
 
 
@@ -182,6 +188,16 @@ class DumpParser:
             elif t.text in ("%", "{", "}", "---", "----") or t.text.startswith("kernel"):
                 section = "" if t.text in ("%", "{") else section
                 self.next()
+            elif t.text == "Outer" and self.peek().text == "split" and self.peek(2).text == ":":
+                self.i += 3
+                whole = self.domain()
+                while self.tok.text not in ("-", "eof") and self.tok.kind != "eof":
+                    self.next()
+                if self.accept("-") and self.accept(">"):
+                    self.domain()
+                    self.expect(",")
+                    inner = self.domain()
+                    d.splits[inner.number] = whole.extent
             elif t.text == "Communication" and self.peek().kind in ("num", "punct") and self._comm_ahead():
                 d.statements.append(self.communication(max(d.segments, 1)))
                 section = ""
@@ -189,7 +205,10 @@ class DumpParser:
                 start = t.pos
                 ref = self.tv()
                 d.mentions.append(ref)
-                if self.tok.text == "=" and self.peek().text != "=":
+                if self.tok.text == "=" and self.peek().text.upper() in HOST_BOOKKEEPING:
+                    self.i += 2
+                    self.skip_group()
+                elif self.tok.text == "=" and self.peek().text != "=":
                     self.next()
                     expr = self.expression()
                     if isinstance(expr, Call):
@@ -208,6 +227,14 @@ class DumpParser:
             else:
                 self.next()
         return d
+
+    def skip_group(self) -> None:
+        """Skip a parenthesized group, e.g. the arguments of ALLOCATE(...)."""
+        depth = 0
+        while self.tok.kind != "eof":
+            depth += _DEPTH.get(self.next().text, 0)
+            if depth <= 0:
+                return
 
     def _comm_ahead(self) -> bool:
         k = 1 if self.peek().text == "(" else 2
@@ -232,7 +259,7 @@ class DumpParser:
         domains = self.domains(("]",))
         self.expect("]", "']' closing the domains of " + t.text)
         mesh = self.mesh_note()
-        if self.tok.text == "," and self.peek().text in NV_DTYPES and self.peek(2).text != "[":
+        if self.tok.text == "," and self.peek().text in NV_DTYPES and self.peek(2).text not in ("[", "("):
             self.next()
             dtype = self.dtype(self.next())
         end = self.toks[self.i - 1]
@@ -397,7 +424,7 @@ class DumpParser:
             raise self.fail("expected an operand or 'key = value'")
         start, depth = self.tok.pos, 0
         while self.tok.kind != "eof" and not (depth == 0 and self.tok.text in (",", ")")):
-            depth += {"(": 1, "{": 1, ")": -1, "}": -1}.get(self.tok.text, 0)
+            depth += _DEPTH.get(self.tok.text, 0)
             self.next()
         end = self.toks[self.i - 1]
         return " ".join(words), " ".join(self.text[start:end.pos + len(end.text)].split())
@@ -437,7 +464,7 @@ class DumpParser:
     def keyword_value(self) -> str:
         start, depth = self.tok.pos, 0
         while self.tok.kind != "eof" and not (depth == 0 and self.tok.text in (",", ")")):
-            depth += {"(": 1, "{": 1, ")": -1, "}": -1}.get(self.tok.text, 0)
+            depth += _DEPTH.get(self.tok.text, 0)
             self.next()
         end = self.toks[self.i - 1]
         return " ".join(self.text[start:end.pos + len(end.text)].split())
