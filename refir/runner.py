@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from refir.arrays import host_array
 from refir.bindings import bind_inputs, check_world, devices_needed
 from refir.errors import InputError, MismatchError, RunError
 from refir.lower import Lowered, lower
@@ -177,6 +178,7 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
     if not isinstance(program, Program):
         program = load(program)
     checked = verify(program, func)
+    inputs = {name: host_array(name, x) for name, x in inputs.items()}
     bindings = bind_inputs(checked, inputs)
     if backend == "global":
         from interp.global_eval import eval_global
