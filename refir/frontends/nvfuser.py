@@ -558,6 +558,18 @@ class Importer:
         text = f"{self.dtype(name)}[{dims}] on {self.mesh_names[mesh]}"
         return text + (f" layout[{', '.join(map(str, layout))}]" if layout else "")
 
+    def note_joined_symbols(self) -> None:
+        """Say which of nvFuser's symbols the ops made one extent."""
+        classes: dict[str, list[str]] = {}
+        for k in self.syms.parent:
+            if not k.startswith("#"):
+                classes.setdefault(self.syms.find(k), []).append(k)
+        for members in classes.values():
+            if len(members) > 1:
+                names = sorted(members, key=lambda s: (int(s[1:]) if re.fullmatch(r"i\d+", s) else 1 << 30, s))
+                shown = self.extent(Ax(names[0], None, False, False, 0))
+                self.notes.append(f"the ops make {', '.join(names)} one extent, written {shown}")
+
     def dtype(self, name: str) -> str:
         r = self.dtypes.find(name)
         if r not in self.dtypes.value:
@@ -573,6 +585,7 @@ class Importer:
                 meshes.append(m)
         self.mesh_names = {m: ("m" if len(meshes) == 1 else f"m{i}") for i, m in enumerate(meshes)}
         body = [f"  {o}: {self.type_text(o)} = {call}" for o, call, _ in order]  # types first: they add notes
+        self.note_joined_symbols()
         head = [f"func main({', '.join(f'{p}: {self.type_text(p)}' for p in params)}) {{"]
         lines = []
         for m, name in self.mesh_names.items():
