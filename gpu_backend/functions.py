@@ -167,7 +167,7 @@ def bf16_encode(x: object) -> object:
     mant, e = math.frexp(a)  # a = mant * 2**e, 0.5 <= mant < 1
     biased = e + 126
     q = math.ldexp(mant, 8) if biased >= 1 else math.ldexp(a, 133)
-    r = math.floor(q)
+    r = int(math.floor(q))
     f = q - r
     if f > 0.5 or (f == 0.5 and r % 2 == 1):
         r += 1
