@@ -43,10 +43,10 @@ def host_array(name: str, x: Any) -> np.ndarray:
         except (TypeError, ValueError, RuntimeError) as exc:
             raise InputError(f"input {name!r} ({type(x).__name__}) refused np.asarray: {exc}") from exc
     if isinstance(x, (list, tuple, int, float, bool, complex)):
-        raise InputError(f"input {name!r} is a {type(x).__name__}, which has no dtype: "
+        raise InputError(f"input {name!r} is a {type(x).__name__}, not a numpy array, and has no dtype: "
                          "pass np.asarray(value, dtype=...) with the parameter's dtype")
-    raise InputError(f"input {name!r} is a {type(x).__name__}: refir.run takes numpy arrays, or host arrays "
-                     "with __dlpack__ or __array__")
+    raise InputError(f"input {name!r} is a {type(x).__name__}, not a numpy array: refir.run takes numpy arrays, "
+                     "or host arrays with __dlpack__ or __array__")
 
 
 def _check(name: str, x: np.ndarray) -> np.ndarray:

@@ -127,6 +127,18 @@ def test_host_ir_on_a_2d_mesh_agrees_with_nvfusers_communications():
     np.testing.assert_array_equal(values["T4"], values["in:T0"].sum(0))
 
 
+def test_reduction_over_a_device_axis_with_a_split_result_is_a_reduce_scatter():
+    imported = import_nvfuser((DATA / "nvfuser_reduce_scatter_then_allgather.txt").read_text(), "rs.txt")
+    func = imported.program.funcs[0]
+    assert [str(e.type) for e in func.eqns] == [
+        "f32[2@DIDx, 4, 6] on m", "f32[2@DIDx, 4, 6] on m", "f32[4, 6@DIDx] on m", "f32[4, 6] on m"]
+    assert "T1: f32[2@DIDx, 4, 6] on m = mul(T0, 2.0)" in imported.text
+    lowered = lower(refir.verify(imported.program))
+    assert [type(s.op).__name__ for s in lowered.steps if s.is_communication] == ["ReduceScatter", "Allgather"]
+    values = agree_everywhere(imported.program)
+    np.testing.assert_array_equal(values["T3"], np.maximum(2 * values["in:T0"], 0).sum(0))
+
+
 def test_an_unsupported_op_is_an_error_at_its_token():
     with pytest.raises(ParseError) as e:
         import_nvfuser((DATA / "nvfuser_unsupported.txt").read_text(), "bad.txt")

@@ -385,7 +385,8 @@ class DumpParser:
             self.expect(")")
             if not isinstance(s, Scalar):
                 raise ParseError(t.loc, f"{t.text}(...) holds a number here")
-            return s
+            floating = NV_DTYPES[t.text] in ("f16", "bf16", "f32", "f64")
+            return Scalar(float(s.value) if floating else int(s.value), s.loc)
         if t.text == "(" and self.peek().text in NV_DTYPES and self.peek(2).text == ")":  # (float) x
             dt = self.peek().text
             self.i += 3
