@@ -2,12 +2,19 @@
 type) and converts in the kernels. The conversions agree with ml_dtypes bit for
 bit, and programs in bf16 agree with spmd on every buffer."""
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import refir
 from gpu_backend.functions import bf16_decode, bf16_encode
+from refir.inputs import default_bindings, draw_inputs
 from refir.types import BF16
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import run_mpi  # noqa: E402
 
 
 def test_decode_is_exact_on_every_bit_pattern():
@@ -85,3 +92,30 @@ def test_bf16_inputs_come_back_with_their_dtype(backend):
     x = np.arange(8, dtype=np.float32).reshape(4, 2).astype(BF16)
     y = refir.run(program, {"x": x}, backend=backend).outputs["y"]
     assert y.dtype == BF16 and np.array_equal(y.view(np.uint16), x.view(np.uint16))
+
+
+MPI_PROGRAM = """mesh m = [0, 1]
+func main(x: bf16[4@DIDx, 6], y: bf16[4, 6@DIDx]) {
+  t: bf16[6] = sum(x, dims=[0])
+  g: bf16[4, 6] = set(y)
+  a: bf16[4@DIDx, 6] = set(y)
+  return t, g, a
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["spmd", "gpu"])
+def test_bf16_under_mpiexec_matches_in_process(backend, tmp_path):
+    """One rank per process: the MPI transports move bf16 as bytes, the gpu
+    backend's kernels convert it."""
+    prog = tmp_path / "bf16.rir"
+    prog.write_text(MPI_PROGRAM)
+    out = tmp_path / "out.npz"
+    done = run_mpi(2, ["-m", "refir", "run", str(prog), "--backend", backend, "--seed", "0", "--out", str(out)])
+    assert done.returncode == 0, done.stderr
+    program = refir.load(prog)
+    inputs = draw_inputs(refir.verify(program), default_bindings(refir.verify(program)), 0)
+    want = refir.run(program, inputs, backend="spmd").outputs
+    with np.load(out) as got:
+        for name, value in want.items():
+            assert got[name].tobytes() == value.tobytes(), name
