@@ -20,7 +20,7 @@ import numpy as np
 
 from conformance.bounds import reference
 from conformance.cases import Case
-from conformance.compare import Problem, assemble, layout_problems, value_problems
+from conformance.compare import Problem, assemble, layout_problems, sharing_problems, value_problems
 from conformance.data import changed, snapshot
 from interp.global_eval import eval_global
 from refir.bindings import bind_inputs, devices_needed
@@ -101,15 +101,18 @@ def _check_backend(case: Case, name: str, ref: Reference) -> list[Problem]:
     lowered = lower(checked)
     inputs = case.inputs()
     before = snapshot(inputs)
+    handed = shard_inputs(checked, inputs, world.hosted)
     local: list[Problem] = []
     shards: Shards = {}
     with own_comm(world) as w:
         try:
-            shards = run(lowered, shard_inputs(checked, inputs, world.hosted), dict(case.bindings), w)
+            shards = run(lowered, handed, dict(case.bindings), w)
         except Exception as exc:
             local.append(Problem("error", describe(exc)))
+    returned = {r: mine(shards.get(r, {}), world) for r in checked.func.results}
     for r in checked.func.results:
-        local += layout_problems(r, checked.types[r], mine(shards.get(r, {}), world), case.bindings)
+        local += layout_problems(r, checked.types[r], returned[r], case.bindings)
+    local += sharing_problems(returned, {p: [inputs[p], *handed[p].values()] for p in handed})
     local += [Problem("inputs", f"the backend changed input {k!r}") for k in changed(inputs, before)]
     problems = agree(world, local)
     if any(p.check == "error" for p in problems):
@@ -141,11 +144,15 @@ def segmented(case: Case, run: Backend, lowered: Lowered, world: World, ref: Ref
                 local.append(Problem("isolation", f"{what} run alone returns no {name} for device {missing[0]}"))
             local += [replace(p, message=f"{what}: {p.message}")
                       for p in layout_problems(name, t, mine(got.get(name, {}), world), case.bindings)]
-            env[name] = got.get(name, {})
+        returned = {name: mine(got.get(name, {}), world) for name in seg.outputs}
+        local += [replace(p, message=f"{what}: {p.message}")
+                  for p in sharing_problems(returned, {n: list(env[n].values()) for n in seg.inputs})]
+        env.update({name: got.get(name, {}) for name in seg.outputs})
         problems = agree(world, local)
         if problems:
             return problems
-    _, problems = _gathered(case, env, world, ref, "isolation")
+    results = {r: env.get(lowered.source(r), {}) for r in case.checked.func.results}
+    _, problems = _gathered(case, results, world, ref, "isolation")
     return [replace(p, message=f"run segment by segment: {p.message}") for p in problems]
 
 

@@ -17,6 +17,7 @@ CHECKS: dict[str, str] = {
     "error": "the backend returns a buffer for every device, without raising",
     "values": "results agree with the global reference by the numerics model",
     "strides": "every buffer returned has its type's local shape and is dense in its layout",
+    "fresh": "every buffer returned is the backend's own: it shares no memory with an input or another buffer returned",
     "replicas": "devices that hold the same block hold the same values",
     "isolation": "run segment by segment, each from its own inputs only, the program gives the same results",
     "inputs": "the caller's input arrays are left unchanged",
@@ -75,6 +76,23 @@ def layout_problems(name: str, t: TensorType, buffers: dict[int, np.ndarray],
         elif not has_layout(buf, t.order):
             out.append(Problem("strides", f"device {d} holds {name} with byte strides {list(buf.strides)}, "
                                           f"not dense in order {list(t.order)} as {t} says"))
+    return out
+
+
+def sharing_problems(returned: dict[str, dict[int, np.ndarray]], given: dict[str, list[np.ndarray]]) -> list[Problem]:
+    """Every buffer returned is the backend's own: it shares no memory with any
+    array the backend was `given` (by name), nor with another buffer returned."""
+    out = []
+    seen: list[tuple[str, int, np.ndarray]] = []
+    for name, buffers in returned.items():
+        for d, buf in sorted(buffers.items()):
+            if not isinstance(buf, np.ndarray):
+                continue  # layout_problems reports it
+            inputs = [Problem("fresh", f"device {d} returns {name} in the memory of input {p!r}")
+                      for p, arrays in given.items() if any(np.shares_memory(buf, a) for a in arrays)]
+            out += inputs or [Problem("fresh", f"device {d} returns {name} in the memory of {other} on device {e}")
+                              for other, e, b in seen if np.shares_memory(buf, b)]
+            seen.append((name, d, buf))
     return out
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from rich import box, progress
+from rich.console import Console
+from rich.table import Table
 
 from conformance.check import Outcome
 from refir.world import World
@@ -15,30 +20,41 @@ SHOWN = 20  # failures listed in full
 
 
 class Progress:
-    """A one-line bar on stderr, from rank 0, when stderr is a terminal."""
+    """A rich progress bar on stderr, from rank 0, when stderr is a terminal;
+    with `verbose`, a plain log line per case instead (for CI logs)."""
 
     def __init__(self, total: int, world: World | None, verbose: bool = False) -> None:
         self.total = total
         self.done = 0
-        self.root = world is None or world.is_root
-        self.on = self.root and sys.stderr.isatty() and not verbose
-        self.verbose = self.root and verbose
+        root = world is None or world.is_root
+        self.verbose = root and verbose
         self.start = time.monotonic()
+        self.bar: progress.Progress | None = None
+        if root and sys.stderr.isatty() and not verbose:
+            self.bar = progress.Progress(
+                progress.BarColumn(), progress.MofNCompleteColumn(), progress.TimeElapsedColumn(),
+                progress.TextColumn("{task.description}", markup=False), console=Console(stderr=True), transient=True)
+            self.task = self.bar.add_task("", total=total)
+            self.bar.start()
 
     def step(self, label: str) -> None:
         self.done += 1
-        if self.verbose:  # a log line per case, for CI logs where no bar is drawn
+        if self.verbose:
             sys.stderr.write(f"[{time.monotonic() - self.start:7.1f} s] {self.done}/{self.total} {label}\n")
             sys.stderr.flush()
-        if self.on:
-            filled = 30 * self.done // max(self.total, 1)
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {label[:48]:<48}")
-            sys.stderr.flush()
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.done, description=label[:48])
 
     def close(self) -> None:
-        if self.on:
-            sys.stderr.write("\r" + " " * 100 + "\r")
-            sys.stderr.flush()
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def plain(renderable: object, width: int = 160) -> str:
+    """A rich renderable as plain text: no colour, no trailing blanks."""
+    console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False, markup=False)
+    console.print(renderable)
+    return "\n".join(line.rstrip() for line in console.file.getvalue().rstrip("\n").splitlines())
 
 
 def summary(outcomes: list[Outcome], backends: list[str], where: str, seconds: float) -> str:
@@ -48,18 +64,19 @@ def summary(outcomes: list[Outcome], backends: list[str], where: str, seconds: f
     count = {g: len({o.case.name for o in outcomes if o.case.group == g}) for g in groups}
     head = ", ".join(f"{count[g]} {g}" for g in groups)
     lines = [f"refir conform: {sum(count.values())} cases ({head}) on {where}, {seconds:.1f} s", ""]
-    width = max([len(g) for g in groups] + [5])
-    cols = [max(14, len(b)) for b in backends]
-    lines.append(f"{'':<{width}}  " + "  ".join(f"{b:>{c}}" for b, c in zip(backends, cols)))
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("")
+    for b in backends:
+        table.add_column(b, justify="right")
     for g in groups + ["total"]:
         row = []
-        for b, c in zip(backends, cols):
+        for b in backends:
             mine = [o for o in outcomes if o.backend == b and g in ("total", o.case.group)]
             ran = [o for o in mine if o.status != "skip"]
-            cell = f"{sum(o.status == 'pass' for o in ran)}/{len(ran)}"
             skipped = len(mine) - len(ran)
-            row.append(f"{cell + (f' ({skipped} skip)' if skipped else ''):>{c}}")
-        lines.append(f"{g:<{width}}  " + "  ".join(row))
+            row.append(f"{sum(o.status == 'pass' for o in ran)}/{len(ran)}" + (f" ({skipped} skip)" if skipped else ""))
+        table.add_row(g, *row, end_section=g == groups[-1])
+    lines.append(plain(table))
     failed = [o for o in outcomes if o.status == "fail"]
     if failed:
         lines += ["", f"{len(failed)} failure{'s' * (len(failed) > 1)}:"]

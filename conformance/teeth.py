@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from rich import box
+from rich.table import Table
+
 from conformance.cases import Case
 from conformance.check import check_backend, reference_of
 from conformance.compare import CHECKS
 from conformance.mutants import MUTANTS, Mutant
+from conformance.report import plain
 from refir.bindings import devices_needed
 from refir.errors import RefirError
 from refir.world import mpi_world
@@ -52,14 +56,13 @@ def hunt(cases: list[Case], backend: str = "spmd", mutants: list[Mutant] | None 
 
 
 def table(kills: list[Kill]) -> str:
-    width = max(len(k.mutant.name) for k in kills)
-    lines = [f"{'mutant':<{width}}  {'killed by':<10}  {'all checks that fail (cases)':<44}  bug"]
+    out = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for name in ("mutant", "killed by", "all checks that fail (cases)", "bug"):
+        out.add_column(name)
     for k in kills:
         by = k.mutant.by if k.killed else "SURVIVED"
         order = sorted(k.checks, key=lambda c: (-k.checks[c], list(CHECKS).index(c)))
-        every = ", ".join(f"{c} {k.checks[c]}" for c in order) or "-"
-        lines.append(f"{k.mutant.name:<{width}}  {by:<10}  {every:<44}  {k.mutant.bug}")
+        out.add_row(k.mutant.name, by, ", ".join(f"{c} {k.checks[c]}" for c in order) or "-", k.mutant.bug)
     alive = [k.mutant.name for k in kills if not k.killed]
-    lines += ["", f"{len(kills)} mutants, {len(kills) - len(alive)} killed"
-              + (f"; SURVIVED: {', '.join(alive)}" if alive else "")]
-    return "\n".join(lines)
+    return plain(out) + "\n\n" + (f"{len(kills)} mutants, {len(kills) - len(alive)} killed"
+                                   + (f"; SURVIVED: {', '.join(alive)}" if alive else ""))

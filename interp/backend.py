@@ -18,10 +18,12 @@ def transport_for(world: World) -> Transport:
     return MpiTransport(world.comm)
 
 
-def run_spmd(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: World) -> Shards:
+def run_spmd(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: World,
+             keep: Shards | None = None) -> Shards:
+    """With `keep`, every intermediate's per-device buffers land there too."""
     check_local_inputs(lowered.checked, inputs)
     transport = transport_for(world)
     try:
-        return execute(lowered, inputs, scalars, NumpyLocal(lowered.types), NumpyTransport(transport))
+        return execute(lowered, inputs, scalars, NumpyLocal(lowered.types), NumpyTransport(transport), keep)
     finally:
         transport.close()

@@ -28,5 +28,6 @@ def eval_global(checked: Checked, inputs: dict[str, np.ndarray], bindings: Bindi
         if out.dtype != t.np_dtype:
             out = out.astype(t.np_dtype)
         env[eqn.out] = out
-    # Copies: a result may be a view of an input (set, permute, or the input itself).
-    return {r: np.array(env[r], copy=True) for r in checked.func.results}
+    # Fresh row-major copies: a result may be a view of an input (set, permute, or
+    # the input itself), in the caller's strides.
+    return {r: np.array(env[r], order="C", copy=True) for r in checked.func.results}

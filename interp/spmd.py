@@ -50,9 +50,12 @@ def operand_values(step: Step, device: int, env: dict[str, Buffers], types: dict
 
 
 def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, local: Local,
-            transport: Transport) -> dict[str, Buffers]:
-    """Run every segment; return the results' buffers on the hosted devices."""
+            transport: Transport, keep: dict[str, Buffers] | None = None) -> dict[str, Buffers]:
+    """Run every segment; return the results' buffers on the hosted devices.
+    With `keep`, every input's and every step's buffers are also put there."""
     env: dict[str, Buffers] = dict(inputs)
+    if keep is not None:
+        keep.update(inputs)
     types = lowered.types
     hosted = transport.hosted
     for seg in lowered.segments:
@@ -63,6 +66,8 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
                 if step.is_communication:
                     (src,) = step.tensor_args()
                     scope[step.out] = transport.communicate(step.op, types[src], step.type, scope[src])
+                    if keep is not None:
+                        keep[step.out] = scope[step.out]
                     continue
                 out: Buffers = {}
                 for d in hosted:
@@ -74,13 +79,15 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
                             raise RunError(f"the result has local shape {tuple(out[d].shape)}, "
                                            f"its type {step.type} gives {want}")
                 scope[step.out] = out
+                if keep is not None:
+                    keep[step.out] = out
             except Exception as exc:  # named after the equation it came from
                 rank = hosted[0] if len(hosted) == 1 else None
                 kind = "" if isinstance(exc, RefirError) else type(exc).__name__
                 raise RunError(describe_eqn(lowered.checked, step.eqn, _what(step, exc, kind), rank)) from exc
         for name in seg.outputs:
             env[name] = scope[name]
-    return {r: env[r] for r in lowered.results}
+    return {r: env[lowered.source(r)] for r in lowered.results}
 
 
 def _what(step: Step, exc: Exception, kind: str = "") -> str:

@@ -62,6 +62,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from refir.printer import format_func, format_mesh
 
+    if args.json:
+        from refir.explain import json_check
+
+        return json_check(args)
+
     program = refir.load(args.program)
     names = [args.func] if args.func else [f.name for f in program.funcs]
     texts = [format_mesh(m) for m in program.meshes] + [""]
@@ -76,9 +81,25 @@ def cmd_lower(args: argparse.Namespace) -> int:
     from refir.listing import format_lowered
     from refir.lower import lower
 
+    if args.json:
+        from refir.explain import json_lower
+
+        return json_lower(args)
     checked = refir.verify(refir.load(args.program), args.func)
     say(format_lowered(lower(checked)))
     return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from refir.explain import cmd_explain as explain
+
+    return explain(args)
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from refir.trace import cmd_trace as trace
+
+    return trace(args)
 
 
 def cmd_conform(args: argparse.Namespace) -> int:
@@ -106,6 +127,19 @@ def build_parser() -> argparse.ArgumentParser:
     low = sub.add_parser("lower", help="print segments, communications, shapes and strides")
     _program_args(low)
     low.set_defaults(handler=cmd_lower)
+    from refir.explain import add_view_args
+    from refir.trace import add_trace_args
+
+    add_view_args(check)
+    add_view_args(low)
+    explain = sub.add_parser("explain", help="pictures of every value's placement and every communication")
+    _program_args(explain)
+    add_view_args(explain, pictures=True)
+    explain.set_defaults(handler=cmd_explain)
+    trace = sub.add_parser("trace", help="run on spmd and show every device's buffers, step by step")
+    _program_args(trace)
+    add_trace_args(trace)
+    trace.set_defaults(handler=cmd_trace)
     from refir.frontend_cli import add_subcommands
 
     add_subcommands(sub)

@@ -65,7 +65,8 @@ def format_lowered(lowered: Lowered) -> str:
                    f" -> outputs {', '.join(seg.outputs) or '-'}")
         for step in seg.steps:
             out += format_step(step, lowered)
-    out.append(f"  return {', '.join(lowered.results)}")
+    returned = (r if lowered.source(r) == r else f"{lowered.source(r)} as {r}" for r in lowered.results)
+    out.append(f"  return {', '.join(returned)}")
     return "\n".join(out)
 
 

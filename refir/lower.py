@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from refir import ops
-from refir.program import Eqn, Operand, Sym, Var
+from refir.program import Eqn, Func, Operand, Sym, Var
 from refir.types import TensorType
 from refir.verify import Checked
 
@@ -69,10 +69,17 @@ class Lowered:
     types: dict[str, TensorType] = field(hash=False)  # intermediates included
     steps: tuple[Step, ...]
     segments: tuple[Segment, ...]
+    # result -> the lowered value it is read from, where they differ: a returned
+    # parameter is read from a copy of its own (see _Lowerer.returned).
+    returns: dict[str, str] = field(default_factory=dict, hash=False)
 
     @property
     def results(self) -> tuple[str, ...]:
         return self.checked.func.results
+
+    def source(self, result: str) -> str:
+        """The lowered value that holds `result`."""
+        return self.returns.get(result, result)
 
 
 class _Lowerer:
@@ -120,6 +127,17 @@ class _Lowerer:
                 self.reshard(src, self.types[src], e.out, t, e)
             case _:
                 self.emit(e.out, e.op, e.args, t, e)
+
+    def returned(self, r: str, func: Func) -> str:
+        """The value a result is read from. A parameter is the caller's buffer in
+        the caller's strides: the result is a copy, the backend's own buffer, dense
+        in the declared layout (every backend's Copy makes a fresh one)."""
+        if r not in {p.name for p in func.params}:
+            return r
+        t = self.types[r]
+        name = self.fresh(r, t)
+        self.emit(name, ops.Copy(), (Var(r),), t, Eqn(r, t, ops.Set(), (Var(r),), func.results_loc))
+        return name
 
     def compute_then_reshard(self, e: Eqn, local: TensorType, t: TensorType) -> None:
         if _same_placement(local, t):
@@ -240,8 +258,10 @@ def lower(checked: Checked) -> Lowered:
     lw = _Lowerer(checked)
     for e in checked.func.eqns:
         lw.eqn(e)
+    sources = {r: lw.returned(r, checked.func) for r in checked.func.results}
     steps = tuple(lw.steps)
-    return Lowered(checked, lw.types, steps, cut_segments(steps, lw.types, checked.func.results))
+    segments = cut_segments(steps, lw.types, tuple(sources.values()))
+    return Lowered(checked, lw.types, steps, segments, {r: v for r, v in sources.items() if v != r})
 
 
 def cut_segments(steps: tuple[Step, ...], types: dict[str, TensorType],

@@ -37,6 +37,7 @@ class RunResult:
     backend: str = "global"
     lowered: Lowered | None = None
     bindings: dict[str, int] = field(default_factory=dict)
+    kept: Shards = field(default_factory=dict)  # with keep="all": every value's per-device buffers
 
 
 def backend_named(name: str) -> Backend:
@@ -150,13 +151,41 @@ def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
 
 
 def share_shards(checked: Checked, shards: Shards, world: World) -> Shards:
-    """Every rank's result buffers on every rank, strides preserved: each buffer
-    travels dense in its memory order, with that order."""
+    """Every rank's result buffers on every rank, strides preserved."""
+    return share_buffers(shards, world, checked.func.results)
+
+
+def share_kept(kept: Shards, world: World) -> Shards:
+    """Every rank's kept buffers on every rank, with the very strides the rank
+    held them in (an input's view of the caller's array included)."""
+    mine = {v: {d: (np.array(x, order="C"), x.strides) for d, x in bufs.items()} for v, bufs in kept.items()}
+    merged: Shards = {}
+    for part in world.comm.allgather(mine):
+        for v, bufs in part.items():
+            for d, (dense, strides) in bufs.items():
+                merged.setdefault(v, {})[d] = with_strides(dense, strides)
+    return merged
+
+
+def with_strides(x: np.ndarray, strides: tuple[int, ...]) -> np.ndarray:
+    """A copy of `x` laid out in memory with the given byte strides (any signs)."""
+    if x.size == 0:
+        return x
+    low = sum(min(0, s * (n - 1)) for s, n in zip(strides, x.shape))
+    high = sum(max(0, s * (n - 1)) for s, n in zip(strides, x.shape)) + x.itemsize
+    out = np.ndarray(x.shape, x.dtype, np.empty(high - low, np.uint8), -low, strides)
+    out[...] = x
+    return out
+
+
+def share_buffers(shards: Shards, world: World, names: tuple[str, ...] | list[str]) -> Shards:
+    """Every rank's buffers of `names` on every rank, strides preserved: each
+    buffer travels dense in its memory order, with that order."""
     mine = {
         r: {d: (np.transpose(x, _order(x)).copy(order="C"), _order(x)) for d, x in bufs.items()}
         for r, bufs in shards.items()
     }
-    merged: Shards = {r: {} for r in checked.func.results}
+    merged: Shards = {r: {} for r in names}
     for part in world.comm.allgather(mine):
         for r, bufs in part.items():
             for d, (dense, order) in bufs.items():
@@ -171,12 +200,17 @@ def _order(x: np.ndarray) -> tuple[int, ...]:
 
 
 def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", world: int | None = None,
-        func: str | None = None) -> RunResult:
-    """Run `program` on global `inputs`; see RunResult."""
+        func: str | None = None, keep: str | None = None) -> RunResult:
+    """Run `program` on global `inputs`; see RunResult. keep="all" (spmd only)
+    keeps every input's and intermediate's per-device buffers in `kept`."""
     from refir import load
 
     if not isinstance(program, Program):
         program = load(program)
+    if keep not in (None, "all"):
+        raise InputError(f"keep={keep!r}: write keep='all' or leave it out")
+    if keep and backend != "spmd":
+        raise InputError(f"keep='all' needs the spmd backend, not {backend!r}")
     checked = verify(program, func)
     inputs = {name: host_array(name, x) for name, x in inputs.items()}
     bindings = bind_inputs(checked, inputs)
@@ -186,6 +220,15 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
         return RunResult(eval_global(checked, inputs, bindings), {}, "global", None, bindings)
     w = resolve_world(checked, world)
     lowered = lower(checked)
-    shards = backend_named(backend)(lowered, shard_inputs(checked, inputs, w.hosted), bindings, w)
+    kept: Shards = {}
+    local = shard_inputs(checked, inputs, w.hosted)
+    if keep:
+        from interp.backend import run_spmd
+
+        shards = run_spmd(lowered, local, bindings, w, keep=kept)
+        if w.comm is not None:
+            kept = share_kept(kept, w)
+    else:
+        shards = backend_named(backend)(lowered, local, bindings, w)
     outputs, shards = gather_outputs(checked, shards, bindings, w)
-    return RunResult(outputs, shards, backend, lowered, bindings)
+    return RunResult(outputs, shards, backend, lowered, bindings, kept)

@@ -10,9 +10,11 @@ from refir.verify import Checked
 def describe_eqn(checked: Checked, eqn: Eqn, message: str, rank: int | None = None,
                  context: int = 2) -> str:
     eqns = list(checked.func.eqns)
-    i = next(k for k, e in enumerate(eqns) if e.out == eqn.out)
+    # A returned parameter's copy has no equation of its own: it stands after the last.
+    i = next((k for k, e in enumerate(eqns) if e.out == eqn.out), len(eqns))
     on = f" on rank {rank}" if rank is not None else ""
-    lines = [f"while running {format_eqn(eqn)}{on} ({eqn.loc}):", f"  {message}"]
+    what = format_eqn(eqn) if i < len(eqns) else f"return {eqn.out}"
+    lines = [f"while running {what}{on} ({eqn.loc}):", f"  {message}"]
     for k in range(max(0, i - context), min(len(eqns), i + context + 1)):
         mark = "->" if k == i else "  "
         lines.append(f"  {mark} {format_eqn(eqns[k], checked.types.get(eqns[k].out))}")
