@@ -36,14 +36,20 @@ def cmd_import_nvfuser(args: argparse.Namespace) -> int:
     if args.output:
         Path(args.output).write_text(imported.text)
         say(f"wrote {args.output}")
-    else:
-        say(imported.text.rstrip("\n"))
+    if args.explain:
+        if not args.output:
+            raise InputError("--explain explains the written program: give -o PROG.rir")
+        from refir.cli import main
+
+        return main(["explain", args.output])
     if args.lower:
         from refir.listing import format_lowered
         from refir.lower import lower
         from refir.verify import verify
 
-        say("\n" + format_lowered(lower(verify(imported.program))))
+        say(format_lowered(lower(verify(imported.program))))
+    elif not args.output:
+        say(imported.text.rstrip("\n"))
     return 0
 
 
@@ -63,7 +69,10 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
                      help="join segments: the later segment's input IN is the earlier one's output OUT")
     imp.add_argument("--bullet", default="+", choices=["+", "-", "*"],
                      help="the infix operator a markdown bullet replaced (default +)")
-    imp.add_argument("--lower", action="store_true", help="also print the lowered program (segments, strides)")
+    how = imp.add_mutually_exclusive_group()
+    how.add_argument("--lower", action="store_true",
+                     help="print the lowered program (segments, collectives, strides) instead of the .rir")
+    how.add_argument("--explain", action="store_true", help="then run `refir explain` on the written program (-o)")
     imp.set_defaults(handler=cmd_import_nvfuser)
     red = sub.add_parser("redistribute", help="DTensor placements: build, run and explain a resharding")
     red.add_argument("--mesh", required=True, help="the device mesh shape, e.g. 4 or 2x2")

@@ -174,3 +174,7 @@ def test_the_cli_goes_from_a_dump_to_the_lowered_program(capsys, tmp_path):
     assert refir.load(out).funcs[0].results == ("T3",)
     assert main(["import-nvfuser", str(DATA / "nvfuser_unsupported.txt")]) == 2
     assert "nvfuser_unsupported.txt:5:6" in capsys.readouterr().err
+    assert main(["import-nvfuser", str(SCATTER), "--explain"]) == 2
+    assert "give -o" in capsys.readouterr().err
+    assert main(["import-nvfuser", str(SCATTER), "--link", "T5=T4", "-o", str(out), "--explain"]) == 0
+    assert "why scatter:" in capsys.readouterr().out
