@@ -115,8 +115,6 @@ def logical_axes(ref: TVRef, splits: dict[int, object] | None = None) -> list[Ax
             out.append(Ax(whole, d.device, False, d.kind == "r", nxt.number))
             i += 2
             continue
-        if isinstance(d.extent, tuple):  # pragma: no cover - handled above
-            raise ParseError(d.loc, f"cannot map {d.text!r}")
         if d.kind == "b" and d.extent != 1:
             raise ParseError(d.loc, f"cannot map {d.text!r}: a broadcast domain of extent {d.extent}")
         out.append(Ax(d.extent, d.device, d.kind == "b", d.kind == "r", d.number))
