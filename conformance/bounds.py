@@ -29,7 +29,7 @@ from interp.global_eval import eval_global
 from refir import ops
 from refir.program import Lit, Sym, Var
 from refir.tables import registrar
-from refir.types import Bindings
+from refir.types import Bindings, finfo, is_float
 from refir.verify import Checked
 
 Rule = Callable[..., np.ndarray]
@@ -74,20 +74,20 @@ def _f64(x: np.ndarray) -> np.ndarray:
 def _settle(b: np.ndarray, r: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Integers are exact or unconstrained; a float near overflow is unconstrained."""
     b = np.where(np.isnan(b), np.inf, b)
-    if dtype.kind != "f":
+    if not is_float(dtype):
         return np.where(b > 0, np.inf, 0.0)
-    return np.where(np.isfinite(r) & (np.abs(r) + b > float(np.finfo(dtype).max)), np.inf, b)
+    return np.where(np.isfinite(r) & (np.abs(r) + b > float(finfo(dtype).max)), np.inf, b)
 
 
 def eps(dtype: np.dtype) -> float:
-    return float(np.finfo(dtype).eps) if dtype.kind == "f" else 0.0
+    return float(finfo(dtype).eps) if is_float(dtype) else 0.0
 
 
 def ulp(r: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """One rounding of the result (relative eps, plus the subnormal floor)."""
-    if dtype.kind != "f":
+    if not is_float(dtype):
         return np.zeros_like(r)
-    return np.where(np.isfinite(r), eps(dtype) * np.abs(r) + float(np.finfo(dtype).smallest_subnormal), 0.0)
+    return np.where(np.isfinite(r), eps(dtype) * np.abs(r) + float(finfo(dtype).smallest_subnormal), 0.0)
 
 
 def rounded(b: np.ndarray, r: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -110,7 +110,7 @@ def exactly_integer(x: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def exact_limit(dtype: np.dtype) -> float:
     """Integers of at most this magnitude are exact in the dtype."""
-    return 2.0 ** (np.finfo(dtype).nmant + 1) if dtype.kind == "f" else np.inf
+    return 2.0 ** (finfo(dtype).nmant + 1) if is_float(dtype) else np.inf
 
 
 @rule(ops.Binary)
@@ -174,7 +174,7 @@ def _reduction(op: ops.Reduction, xs: list[np.ndarray], bs: list[np.ndarray], r:
     if op.kind == "sum":
         total = np.sum(mag, axis=dims)
         new = np.where(exact_terms & (total <= exact_limit(dtype)), 0.0, n * eps(dtype) * total)
-        return np.where(total > float(np.finfo(dtype).max) if dtype.kind == "f" else False, np.inf,
+        return np.where(total > float(finfo(dtype).max) if is_float(dtype) else False, np.inf,
                         np.sum(b, axis=dims) + new)
     # prod: relative errors add up; a partial product that may over- or
     # underflow in some order leaves the result unconstrained.
@@ -183,9 +183,9 @@ def _reduction(op: ops.Reduction, xs: list[np.ndarray], bs: list[np.ndarray], r:
     relative = np.sum(np.where(b == 0, 0.0, np.where(mag > b, b / np.where(mag > b, mag - b, 1.0), np.inf)),
                       axis=dims)
     bound = np.where(exact_terms & (big <= exact_limit(dtype)), 0.0, np.abs(r) * (n * eps(dtype) + relative))
-    if dtype.kind != "f":
+    if not is_float(dtype):
         return bound
-    info = np.finfo(dtype)
+    info = finfo(dtype)
     return np.where((big > float(info.max)) | (small < float(info.tiny)), np.inf, bound)
 
 
@@ -200,6 +200,6 @@ def _matmul(op: ops.Matmul, xs: list[np.ndarray], bs: list[np.ndarray], r: np.nd
     rows, cols = np.all(exactly_integer(a, ba), axis=-1), np.all(exactly_integer(b, bb), axis=-2)
     exact = rows[..., :, None] & cols[..., None, :] & (total <= exact_limit(dtype))
     bound = carried + np.where(exact, 0.0, a.shape[-1] * eps(dtype) * total)
-    if dtype.kind != "f":
+    if not is_float(dtype):
         return bound
-    return np.where(total > float(np.finfo(dtype).max), np.inf, bound)
+    return np.where(total > float(finfo(dtype).max), np.inf, bound)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from refir import runner
-from refir.types import Bindings, TensorType, has_layout, local_shape
+from refir.types import Bindings, TensorType, has_layout, is_float, local_shape
 
 CHECKS: dict[str, str] = {
     "error": "the backend returns a buffer for every device, without raising",
@@ -38,7 +38,7 @@ class Problem:
 def bad_elements(got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> np.ndarray:
     """Where `got` breaks the numerics model (see conformance/bounds.py)."""
     free = ~np.isfinite(bound)
-    if want.dtype.kind != "f":
+    if not is_float(want.dtype):
         return ~free & (got != want)
     g, w = got.astype(np.float64), want.astype(np.float64)
     special = ~np.isfinite(w)

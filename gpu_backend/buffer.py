@@ -15,7 +15,21 @@ from typing import Any
 import numpy as np
 
 from gpu_backend.device import cuda
-from refir.types import dense_strides
+from refir.types import BF16, dense_strides
+
+# numba has no bfloat16: device memory holds its bits as uint16, which is no
+# refir dtype, so a uint16 device array always means bfloat16.
+_BITS = np.dtype(np.uint16)
+
+
+def storage(dtype: np.dtype) -> np.dtype:
+    """The dtype a device array of logical `dtype` is allocated with."""
+    return _BITS if dtype == BF16 else np.dtype(dtype)
+
+
+def to_device(x: np.ndarray) -> Any:
+    """A 1-D or n-D host array on the device (bfloat16 as its bits)."""
+    return cuda.to_device(x.view(_BITS) if x.dtype == BF16 else x)
 
 
 @dataclass(frozen=True)
@@ -27,7 +41,9 @@ class DeviceBuffer:
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype(self.data.dtype)
+        """The logical dtype (bfloat16 for bits stored as uint16)."""
+        d = np.dtype(self.data.dtype)
+        return BF16 if d == _BITS else d
 
     @property
     def ndim(self) -> int:
@@ -42,7 +58,7 @@ class DeviceBuffer:
     @staticmethod
     def empty(shape: tuple[int, ...], dtype: np.dtype, order: tuple[int, ...] | None = None) -> DeviceBuffer:
         """A fresh buffer dense in `order` (outermost axis first; row-major if None)."""
-        data = cuda.device_array(max(prod(shape), 1), dtype)
+        data = cuda.device_array(max(prod(shape), 1), storage(dtype))
         return DeviceBuffer.dense(data, tuple(shape), order)
 
     @staticmethod
@@ -120,14 +136,13 @@ def upload(x: np.ndarray) -> DeviceBuffer:
     x = np.asarray(x)
     if x.size == 0 or x.ndim == 0 or any(s % x.itemsize for s in x.strides):
         dense = np.ascontiguousarray(x)  # nothing to lay out, or strides no element grid can express
-        return DeviceBuffer.dense(cuda.to_device(dense.reshape(-1) if dense.size else np.empty(1, x.dtype)),
-                                  x.shape)
+        return DeviceBuffer.dense(to_device(dense.reshape(-1) if dense.size else np.empty(1, x.dtype)), x.shape)
     strides = tuple(s // x.itemsize for s in x.strides)
     corner = x[tuple(slice(n - 1, n) if s < 0 else slice(0, 1) for n, s in zip(x.shape, strides))]
     low = sum((n - 1) * s for n, s in zip(x.shape, strides) if s < 0)
     high = sum((n - 1) * s for n, s in zip(x.shape, strides) if s > 0)
     memory = np.lib.stride_tricks.as_strided(corner, shape=(high - low + 1,), strides=(x.itemsize,))
-    return DeviceBuffer(cuda.to_device(np.ascontiguousarray(memory)), -low, x.shape, strides)
+    return DeviceBuffer(to_device(np.ascontiguousarray(memory)), -low, x.shape, strides)
 
 
 def download(b: DeviceBuffer) -> np.ndarray:
@@ -135,6 +150,6 @@ def download(b: DeviceBuffer) -> np.ndarray:
     if b.size == 0:
         return np.empty(b.shape, b.dtype)
     low, high = b.span()
-    memory = b.data[low:high].copy_to_host()
+    memory = b.data[low:high].copy_to_host().view(b.dtype)
     return np.lib.stride_tricks.as_strided(memory[b.offset - low:], shape=b.shape,
                                            strides=tuple(s * b.dtype.itemsize for s in b.strides))

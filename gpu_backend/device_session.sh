@@ -18,6 +18,8 @@
 #   cli              `python -m refir run ... --backend gpu` under mpiexec
 #   conform          the conformance corpus and 40 generated programs on gpu, in one process
 #   mpi-conform      the corpus (programs that fit the GPUs) and 20 generated ones, under mpiexec
+#   bf16             tests/test_gpu_bf16.py and a bf16 nvFuser import: bf16 kernels compiled for the GPU
+#   dtensor          redistributes through torch DTensor and through refir (gpu), every local block compared
 # A failing or slow stage never stops the next; each has a time limit and the
 # whole run keeps within $BUDGET seconds (the device tool stops a command at 600).
 # Back in $OUT: summary.txt (each stage's exit status and time), session.log
@@ -80,7 +82,7 @@ export -f ranks cli
 WORKERS=$("$PY" -c "import xdist; print('-n 6')" 2>/dev/null)
 
 stage install 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/numpy-*.whl .whl/nccl4py-*.whl
+  --target /tmp/site .whl/numpy-*.whl .whl/nccl4py-*.whl .whl/ml_dtypes-*.whl
 stage env 60 bash -c '
   nvidia-smi; "$PY" --version; "$MPIEXEC" --version
   "$PY" -m pip list 2>/dev/null | grep -iE "nccl|cuda|numba|mpi|cupy|torch|numpy|pytest|hypothesis"
@@ -98,6 +100,9 @@ stage bench-run 240 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchma
 stage cli 90 bash -c cli
 stage conform 150 "$PY" -m refir conform --backend gpu --cases 40 --seed 3
 stage mpi-conform 150 bash -c 'ranks "$NGPU" -m mpi4py -m refir conform --backend gpu --cases 20 --seed 5'
+stage bf16 100 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_bf16.py \
+  tests/test_nvfuser_import.py::test_row_parallel_linear_in_bf16_with_two_segments
+stage dtensor 150 bash -c 'ranks "$NGPU" -m mpi4py gpu_backend/dtensor_check.py'
 
 echo "=== done in $((SECONDS - START))s"
 cat "$OUT/summary.txt"

@@ -1,5 +1,10 @@
 """Per-element device functions: what the kernels apply to values.
 
+bfloat16 has no numba type: on the device it is stored as its 16 bits (uint16,
+not a refir dtype, so never ambiguous), decoded to float32 where a kernel reads
+it and rounded back where it stores it, as ml_dtypes computes bf16 in float32
+(a float64 accumulator is rounded to float32 first, as ml_dtypes does).
+
 They follow interp/impls.py bit for bit where numpy is exact: float16 is
 computed in float32 and rounded once on store, as numpy does; integers compute
 wide and wrap when stored into their dtype; maximum and minimum propagate NaN
@@ -16,6 +21,7 @@ from functools import cache
 import numpy as np
 
 from gpu_backend.device import SIMULATED, cuda
+from refir.types import BF16
 
 Fn = Callable[..., object]
 
@@ -129,6 +135,94 @@ def _sqrt(a: object) -> object:
     return SQRT(a)
 
 
+def bf16_decode(bits: object) -> object:
+    """The float32 value of bfloat16 bits (exact)."""
+    b = int(bits)
+    e = (b >> 7) & 0xFF
+    m = b & 0x7F
+    if e == 0xFF:
+        v = math.inf if m == 0 else math.nan
+    elif e == 0:
+        v = math.ldexp(np.float64(m), -133)
+    else:
+        v = math.ldexp(np.float64(128 + m), e - 134)
+    if b & 0x8000:
+        v = -v
+    return np.float32(v)
+
+
+def bf16_encode(x: object) -> object:
+    """The bfloat16 bits of a value, rounded to nearest even (via float32, as
+    ml_dtypes rounds a double); NaN becomes the quiet NaN of its sign."""
+    v = np.float64(np.float32(x))
+    negative = math.copysign(1.0, v) < 0
+    if v != v:
+        return 0xFFC0 if negative else 0x7FC0
+    s = 0x8000 if negative else 0
+    a = abs(v)
+    if a == math.inf:
+        return s | 0x7F80
+    if a == 0.0:
+        return s
+    mant, e = math.frexp(a)  # a = mant * 2**e, 0.5 <= mant < 1
+    biased = e + 126
+    q = math.ldexp(mant, 8) if biased >= 1 else math.ldexp(a, 133)
+    r = int(math.floor(q))
+    f = q - r
+    if f > 0.5 or (f == 0.5 and r % 2 == 1):
+        r += 1
+    if biased < 1:
+        return s | r  # a subnormal; r == 128 is the smallest normal, spelled the same
+    if r == 256:
+        r = 128
+        biased += 1
+    if biased >= 255:
+        return s | 0x7F80
+    return s | (biased << 7) | (r - 128)
+
+
+_from_bf16 = _device(bf16_decode)
+_to_bf16 = _device(bf16_encode)
+
+
+@_device
+def _bf16_f64(a: object) -> object:
+    return np.float64(_from_bf16(a))
+
+
+@_device
+def _bf16_maximum(a: object, b: object) -> object:
+    x, y = _from_bf16(a), _from_bf16(b)
+    return a if (x >= y or x != x) else b
+
+
+@_device
+def _bf16_minimum(a: object, b: object) -> object:
+    x, y = _from_bf16(a), _from_bf16(b)
+    return a if (x <= y or x != x) else b
+
+
+@_device
+def _bf16_neg(a: object) -> object:
+    return a ^ 0x8000
+
+
+@_device
+def _bf16_abs(a: object) -> object:
+    return a & 0x7FFF
+
+
+@_device
+def _bf16_relu(a: object) -> object:
+    x = _from_bf16(a)
+    return a if (x >= 0 or x != x) else 0
+
+
+# bf16 ops that pick or flip bits, as numpy does, rather than compute anew.
+BF16_BITWISE: dict[str, Fn] = {"maximum": _bf16_maximum, "minimum": _bf16_minimum, "neg": _bf16_neg,
+                               "abs": _bf16_abs, "relu": _bf16_relu}
+
+
 BINARY: dict[str, Fn] = {
     "add": _add, "sub": _sub, "mul": _mul, "div": _div, "maximum": _maximum, "minimum": _minimum,
     "band": _band, "bor": _bor, "bxor": _bxor,
@@ -141,11 +235,15 @@ COMBINE = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum",
 
 def widen(dtype: np.dtype) -> Fn:
     """What elementwise ops compute a value of `dtype` in."""
+    if dtype == BF16:
+        return _from_bf16
     return _f32 if dtype == np.float16 else _same
 
 
 def accumulator(dtype: np.dtype) -> tuple[np.dtype, Fn]:
     """The type reductions and matmul accumulate `dtype` in, and the conversion."""
+    if dtype == BF16:
+        return np.dtype(np.float64), _bf16_f64
     if dtype.kind == "f":
         return np.dtype(np.float64), _f64
     return np.dtype(np.int64), _i64
@@ -153,7 +251,15 @@ def accumulator(dtype: np.dtype) -> tuple[np.dtype, Fn]:
 
 @cache
 def binary(name: str, dtype: np.dtype) -> Fn:
+    if dtype == BF16 and name in BF16_BITWISE:
+        return BF16_BITWISE[name]
     op, w = BINARY[name], widen(dtype)
+    if dtype == BF16:
+        @_device
+        def bf16(a: object, b: object) -> object:
+            return _to_bf16(op(w(a), w(b)))
+
+        return bf16
 
     @_device
     def fn(a: object, b: object) -> object:
@@ -164,7 +270,15 @@ def binary(name: str, dtype: np.dtype) -> Fn:
 
 @cache
 def unary(name: str, dtype: np.dtype) -> Fn:
+    if dtype == BF16 and name in BF16_BITWISE:
+        return BF16_BITWISE[name]
     op, w = UNARY[name], widen(dtype)
+    if dtype == BF16:
+        @_device
+        def bf16(a: object) -> object:
+            return _to_bf16(op(w(a)))
+
+        return bf16
 
     @_device
     def fn(a: object) -> object:
@@ -176,7 +290,9 @@ def unary(name: str, dtype: np.dtype) -> Fn:
 @cache
 def narrow(dtype: np.dtype) -> Fn:
     """A wide value (an accumulator, another integer) as `dtype`: integers wrap,
-    bool is `!= 0`, floats round when stored."""
+    bool is `!= 0`, floats round when stored (bfloat16: to its bits)."""
+    if dtype == BF16:
+        return _to_bf16
     if dtype.kind == "b":
         return _nonzero
     if dtype.kind not in "iu":
@@ -199,13 +315,13 @@ def cast(src: np.dtype, dst: np.dtype) -> Fn:
             return w(a) != 0
 
         return to_bool
-    if src.kind == "f" and dst.kind in "iu":
+    if (src.kind == "f" or src == BF16) and dst.kind in "iu":
         info = np.iinfo(dst)
         lo, hi, flo, fhi = int(info.min), int(info.max), float(info.min), float(info.max)
 
         @_device
         def saturate(a: object) -> object:
-            x = np.float64(a)
+            x = np.float64(w(a))
             if x != x:
                 return np.int64(0)
             if x >= fhi:
@@ -215,4 +331,12 @@ def cast(src: np.dtype, dst: np.dtype) -> Fn:
             return np.int64(x)
 
         return saturate
-    return narrow(dst)  # int to int wraps; to a float, the store rounds once
+    store = narrow(dst)
+    if src != BF16 and dst != BF16:
+        return store  # int to int wraps; to a float, the store rounds once
+
+    @_device
+    def convert(a: object) -> object:
+        return store(w(a))
+
+    return convert

@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 
 from gpu_backend import functions
-from gpu_backend.buffer import DeviceBuffer
-from gpu_backend.device import cuda
+from gpu_backend.buffer import DeviceBuffer, to_device
 from gpu_backend.kernels import copy_into, elementwise
 from gpu_backend.matmul import matmul_into
 from gpu_backend.reduce import reduce_into
@@ -36,7 +35,7 @@ impl = registrar(GPU_IMPLS)
 
 def scalar_buffer(value: int | float, dtype: np.dtype) -> DeviceBuffer:
     """A python scalar as a 0-d device buffer of the tensor's dtype."""
-    return DeviceBuffer.dense(cuda.to_device(scalar_value(value, dtype).reshape(1)), ())
+    return DeviceBuffer.dense(to_device(scalar_value(value, dtype).reshape(1)), ())
 
 
 @impl(ops.Binary)

@@ -14,7 +14,7 @@ import numpy as np
 
 from refir import ops
 from refir.tables import registrar
-from refir.types import DTYPES
+from refir.types import DTYPES, is_float
 
 Impl = Callable[..., np.ndarray]
 IMPLS: dict[type, Impl] = {}
@@ -40,7 +40,7 @@ COMBINE = {
 
 def wide(dtype: np.dtype) -> np.dtype:
     """The accumulator type: float64 for floats of 32 bits or fewer."""
-    return np.dtype(np.float64) if dtype.kind == "f" else dtype
+    return np.dtype(np.float64) if is_float(dtype) else dtype
 
 
 def identity(kind: str, dtype: np.dtype) -> object:
@@ -53,7 +53,7 @@ def identity(kind: str, dtype: np.dtype) -> object:
         return ~dtype.type(0)
     if dtype.kind == "b":
         return kind == "min"
-    if dtype.kind == "f":
+    if is_float(dtype):
         return dtype.type(-np.inf if kind == "max" else np.inf)
     info = np.iinfo(dtype)
     return dtype.type(info.min if kind == "max" else info.max)
@@ -74,7 +74,7 @@ def cast(op: ops.Cast, x: np.ndarray) -> np.ndarray:
     """Float to integer truncates toward zero, saturates, and sends NaN to 0 (as
     PTX's cvt.rzi does); integer to integer wraps; to bool is `!= 0`."""
     to = DTYPES[op.dtype]
-    if x.dtype.kind == "f" and to.kind in "iu":
+    if is_float(x.dtype) and to.kind in "iu":
         info = np.iinfo(to)
         t = np.trunc(x.astype(np.float64))
         out = np.where(t >= float(info.max), info.max, 0).astype(to)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from refir.errors import InputError, MismatchError, OtherRankError, ParseError, RefirError, RunError, VerifyError
+from refir.frontends.nvfuser import from_nvfuser  # noqa: E402,I001 (after the core it builds on)
 from refir.parser import parse
 from refir.printer import print_program
 from refir.program import Program
@@ -20,7 +21,7 @@ from refir.verify import verify
 
 __all__ = [
     "InputError", "MismatchError", "OtherRankError", "ParseError", "Program", "RefirError", "RunError", "RunResult",
-    "VerifyError", "close", "load", "parse", "print_program", "run", "verify",
+    "VerifyError", "close", "from_nvfuser", "load", "parse", "print_program", "run", "verify",
 ]
 
 

@@ -155,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     _program_args(trace)
     add_trace_args(trace)
     trace.set_defaults(handler=cmd_trace)
+    from refir.frontend_cli import add_subcommands
+
+    add_subcommands(sub)
     from conformance.cli import add_arguments
 
     conform = sub.add_parser("conform", help="the differential conformance suite")

@@ -6,18 +6,19 @@ import numpy as np
 
 from refir.errors import MismatchError
 from refir.program import Program
+from refir.types import finfo, is_float
 
 
 def tolerance(dtype: np.dtype, terms: int = 1) -> float:
     """Relative slack for a float result built from `terms` rounded terms."""
-    return 0.0 if dtype.kind != "f" else 4 * max(terms, 1) * float(np.finfo(dtype).eps)
+    return 0.0 if not is_float(dtype) else 4 * max(terms, 1) * float(finfo(dtype).eps)
 
 
 def agrees(got: np.ndarray, want: np.ndarray, rtol: float) -> bool:
     if got.shape != want.shape:
         return False
-    if got.dtype.kind != "f" or rtol == 0:
-        return np.array_equal(got, want.astype(got.dtype), equal_nan=got.dtype.kind == "f")
+    if not is_float(got.dtype) or rtol == 0:
+        return np.array_equal(got, want.astype(got.dtype), equal_nan=is_float(got.dtype))
     want = want.astype(np.float64)
     g = got.astype(np.float64)
     scale = max(float(np.nanmax(np.abs(want), initial=0.0)), 1.0)

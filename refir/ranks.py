@@ -35,25 +35,29 @@ def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, 
 
 # ---- inputs ----------------------------------------------------------------------------
 
-def settle(checked: Checked, inputs: dict[str, np.ndarray],
-           step: Callable[[], Any]) -> tuple[Any, dict[str, int], list[int]]:
+def settle(checked: Checked, inputs: dict[str, Any],
+           step: Callable[[], Any]) -> tuple[Any, dict[str, np.ndarray], dict[str, int], list[int]]:
     """Check the inputs given to this rank and run `step()` (the world, the
     lowering) on every rank, in one exchange: any error stops every rank, rank
-    0's bindings hold everywhere. Returns `step()`'s value, the bindings and the
-    ranks that were given no inputs."""
+    0's bindings hold everywhere. Returns `step()`'s value, this rank's inputs
+    as numpy arrays, the bindings and the ranks that were given no inputs."""
+    from refir.runner import host_arrays
+
     comm = COMMS.world()
 
-    def check() -> tuple[dict[str, int] | None, Any]:
+    def check() -> tuple[dict[str, int] | None, dict[str, np.ndarray], Any]:
         if comm.rank == 0 and not inputs:
             raise InputError("under MPI, rank 0 must be given the inputs (other ranks may be given none)")
-        return (bind_inputs(checked, inputs) if inputs else None), step()
+        arrays = host_arrays(inputs)
+        return (bind_inputs(checked, arrays) if arrays else None), arrays, step()
 
-    (_, value), every = agreed(comm, "every rank to check the program and its inputs", check, lambda v: v[0])
+    (_, arrays, value), every = agreed(comm, "every rank to check the program and its inputs", check,
+                                       lambda v: v[0])
     differ = [k for k, b in enumerate(every) if b is not None and b != every[0]]
     if differ:
         raise as_agreed(InputError(f"rank {differ[0]} was given inputs of other extents than rank 0's "
                                    f"({every[differ[0]]} against {every[0]})"))
-    return value, every[0], [k for k, b in enumerate(every) if b is None]
+    return value, arrays, every[0], [k for k, b in enumerate(every) if b is None]
 
 
 def deliver_inputs(checked: Checked, inputs: dict[str, np.ndarray], bindings: dict[str, int], world: World,

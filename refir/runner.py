@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from refir.arrays import host_array
 from refir.bindings import bind_inputs, check_world, devices_needed
 from refir.errors import InputError, MismatchError, RefirError, RunError
 from refir.lower import Lowered, lower
@@ -271,6 +272,7 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
     checked = verified(program, func)
     mpi = mpi_world()
     if mpi is None:
+        inputs = host_arrays(inputs)
         bindings = bind_inputs(checked, inputs)
         if backend == "global":
             from interp.global_eval import eval_global
@@ -282,10 +284,10 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
         from refir.ranks import deliver_inputs, settle
 
         if backend == "global":
-            _, bindings, _ = settle(checked, inputs, lambda: None)
+            _, inputs, bindings, _ = settle(checked, inputs, lambda: None)
             return RunResult(_global_on_root(checked, inputs, bindings, everywhere), {}, "global", None, bindings)
-        (w, lowered), bindings, needy = settle(checked, inputs, lambda: (resolve_world(checked, world),
-                                                                         lowered_of(checked)))
+        (w, lowered), inputs, bindings, needy = settle(checked, inputs, lambda: (resolve_world(checked, world),
+                                                                                 lowered_of(checked)))
         local = deliver_inputs(checked, inputs, bindings, w, needy)
     kept: Shards = {}
     if keep:
@@ -298,6 +300,10 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
         shards = backend_named(backend)(lowered, local, bindings, backend_world(w))
     outputs, shards = gather_outputs(checked, shards, bindings, w, everywhere)
     return RunResult(outputs, shards, backend, lowered, bindings, kept)
+
+
+def host_arrays(inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {name: host_array(name, x) for name, x in inputs.items()}
 
 
 # Programs are immutable: a program run again (refir.run in a loop) is verified

@@ -9,23 +9,38 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+import ml_dtypes
 import numpy as np
 
+# bfloat16 comes from ml_dtypes; numpy reports its kind as 'V', so code asks
+# `is_float` rather than `dtype.kind == "f"`.
+BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES: dict[str, np.dtype] = {
     name: np.dtype(t)
     for name, t in [
         ("bool", np.bool_), ("i8", np.int8), ("i16", np.int16), ("i32", np.int32),
         ("i64", np.int64), ("u8", np.uint8), ("f16", np.float16), ("f32", np.float32),
-        ("f64", np.float64),
+        ("f64", np.float64), ("bf16", BF16),
     ]
 }
 DTYPE_NAMES: dict[np.dtype, str] = {v: k for k, v in DTYPES.items()}
-FLOATS = frozenset({"f16", "f32", "f64"})
+FLOATS = frozenset({"f16", "bf16", "f32", "f64"})
 INTEGERS = frozenset({"i8", "i16", "i32", "i64", "u8"})
 
 # Mesh axes as nvFuser names them: DIDx is the last mesh axis.
 DIDS = ("DIDx", "DIDy", "DIDz")
 RESERVED = frozenset({"b", "on", "layout", *DTYPES, *DIDS})
+
+
+
+def is_float(dtype: np.dtype) -> bool:
+    return dtype.kind == "f" or dtype == BF16
+
+
+def finfo(dtype: np.dtype) -> ml_dtypes.finfo:
+    """np.finfo, bfloat16 included."""
+    return ml_dtypes.finfo(dtype)
+
 
 Extent = int | str  # a static extent, or the name of a symbol
 Bindings = Mapping[str, int]

@@ -15,13 +15,13 @@ from gpu_backend.matmul import matmul_into
 from gpu_backend.reduce import reduce_into
 from interp import impls
 from refir import ops
-from refir.types import DTYPES, has_layout
+from refir.types import DTYPES, finfo, has_layout, is_float
 
 # Simulated kernels compute with numpy scalars, which warn where a GPU wraps silently.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 NUMERIC = [n for n in DTYPES if n != "bool"]
-FLOATS = ["f16", "f32", "f64"]
+FLOATS = ["f16", "bf16", "f32", "f64"]
 SPECIAL = [np.nan, np.inf, -np.inf, -0.0, 0.5, -0.5, 2.5, -2.5, 127.9, -128.9, 255.5, 300.7, -300.7,
            65504.0, 1e10, -1e10, 2.0**31, 2.0**63, -(2.0**63), 3e38]
 
@@ -85,12 +85,12 @@ def reference(op: object, *args: object) -> np.ndarray:
 def same(got: np.ndarray, want: np.ndarray) -> None:
     """Equal values, NaN where NaN (and -0.0 == 0.0, as the spec compares)."""
     assert got.dtype == want.dtype and got.shape == want.shape
-    assert np.array_equal(got, want, equal_nan=got.dtype.kind == "f"), (got, want)
+    assert np.array_equal(got, want, equal_nan=is_float(got.dtype)), (got, want)
 
 
 def close(got: np.ndarray, want: np.ndarray, ulps: int) -> None:
     assert got.dtype == want.dtype and got.shape == want.shape
-    eps = float(np.finfo(got.dtype).eps)
+    eps = float(finfo(got.dtype).eps)
     g, w = got.astype(np.float64), want.astype(np.float64)
     with np.errstate(invalid="ignore"):
         ok = (g == w) | (np.isnan(g) & np.isnan(w)) | (np.abs(g - w) <= ulps * eps * np.abs(w))

@@ -144,7 +144,7 @@ def test_load_reads_files_and_text(tmp_path):
         ("mesh m = [0]\nfunc main(x: f32[4]) {\n  y = relu(x)\n", "3:14", "expected an equation result or "
          "'return', found end of file"),
         ("mesh m = [0]\nfunc main(x: f33[4]) {\n  return x\n}\n", "2:14",
-         "unknown dtype 'f33' (known: bool, i8, i16, i32, i64, u8, f16, f32, f64)"),
+         "unknown dtype 'f33' (known: bool, i8, i16, i32, i64, u8, f16, f32, f64, bf16)"),
         ("mesh m = [0]\nfunc main(x: f32[4@DIDw]) {\n  return x\n}\n", "2:20", "expected DIDx, DIDy or DIDz, "
          "found 'DIDw'"),
         ("mesh m = [0]\n", "1:13", "a program needs at least one 'func'"),

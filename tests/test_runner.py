@@ -110,7 +110,8 @@ Y86 = np.zeros((8, 6), np.float32)
     ({"x": X68[0], "y": Y86}, "input 'x' has shape (8,) (rank 1), but x: f32[6, 8@DIDx] on m has rank 2"),
     ({"x": np.zeros((6, 9), np.float32), "y": Y86},
      "axis 1 of input 'x' has extent 9, but x: f32[6, 8@DIDx] on m declares 8@DIDx"),
-    ({"x": X68.tolist(), "y": Y86}, "input 'x' is a list, not a numpy array"),
+    ({"x": X68.tolist(), "y": Y86}, "input 'x' is a list, not a numpy array, and has no dtype: "
+     "pass np.asarray(value, dtype=...) with the parameter's dtype"),
 ])
 def test_bad_inputs(backend, inputs, message):
     with pytest.raises(InputError) as info:

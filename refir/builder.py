@@ -1,0 +1,316 @@
+"""Build refir programs in Python, the way JAX or nvFuser's frontend builds them.
+
+    b = Builder()
+    m = b.mesh([0, 1, 2, 3])
+    x = b.input("x", "f32", ["N@DIDx", 4])
+    y = (x + 1.0).relu()
+    s = y.sum(dims=[0])                      # a reduction of a sharded axis
+    g = s.set(shard={0: "DIDx"})             # a resharding
+    b.output(g)
+    prog = b.build()                         # a refir.Program
+    print(refir.print_program(prog)); refir.run(prog, {"x": ...})
+
+Every op is checked as it is called, by the verifier's own type rules, so a
+mistake fails at the line that makes it (a VerifyError naming the constraint).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from refir import ops
+from refir.errors import NOWHERE, InputError
+from refir.program import Eqn, Func, Lit, Operand, Param, Program, Sym, Var
+from refir.types import BROADCAST, DIDS, DTYPES, Axis, Mesh, TensorType
+from refir.verify import INFER, _Eqn, check_mesh, check_type, verify
+
+AxisSpec = int | str  # 4, "N", "N@DIDx", "8@DIDy", "b"
+_AXIS = re.compile(r"^(\d+|[A-Za-z_]\w*)(?:@(DID[xyz]))?$")
+
+
+def axis(spec: AxisSpec | Axis) -> Axis:
+    """`4`, `"N"`, `"N@DIDx"` or `"b"` as an Axis."""
+    if isinstance(spec, Axis):
+        return spec
+    if isinstance(spec, int):
+        return Axis(spec)
+    if spec == "b":
+        return BROADCAST
+    m = _AXIS.match(spec)
+    if m is None:
+        raise InputError(f"bad axis {spec!r}: write 4, 'N', 'N@DIDx' or 'b'")
+    extent = int(m.group(1)) if m.group(1).isdigit() else m.group(1)
+    return Axis(extent, m.group(2))
+
+
+@dataclass(frozen=True, eq=False)
+class Value:
+    """A value of the program being built: a parameter or an equation's result."""
+
+    builder: Builder
+    name: str
+    type: TensorType
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.type}"
+
+    # ---- elementwise ------------------------------------------------------------------
+
+    def __add__(self, other: object) -> Value:
+        return self.builder.apply(ops.Binary("add"), (self, other))
+
+    def __radd__(self, other: object) -> Value:
+        return self.builder.apply(ops.Binary("add"), (other, self))
+
+    def __sub__(self, other: object) -> Value:
+        return self.builder.apply(ops.Binary("sub"), (self, other))
+
+    def __rsub__(self, other: object) -> Value:
+        return self.builder.apply(ops.Binary("sub"), (other, self))
+
+    def __mul__(self, other: object) -> Value:
+        return self.builder.apply(ops.Binary("mul"), (self, other))
+
+    def __rmul__(self, other: object) -> Value:
+        return self.builder.apply(ops.Binary("mul"), (other, self))
+
+    def __truediv__(self, other: object) -> Value:
+        return self.builder.apply(ops.Binary("div"), (self, other))
+
+    def __neg__(self) -> Value:
+        return self.builder.apply(ops.Unary("neg"), (self,))
+
+    def __matmul__(self, other: Value) -> Value:
+        return self.matmul(other)
+
+    def maximum(self, other: object, **kw: object) -> Value:
+        return self.builder.apply(ops.Binary("maximum"), (self, other), **kw)
+
+    def minimum(self, other: object, **kw: object) -> Value:
+        return self.builder.apply(ops.Binary("minimum"), (self, other), **kw)
+
+    def abs(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("abs"), (self,), **kw)
+
+    def exp(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("exp"), (self,), **kw)
+
+    def log(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("log"), (self,), **kw)
+
+    def sqrt(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("sqrt"), (self,), **kw)
+
+    def relu(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("relu"), (self,), **kw)
+
+    def cast(self, dtype: str, **kw: object) -> Value:
+        return self.builder.apply(ops.Cast(dtype), (self,), **kw)
+
+    # ---- shape, reductions, contraction, data movement ----------------------------------
+
+    def permute(self, perm: Sequence[int], **kw: object) -> Value:
+        return self.builder.apply(ops.Permute(tuple(perm)), (self,), **kw)
+
+    def unsqueeze(self, dims: Sequence[int], **kw: object) -> Value:
+        return self.builder.apply(ops.Unsqueeze(tuple(dims)), (self,), **kw)
+
+    def reduce(self, kind: str, dims: Sequence[int], **kw: object) -> Value:
+        return self.builder.apply(ops.Reduction(kind, tuple(dims)), (self,), **kw)
+
+    def sum(self, dims: Sequence[int], **kw: object) -> Value:
+        return self.reduce("sum", dims, **kw)
+
+    def prod(self, dims: Sequence[int], **kw: object) -> Value:
+        return self.reduce("prod", dims, **kw)
+
+    def max(self, dims: Sequence[int], **kw: object) -> Value:
+        return self.reduce("max", dims, **kw)
+
+    def min(self, dims: Sequence[int], **kw: object) -> Value:
+        return self.reduce("min", dims, **kw)
+
+    def matmul(self, other: Value, **kw: object) -> Value:
+        return self.builder.apply(ops.Matmul(), (self, other), **kw)
+
+    def set(self, **kw: object) -> Value:
+        """A copy into another type: `set(shard={0: "DIDx"}, mesh=m2, layout=[1, 0])`."""
+        return self.builder.apply(ops.Set(), (self,), **kw)
+
+
+class Builder:
+    """Collects meshes, parameters and equations; `build()` gives the Program."""
+
+    def __init__(self, func: str = "main") -> None:
+        self.func = func
+        self.meshes: list[Mesh] = []
+        self.params: list[Param] = []
+        self.eqns: list[Eqn] = []
+        self.types: dict[str, TensorType] = {}
+        self.results: list[str] = []
+        self._names = (f"t{i}" for i in itertools.count())
+
+    # ---- declarations -----------------------------------------------------------------
+
+    def mesh(self, devices: Sequence, name: str | None = None) -> Mesh:
+        """A mesh from nested lists of device ids: `[0, 1]` or `[[0, 1], [2, 3]]`."""
+        shape: list[int] = []
+        level: object = devices
+        while isinstance(level, (list, tuple)):
+            shape.append(len(level))
+            level = level[0] if level else None
+        flat = _flatten(devices)
+        mesh = Mesh(name or ("m" if not self.meshes else f"m{len(self.meshes)}"), tuple(shape), tuple(flat))
+        if len(flat) != _prod(shape):
+            raise InputError(f"mesh {mesh.name}: rows of unequal length")
+        check_mesh(mesh, NOWHERE)
+        self.meshes.append(mesh)
+        return mesh
+
+    def type(self, dtype: str, axes: Sequence[AxisSpec | Axis], mesh: Mesh | None = None,
+             layout: Sequence[int] | None = None) -> TensorType:
+        if dtype not in DTYPES:
+            raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+        t = TensorType(dtype, tuple(axis(a) for a in axes), self._mesh(mesh),
+                       tuple(layout) if layout is not None else None)
+        check_type(t, NOWHERE)
+        return t
+
+    def input(self, name: str, dtype: str, axes: Sequence[AxisSpec | Axis], mesh: Mesh | None = None,
+              layout: Sequence[int] | None = None) -> Value:
+        t = self.type(dtype, axes, mesh, layout)
+        self._define(name)
+        self.params.append(Param(name, t))
+        self.types[name] = t
+        return Value(self, name, t)
+
+    def sym(self, name: str) -> Sym:
+        """A symbolic extent used as a scalar operand: `x + b.sym("N")`."""
+        return Sym(name)
+
+    def output(self, *values: Value) -> None:
+        for v in values:
+            if v.builder is not self:
+                raise InputError(f"{v.name} belongs to another builder")
+            self.results.append(v.name)
+
+    # ---- ops --------------------------------------------------------------------------
+
+    def apply(self, op: ops.Op, args: tuple, name: str | None = None, result_type: TensorType | None = None,
+              shard: dict[int, str] | None = None, mesh: Mesh | None = None,
+              layout: Sequence[int] | None = None) -> Value:
+        """Add `name = op(args)`. The result type is inferred, or `result_type`, or the
+        inferred one with its `shard`ing (axis -> DIDx/DIDy/DIDz), `mesh` or
+        `layout` replaced."""
+        operands = tuple(self._operand(a) for a in args)
+        out = name or next(n for n in self._names if n not in self.types)
+        self._define(out)
+        declared = result_type
+        if declared is None and (shard is not None or mesh is not None or layout is not None):
+            base = INFER[type(op)](op, _Eqn(Eqn(out, None, op, operands), self.types))
+            declared = self._restyle(base, shard, mesh, layout)
+        eqn = Eqn(out, declared, op, operands)
+        if declared is not None:
+            check_type(declared, NOWHERE)
+        t = INFER[type(op)](op, _Eqn(eqn, self.types))
+        check_type(t, NOWHERE)
+        self.eqns.append(replace(eqn, type=t))  # every type written out: the .rir reads plainly
+        self.types[out] = t
+        return Value(self, out, t)
+
+    def _restyle(self, t: TensorType, shard: dict[int, str] | None, mesh: Mesh | None,
+                 layout: Sequence[int] | None) -> TensorType:
+        if shard is not None:
+            bad = [d for d in shard.values() if d not in DIDS]
+            if bad:
+                raise InputError(f"shard names {bad[0]!r}: use DIDx, DIDy or DIDz")
+            t = t.with_sharding(shard)
+        if mesh is not None:
+            t = replace(t, mesh=mesh)
+        return replace(t, layout=tuple(layout) if layout is not None else None, partial=(), partial_kind="")
+
+    def _operand(self, a: object) -> Operand:
+        if isinstance(a, Value):
+            if a.builder is not self:
+                raise InputError(f"{a.name} belongs to another builder")
+            return Var(a.name)
+        if isinstance(a, Sym):
+            return a
+        if isinstance(a, bool) or not isinstance(a, (int, float)):
+            raise InputError(f"an operand must be a Value, a number or a symbol, not {a!r}")
+        return Lit(a)
+
+    def _mesh(self, mesh: Mesh | None) -> Mesh:
+        if mesh is not None:
+            return mesh
+        if len(self.meshes) != 1:
+            raise InputError("say which mesh (mesh=...): the builder has "
+                             f"{len(self.meshes) or 'no'} meshes")
+        return self.meshes[0]
+
+    def _define(self, name: str) -> None:
+        if name in self.types:
+            raise InputError(f"{name!r} is defined twice")
+
+    # ---- the program ------------------------------------------------------------------
+
+    def build(self) -> Program:
+        """The Program, verified as a whole."""
+        if not self.results:
+            raise InputError("mark at least one result with output(...)")
+        func = Func(self.func, tuple(self.params), tuple(self.eqns), tuple(self.results))
+        program = Program(tuple(self.meshes), (func,), file="<built>")
+        verify(program)
+        return program
+
+
+def _flatten(x: object) -> list[int]:
+    if isinstance(x, (list, tuple)):
+        return [d for item in x for d in _flatten(item)]
+    return [int(x)]  # type: ignore[call-overload]
+
+
+def _prod(xs: list[int]) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+# Functions in the style of jax.numpy: each forwards to its first Value's builder.
+def _first(args: tuple) -> Builder:
+    for a in args:
+        if isinstance(a, Value):
+            return a.builder
+    raise InputError("at least one operand must be a Value")
+
+
+def _binary(name: str) -> Callable[..., Value]:
+    def fn(a: object, b: object, **kw: object) -> Value:
+        return _first((a, b)).apply(ops.Binary(name), (a, b), **kw)
+
+    fn.__name__ = name
+    return fn
+
+
+add, sub, mul, div, maximum, minimum = (_binary(n) for n in ops.BINARY)
+
+
+def cast(x: Value, dtype: str, **kw: object) -> Value:
+    return x.cast(dtype, **kw)
+
+
+def permute(x: Value, perm: Sequence[int], **kw: object) -> Value:
+    return x.permute(perm, **kw)
+
+
+def matmul(a: Value, b: Value, **kw: object) -> Value:
+    return a.matmul(b, **kw)
+
+
+def reshard(x: Value, **kw: object) -> Value:
+    """`set`: a copy into another sharding, mesh or layout."""
+    return x.set(**kw)

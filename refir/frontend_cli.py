@@ -1,0 +1,85 @@
+"""Command-line entry points of the frontends: `import-nvfuser` and `redistribute`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from refir.errors import InputError
+from refir.world import say
+
+
+def _links(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        dst, eq, src = item.partition("=")
+        if not eq or not dst.strip() or not src.strip():
+            raise InputError(f"bad --link {item!r}: write INPUT=OUTPUT, e.g. --link T5=T4")
+        out[dst.strip()] = src.strip()
+    return out
+
+
+def cmd_import_nvfuser(args: argparse.Namespace) -> int:
+    from refir.frontends.nvfuser import import_nvfuser
+
+    if args.dump == "-":
+        text, name = sys.stdin.read(), "<stdin>"
+    else:
+        try:
+            text, name = Path(args.dump).read_text(), args.dump
+        except OSError as exc:
+            raise InputError(f"cannot read {args.dump}: {exc.strerror}") from exc
+    imported = import_nvfuser(text, name, _links(args.link), args.bullet)
+    for note in imported.notes:
+        sys.stderr.write(f"note: {note}\n")
+    if args.output:
+        Path(args.output).write_text(imported.text)
+        say(f"wrote {args.output}")
+    if args.explain:
+        if not args.output:
+            raise InputError("--explain explains the written program: give -o PROG.rir")
+        from refir.cli import main
+
+        return main(["explain", args.output])
+    if args.lower:
+        from refir.listing import format_lowered
+        from refir.lower import lower
+        from refir.verify import verify
+
+        say(format_lowered(lower(verify(imported.program))))
+    elif not args.output:
+        say(imported.text.rstrip("\n"))
+    return 0
+
+
+def cmd_redistribute(args: argparse.Namespace) -> int:
+    from refir.dtensor import redistribute_report
+
+    say(redistribute_report(args.mesh, args.shape, args.src, args.dst, args.dtype, run=not args.no_run,
+                            seed=args.seed))
+    return 0
+
+
+def add_subcommands(sub: argparse._SubParsersAction) -> None:
+    imp = sub.add_parser("import-nvfuser", help="nvFuser's printed fusion IR -> a refir program")
+    imp.add_argument("dump", help="a text file holding the dump (logs or a bug report), or - for stdin")
+    imp.add_argument("-o", "--output", help="write the .rir here (default: print it)")
+    imp.add_argument("--link", action="append", default=[], metavar="IN=OUT",
+                     help="join segments: the later segment's input IN is the earlier one's output OUT")
+    imp.add_argument("--bullet", default="+", choices=["+", "-", "*"],
+                     help="the infix operator a markdown bullet replaced (default +)")
+    how = imp.add_mutually_exclusive_group()
+    how.add_argument("--lower", action="store_true",
+                     help="print the lowered program (segments, collectives, strides) instead of the .rir")
+    how.add_argument("--explain", action="store_true", help="then run `refir explain` on the written program (-o)")
+    imp.set_defaults(handler=cmd_import_nvfuser)
+    red = sub.add_parser("redistribute", help="DTensor placements: build, run and explain a resharding")
+    red.add_argument("--mesh", required=True, help="the device mesh shape, e.g. 4 or 2x2")
+    red.add_argument("--shape", required=True, help="the global shape, e.g. 8,6")
+    red.add_argument("--from", dest="src", required=True, help="placements per mesh dim, e.g. S0,P")
+    red.add_argument("--to", dest="dst", required=True, help="placements per mesh dim, e.g. R,S1")
+    red.add_argument("--dtype", default="f32", help="refir dtype (default f32)")
+    red.add_argument("--seed", type=int, default=0, help="seed of the random contributions")
+    red.add_argument("--no-run", action="store_true", help="only explain; do not run on the backends")
+    red.set_defaults(handler=cmd_redistribute)
