@@ -53,6 +53,10 @@ def chosen_cases(args: argparse.Namespace) -> list[Case]:
 
 
 def conform(args: argparse.Namespace) -> int:
+    from refir.errors import InputError
+
+    if args.seed < 0 or args.cases < 0:
+        raise InputError(f"--seed {args.seed} --cases {args.cases}: both are non-negative integers")
     with quiet():
         return mutants(args) if args.mutants else suite(args)
 
