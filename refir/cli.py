@@ -98,7 +98,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     texts = [format_mesh(m) for m in program.meshes] + [""]
     for checked in every:
         texts.append(format_func(checked.func, checked.types))
-    say("\n".join(texts) + f"\n{args.program}: ok")
+    say("\n".join(texts) + f"\n{program.file}: ok")
     return 0
 
 
