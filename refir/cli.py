@@ -17,7 +17,7 @@ import numpy as np
 import refir
 from refir.errors import InputError, ParseError, RefirError, RunError, VerifyError
 from refir.expect import check_expects
-from refir.inputs import bind_lines, default_bindings, draw_inputs, parse_bind, read_inputs, source_text
+from refir.inputs import bind_lines, default_bindings, draw_inputs, parse_bind, read_inputs, source_text, writable_file
 from refir.limits import DEVICES
 from refir.verify import Checked, verify_all
 from refir.world import mpi_world, say
@@ -37,16 +37,8 @@ def _bindings(args: argparse.Namespace, checked: Checked) -> dict[str, int]:
 
 
 def _out_path(out: str | None) -> Path | None:
-    """--out, checked before anything runs: a file (written exactly there) in a
-    folder that exists."""
-    if out is None:
-        return None
-    path = Path(out)
-    if path.is_dir():
-        raise InputError(f"--out {out} is a folder; name the .npz file to write")
-    if not path.parent.is_dir():
-        raise InputError(f"--out {out}: the folder {path.parent} does not exist")
-    return path
+    """--out, checked before anything runs; it is written exactly there."""
+    return None if out is None else writable_file(Path(out), "--out")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

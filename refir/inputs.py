@@ -69,6 +69,16 @@ def draw_inputs(checked: Checked, bindings: dict[str, int], seed: int) -> dict[s
     return out
 
 
+def writable_file(path: Path, option: str) -> Path:
+    """A file an option (--out, --junit) will write, checked before anything runs:
+    not a folder, in a folder that exists."""
+    if path.is_dir() or str(path) in ("", "-"):
+        raise InputError(f"{option} {path} is a folder, not a file to write")
+    if not path.parent.is_dir():
+        raise InputError(f"{option} {path}: the folder {path.parent} does not exist")
+    return path
+
+
 def read_inputs(path: str) -> dict[str, np.ndarray]:
     return read_npz(Path(path))
 

@@ -238,7 +238,7 @@ def test_out_into_a_missing_folder_is_refused_before_anything_runs(tmp_path, cap
 
 def test_out_naming_a_folder(tmp_path, capsys):
     err = refused(capsys, "run", program(tmp_path, OK), "--out", tmp_path)
-    assert "is a folder; name the .npz file to write" in err
+    assert "is a folder, not a file to write" in err
     assert not tmp_path.with_suffix(".npz").exists()
 
 
