@@ -1,9 +1,9 @@
 """refir: an exact reference for distributed tensor programs.
 
-    prog = refir.load("examples/layouts.rir")  # the examples/ folder of the repository
-    result = refir.run(prog, {"x": x, "y": y}, backend="spmd")
-    result.outputs["g"]          # the global array
-    result.shards["g"][1]        # device 1's buffer, strides as laid out
+    prog = refir.load("examples/pipeline.rir")  # the examples/ folder of the repository
+    result = refir.run(prog, {"x": x}, backend="spmd")   # x: float32 of shape (N, 8)
+    result.outputs["y"]          # the global array
+    result.shards["y"][2]        # device 2's buffer, strides as laid out
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@ _TOKEN = re.compile(
 # Only the head is matched by a pattern: the expression is the rest of the line,
 # stripped (a lazy `(.+?)\s*$` backtracks quadratically on long lines).
 _EXPECT = re.compile(r"#\s*expect:\s*([A-Za-z_][A-Za-z_0-9]*)\s*=")
-_MAX_DIGITS = 19  # integers in program text fit in 64 bits
+_MAX_DIGITS = 19  # extents, device ids, dims and layouts fit in 64 bits
+_MAX_LITERAL_DIGITS = 1000  # integer literals wrap into their tensor's dtype, but are not unbounded
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,7 @@ class Parser:
         if t.kind == "num":
             self.pos += 1
             if not re.search(r"[.eE]", t.text):
-                return Lit(_int(t))
+                return Lit(_int(t, _MAX_LITERAL_DIGITS))
             value = float(t.text)
             if not math.isfinite(value):
                 raise ParseError(t.loc, f"the float literal {t.text} is out of range (it would round to {value})")
@@ -270,10 +271,12 @@ class Parser:
         return Var(tok.text, tok.loc)
 
 
-def _int(t: Token) -> int:
-    if len(t.text.lstrip("-")) > _MAX_DIGITS:
-        raise ParseError(t.loc, f"the integer {t.text[:24]}... has {len(t.text)} digits; "
-                         "refir's integers fit in 64 bits")
+def _int(t: Token, max_digits: int = _MAX_DIGITS) -> int:
+    digits = len(t.text.lstrip("-"))
+    if digits > max_digits:
+        what = "an integer literal has at most 1000" if max_digits == _MAX_LITERAL_DIGITS else \
+            "extents, device ids, dims and layouts fit in 64 bits"
+        raise ParseError(t.loc, f"the integer {t.text[:24]}... has {digits} digits; {what}")
     return int(t.text)
 
 

@@ -202,7 +202,8 @@ def test_integers_with_thousands_of_digits(tmp_path, capsys, where):
             "literal": f"mesh m = [0]\nfunc main(x: i64[4]) {{\n  y = add(x, {digits})\n  return y\n}}\n",
             "mesh": f"mesh m = [{digits}]\nfunc main(x: f32[4]) {{\n  return x\n}}\n"}[where]
     err = refused(capsys, "check", program(tmp_path, text))
-    assert "has 5000 digits; refir's integers fit in 64 bits" in err
+    assert "has 5000 digits; " + ("an integer literal has at most 1000" if where == "literal" else
+                                  "extents, device ids, dims and layouts fit in 64 bits") in err
     assert max(len(line) for line in err.splitlines()) < 200  # a window of the line, not all of it
 
 
