@@ -182,6 +182,7 @@ def test_example_under_mpiexec_of_its_own_world(world2, name):
     same_bits(mpi, jobs[name])
 
 
+@needs_shared
 def test_extra_ranks_take_part_in_nothing(world4):
     _, results = world4
     held = results["layouts:small"]["held"]  # mesh [0, 1] in a world of 4
