@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -162,7 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["conform", *argv]
     args = parser.parse_args(argv)
     try:
-        with np.errstate(all="ignore"):  # integer folds wrap by the spec; numpy's warnings are noise
+        # Integers wrap and floats overflow to inf by the spec: numpy's warnings about it are
+        # noise, from this thread (errstate) or from the CUDA simulator's threads (the filter).
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero|underflow) encountered",
+                                    RuntimeWarning)
             return args.handler(args)
     except RefirError as exc:
         world = mpi_world()

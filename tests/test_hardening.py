@@ -294,9 +294,9 @@ def test_numpy_warnings_do_not_leak(tmp_path, capsys):
             "# expect: p = (x * 4611686018427387904).prod()\n# expect: g = x.astype(np.float16) * np.float16(60000)\n")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for backend in ("global", "spmd"):
+        for backend in ("global", "spmd", "gpu"):  # gpu: the CUDA simulator warns from its own threads
             code, out, err = refir_cli(capsys, "run", program(tmp_path, text), "--seed", 3, "--backend", backend)
-            assert code == 0 and err == "" and "all 2 expect lines hold" in out, (out, err)
+            assert code == 0 and "warn" not in err.lower() and "all 2 expect lines hold" in out, (out, err)
 
 
 # ---- a first clone --------------------------------------------------------------------------
