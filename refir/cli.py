@@ -120,9 +120,6 @@ def version() -> str:
         return "unknown (not installed)"
 
 
-COMMANDS = ("run", "check", "lower", "conform")
-
-
 def build_parser() -> argparse.ArgumentParser:
     from conformance.cli import add_arguments
 
@@ -131,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog="`refir COMMAND --help` describes each command; the options of "
                                      "conform (refir conform --help) apply with no command too.")
     parser.add_argument("--version", action="version", version=f"refir {version()}")
-    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
+    sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run a program on global inputs")
     _program_args(run)
     src = run.add_mutually_exclusive_group()
@@ -158,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     # No subcommand: conform, whose options are accepted here (--help and --version stay the top level's).
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     first = next((a for a in argv if not a.startswith("-") or a == "-"), None)
-    if first not in COMMANDS and not {"-h", "--help", "--version"} & set(argv):
+    if first not in commands and not {"-h", "--help", "--version"} & set(argv):
         argv = ["conform", *argv]
     args = parser.parse_args(argv)
     try:
