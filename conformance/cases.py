@@ -63,7 +63,10 @@ def data_specs(text: str, seed: int) -> list[DataSpec]:
     specs: list[DataSpec] = []
     for line in _DATA.findall(text):
         if line.startswith("{"):
-            specs.append(DataSpec.from_json(line))
+            try:
+                specs.append(DataSpec.from_json(line))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise InputError(f"bad '# data:' line {line[:60]!r}: {type(exc).__name__}: {exc}") from exc
             continue
         for kind in line.split():
             if kind not in KINDS:
@@ -74,8 +77,8 @@ def data_specs(text: str, seed: int) -> list[DataSpec]:
 
 def cases_of(path: Path, group: str = "files", seed: int = 0) -> list[Case]:
     """One case per `# bind:` line and data kind."""
-    text = path.read_text()
-    program = refir.load(path)
+    text = refir.read_source(path)
+    program = refir.parse(text, str(path))
     checked = refir.verify(program)
     return [Case(group, path.stem, program, default_bindings(checked, b), spec, path)
             for b in (bind_lines(text) or [{}]) for spec in data_specs(text, seed)]

@@ -53,6 +53,15 @@ def chosen_cases(args: argparse.Namespace) -> list[Case]:
 
 
 def conform(args: argparse.Namespace) -> int:
+    from refir.errors import InputError
+    from refir.inputs import writable_file
+
+    if args.seed < 0 or args.cases < 0:
+        raise InputError(f"--seed {args.seed} --cases {args.cases}: both are non-negative integers")
+    if args.junit is not None:
+        writable_file(args.junit, "--junit")
+    if args.save.exists() and not args.save.is_dir():
+        raise InputError(f"--save {args.save} is not a folder")
     with quiet():
         return mutants(args) if args.mutants else suite(args)
 

@@ -75,7 +75,7 @@ def summary(outcomes: list[Outcome], backends: list[str], where: str, seconds: f
             ran = [o for o in mine if o.status != "skip"]
             skipped = len(mine) - len(ran)
             row.append(f"{sum(o.status == 'pass' for o in ran)}/{len(ran)}" + (f" ({skipped} skip)" if skipped else ""))
-        table.add_row(g, *row, end_section=g == groups[-1])
+        table.add_row(g, *row, end_section=bool(groups) and g == groups[-1])
     lines.append(plain(table))
     failed = [o for o in outcomes if o.status == "fail"]
     if failed:

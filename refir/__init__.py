@@ -1,9 +1,9 @@
 """refir: an exact reference for distributed tensor programs.
 
-    prog = refir.load("examples/layouts.rir")
-    result = refir.run(prog, {"x": x, "y": y}, backend="spmd")
-    result.outputs["g"]          # the global array
-    result.shards["g"][1]        # device 1's buffer, strides as laid out
+    prog = refir.load("examples/pipeline.rir")  # the examples/ folder of the repository
+    result = refir.run(prog, {"x": x}, backend="spmd")   # x: float32 of shape (N, 8)
+    result.outputs["y"]          # the global array
+    result.shards["y"][2]        # device 2's buffer, strides as laid out
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from refir.errors import InputError, MismatchError, OtherRankError, ParseError, RefirError, RunError, VerifyError
+from refir.errors import InputError, Loc, MismatchError, OtherRankError, ParseError, RefirError, RunError, VerifyError
 from refir.frontends.nvfuser import from_nvfuser  # noqa: E402,I001 (after the core it builds on)
+from refir.limits import PROGRAM_BYTES
 from refir.parser import parse
 from refir.printer import print_program
 from refir.program import Program
@@ -26,15 +27,39 @@ __all__ = [
 
 
 def load(source: str | Path) -> Program:
-    """Parse a program from a file path or from program text."""
+    """Parse a program from a file path (a Path, or one line ending in `.rir`) or
+    from program text. The command line always passes a Path; `-` is standard input."""
     if isinstance(source, Path) or ("\n" not in source and source.endswith(".rir")):
-        path = Path(source)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise InputError(f"cannot read {path}: {exc.strerror}") from exc
-        return parse(text, str(path))
+        return parse(read_source(Path(source)), "<stdin>" if str(source) == "-" else str(source))
     return parse(source)
+
+
+def read_source(path: Path) -> str:
+    """The text of a program file (`-`: standard input): a regular file within
+    REFIR_MAX_PROGRAM_BYTES, UTF-8. Anything else is an InputError or a ParseError."""
+    limit = PROGRAM_BYTES.value
+    try:
+        if str(path) == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            if not path.is_file():
+                why = "No such file or directory" if not path.exists() else "not a regular file"
+                raise InputError(f"cannot read {path}: {why}")
+            with path.open("rb") as f:
+                data = f.read(limit + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if len(data) > limit:
+        raise InputError(f"{path} is larger than refir's limit of {limit} bytes (raise it with {PROGRAM_BYTES.env}=N)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = data[:exc.start]
+        line = before.count(b"\n") + 1
+        col = exc.start - (before.rfind(b"\n") + 1) + 1
+        text = data.split(b"\n")[line - 1].decode("utf-8", errors="replace")
+        raise ParseError(Loc(str(path), line, col, text),
+                         f"byte 0x{data[exc.start]:02x} is not UTF-8 (program text is UTF-8)") from None
 
 
 def close() -> None:

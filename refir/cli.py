@@ -1,23 +1,31 @@
-"""The command line: `python -m refir [run|check|lower|conform] ...`."""
+"""The command line: `python -m refir [run|check|lower|conform] ...`.
+
+With no subcommand, refir runs `conform`: the bundled conformance corpus (and the
+shared examples, where they are checked out beside it) and generated programs on
+every backend this machine has, with a summary table. conform's options are
+accepted here too: `python -m refir --cases 5 --backend spmd`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+import warnings
+from pathlib import Path
 
 import numpy as np
 
 import refir
-from refir.errors import RefirError, RunError
+from refir.errors import InputError, ParseError, RefirError, RunError, VerifyError
 from refir.expect import check_expects
-from refir.inputs import bind_lines, default_bindings, draw_inputs, parse_bind, read_inputs, source_text
-from refir.verify import Checked
+from refir.inputs import bind_lines, default_bindings, draw_inputs, parse_bind, read_inputs, source_text, writable_file
+from refir.limits import DEVICES
+from refir.verify import Checked, verify_all
 from refir.world import mpi_world, say
 
 
 def _program_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("program", help="a .rir file")
+    p.add_argument("program", help="a .rir file, or - for standard input")
     p.add_argument("--func", help="the function to use (default: main, or the only one)")
 
 
@@ -29,29 +37,43 @@ def _bindings(args: argparse.Namespace, checked: Checked) -> dict[str, int]:
     return default_bindings(checked, given)
 
 
-def _prepare(args: argparse.Namespace, root: bool) -> tuple[refir.Program, Checked, dict[str, np.ndarray]]:
-    """The program, and the global inputs where `root` (under MPI, rank 0 alone
-    reads or draws them; the others receive their blocks)."""
-    program = refir.load(args.program)
+def _out_path(out: str | None) -> Path | None:
+    """--out, checked before anything runs; it is written exactly there."""
+    return None if out is None else writable_file(Path(out), "--out")
+
+
+def _prepare(args: argparse.Namespace, root: bool) -> tuple[refir.Program, Checked, dict[str, np.ndarray],
+                                                            Path | None]:
+    """The program, and where `root` the global inputs and the checked --out
+    path (under MPI, rank 0 alone reads or draws the inputs, and writes --out;
+    the others receive their blocks)."""
+    out = _out_path(args.out) if root else None
+    if args.seed is not None and args.seed < 0:
+        raise InputError(f"--seed {args.seed}: a seed is a non-negative integer")
+    if args.world is not None:
+        if args.world < 1:
+            raise InputError(f"--world {args.world}: a world has at least one rank")
+        DEVICES.check(args.world, "--world asks for")
+    program = refir.load(Path(args.program))
     checked = refir.verify(program, args.func)
     if args.inputs and (args.bind or args.seed is not None):
         raise RunError("--inputs fixes every extent and value: leave out --bind and --seed")
     if not root:
-        return program, checked, {}
+        return program, checked, {}, out
     if args.inputs:
-        return program, checked, read_inputs(args.inputs)
-    return program, checked, draw_inputs(checked, _bindings(args, checked), args.seed or 0)
+        return program, checked, read_inputs(args.inputs), out
+    return program, checked, draw_inputs(checked, _bindings(args, checked), args.seed or 0), out
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     world = mpi_world()
     if world is None:
-        program, checked, inputs = _prepare(args, True)
+        program, checked, inputs, out = _prepare(args, True)
     else:
         from refir.mpi import COMMS, agreed
 
-        (program, checked, inputs), _ = agreed(COMMS.world(), "every rank to read the program",
-                                               lambda: _prepare(args, world.is_root))
+        (program, checked, inputs, out), _ = agreed(COMMS.world(), "every rank to read the program",
+                                                    lambda: _prepare(args, world.is_root))
     result = refir.run(program, inputs, backend=args.backend, world=args.world, func=args.func)
     if world is not None and not world.is_root:
         return 0  # rank 0 has the results, and says what they are
@@ -62,15 +84,19 @@ def cmd_run(args: argparse.Namespace) -> int:
                      + np.array2string(value, threshold=64, edgeitems=3, prefix="  "))
     # Expect lines speak of the program's main function.
     main_func = len(program.funcs) == 1 or checked.func.name == "main"
-    failures = check_expects(program, inputs, result.outputs) if main_func else []
+    failures = check_expects(program, inputs, result.outputs, symbols=result.bindings) if main_func else []
     for f in failures:
         lines.append(f"FAILED {f}")
     if main_func and program.expects and not failures:
         lines.append(f"all {len(program.expects)} expect lines hold")
     say("\n".join(lines))
-    if args.out:
-        np.savez(args.out, **result.outputs)
-        say(f"wrote {args.out}")
+    if out is not None:  # rank 0 (the others returned above)
+        try:
+            with out.open("wb") as f:  # exactly this path: np.savez(name) would append .npz
+                np.savez(f, **result.outputs)
+        except OSError as exc:
+            raise InputError(f"cannot write --out {out}: {exc.strerror or exc}") from exc
+        say(f"wrote {out}")
     return 1 if failures else 0
 
 
@@ -82,13 +108,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 
         return json_check(args)
 
-    program = refir.load(args.program)
-    names = [args.func] if args.func else [f.name for f in program.funcs]
+    program = refir.load(Path(args.program))
+    every = [refir.verify(program, args.func)] if args.func else verify_all(program)
     texts = [format_mesh(m) for m in program.meshes] + [""]
-    for name in names:
-        checked = refir.verify(program, name)
+    for checked in every:
         texts.append(format_func(checked.func, checked.types))
-    say("\n".join(texts) + f"\n{args.program}: ok")
+    say("\n".join(texts) + f"\n{program.file}: ok")
     return 0
 
 
@@ -100,7 +125,7 @@ def cmd_lower(args: argparse.Namespace) -> int:
         from refir.explain import json_lower
 
         return json_lower(args)
-    checked = refir.verify(refir.load(args.program), args.func)
+    checked = refir.verify(refir.load(Path(args.program)), args.func)
     say(format_lowered(lower(checked)))
     return 0
 
@@ -123,8 +148,24 @@ def cmd_conform(args: argparse.Namespace) -> int:
     return conform(args)
 
 
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("refir")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="refir", description=__doc__)
+    from conformance.cli import add_arguments
+
+    parser = argparse.ArgumentParser(prog="refir", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="`refir COMMAND --help` describes each command; the options of "
+                                     "conform (refir conform --help) apply with no command too.")
+    parser.add_argument("--version", action="version", version=f"refir {version()}")
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run a program on global inputs")
     _program_args(run)
@@ -158,8 +199,6 @@ def build_parser() -> argparse.ArgumentParser:
     from refir.frontend_cli import add_subcommands
 
     add_subcommands(sub)
-    from conformance.cli import add_arguments
-
     conform = sub.add_parser("conform", help="the differential conformance suite")
     add_arguments(conform)
     conform.set_defaults(handler=cmd_conform)
@@ -168,18 +207,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # No subcommand: conform, whose options are accepted here (--help and --version stay the top level's).
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    first = next((a for a in argv if not a.startswith("-") or a == "-"), None)
+    if first not in commands and not {"-h", "--help", "--version"} & set(argv):
+        argv = ["conform", *argv]
     args = parser.parse_args(argv)
-    if args.command is None:
-        args = parser.parse_args(["conform", *(argv or [])])
     try:
-        return args.handler(args)
+        # Integers wrap and floats overflow to inf by the spec: numpy's warnings about it are
+        # noise, from this thread (errstate) or from the CUDA simulator's threads (the filter).
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero|underflow) encountered",
+                                    RuntimeWarning)
+            return args.handler(args)
     except RefirError as exc:
         world = mpi_world()
         if world is None:
             sys.stderr.write(f"error: {exc}\n")
             return 2
-        # An error every rank agreed on (refir.mpi.agreed): rank 0 reports, all exit.
-        if getattr(exc, "agreed", False):
+        # An error every rank agreed on (refir.mpi.agreed), or a bad program or input,
+        # which every rank meets alike outside `run`: rank 0 reports, all exit.
+        if getattr(exc, "agreed", False) or isinstance(exc, (ParseError, VerifyError, InputError)):
             if world.is_root:
                 sys.stderr.write(f"error: {exc}\n")
             return 2

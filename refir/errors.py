@@ -21,11 +21,17 @@ class Loc:
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.col}"
 
-    def show(self) -> str:
-        """The location, the source line and a caret under the column."""
+    def show(self, width: int = 100) -> str:
+        """The location, the source line (a window of it, when long) and a caret under the column."""
         if not self.text:
             return str(self)
-        return f"{self}\n    {self.text}\n    {' ' * (self.col - 1)}^"
+        start = max(0, min(self.col - 1 - width // 2, len(self.text) - width))
+        shown = self.text[start:start + width]
+        if start:
+            shown, start = "..." + shown, start - 3
+        if start + 3 + width < len(self.text):
+            shown += "..."
+        return f"{self}\n    {shown}\n    {' ' * (self.col - 1 - start)}^"
 
 
 NOWHERE = Loc("<built>", 0, 0)

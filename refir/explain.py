@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -156,7 +157,7 @@ def check_device(device: int | None, world: int) -> None:
 
 
 def explained_of(args: argparse.Namespace) -> tuple[Lowered, Explained]:
-    checked = refir.verify(refir.load(args.program), args.func)
+    checked = refir.verify(refir.load(Path(args.program)), args.func)
     lowered = lower(checked)
     world = world_for(checked, getattr(args, "world", None))
     check_device(getattr(args, "device", None), world)
@@ -164,7 +165,7 @@ def explained_of(args: argparse.Namespace) -> tuple[Lowered, Explained]:
 
 
 def json_check(args: argparse.Namespace) -> int:
-    program = refir.load(args.program)
+    program = refir.load(Path(args.program))
     docs = []
     for name in [args.func] if args.func else [f.name for f in program.funcs]:
         checked = refir.verify(program, name)

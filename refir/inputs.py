@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import re
-from math import lcm
+import zipfile
+from math import lcm, prod
 from pathlib import Path
 
 import numpy as np
 
 from refir.errors import InputError
+from refir.limits import INPUT_BYTES, check_shape
 from refir.program import Program
-from refir.types import extent_value
+from refir.types import extent_value, global_shape
 from refir.verify import Checked
 
 _BIND = re.compile(r"^#\s*bind:\s*(.*)$", re.M)
@@ -23,9 +25,9 @@ def parse_bind(text: str) -> dict[str, int]:
         if not item:
             continue
         name, eq, value = item.partition("=")
-        if not eq or not value.strip().lstrip("-").isdigit():
-            raise InputError(f"bad binding {item!r}: write NAME=INTEGER")
-        out[name.strip()] = int(value)
+        if not eq or not name.isidentifier() or not re.fullmatch(r"[0-9]{1,18}", value, re.ASCII):
+            raise InputError(f"bad binding {item!r}: write NAME=N, N a non-negative integer")
+        out[name] = int(value)
     return out
 
 
@@ -45,6 +47,8 @@ def default_bindings(checked: Checked, given: dict[str, int] | None = None) -> d
         step = lcm(*[t.mesh.size(a.shard) for t in checked.types.values() for a in t.axes
                      if a.extent == s and a.shard] or [1])
         out[s] = step * -(-4 // step)
+    for name, t in checked.types.items():
+        check_shape(global_shape(t, out), f"with {', '.join(f'{k}={v}' for k, v in sorted(out.items()))}, {name}: {t}")
     return out
 
 
@@ -65,16 +69,67 @@ def draw_inputs(checked: Checked, bindings: dict[str, int], seed: int) -> dict[s
     return out
 
 
+def writable_file(path: Path, option: str) -> Path:
+    """A file an option (--out, --junit) will write, checked before anything runs:
+    not a folder, in a folder that exists."""
+    if path.is_dir() or str(path) in ("", "-"):
+        raise InputError(f"{option} {path} is a folder, not a file to write")
+    if not path.parent.is_dir():
+        raise InputError(f"{option} {path}: the folder {path.parent} does not exist")
+    return path
+
+
 def read_inputs(path: str) -> dict[str, np.ndarray]:
+    return read_npz(Path(path))
+
+
+def read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an .npz archive, refused up front (InputError) when it is not a
+    regular file holding a zip of plain .npy members, or when a member's header claims
+    more elements, or the archive more bytes, than refir's limits allow. Nothing is
+    unpickled; nothing is inflated before its header was checked."""
+    if not path.is_file():
+        why = "No such file or directory" if not path.exists() else "not a regular file"
+        raise InputError(f"cannot read inputs from {path}: {why}")
+    if not zipfile.is_zipfile(path):
+        hint = " (a single .npy array? save inputs with np.savez(path, name=array))" if path.suffix == ".npy" else ""
+        raise InputError(f"cannot read inputs from {path}: not an .npz archive{hint}")
     try:
-        with np.load(Path(path)) as data:
-            return {k: data[k] for k in data.files}
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read inputs from {path}: {exc}") from exc
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+            INPUT_BYTES.check(sum(m.file_size for m in members), f"{path}: its members uncompress to")
+            out = {}
+            for m in members:
+                out[m.filename.removesuffix(".npy")] = _read_member(archive, m, path)
+            return out
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, NotImplementedError) as exc:
+        raise InputError(f"cannot read inputs from {path}: {type(exc).__name__}: {exc}") from exc
+
+
+def _read_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo, path: Path) -> np.ndarray:
+    where = f"{path}: member {member.filename!r}"
+    if not member.filename.endswith(".npy"):
+        raise InputError(f"{where} is not an .npy array")
+    with archive.open(member) as f:
+        version = np.lib.format.read_magic(f)
+        if version not in ((1, 0), (2, 0)):
+            raise InputError(f"{where}: unsupported .npy format version {version}")
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(f)  # the header alone: nothing is inflated yet
+        if dtype.hasobject:
+            raise InputError(f"{where} holds Python objects; refir reads only plain numeric arrays")
+        check_shape(shape, where)
+        if member.file_size < prod(shape) * dtype.itemsize:
+            raise InputError(f"{where} is shorter than its header's shape {shape} needs")
+        data = f.read(prod(shape) * dtype.itemsize)
+        if len(data) != prod(shape) * dtype.itemsize:
+            raise InputError(f"{where} is shorter than its header's shape {shape} needs")
+    flat = np.frombuffer(data, dtype).copy()
+    return flat.reshape(shape, order="F" if fortran else "C")
 
 
 def source_text(program: Program) -> str:
     try:
-        return Path(program.file).read_text()
+        return Path(program.file).read_text(errors="replace") if Path(program.file).is_file() else ""
     except OSError:
         return ""

@@ -272,17 +272,22 @@ def cut_segments(steps: tuple[Step, ...], types: dict[str, TensorType],
             groups.append([s])
         else:
             groups[-1].append(s)
+    # The last group that reads each value: one pass, not a scan of every later group.
+    last_read: dict[str, int] = {r: len(groups) for r in results}
+    for index, group in enumerate(groups):
+        for s in group:
+            for a in s.tensor_args():
+                last_read[a] = max(last_read.get(a, -1), index)
     segments = []
     for index, group in enumerate(groups):
         made = {s.out for s in group}
         inputs = _unique(a for s in group for a in s.tensor_args() if a not in made)
-        later = {a for g in groups[index + 1:] for s in g for a in s.tensor_args()} | set(results)
         scalars = _unique(
             a.name for s in group for a in s.args
             if isinstance(a, Sym) and not any(a.name in types[x].symbols() for x in s.tensor_args())
         )
         kind = "communication" if group[0].is_communication else "compute"
-        outputs = tuple(s.out for s in group if s.out in later)
+        outputs = tuple(s.out for s in group if last_read.get(s.out, -1) > index)
         segments.append(Segment(index, kind, tuple(group), inputs, scalars, outputs))
     return tuple(segments)
 

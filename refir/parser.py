@@ -14,12 +14,14 @@ label of the constraint they break. Both point at the text.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from refir import ops
 from refir.errors import Loc, ParseError, VerifyError
+from refir.limits import DEVICES, ELEMENTS
 from refir.program import Eqn, Expect, Func, Lit, Operand, Param, Program, Sym, Var
 from refir.types import BROADCAST, DIDS, DTYPES, Axis, Mesh, TensorType
 from refir.verify import check_mesh
@@ -29,7 +31,11 @@ _TOKEN = re.compile(
     r"|(?P<num>-?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?)"
     r"|(?P<name>[A-Za-z_][A-Za-z_0-9]*)|(?P<punct>[\[\](){},:=@])"
 )
-_EXPECT = re.compile(r"#\s*expect:\s*([A-Za-z_][A-Za-z_0-9]*)\s*=\s*(.+?)\s*$")
+# Only the head is matched by a pattern: the expression is the rest of the line,
+# stripped (a lazy `(.+?)\s*$` backtracks quadratically on long lines).
+_EXPECT = re.compile(r"#\s*expect:\s*([A-Za-z_][A-Za-z_0-9]*)\s*=")
+_MAX_DIGITS = 19  # extents, device ids, dims and layouts fit in 64 bits
+_MAX_LITERAL_DIGITS = 1000  # integer literals wrap into their tensor's dtype, but are not unbounded
 
 
 @dataclass(frozen=True)
@@ -54,8 +60,8 @@ def tokenize(text: str, file: str) -> tuple[list[Token], list[Expect]]:
             line, line_start = line + 1, m.end()
         elif kind == "comment":
             e = _EXPECT.match(m.group())
-            if e:
-                expects.append(Expect(e.group(1), e.group(2), loc))
+            if e and m.group()[e.end():].strip():
+                expects.append(Expect(e.group(1), m.group()[e.end():].strip(), loc))
         elif kind != "ws":
             tokens.append(Token(kind, m.group(), loc))
         pos = m.end()
@@ -110,7 +116,7 @@ class Parser:
         if t.kind != "num" or not re.fullmatch(r"-?\d+", t.text):
             raise ParseError(t.loc, f"expected an integer, found {self.describe()}")
         self.pos += 1
-        return int(t.text)
+        return _int(t)
 
     def describe(self) -> str:
         return "end of file" if self.tok.kind == "eof" else repr(self.tok.text)
@@ -146,15 +152,20 @@ class Parser:
         name = self.name("a mesh name")
         self.expect("=")
         start = self.tok.loc
-        nested = self.nested_ints()
+        nested = self.nested_ints(start)
         if name.text in self.meshes:  # mesh_c3
             raise VerifyError(name.loc, "mesh_c3", f"mesh {name.text!r} is declared twice")
         self.meshes[name.text] = make_mesh(name.text, nested, start)
 
-    def nested_ints(self) -> object:
+    def nested_ints(self, start: Loc, depth: int = 0) -> object:
         if self.at("["):
-            return self.listing(self.nested_ints)
-        return self.integer()
+            if depth == 3:  # mesh_c1, refused before recursing any deeper
+                raise VerifyError(start, "mesh_c1", "a mesh must be a non-empty 1- to 3-D array")
+            return self.listing(lambda: self.nested_ints(start, depth + 1))
+        device = self.tok
+        value = self.integer()
+        DEVICES.check(value + 1, f"{device.loc}: device id {value} needs a world of")
+        return value
 
     def func(self) -> Func:
         start = self.expect("func").loc
@@ -199,6 +210,8 @@ class Parser:
             why = "no mesh is declared" if not self.meshes else "the program declares several meshes"
             raise VerifyError(dt.loc, "type_c1", f"this type needs 'on MESH': {why}")
         layout = tuple(self.listing(self.integer)) if self.accept("layout") else None
+        static = [a.extent for a in axes if isinstance(a.extent, int)]
+        ELEMENTS.check(math.prod(static), f"{dt.loc}: a tensor of static extents {static} has")
         return TensorType(dt.text, tuple(axes), mesh, layout)
 
     def axis(self) -> Axis:
@@ -246,11 +259,25 @@ class Parser:
             return self.listing(self.integer)
         if t.kind == "num":
             self.pos += 1
-            return Lit(float(t.text) if re.search(r"[.eE]", t.text) else int(t.text))
+            if not re.search(r"[.eE]", t.text):
+                return Lit(_int(t, _MAX_LITERAL_DIGITS))
+            value = float(t.text)
+            if not math.isfinite(value):
+                raise ParseError(t.loc, f"the float literal {t.text} is out of range (it would round to {value})")
+            return Lit(value)
         tok = self.name("an operand")
         if tok.text in self.symbols and tok.text not in self.values:
             return Sym(tok.text, tok.loc)
         return Var(tok.text, tok.loc)
+
+
+def _int(t: Token, max_digits: int = _MAX_DIGITS) -> int:
+    digits = len(t.text.lstrip("-"))
+    if digits > max_digits:
+        what = "an integer literal has at most 1000" if max_digits == _MAX_LITERAL_DIGITS else \
+            "extents, device ids, dims and layouts fit in 64 bits"
+        raise ParseError(t.loc, f"the integer {t.text[:24]}... has {digits} digits; {what}")
+    return int(t.text)
 
 
 def make_mesh(name: str, nested: object, loc: Loc) -> Mesh:

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from refir.bindings import bind_inputs
 from refir.errors import InputError
 from refir.mpi import COMMS, agreed, as_agreed, bcast_obj, fault, recv_bytes, wait
 from refir.types import block_slices, global_shape, memory_order, receive_into, wire_bytes
@@ -41,7 +40,7 @@ def settle(checked: Checked, inputs: dict[str, Any],
     lowering) on every rank, in one exchange: any error stops every rank, rank
     0's bindings hold everywhere. Returns `step()`'s value, this rank's inputs
     as numpy arrays, the bindings and the ranks that were given no inputs."""
-    from refir.runner import host_arrays
+    from refir.runner import bind_and_check, host_arrays
 
     comm = COMMS.world()
 
@@ -49,7 +48,7 @@ def settle(checked: Checked, inputs: dict[str, Any],
         if comm.rank == 0 and not inputs:
             raise InputError("under MPI, rank 0 must be given the inputs (other ranks may be given none)")
         arrays = host_arrays(inputs)
-        return (bind_inputs(checked, arrays) if arrays else None), arrays, step()
+        return (bind_and_check(checked, arrays) if arrays else None), arrays, step()
 
     (_, arrays, value), every = agreed(comm, "every rank to check the program and its inputs", check,
                                        lambda v: v[0])

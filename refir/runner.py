@@ -19,6 +19,7 @@ import numpy as np
 from refir.arrays import host_array
 from refir.bindings import bind_inputs, check_world, devices_needed
 from refir.errors import InputError, MismatchError, RefirError, RunError
+from refir.limits import check_shape
 from refir.lower import Lowered, lower
 from refir.program import Program
 from refir.types import TensorType, block_slices, global_shape, local_shape, materialize
@@ -54,10 +55,29 @@ def backend_named(name: str) -> Backend:
     if ":" in name:
         module, _, attr = name.partition(":")
         try:
-            return getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise InputError(f"cannot load backend {name!r}: {exc}") from exc
+            found = getattr(importlib.import_module(module), attr)
+        except Exception as exc:  # a backend module of the user's may fail on import in any way
+            raise InputError(f"cannot load backend {name!r}: {type(exc).__name__}: {exc}") from exc
+        return _reported(name, found)
     raise InputError(f"unknown backend {name!r} (global, spmd, gpu, or module:callable)")
+
+
+def _reported(name: str, backend: Backend) -> Backend:
+    """A backend of the user's: whatever it raises becomes a RunError naming it."""
+
+    def call(lowered: Lowered, inputs: Shards, bindings: dict[str, int], world: World) -> Shards:
+        try:
+            out = backend(lowered, inputs, bindings, world)
+        except RefirError:
+            raise
+        except Exception as exc:
+            raise RunError(f"backend {name!r} failed: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(out, dict) or not all(isinstance(v, dict) for v in out.values()):
+            raise RunError(f"backend {name!r} returned a {type(out).__name__}, not a dict of "
+                           "{result name: {device: numpy array}}")
+        return out
+
+    return call
 
 
 def resolve_world(checked: Checked, world: int | None) -> World:
@@ -273,7 +293,7 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
     mpi = mpi_world()
     if mpi is None:
         inputs = host_arrays(inputs)
-        bindings = bind_inputs(checked, inputs)
+        bindings = bind_and_check(checked, inputs)
         if backend == "global":
             from interp.global_eval import eval_global
 
@@ -304,6 +324,14 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
 
 def host_arrays(inputs: dict[str, Any]) -> dict[str, np.ndarray]:
     return {name: host_array(name, x) for name, x in inputs.items()}
+
+
+def bind_and_check(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str, int]:
+    """The inputs' bindings, and every value's global shape within refir's limits."""
+    bindings = bind_inputs(checked, inputs)
+    for name, t in checked.types.items():  # intermediates too, before any is allocated
+        check_shape(global_shape(t, bindings), f"{name}: {t}")
+    return bindings
 
 
 # Programs are immutable: a program run again (refir.run in a loop) is verified

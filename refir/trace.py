@@ -7,6 +7,7 @@ device and rank 0 prints everything.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 from rich import box
@@ -123,7 +124,7 @@ def trace_pictures(ex: Explained, result: RunResult, device: int | None, value: 
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    program = refir.load(args.program)
+    program = refir.load(Path(args.program))
     checked = refir.verify(program, args.func)
     if args.inputs:
         if args.bind or args.seed is not None:

@@ -12,6 +12,7 @@ from math import prod
 
 from refir import ops
 from refir.errors import Loc, VerifyError
+from refir.limits import DEVICES
 from refir.program import Eqn, Func, Lit, Program, Sym, Var
 from refir.tables import registrar
 from refir.types import BROADCAST, FLOATS, INTEGERS, RESERVED, Axis, Mesh, TensorType
@@ -38,6 +39,8 @@ def check_mesh(mesh: Mesh, loc: Loc) -> None:
         bad = sorted({d for d in mesh.devices if mesh.devices.count(d) > 1 or d < 0})
         raise VerifyError(loc, "mesh_c2", f"mesh {mesh.name!r} device ids must be distinct and >= 0 "
                           f"(offending: {bad})")
+    top = max(mesh.devices)
+    DEVICES.check(top + 1, f"{loc}: mesh {mesh.name!r} names device {top}, which needs a world of")
 
 
 def check_type(t: TensorType, loc: Loc) -> None:
@@ -273,17 +276,34 @@ def _set(op: ops.Set, c: _Eqn) -> TensorType:
 
 def verify(program: Program, func_name: str | None = None) -> Checked:
     """Check one function (or `main`/the only one) and infer every type."""
-    names = [f.name for f in program.funcs]
+    check_program(program)
+    return verify_func(program, program.func(func_name))
+
+
+def verify_all(program: Program) -> list[Checked]:
+    """Every function checked, in order; the program-wide checks run once."""
+    check_program(program)
+    return [verify_func(program, f) for f in program.funcs]
+
+
+def check_program(program: Program) -> None:
+    """What concerns the whole program: unique function and mesh names, and the
+    meshes of programs built in Python rather than parsed."""
+    seen: dict[str, Func] = {}
     for f in program.funcs:
-        if names.count(f.name) > 1:  # func_c5
-            raise VerifyError(f.loc, "func_c5", f"function {f.name!r} is defined twice")
-    # Meshes of programs built in Python rather than parsed are checked here.
-    mesh_names = [m.name for m in program.meshes]
+        if f.name in seen:  # func_c5
+            raise VerifyError(seen[f.name].loc, "func_c5", f"function {f.name!r} is defined twice")
+        seen[f.name] = f
+    mesh_names: set[str] = set()
     for m in program.meshes:
         check_mesh(m, program.funcs[0].loc)
-        if mesh_names.count(m.name) > 1:  # mesh_c3
+        if m.name in mesh_names:  # mesh_c3
             raise VerifyError(program.funcs[0].loc, "mesh_c3", f"mesh {m.name!r} is declared twice")
-    func = program.func(func_name)
+        mesh_names.add(m.name)
+
+
+def verify_func(program: Program, func: Func) -> Checked:
+    """Check `func` of `program` (whose program-wide checks passed) and infer every type."""
     types: dict[str, TensorType] = {}
     symbols: set[str] = set()
     for p in func.params:

@@ -7,10 +7,32 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
-# CI checks the project out beside ../shared; REFIR_SHARED points elsewhere.
+# CI checks the project out beside ../shared; REFIR_SHARED points elsewhere. A bare
+# clone has no ../shared: the tests of the shared examples skip, saying why, unless
+# REFIR_REQUIRE_SHARED=1 (as .ci/run sets) makes their absence an error.
 SHARED = Path(os.environ.get("REFIR_SHARED", ROOT.parent / "shared"))
 EXAMPLES = sorted((SHARED / "examples").glob("*.rir"))
+NO_SHARED = f"the shared examples are absent ({SHARED / 'examples'}): clone beside ../shared or set REFIR_SHARED"
+if not EXAMPLES and os.environ.get("REFIR_REQUIRE_SHARED") == "1":
+    raise RuntimeError(f"REFIR_REQUIRE_SHARED=1, but {NO_SHARED}")
+needs_shared = pytest.mark.skipif(not EXAMPLES, reason=NO_SHARED)
+# The project's own examples (examples/), which the README uses.
+OWN_EXAMPLES = sorted((ROOT / "examples").glob("*.rir"))
+
+
+def shared_example(name: str) -> Path:
+    """The path of a shared example (tests that use it are marked `needs_shared`)."""
+    return SHARED / "examples" / f"{name}.rir"
+
+
+def example_params() -> list:
+    """The shared examples as pytest parameters: one skipped parameter when absent."""
+    if not EXAMPLES:
+        return [pytest.param(None, id="shared-absent", marks=pytest.mark.skip(reason=NO_SHARED))]
+    return [pytest.param(p, id=p.stem) for p in EXAMPLES]
 
 
 def mpiexec() -> str:

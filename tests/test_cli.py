@@ -7,14 +7,14 @@ import time
 
 import numpy as np
 import pytest
-from helpers import EXAMPLES, ROOT, run_mpi
+from helpers import ROOT, needs_shared, run_mpi, shared_example
 
 import refir
 from refir.inputs import draw_inputs
 from refir.listing import format_lowered
 from refir.lower import lower
 
-BY_NAME = {p.stem: p for p in EXAMPLES}
+BY_NAME = {n: shared_example(n) for n in ("scatter_after_permute", "layouts", "collectives", "global_extent")}
 SPEC_EXAMPLE = """\
 mesh m = [0, 1]
 
@@ -84,6 +84,7 @@ def test_run_reports_a_parse_error_at_its_place(tmp_path):
     )
 
 
+@needs_shared
 def test_lower_prints_segments_with_local_shapes_and_strides():
     path = BY_NAME["scatter_after_permute"]
     done = cli("lower", path)
@@ -96,6 +97,7 @@ def test_lower_prints_segments_with_local_shapes_and_strides():
 # ---- run: inputs, outputs, bindings --------------------------------------------------------
 
 
+@needs_shared
 @pytest.mark.parametrize("backend", ["spmd", "global"])
 def test_run_reads_inputs_and_writes_global_outputs(tmp_path, backend):
     rng = np.random.default_rng(5)
@@ -113,6 +115,7 @@ def test_run_reads_inputs_and_writes_global_outputs(tmp_path, backend):
         assert out["g"].dtype == np.float32 and np.array_equal(out["g"], x.T + y)
 
 
+@needs_shared
 def test_run_draws_inputs_from_seed_and_bindings(tmp_path):
     path = BY_NAME["collectives"]
     done = cli("run", path, "--seed", 3, "--bind", "R=8", "C=8", "P=4", "--out", tmp_path / "out.npz")
@@ -126,6 +129,7 @@ def test_run_draws_inputs_from_seed_and_bindings(tmp_path):
         assert np.array_equal(out["total"], inputs["y"].sum((0, 1))) and out["part"].shape == (8, 8)
 
 
+@needs_shared
 def test_run_uses_the_programs_bind_line(tmp_path):
     path = tmp_path / "bound.rir"
     path.write_text(BY_NAME["global_extent"].read_text() + "# bind: D=12\n")
@@ -171,6 +175,7 @@ def bad_inputs(tmp_path, name):
     return path
 
 
+@needs_shared
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_bad_input_alone(tmp_path, name):
     done = cli("run", BY_NAME["layouts"], "--inputs", bad_inputs(tmp_path, name))
@@ -178,6 +183,7 @@ def test_bad_input_alone(tmp_path, name):
     assert one_paragraph_error(done.stderr) == BAD[name][1]
 
 
+@needs_shared
 def test_symbol_that_does_not_divide_alone():
     done = cli("run", BY_NAME["collectives"], "--bind", "R=6")
     assert done.returncode == 2 and done.stdout == ""
@@ -192,6 +198,7 @@ def test_device_outside_the_world_alone(tmp_path):
     assert one_paragraph_error(done.stderr) == OUTSIDE_ERROR
 
 
+@needs_shared
 @pytest.mark.parametrize("args, message", [
     (["run", "nowhere.rir"], "error: cannot read nowhere.rir: No such file or directory\n"),
     (["run", BY_NAME["layouts"], "--inputs", "nowhere.npz"], "error: cannot read inputs from nowhere.npz: "),
@@ -217,6 +224,7 @@ def mpi_cli(args, seconds=15):
     return done
 
 
+@needs_shared
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_bad_input_under_mpiexec(tmp_path, name):
     done = mpi_cli(["run", BY_NAME["layouts"], "--inputs", bad_inputs(tmp_path, name)])
@@ -224,6 +232,7 @@ def test_bad_input_under_mpiexec(tmp_path, name):
     assert one_paragraph_error(done.stderr) == BAD[name][1]  # rank 0 reports, every rank exits
 
 
+@needs_shared
 def test_symbol_that_does_not_divide_under_mpiexec():
     done = mpi_cli(["run", BY_NAME["collectives"], "--bind", "R=6"])
     assert done.returncode != 0 and done.stdout == ""
@@ -238,6 +247,7 @@ def test_device_outside_the_world_under_mpiexec(tmp_path):
     assert one_paragraph_error(done.stderr) == OUTSIDE_ERROR
 
 
+@needs_shared
 def test_an_error_on_one_rank_ends_every_rank(tmp_path):
     # rank 2 fails while ranks 0, 1 and 3 wait for it in a barrier
     env = {"PYTHONPATH": str(ROOT / "tests")}
@@ -247,7 +257,7 @@ def test_an_error_on_one_rank_ends_every_rank(tmp_path):
     assert time.monotonic() - start < 15
     assert done.returncode != 0
     assert "rank 2: error: rank 2 gave up" in done.stderr and "Traceback" not in done.stderr
-    # an exception that is not refir's is a bug: its traceback is shown, and still every rank ends
+    # an exception a backend of the user's raises becomes a RunError naming it; still every rank ends
     start = time.monotonic()
     done = run_mpi(4, ["-m", "refir", "run", BY_NAME["collectives"], "--backend", "mpi_driver:crash_on_rank_2"],
                    timeout=60, env=env)

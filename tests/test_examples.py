@@ -8,13 +8,15 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import EXAMPLES, ROOT
+from helpers import EXAMPLES, ROOT, needs_shared
 
 import refir
 from refir.bindings import devices_needed
 from refir.expect import check_expects
 from refir.inputs import default_bindings, draw_inputs
 from refir.types import block_slices, dense_strides, local_shape
+
+pytestmark = needs_shared
 
 # Larger symbol values than the defaults, each divisible as the meshes need.
 BIGGER = {"allreduce_then_bias": {"D": 6, "K": 5, "M": 3, "N": 7}, "collectives": {"R": 8, "C": 12, "P": 4},

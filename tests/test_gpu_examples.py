@@ -20,9 +20,9 @@ from refir.types import has_layout
 from refir.world import mpi_world
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import EXAMPLES, ROOT, run_mpi  # noqa: E402
+from helpers import EXAMPLES, ROOT, needs_shared, run_mpi  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"), needs_shared]
 
 
 def problems(path) -> list[str]:

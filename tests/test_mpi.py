@@ -10,7 +10,7 @@ import pickle
 
 import numpy as np
 import pytest
-from helpers import EXAMPLES, ROOT, run_mpi
+from helpers import EXAMPLES, ROOT, needs_shared, run_mpi, shared_example
 
 import refir
 from refir.expect import check_expects
@@ -98,7 +98,7 @@ COLLECTIVE_JOBS = [
         "  all: bool[4, 3] = set(b8)\n  any = max(b8, dims=[0])\n  w: i8[4@DIDx] = sum(k, dims=[0])\n"
         "  return all, any, w\n}\n",
         b8=np.array([[1, 0, 0], [0, 0, 1], [1, 0, 0], [0, 0, 0]], bool), k=np.full((4, 4), 100, np.int8)),
-    job("scatter_after_permute_m0_1", (EXAMPLES[0].parent / "scatter_after_permute.rir").read_text()
+    job("scatter_after_permute_m0_1", (ROOT / "examples" / "transpose_scatter.rir").read_text()
         .replace("mesh m0 = [0]", "mesh m0 = [1]").replace("mesh m1 = [0, 1, 2, 3]", "mesh m1 = [3, 1, 0, 2]"),
         x=f32(3, 4, 3, 5)),
     job("overlapping_meshes", "mesh a = [1, 2]\nmesh b = [0, 2]\nmesh c = [3, 0]\nmesh e = [1, 0, 2]\n"
@@ -175,6 +175,7 @@ def same_bits(mpi, job):
             assert set(bufs) <= {rank}, (rank, name)  # each rank holds only its own device
 
 
+@needs_shared
 @pytest.mark.parametrize("name", [j["name"] for j in example_jobs()])
 def test_example_under_mpiexec_4(world4, name):
     jobs, results = world4
@@ -186,6 +187,7 @@ def test_example_under_mpiexec_4(world4, name):
     same_bits(mpi, jobs[name])
 
 
+@needs_shared
 @pytest.mark.parametrize("name", [j["name"] for j in example_jobs() if WORLD_OF.get(j["name"].split(":")[0]) == 2])
 def test_example_under_mpiexec_of_its_own_world(world2, name):
     jobs, results = world2
@@ -196,6 +198,7 @@ def test_example_under_mpiexec_of_its_own_world(world2, name):
     same_bits(mpi, jobs[name])
 
 
+@needs_shared
 def test_extra_ranks_take_part_in_nothing(world4):
     _, results = world4
     held = results["layouts:small"]["held"]  # mesh [0, 1] in a world of 4
@@ -273,7 +276,7 @@ def test_mpi_blocks_by_hand(world4):
     for k, d in enumerate([3, 1, 0, 2]):
         strides, out = results["scatter_after_permute_m0_1"]["shards"]["out"][d]
         t1 = x.sum(3, dtype=np.float64).astype(np.float32)  # summed wide, rounded once
-        assert strides == (12, 12, 4) and np.array_equal(out, 2 * t1[:, k:k + 1, :])
+        assert strides == (36, 12, 4) and np.array_equal(out, 2 * t1.transpose(1, 0, 2)[k:k + 1])
     nan_run = results["allreduce_nan"]["outputs"]
     assert np.isnan(nan_run["hi"][0]) and nan_run["hi"][1] == 9.0 and np.isnan(nan_run["s"][0])
     assert results["bool_and_int8"]["outputs"]["w"].tolist() == [-112] * 4  # 400 mod 256, as i8
@@ -286,8 +289,9 @@ def test_input_errors_under_mpiexec_reach_every_rank(world4):
                                                  "mesh 'q' (4 devices), as axis 0 of y: f32[N@DIDx] on q needs"}
 
 
+@needs_shared
 def test_cli_out_from_mpiexec_is_bitwise_the_in_process_result(tmp_path):
-    path = EXAMPLES[[p.stem for p in EXAMPLES].index("collectives")]
+    path = shared_example("collectives")
     rng = np.random.default_rng(11)
     inputs = {"x": rng.standard_normal((8, 12)).astype(np.float32),
               "y": rng.standard_normal((12, 8, 12)).astype(np.float32)}

@@ -1,7 +1,7 @@
 """The text format: parsing into the IR, printing back, and syntax errors."""
 
 import pytest
-from helpers import EXAMPLES
+from helpers import EXAMPLES, example_params, needs_shared
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,6 +26,7 @@ func main(x: f16[N@DIDy, 4@DIDx, b] on g layout[2, 0, 1]) {
 """
 
 
+@needs_shared
 def test_examples_exist():
     assert {p.name for p in EXAMPLES} >= {
         "allreduce_then_bias.rir", "collectives.rir", "global_extent.rir", "layouts.rir", "mesh_2d.rir",
@@ -33,7 +34,7 @@ def test_examples_exist():
     }
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", example_params())
 def test_example_round_trips(path):
     program = refir.load(path)
     assert program.file == str(path)

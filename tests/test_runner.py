@@ -3,7 +3,7 @@ and the errors that name what is wrong."""
 
 import numpy as np
 import pytest
-from helpers import EXAMPLES
+from helpers import EXAMPLES, needs_shared, shared_example
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,8 +16,8 @@ from refir.inputs import default_bindings, draw_inputs
 from refir.lower import lower
 from refir.types import materialize, memory_order, receive_into, wire_bytes
 
-LAYOUTS = EXAMPLES[[p.stem for p in EXAMPLES].index("layouts")]
-TWO_MESHES = EXAMPLES[[p.stem for p in EXAMPLES].index("two_meshes")]
+LAYOUTS = shared_example("layouts")
+TWO_MESHES = shared_example("two_meshes")
 SEEN = {}
 
 
@@ -28,6 +28,7 @@ def capture(lowered, inputs, scalars, world):
     return run_spmd(lowered, inputs, scalars, world)
 
 
+@needs_shared
 def test_inputs_without_a_layout_are_views_and_with_one_are_dense_copies():
     x = np.arange(96, dtype=np.float32).reshape(12, 8)[::2]  # (6, 8), every other row: gaps
     y = np.ascontiguousarray(np.arange(48, dtype=np.float32).reshape(8, 6))
@@ -52,6 +53,7 @@ def test_a_sharded_input_with_a_layout_reaches_each_device_dense_in_it():
     assert r.lowered.segments[0].kind == "compute" and np.array_equal(r.outputs["x"], x)
 
 
+@needs_shared
 def test_negative_strides_and_gaps_in_inputs():
     big = np.arange(16 * 18, dtype=np.float32).reshape(16, 18) / 3
     x = big[::-2, 1:17:2][:6]  # (6, 8), strides (-144, 8)
@@ -62,6 +64,7 @@ def test_negative_strides_and_gaps_in_inputs():
         assert np.array_equal(r.outputs["g"], x.T + y)
 
 
+@needs_shared
 @pytest.mark.parametrize("backend", ["global", "spmd"])
 def test_a_backend_never_writes_to_the_callers_inputs(backend):
     for path in EXAMPLES:
@@ -74,6 +77,7 @@ def test_a_backend_never_writes_to_the_callers_inputs(backend):
         assert all(np.array_equal(inputs[k], before[k]) for k in inputs)
 
 
+@needs_shared
 def test_run_result_fields():
     x = np.arange(12, dtype=np.float32).reshape(2, 6)
     s = np.ones((4, 6), np.float32)
@@ -113,6 +117,7 @@ Y86 = np.zeros((8, 6), np.float32)
     ({"x": X68.tolist(), "y": Y86}, "input 'x' is a list, not a numpy array, and has no dtype: "
      "pass np.asarray(value, dtype=...) with the parameter's dtype"),
 ])
+@needs_shared
 def test_bad_inputs(backend, inputs, message):
     with pytest.raises(InputError) as info:
         refir.run(refir.load(LAYOUTS), inputs, backend=backend)
@@ -142,6 +147,7 @@ def test_bad_symbols_and_broadcast_axes():
             assert str(info.value) == message
 
 
+@needs_shared
 def test_a_mesh_naming_a_device_outside_the_world():
     x, s = np.zeros((2, 6), np.float32), np.zeros((4, 6), np.float32)
     with pytest.raises(InputError) as info:
@@ -149,6 +155,7 @@ def test_a_mesh_naming_a_device_outside_the_world():
     assert str(info.value) == "mesh 'b' names device 3, outside a world of 3 ranks (run with --world 4 or mpirun -n 4)"
 
 
+@needs_shared
 def test_unknown_backend():
     with pytest.raises(InputError, match=r"unknown backend 'numpy' \(global, spmd, gpu, or module:callable\)"):
         refir.run(str(LAYOUTS), {"x": X68, "y": Y86}, backend="numpy")
@@ -246,6 +253,7 @@ def test_a_dense_buffer_travels_and_comes_back_with_its_very_strides(case):
     assert back.strides == x.strides or x.size == 0
 
 
+@needs_shared
 @pytest.mark.parametrize("backend", ["spmd", "gpu"])
 def test_local_buffers_handed_straight_to_a_backend_are_checked(backend):
     from refir.runner import backend_named
