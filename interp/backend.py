@@ -19,7 +19,7 @@ def transport_for(world: World) -> Transport:
 
 
 def run_spmd(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: World) -> Shards:
-    check_local_inputs(lowered.checked, inputs)
+    check_local_inputs(lowered.checked, inputs, scalars)
     transport = transport_for(world)
     try:
         return execute(lowered, inputs, scalars, NumpyLocal(lowered.types), NumpyTransport(transport))
