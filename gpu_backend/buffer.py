@@ -133,7 +133,8 @@ def upload(x: np.ndarray) -> DeviceBuffer:
 def download(b: DeviceBuffer) -> np.ndarray:
     """A host copy with the buffer's own strides."""
     if b.size == 0:  # an empty block keeps its strides (refir.types.empty_in_order)
-        return np.ndarray(b.shape, b.dtype, np.empty(0, b.dtype), strides=tuple(s * b.dtype.itemsize for s in b.strides))
+        strides = tuple(s * b.dtype.itemsize for s in b.strides)
+        return np.ndarray(b.shape, b.dtype, np.empty(0, b.dtype), strides=strides)
     low, high = b.span()
     memory = b.data[low:high].copy_to_host()
     return np.lib.stride_tricks.as_strided(memory[b.offset - low:], shape=b.shape,

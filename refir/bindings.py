@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 
 from refir.errors import InputError
-from refir.types import SHARD_C1, TensorType, dense_strides, extent_value, global_shape, has_layout, local_shape
+from refir.types import (
+    SHARD_C1,
+    SHARD_C2,
+    TensorType,
+    dense_strides,
+    extent_value,
+    global_shape,
+    has_layout,
+    local_shape,
+)
 from refir.verify import Checked
 
 
@@ -61,6 +70,7 @@ def check_local_inputs(checked: Checked, inputs: dict[str, dict[int, np.ndarray]
     dtype, rank and local extents (device d's block under the global `bindings`,
     shard_c1), and dense in its declared layout where the parameter has one
     (InputError otherwise)."""
+    bound = dict(bindings)
     for p in checked.func.params:
         t = p.type
         for d, x in sorted(inputs.get(p.name, {}).items()):
@@ -68,15 +78,17 @@ def check_local_inputs(checked: Checked, inputs: dict[str, dict[int, np.ndarray]
             if not isinstance(x, np.ndarray) or x.dtype != t.np_dtype or x.ndim != t.rank:
                 what = f"{x.dtype}{list(x.shape)}" if isinstance(x, np.ndarray) else type(x).__name__
                 raise InputError(f"{where} is {what}, but {p.name}: {t} needs a {t.np_dtype} array of rank {t.rank}")
-            missing = sorted(t.symbols() - set(bindings))
+            bind_local(t, x.shape, bound)  # unsharded axes; the first buffer binds, the others must agree
+            missing = sorted(t.symbols() - set(bound))
             if missing:
-                raise InputError(f"{where}: symbol {missing[0]} of {p.name}: {t} is not bound")
-            want = local_shape(t, bindings, d)
+                raise InputError(f"{where}: symbol {missing[0]} of {p.name}: {t} shards an axis, and its "
+                                 f"global extent was not handed in [{SHARD_C2}]")
+            want = local_shape(t, bound, d)
             for i, (n, m) in enumerate(zip(x.shape, want)):
                 if n != m:
                     a = t.axes[i]
-                    block = (f"block {t.mesh.coord(d, a.shard)} of {extent_value(a.extent, bindings)} over "
-                             f"{t.mesh.size(a.shard)} devices" if a.shard else "its extent")
+                    block = (f"block {t.mesh.coord(d, a.shard)} of {extent_value(a.extent, bound)} over "
+                             f"{t.mesh.size(a.shard)} devices" if a.shard else f"its extent {a.extent}")
                     raise InputError(f"{where} has local extent {n} on axis {i}, but {p.name}: {t} "
                                      f"needs {m}, {block} [{SHARD_C1}]")
             if t.layout is not None and not has_layout(x, t.layout):
