@@ -176,7 +176,8 @@ def _allreduce(t: MpiTransport, op: ops.Allreduce, team: Team, x: Arr, src: Tens
 def _reduce_scatter(t: MpiTransport, op: ops.ReduceScatter, team: Team, x: Arr, src: TensorType,
                     dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
-    return fold(op.kind, t.alltoall(comm, split(x, comm.size, op.axis), [local_shape(dst, {}, t.rank)] * comm.size))
+    pieces = split(x, comm.size, op.axis)  # piece k to team member k, which expects block k
+    return fold(op.kind, t.alltoall(comm, pieces, [pieces[comm.rank].shape] * comm.size))
 
 
 @rule(ops.AllToAll)
