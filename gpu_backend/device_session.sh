@@ -17,6 +17,7 @@
 #   cli              `python -m refir run ... --backend gpu` under mpiexec
 #   conform          the conformance corpus and 40 generated programs on gpu, in one process
 #   mpi-conform      the corpus (programs that fit the GPUs) and 20 generated ones, under mpiexec
+#   dtensor          uneven blocks next to torch DTensor's redistribute, on 2 GPUs (gpu_backend/dtensor_check.py)
 # A failing or slow stage never stops the next; each has a time limit and the
 # whole run keeps within $BUDGET seconds (the device tool stops a command at 600).
 # Back in $OUT: summary.txt (each stage's exit status and time), session.log
@@ -96,6 +97,7 @@ stage bench 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.
 stage cli 90 bash -c cli
 stage conform 150 "$PY" -m refir conform --backend gpu --cases 40 --seed 3
 stage mpi-conform 150 bash -c 'ranks "$NGPU" -m mpi4py -m refir conform --backend gpu --cases 20 --seed 5'
+stage dtensor 150 bash -c 'ranks 2 -m mpi4py gpu_backend/dtensor_check.py'
 
 echo "=== done in $((SECONDS - START))s"
 cat "$OUT/summary.txt"
