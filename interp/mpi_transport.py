@@ -111,7 +111,10 @@ class MpiTransport:
         send = to_bytes(x, axis)
         counts = [prod(s) * x.dtype.itemsize for s in shapes]
         recv = np.empty(sum(counts), np.uint8)
-        wait(comm.Iallgatherv(send, [recv, counts, _displs(counts), MPI.BYTE]), "an allgather")
+        if len(set(counts)) == 1:  # equal blocks: the plain collective, as for even sharding
+            wait(comm.Iallgather(send, recv), "an allgather")
+        else:
+            wait(comm.Iallgatherv(send, [recv, counts, _displs(counts), MPI.BYTE]), "an allgather")
         return [from_bytes(p, s, x.dtype, axis) for p, s in zip(_cut(recv, counts), shapes)]
 
     def gather_to(self, comm: MPI.Comm, root: int, x: np.ndarray | None, shapes: list[tuple[int, ...]],
@@ -133,8 +136,11 @@ class MpiTransport:
         sent = [p.nbytes for p in pieces]
         counts = [prod(s) * dtype.itemsize for s in shapes]
         recv = np.empty(sum(counts), np.uint8)
-        wait(comm.Ialltoallv([send, sent, _displs(sent), MPI.BYTE], [recv, counts, _displs(counts), MPI.BYTE]),
-             "an all_to_all")
+        if len(set(sent + counts)) == 1:  # equal pieces: the plain collective
+            wait(comm.Ialltoall(send, recv), "an all_to_all")
+        else:
+            wait(comm.Ialltoallv([send, sent, _displs(sent), MPI.BYTE], [recv, counts, _displs(counts), MPI.BYTE]),
+                 "an all_to_all")
         return [from_bytes(p, s, dtype) for p, s in zip(_cut(recv, counts), shapes)]
 
 
