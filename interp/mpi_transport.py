@@ -111,7 +111,7 @@ class MpiTransport:
         send = to_bytes(x, axis)
         counts = [prod(s) * x.dtype.itemsize for s in shapes]
         recv = np.empty(sum(counts), np.uint8)
-        if len(set(counts)) == 1:  # equal blocks: the plain collective, as for even sharding
+        if len(set(counts)) == 1:  # equal blocks (every rank sees the same counts): the plain collective
             wait(comm.Iallgather(send, recv), "an allgather")
         else:
             wait(comm.Iallgatherv(send, [recv, counts, _displs(counts), MPI.BYTE]), "an allgather")
@@ -136,11 +136,10 @@ class MpiTransport:
         sent = [p.nbytes for p in pieces]
         counts = [prod(s) * dtype.itemsize for s in shapes]
         recv = np.empty(sum(counts), np.uint8)
-        if len(set(sent + counts)) == 1:  # equal pieces: the plain collective
-            wait(comm.Ialltoall(send, recv), "an all_to_all")
-        else:
-            wait(comm.Ialltoallv([send, sent, _displs(sent), MPI.BYTE], [recv, counts, _displs(counts), MPI.BYTE]),
-                 "an all_to_all")
+        # Always the v-variant: whether pieces are equal differs from rank to rank,
+        # and every rank must make the same call.
+        wait(comm.Ialltoallv([send, sent, _displs(sent), MPI.BYTE], [recv, counts, _displs(counts), MPI.BYTE]),
+             "an all_to_all")
         return [from_bytes(p, s, dtype) for p, s in zip(_cut(recv, counts), shapes)]
 
 
