@@ -132,7 +132,7 @@ def segmented(case: Case, run: Backend, lowered: Lowered, world: World, ref: Ref
         got: Shards = {}
         try:
             got = run(isolate(lowered, seg), {n: env[n] for n in seg.inputs},
-                      {s: case.bindings[s] for s in seg.scalars}, backend_world(world))
+                      {s: case.bindings[s] for s in seg.symbols}, backend_world(world))
         except Exception as exc:
             local.append(Problem("isolation", f"{what} run alone fails: {describe(exc)}"))
         for name in seg.outputs:

@@ -28,7 +28,7 @@ from refir.lower import Lowered, Step
 from refir.program import Sym
 from refir.runner import Shards
 from refir.teams import Team
-from refir.types import TensorType, has_layout
+from refir.types import TensorType, block_size, has_layout, local_shape
 from refir.world import World, launched_by_mpi
 
 
@@ -61,6 +61,12 @@ def _mpi_rules() -> dict:
     from interp.mpi_transport import MPI_RULES
 
     return MPI_RULES
+
+
+def _even(*types: TensorType) -> bool:
+    """Whether every sharded axis of these (resolved) types cuts into equal blocks."""
+    return all(isinstance(a.extent, int) and a.extent % t.mesh.size(a.shard) == 0
+               for t in types for a in t.axes if a.shard)
 
 
 def as_row_major(x: np.ndarray) -> np.ndarray:
@@ -138,8 +144,11 @@ def reduced_axis_symbol() -> Iterator[None]:
         by="values")
 def teams_sorted() -> Iterator[None]:
     def change(op: ops.Communication, src: TensorType, dst: TensorType, original: TeamsOf) -> list[Team]:
-        # Teams with a root (gather, scatter, broadcast, send_recv) keep their order: reordering
-        # them breaks the MPI transport's protocol on some ranks only, a hang rather than a bug.
+        # Teams with a root (gather, scatter, broadcast, send_recv), and teams moving uneven
+        # blocks, keep their order: reordering them breaks the MPI transport's protocol on some
+        # ranks only (block sizes follow the types), a hang rather than a bug.
+        if not _even(src, dst):
+            return original(op, src, dst)
         return [Team(*(tuple(sorted(t.devices)),) * 3) if t.senders == t.receivers == t.devices else t
                 for t in original(op, src, dst)]
 
@@ -151,6 +160,8 @@ def teams_sorted() -> Iterator[None]:
 @mutant("a reduction on a 2-D mesh reduces over the other mesh axis", by="values")
 def reduction_wrong_mesh_axis() -> Iterator[None]:
     def change(op: ops.Communication, src: TensorType, dst: TensorType, original: TeamsOf) -> list[Team]:
+        if not _even(src, dst):  # as in teams_sorted: uneven blocks in the wrong team would hang MPI
+            return original(op, src, dst)
         if src.mesh.ndim >= 2 and isinstance(op, ops.Allreduce):
             op = ops.Allreduce(op.kind, tuple(OTHER[k] for k in op.mesh_axes))
         elif src.mesh.ndim >= 2 and isinstance(op, ops.ReduceScatter):
@@ -199,8 +210,9 @@ def allgather_rank_order() -> Iterator[None]:
     mpi = _mpi_rules()
     patches = {}
     if ops.Allgather in mpi:
-        def remote(t: Any, op: Any, team: Team, x: np.ndarray, *rest: Any) -> np.ndarray:
-            blocks = t.allgather(t.team_comm(team.devices), x, op.axis)
+        def remote(t: Any, op: Any, team: Team, x: np.ndarray, src: TensorType, *rest: Any) -> np.ndarray:
+            shapes = [local_shape(src, {}, d) for d in team.devices]
+            blocks = t.allgather(t.team_comm(team.devices), x, op.axis, shapes)
             return np.concatenate([blocks[team.index(d)] for d in sorted(team.devices)], axis=op.axis)
         patches = {ops.Allgather: remote}
     with mock.patch.dict(interp.collectives.EXCHANGES, {ops.Allgather: local}), mock.patch.dict(mpi, patches):
@@ -254,10 +266,14 @@ def slice_wrong_mesh_axis() -> Iterator[None]:
     original = interp.spmd.slice_block
 
     def slice_block(step: Step, device: int, x: np.ndarray, src: TensorType) -> np.ndarray:
-        t = step.type
-        if t.mesh.ndim >= 2:
-            step = replace(step, type=t.with_sharding({i: OTHER[k] for i, k in t.sharding().items()}))
-        return original(step, device, x, src)
+        t, right = step.type, original(step, device, x, src)
+        if t.mesh.ndim < 2:
+            return right
+        wrong = original(replace(step, type=t.with_sharding({i: OTHER[k] for i, k in t.sharding().items()})),
+                         device, x, src)
+        # Only where the blocks have one shape: a short block where a long one belongs
+        # fails the step on some ranks only, which under MPI is a hang rather than a bug.
+        return wrong if wrong.shape == right.shape else right
 
     with mock.patch.object(interp.spmd, "slice_block", slice_block):
         yield
@@ -273,4 +289,130 @@ def copy_elided() -> Iterator[None]:
         return call(self, step, device, args)
 
     with mock.patch.object(interp.spmd.NumpyLocal, "__call__", local):
+        yield
+
+
+# ---- uneven sharding (spec §3.1): the bug classes of issue 13 -----------------------------
+
+
+def _mpi_module() -> Any:
+    """interp.mpi_transport under an MPI launch, else None (a plain run never loads mpi4py)."""
+    if not launched_by_mpi():
+        return None
+    import interp.mpi_transport
+
+    return interp.mpi_transport
+
+
+def _padded(x: np.ndarray, axis: int, extent: int) -> np.ndarray:
+    """x with zeros appended along `axis` up to `extent`."""
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, extent - x.shape[axis])
+    return np.pad(x, pad)
+
+
+@mutant("an uneven allgather pads short blocks at the front, so padding leaks into the replicated result "
+        "and the tail is lost", by="values")
+def allgather_front_padding() -> Iterator[None]:
+    def gathered(blocks: list[np.ndarray], axis: int, extent: int) -> np.ndarray:
+        c = block_size(extent, len(blocks), 0)
+        slots = [np.flip(_padded(np.flip(b, axis), axis, c), axis) for b in blocks]  # zeros, then the block
+        return np.concatenate(slots, axis=axis)[(slice(None),) * axis + (slice(0, extent),)]
+
+    def local(op: Any, team: Team, x: dict, src: TensorType, dst: TensorType, xp: Any) -> Any:
+        whole = gathered([x[s] for s in team.senders], op.axis, dst.axes[op.axis].extent)
+        return {r: whole for r in team.receivers}
+
+    def remote(t: Any, op: Any, team: Team, x: np.ndarray, src: TensorType, dst: TensorType) -> np.ndarray:
+        shapes = [local_shape(src, {}, d) for d in team.devices]
+        return gathered(t.allgather(t.team_comm(team.devices), x, op.axis, shapes), op.axis, dst.axes[op.axis].extent)
+
+    mpi = _mpi_rules()
+    with mock.patch.dict(interp.collectives.EXCHANGES, {ops.Allgather: local}), \
+            mock.patch.dict(mpi, {ops.Allgather: remote} if mpi else {}):
+        yield
+
+
+def _own_size_offsets(x: np.ndarray, n: int, axis: int) -> list[np.ndarray]:
+    """Blocks of the right sizes at the wrong places: block k starts at k times its
+    own size, so a short last block reads from the middle of the axis."""
+    out = []
+    for k in range(n):
+        size = block_size(x.shape[axis], n, k)
+        out.append(x[(slice(None),) * axis + (slice(k * size, (k + 1) * size),)])
+    return out
+
+
+@mutant("a short block's offset is its device index times its own size, not times ceil(E/n)", by="values")
+def block_offset_from_own_size() -> Iterator[None]:
+    def slice_block(step: Step, device: int, x: np.ndarray, src: TensorType) -> np.ndarray:
+        index = []
+        for i, a in enumerate(step.type.axes):
+            if a.shard and not src.axes[i].shard:
+                k = step.type.mesh.coord(device, a.shard)
+                size = block_size(x.shape[i], step.type.mesh.size(a.shard), k)
+                index.append(slice(k * size, (k + 1) * size))
+            else:
+                index.append(slice(None))
+        return x[tuple(index)]
+
+    mpi = _mpi_module()
+    with mock.patch.object(interp.spmd, "slice_block", slice_block), \
+            mock.patch.object(interp.collectives, "split", _own_size_offsets), \
+            (mock.patch.object(mpi, "split", _own_size_offsets) if mpi else ExitStack()):
+        yield
+
+
+@mutant("a device whose block is empty contributes zeros to a reduction, not the identity", by="values")
+def empty_block_partial_zero() -> Iterator[None]:
+    reduction = interp.impls.IMPLS[ops.Reduction]
+
+    def impl(op: ops.Reduction, x: np.ndarray) -> np.ndarray:
+        out = reduction(op, x)
+        if any(x.shape[d] == 0 for d in op.dims):
+            return np.zeros_like(out)
+        return out
+
+    with mock.patch.dict(interp.impls.IMPLS, {ops.Reduction: impl}):
+        yield
+
+
+@mutant("an uneven all_to_all cuts its pieces as np.array_split does (the remainder spread over the first)",
+        by="strides")
+def all_to_all_array_split() -> Iterator[None]:
+    def pieces(x: np.ndarray, n: int, axis: int) -> list[np.ndarray]:
+        return np.array_split(x, n, axis=axis)
+
+    def local(op: Any, team: Team, x: dict, src: TensorType, dst: TensorType, xp: Any) -> Any:
+        cut = {s: pieces(x[s], len(team.devices), op.split_axis) for s in team.senders}
+        return {r: np.concatenate([cut[s][team.index(r)] for s in team.senders], op.concat_axis)
+                for r in team.receivers}
+
+    def remote(t: Any, op: Any, team: Team, x: np.ndarray, src: TensorType, dst: TensorType) -> np.ndarray:
+        # Pieces travel as Python objects, so the wrong sizes cannot break MPI's
+        # protocol (a hang); they show in the result's shape.
+        comm = t.team_comm(team.devices)
+        return np.concatenate(comm.alltoall(pieces(x, comm.size, op.split_axis)), axis=op.concat_axis)
+
+    mpi = _mpi_rules()
+    with mock.patch.dict(interp.collectives.EXCHANGES, {ops.AllToAll: local}), \
+            mock.patch.dict(mpi, {ops.AllToAll: remote} if mpi else {}):
+        yield
+
+
+@mutant("a segment recovers a sharded symbol from its local block as local size x mesh size", by="values")
+def extent_from_local_block() -> Iterator[None]:
+    operands = interp.spmd.operand_values
+
+    def operand_values(step: Step, device: int, env: dict, types: dict, known: dict) -> tuple[list, dict]:
+        values, bound = operands(step, device, env, types, known)
+        guessed = {}
+        for a in step.tensor_args():
+            t = types[a]
+            for axis, n in zip(t.axes, env[a][device].shape):
+                if isinstance(axis.extent, str) and axis.shard:
+                    guessed[axis.extent] = n * t.mesh.size(axis.shard)
+        return [guessed.get(a.name, v) if isinstance(a, Sym) else v for a, v in zip(step.args, values)], bound
+
+    with mock.patch.object(interp.spmd, "operand_values", operand_values):
         yield

@@ -55,13 +55,13 @@ BAD_INPUTS = {
     "missing input": ("layouts", lambda x: {"x": x["x"]}, None),
     "wrong dtype": ("layouts", lambda x: {**x, "y": x["y"].astype("f8")}, None),
     "wrong extent": ("layouts", lambda x: {**x, "x": x["x"][:, :4]}, None),
-    "symbol not dividing": ("global_extent", lambda x: {"x": np.zeros((6, 6, 4), np.float32)}, None),
+    "symbols disagree": ("global_extent", lambda x: {"x": np.zeros((6, 5, 4), np.float32)}, None),
     "world too small": ("collectives", lambda x: x, 2),
 }
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS)
-def test_bad_input_raises_what_spmd_raises(case):
+def test_bad_input_raises_what_spmd_raises(case):  # (an extent that does not divide is no error: spec §3.1)
     name, spoil, world = BAD_INPUTS[case]
     program = refir.load(next(p for p in EXAMPLES if p.stem == name))
     checked = refir.verify(program)
