@@ -1,12 +1,18 @@
 """refir's MPI transport next to MPI's own collectives, in one run.
 
     mpiexec -n 4 python -m benchmarks.transport_bench
+    mpiexec -n 4 python -m benchmarks.transport_bench runs    (whole refir.run calls only)
 
 refir never lets MPI reduce (the fold order would be MPI's): an allreduce is an
 allgather of partials plus a fold in team order. This measures what that
 exactness costs against MPI_Allreduce, and what refir's packing costs on an
 allgather of a strided (column-major) buffer against a plain MPI_Allgather of a
 contiguous one. Rank 0 prints a table of times and ratios.
+
+`runs` times whole `refir.run(..., backend="spmd")` calls of a small program
+(an allreduce and an allgather) in a loop: what a run costs beyond its
+communications (communicators, inputs out, results back). It uses only the
+public API, so it measures older versions of refir as well.
 """
 
 from __future__ import annotations
@@ -56,10 +62,47 @@ def measure(transport: MpiTransport, mesh: Mesh, elems: int) -> list[tuple[str, 
     return rows
 
 
+RUN_PROGRAM = """mesh m = [{devices}]
+func main(x: f32[R@DIDx, C]) {{
+  s = sum(x, dims=[0])
+  g: f32[R, C] = set(x)
+  return s, g
+}}
+"""
+
+
+def repeated_runs(runs: int = 30) -> list[str]:
+    import refir
+
+    comm = MPI.COMM_WORLD
+    program = refir.load(RUN_PROGRAM.format(devices=", ".join(map(str, range(comm.size)))))
+    lines = []
+    for rows in (8 * comm.size, 1024 * comm.size):
+        x = np.random.default_rng(0).standard_normal((rows, 64)).astype(np.float32)
+        comm.Barrier()
+        start = time.perf_counter()
+        refir.run(program, {"x": x})
+        first = time.perf_counter() - start
+        times = []
+        for _ in range(runs):
+            comm.Barrier()
+            start = time.perf_counter()
+            refir.run(program, {"x": x})
+            times.append(time.perf_counter() - start)
+        lines.append(f"refir.run, x: f32[{rows}, 64]: first {first * 1e3:.2f} ms, then median "
+                     f"{np.median(times) * 1e3:.2f} ms, best {min(times) * 1e3:.2f} ms over {runs} runs")
+    return lines
+
+
 def main() -> None:
     comm = MPI.COMM_WORLD
+    if sys.argv[1:] == ["runs"]:
+        lines = repeated_runs()
+        if comm.rank == 0:
+            sys.stdout.write(f"{comm.size} ranks, spmd\n" + "\n".join(lines) + "\n")
+        return
     mesh = Mesh("m", (comm.size,), tuple(range(comm.size)))
-    transport = MpiTransport(comm)
+    transport = MpiTransport()
     rows = [r for elems in (1 << 10, 1 << 14, 1 << 18, 1 << 20) for r in measure(transport, mesh, elems)]
     if comm.rank == 0:
         lines = [f"{comm.size} ranks, float32, best of 7", "",

@@ -28,7 +28,7 @@ from refir.errors import RefirError
 from refir.expect import check_expects
 from refir.lower import Lowered, Segment, lower
 from refir.program import Param
-from refir.runner import Backend, Shards, backend_named, resolve_world, shard_inputs, share_shards
+from refir.runner import Backend, Shards, backend_named, backend_world, resolve_world, shard_inputs, share_shards
 from refir.world import World, mpi_world
 
 
@@ -104,11 +104,10 @@ def _check_backend(case: Case, name: str, ref: Reference) -> list[Problem]:
     handed = shard_inputs(checked, inputs, world.hosted)
     local: list[Problem] = []
     shards: Shards = {}
-    with own_comm(world) as w:
-        try:
-            shards = run(lowered, handed, dict(case.bindings), w)
-        except Exception as exc:
-            local.append(Problem("error", describe(exc)))
+    try:
+        shards = run(lowered, handed, dict(case.bindings), backend_world(world))
+    except Exception as exc:
+        local.append(Problem("error", describe(exc)))
     returned = {r: mine(shards.get(r, {}), world) for r in checked.func.results}
     for r in checked.func.results:
         local += layout_problems(r, checked.types[r], returned[r], case.bindings)
@@ -131,12 +130,11 @@ def segmented(case: Case, run: Backend, lowered: Lowered, world: World, ref: Ref
         local: list[Problem] = []
         what = f"segment {seg.index} ({seg.kind})"
         got: Shards = {}
-        with own_comm(world) as w:
-            try:
-                got = run(isolate(lowered, seg), {n: env[n] for n in seg.inputs},
-                          {s: case.bindings[s] for s in seg.scalars}, w)
-            except Exception as exc:
-                local.append(Problem("isolation", f"{what} run alone fails: {describe(exc)}"))
+        try:
+            got = run(isolate(lowered, seg), {n: env[n] for n in seg.inputs},
+                      {s: case.bindings[s] for s in seg.scalars}, backend_world(world))
+        except Exception as exc:
+            local.append(Problem("isolation", f"{what} run alone fails: {describe(exc)}"))
         for name in seg.outputs:
             t = lowered.types[name]
             missing = [d for d in world.hosted if d in t.mesh and d not in got.get(name, {})]
@@ -205,29 +203,18 @@ def mine(buffers: dict[int, np.ndarray], world: World) -> dict[int, np.ndarray]:
     return {d: b for d, b in buffers.items() if d in world.hosted}
 
 
-@contextmanager
-def own_comm(world: World) -> Iterator[World]:
-    """The world with a communicator of its own for one backend run: a run that
-    fails on some ranks only may leave messages behind, and they must not reach
-    the next run."""
-    if world.comm is None:
-        yield world
-        return
-    comm = world.comm.Dup()
-    try:
-        yield replace(world, comm=comm)
-    finally:
-        comm.Free()
-
-
 def agree(world: World, local: list[Problem]) -> list[Problem]:
-    """Every rank's problems, on every rank (the union, in rank order)."""
+    """Every rank's problems, on every rank (the union, in rank order). After
+    a failure every rank frees its communicators: a run that failed on some
+    ranks only may have left messages behind, which must not reach the next."""
     if world.comm is None:
         return _unique(local)
-    from interp.mpi_transport import barrier
+    from refir.mpi import COMMS, allgather_obj
 
-    barrier(world.comm)  # a polite wait: some ranks may still be computing
-    return _unique([p for part in world.comm.allgather(local) for p in part])
+    problems = _unique([p for part in allgather_obj(world.comm, local, "every rank's verdict") for p in part])
+    if problems:
+        COMMS.close()
+    return problems
 
 
 def describe(exc: BaseException) -> str:

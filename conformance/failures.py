@@ -67,7 +67,7 @@ def save(outcome: Outcome, ref: Reference | None, directory: Path, note: str = "
         if ref is not None:
             np.savez(expected, **{r: ref.values[r] for r in results})
     if world is not None:
-        from interp.mpi_transport import barrier
+        from refir.mpi import barrier
 
         barrier(world.comm)  # every rank reads the files back
     saved = replace(case, program=refir.load(rir), path=rir)

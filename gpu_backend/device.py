@@ -65,11 +65,15 @@ def announce(rank: int) -> None:
     _announced = True
 
 
+_chosen = False
+
+
 def use_device(comm: Any = None) -> None:
-    """Check that the GPU is usable; under MPI (`comm`), give each rank its own:
-    the rank's index on its node, modulo the GPUs it sees (with
-    CUDA_VISIBLE_DEVICES set per rank, always device 0)."""
-    if SIMULATED:
+    """Check that the GPU is usable; under MPI (`comm`), give each rank its own,
+    once per process: the rank's index on its node, modulo the GPUs it sees
+    (with CUDA_VISIBLE_DEVICES set per rank, always device 0)."""
+    global _chosen
+    if SIMULATED or _chosen:
         return
     if not cuda.is_available():
         raise RunError("numba finds no usable CUDA GPU (set NUMBA_ENABLE_CUDASIM=1 to use the simulator)")
@@ -84,6 +88,7 @@ def use_device(comm: Any = None) -> None:
     from cuda.core import Device  # nccl4py places its communicators on cuda.core's current device
 
     Device(index).set_current()
+    _chosen = True
 
 
 # ---- launch shapes ------------------------------------------------------------------

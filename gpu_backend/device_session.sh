@@ -14,6 +14,7 @@
 #   mpi-collectives  the nine communications with random layouts, through NCCL
 #   kernels          tests/test_gpu_kernels.py and the in-process collective tests
 #   bench            benchmarks/gpu_bench.py: permutes, sum, allreduce next to torch
+#   bench-run        benchmarks/gpu_bench.py run: whole refir.run calls of the seed-2 pattern next to torch
 #   cli              `python -m refir run ... --backend gpu` under mpiexec
 #   conform          the conformance corpus and 40 generated programs on gpu, in one process
 #   mpi-conform      the corpus (programs that fit the GPUs) and 20 generated ones, under mpiexec
@@ -22,7 +23,7 @@
 # A failing or slow stage never stops the next; each has a time limit and the
 # whole run keeps within $BUDGET seconds (the device tool stops a command at 600).
 # Back in $OUT: summary.txt (each stage's exit status and time), session.log
-# (every stage's output) and bench.txt.
+# (every stage's output), bench.txt and bench-run.txt.
 set -x
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-$PWD/device-logs}
@@ -95,6 +96,7 @@ stage mpi-collectives 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_collec
 stage kernels 300 "$PY" -m pytest -q -p no:cacheprovider -rfE $WORKERS tests/test_gpu_kernels.py \
   tests/test_gpu_collectives.py -k "not under_mpi"
 stage bench 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench | tee "$OUT/bench.txt"'
+stage bench-run 240 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench run | tee "$OUT/bench-run.txt"'
 stage cli 90 bash -c cli
 stage conform 150 "$PY" -m refir conform --backend gpu --cases 40 --seed 3
 stage mpi-conform 150 bash -c 'ranks "$NGPU" -m mpi4py -m refir conform --backend gpu --cases 20 --seed 5'

@@ -29,6 +29,7 @@ from interp.collectives import block_index
 from interp.mpi_transport import MpiTransport
 from interp.transport import rank_part
 from refir import ops
+from refir.mpi import fault
 from refir.tables import registrar
 from refir.teams import Team
 from refir.types import TensorType
@@ -47,7 +48,6 @@ class Wire(Protocol):
     def allreduce(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None: ...
     def reduce_scatter(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None: ...
     def p2p(self, sends: list[tuple[int, Arr]], recvs: list[tuple[int, Arr]]) -> None: ...
-    def close(self) -> None: ...
 
 
 class RankTransport:
@@ -58,13 +58,13 @@ class RankTransport:
         self.hosted = (mpi.rank,)
 
     def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType, buffers: Buffers) -> Buffers:
+        fault("collective")
         self.wire.start()  # every rank comes here, in or out of the teams
         rule = RULES[type(op)]
         return rank_part(self.rank, op, src, dst, buffers, lambda team, x: rule(self, op, team, x, src, dst))
 
     def close(self) -> None:
-        self.wire.close()
-        self.mpi.close()  # its team communicators: MPI has only so many
+        """Nothing to release: communicators outlive runs (refir.close() frees them)."""
 
     def header(self, team: Team, x: DeviceBuffer | None, src: TensorType) -> tuple[int, ...]:
         """The shape of the first team member's block (a sender), on every member."""

@@ -95,5 +95,5 @@ def transport_for(world: World) -> DeviceInProcess | RankTransport:
     from gpu_backend.wires import MpiWire, NcclWire
     from interp.mpi_transport import MpiTransport
 
-    mpi = MpiTransport(world.comm)
+    mpi = MpiTransport()
     return RankTransport(mpi, MpiWire(mpi) if SIMULATED else NcclWire(mpi))

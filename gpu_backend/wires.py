@@ -2,8 +2,13 @@
 
 `NcclWire` keeps them on the GPU: nccl4py communicators, one per team (the
 world's for point-to-point), bootstrapped with a unique id sent over the
-team's MPI communicator, one GPU per rank. Data moves as bytes (NCCL knows no
-bool or int16, and ignores strides: the arrays here are always contiguous).
+team's MPI communicator, one GPU per rank. They live in refir.mpi.COMMS, made
+on a team's first use and kept for every later run (NCCL sets up connections
+lazily on first use: about a second that only the first run pays). Each
+operation is followed by a bounded, polite wait for the GPU, so that a rank
+that never joins ends the job within REFIR_MPI_TIMEOUT instead of hanging
+it. Data moves as bytes (NCCL knows no bool or int16, and ignores strides:
+the arrays here are always contiguous).
 NCCL reduces natively only where refir's numerics allow its order: integer
 sum, prod, max and min are exact in any order; float sum and prod come within
 the spec's bound (not bit-identical to spmd's team-order fold); float max/min
@@ -21,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from gpu_backend.device import cuda
-from interp.mpi_transport import MpiTransport, wait
+from interp.mpi_transport import MpiTransport
+from refir.mpi import COMMS, bcast_bytes, poll, wait
 
 Arr = Any  # a 1-D contiguous device array
 DATA_TAG = 22
@@ -44,9 +50,6 @@ class MpiWire:
         self.mpi = mpi
 
     def start(self) -> None:
-        pass
-
-    def close(self) -> None:
         pass
 
     def native(self, kind: str, dtype: np.dtype) -> bool:
@@ -96,31 +99,28 @@ class NcclWire:
         self.nccl = nccl
         self.mpi = mpi
         self.world: Any = None
-        self.comms: dict[tuple[int, ...], Any] = {}
 
     def _init(self, comm: Any) -> Any:
         """A NCCL communicator over the ranks of MPI communicator `comm` (collective)."""
-        uid = bytes(self.nccl.get_unique_id()) if comm.rank == 0 else None
-        uid = comm.bcast(uid, root=0)
-        return self.nccl.Communicator.init(comm.size, comm.rank, self.nccl.UniqueId.from_bytes(uid))
+        uid = np.frombuffer(bytes(self.nccl.get_unique_id()), np.uint8).copy() if comm.rank == 0 else None
+        uid = bcast_bytes(comm, uid, 0, "a NCCL unique id")
+        return self.nccl.Communicator.init(comm.size, comm.rank, self.nccl.UniqueId.from_bytes(uid.tobytes()))
+
+    @staticmethod
+    def _free(comm: Any) -> None:
+        comm.abort()  # unlike destroy, it never waits for operations a failed run left behind
 
     def start(self) -> None:
-        if self.world is None:
-            self.world = self._init(self.mpi.comm)
+        self.world = self.team(tuple(range(self.mpi.comm.size)))
 
     def team(self, devices: tuple[int, ...]) -> Any:
-        if devices == tuple(range(self.mpi.comm.size)):
-            return self.world
-        if devices not in self.comms:
-            self.comms[devices] = self._init(self.mpi.team_comm(devices))
-        return self.comms[devices]
+        return COMMS.other("nccl", devices, self._init, self._free)
 
-    def close(self) -> None:
-        cuda.synchronize()
-        for comm in [*self.comms.values(), self.world]:
-            if comm is not None:
-                comm.destroy()
-        self.comms, self.world = {}, None
+    def settle(self, what: str) -> None:
+        """Wait, politely and within the timeout, for the GPU to finish `what`."""
+        done = cuda.event(timing=False)
+        done.record()
+        poll(done.query, f"{what} on the GPU")
 
     def native(self, kind: str, dtype: np.dtype) -> bool:
         exact = kind in ("sum", "prod") or (kind in ("max", "min") and dtype.kind in "iu")
@@ -132,22 +132,27 @@ class NcclWire:
     def allgather(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None:
         if recv.size:
             self.team(team).allgather(send.view(np.uint8), recv.view(np.uint8))
+            self.settle("an NCCL allgather")
 
     def alltoall(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None:
         if recv.size:
             self.team(team).alltoall(send.view(np.uint8), recv.view(np.uint8))
+            self.settle("an NCCL alltoall")
 
     def broadcast(self, team: tuple[int, ...], buf: Arr, root: int) -> None:
         if buf.size:
             self.team(team).broadcast(buf.view(np.uint8), buf.view(np.uint8), root)
+            self.settle("an NCCL broadcast")
 
     def allreduce(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None:
         if recv.size:
             self.team(team).allreduce(send, recv, self._op(kind))
+            self.settle("an NCCL allreduce")
 
     def reduce_scatter(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None:
         if recv.size:
             self.team(team).reduce_scatter(send, recv, self._op(kind))
+            self.settle("an NCCL reduce scatter")
 
     def p2p(self, sends: list[tuple[int, Arr]], recvs: list[tuple[int, Arr]]) -> None:
         with self.nccl.group():
@@ -157,3 +162,4 @@ class NcclWire:
             for peer, a in recvs:
                 if a.size:
                     self.world.recv(a.view(np.uint8), peer)
+        self.settle("an NCCL point-to-point exchange")

@@ -15,7 +15,7 @@ def transport_for(world: World) -> Transport:
         return InProcess(world.size)
     from interp.mpi_transport import MpiTransport
 
-    return MpiTransport(world.comm)
+    return MpiTransport()
 
 
 def run_spmd(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: World,

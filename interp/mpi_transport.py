@@ -9,8 +9,6 @@ bounded poll: four ranks on two cores would otherwise busy-spin each other.
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -20,30 +18,12 @@ from interp.collectives import block_index, split
 from interp.impls import fold
 from interp.transport import rank_part
 from refir import ops
-from refir.errors import RunError
+from refir.mpi import COMMS, fault, wait
 from refir.tables import registrar
 from refir.teams import Team
 from refir.types import TensorType
 
-TIMEOUT_S = float(os.environ.get("REFIR_MPI_TIMEOUT", "120"))
 HEADER_TAG, DATA_TAG = 11, 12  # point-to-point: a block's shape, then its bytes
-
-
-def wait(req: MPI.Request | list[MPI.Request], what: str = "a communication") -> None:
-    """Wait for requests with short sleeps, and give up after TIMEOUT_S."""
-    reqs = req if isinstance(req, list) else [req]
-    start = time.monotonic()
-    while not MPI.Request.Testall(reqs):
-        waited = time.monotonic() - start
-        if waited > TIMEOUT_S:
-            raise RunError(f"rank {MPI.COMM_WORLD.rank}: gave up waiting for {what} after {TIMEOUT_S:.0f} s")
-        # Yield the core at once for the first few milliseconds (fast collectives
-        # stay fast), then sleep: ranks that wait long should leave it to those working.
-        time.sleep(0 if waited < 5e-3 else 2e-4)
-
-
-def barrier(comm: MPI.Comm = MPI.COMM_WORLD) -> None:
-    wait(comm.Ibarrier(), "a barrier")
 
 
 def to_bytes(x: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -60,28 +40,24 @@ def from_bytes(buf: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, axis: i
 
 
 class MpiTransport:
-    def __init__(self, comm: MPI.Comm = MPI.COMM_WORLD) -> None:
-        self.comm = comm
-        self.rank = comm.rank
-        self.hosted = (comm.rank,)
-        self.comms: dict[tuple[int, ...], MPI.Comm] = {}
+    """Communications of this process's rank, on the process's communicators
+    (refir.mpi.COMMS: made once per team, kept for every later run)."""
+
+    def __init__(self) -> None:
+        self.comm = COMMS.world()
+        self.rank = self.comm.rank
+        self.hosted = (self.rank,)
 
     def team_comm(self, devices: tuple[int, ...]) -> MPI.Comm:
         """A communicator whose ranks are the team's devices in team order."""
-        if devices not in self.comms:
-            group = self.comm.Get_group().Incl(list(devices))
-            self.comms[devices] = self.comm.Create_group(group)
-            group.Free()
-        return self.comms[devices]
+        return COMMS.team(devices)
 
     def close(self) -> None:
-        """Free the team communicators: MPICH runs out after about 2,000."""
-        for comm in self.comms.values():
-            comm.Free()
-        self.comms.clear()
+        """Nothing to release: communicators outlive runs (refir.close() frees them)."""
 
     def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType,
                     buffers: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        fault("collective")
         rule = MPI_RULES[type(op)]
         return rank_part(self.rank, op, src, dst, buffers, lambda team, x: rule(self, op, team, x, src, dst))
 

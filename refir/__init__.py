@@ -8,9 +8,10 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from refir.errors import InputError, MismatchError, ParseError, RefirError, RunError, VerifyError
+from refir.errors import InputError, MismatchError, OtherRankError, ParseError, RefirError, RunError, VerifyError
 from refir.frontends.nvfuser import from_nvfuser  # noqa: E402,I001 (after the core it builds on)
 from refir.parser import parse
 from refir.printer import print_program
@@ -19,8 +20,8 @@ from refir.runner import RunResult, run
 from refir.verify import verify
 
 __all__ = [
-    "InputError", "MismatchError", "ParseError", "Program", "RefirError", "RunError", "RunResult", "VerifyError",
-    "from_nvfuser", "load", "parse", "print_program", "run", "verify",
+    "InputError", "MismatchError", "OtherRankError", "ParseError", "Program", "RefirError", "RunError", "RunResult",
+    "VerifyError", "close", "from_nvfuser", "load", "parse", "print_program", "run", "verify",
 ]
 
 
@@ -34,3 +35,12 @@ def load(source: str | Path) -> Program:
             raise InputError(f"cannot read {path}: {exc.strerror}") from exc
         return parse(text, str(path))
     return parse(source)
+
+
+def close() -> None:
+    """Free the communicators (MPI's, NCCL's) that runs under MPI keep for the
+    life of the process; every rank calls it. A later run makes new ones, and
+    exit frees them anyway. Without MPI there is nothing to free."""
+    mpi = sys.modules.get("refir.mpi")
+    if mpi is not None:
+        mpi.COMMS.close()

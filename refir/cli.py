@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 import refir
-from refir.errors import InputError, ParseError, RefirError, RunError, VerifyError
+from refir.errors import RefirError, RunError
 from refir.expect import check_expects
 from refir.inputs import bind_lines, default_bindings, draw_inputs, parse_bind, read_inputs, source_text
 from refir.verify import Checked
@@ -29,16 +29,32 @@ def _bindings(args: argparse.Namespace, checked: Checked) -> dict[str, int]:
     return default_bindings(checked, given)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _prepare(args: argparse.Namespace, root: bool) -> tuple[refir.Program, Checked, dict[str, np.ndarray]]:
+    """The program, and the global inputs where `root` (under MPI, rank 0 alone
+    reads or draws them; the others receive their blocks)."""
     program = refir.load(args.program)
     checked = refir.verify(program, args.func)
+    if args.inputs and (args.bind or args.seed is not None):
+        raise RunError("--inputs fixes every extent and value: leave out --bind and --seed")
+    if not root:
+        return program, checked, {}
     if args.inputs:
-        if args.bind or args.seed is not None:
-            raise RunError("--inputs fixes every extent and value: leave out --bind and --seed")
-        inputs = read_inputs(args.inputs)
+        return program, checked, read_inputs(args.inputs)
+    return program, checked, draw_inputs(checked, _bindings(args, checked), args.seed or 0)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    world = mpi_world()
+    if world is None:
+        program, checked, inputs = _prepare(args, True)
     else:
-        inputs = draw_inputs(checked, _bindings(args, checked), args.seed or 0)
+        from refir.mpi import COMMS, agreed
+
+        (program, checked, inputs), _ = agreed(COMMS.world(), "every rank to read the program",
+                                               lambda: _prepare(args, world.is_root))
     result = refir.run(program, inputs, backend=args.backend, world=args.world, func=args.func)
+    if world is not None and not world.is_root:
+        return 0  # rank 0 has the results, and says what they are
     lines = [f"{args.program}: {checked.func.name} on {args.backend}"
              + (f" ({', '.join(f'{k}={v}' for k, v in sorted(result.bindings.items()))})" if result.bindings else "")]
     for name, value in result.outputs.items():
@@ -52,8 +68,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if main_func and program.expects and not failures:
         lines.append(f"all {len(program.expects)} expect lines hold")
     say("\n".join(lines))
-    world = mpi_world()
-    if args.out and (world is None or world.is_root):
+    if args.out:
         np.savez(args.out, **result.outputs)
         say(f"wrote {args.out}")
     return 1 if failures else 0
@@ -163,13 +178,14 @@ def main(argv: list[str] | None = None) -> int:
         if world is None:
             sys.stderr.write(f"error: {exc}\n")
             return 2
-        # Every rank meets the same bad program or input: rank 0 reports, all exit.
-        if isinstance(exc, (ParseError, VerifyError, InputError)):
+        # An error every rank agreed on (refir.mpi.agreed): rank 0 reports, all exit.
+        if getattr(exc, "agreed", False):
             if world.is_root:
                 sys.stderr.write(f"error: {exc}\n")
             return 2
         # Anything else may have struck this rank alone: end the others too.
-        sys.stderr.write(f"rank {world.rank}: error: {exc}\n")
+        text = str(exc).removeprefix(f"rank {world.rank}: ")
+        sys.stderr.write(f"rank {world.rank}: error: {text}\n")
         sys.stderr.flush()
         time.sleep(0.5)  # let the launcher forward this rank's stderr before the job is torn down
         world.comm.Abort(2)

@@ -65,3 +65,8 @@ class InputError(RunError):
     """Bad input found before anything runs (a missing input, a wrong shape or
     dtype, a symbol that does not divide, a device outside the world). Every MPI
     rank finds the same one, so every rank can exit without aborting the others."""
+
+
+class OtherRankError(RunError):
+    """Under MPI: another rank stopped with an error, so this one stops too
+    (the message is that rank's)."""

@@ -9,15 +9,16 @@ backend laid them out.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from refir.arrays import host_array
 from refir.bindings import bind_inputs, check_world, devices_needed
-from refir.errors import InputError, MismatchError, RunError
+from refir.errors import InputError, MismatchError, RefirError, RunError
 from refir.lower import Lowered, lower
 from refir.program import Program
 from refir.types import TensorType, block_slices, global_shape, local_shape, materialize
@@ -71,6 +72,16 @@ def resolve_world(checked: Checked, world: int | None) -> World:
     return local_world(size)
 
 
+def backend_world(world: World) -> World:
+    """The world a backend runs in: under MPI, with refir's own communicator
+    (refir.mpi.COMMS), so that its messages never meet the caller's."""
+    if world.comm is None:
+        return world
+    from refir.mpi import COMMS
+
+    return replace(world, comm=COMMS.world())
+
+
 def shard_inputs(checked: Checked, inputs: dict[str, np.ndarray], hosted: tuple[int, ...]) -> Shards:
     shards: Shards = {}
     for p in checked.func.params:
@@ -98,42 +109,99 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def assemble(t: TensorType, buffers: dict[int, Any], bindings: dict[str, int],
-             same: Callable[[np.ndarray, np.ndarray], bool] = same_bits) -> Assembled:
-    """The global array of type `t` from each device's block; devices holding
-    copies of one block must hold the `same` values."""
+             same: Callable[[np.ndarray, np.ndarray], bool] = same_bits,
+             devices: Collection[int] | None = None) -> Assembled:
+    """The global array of type `t` from each device's block (of `devices`, by
+    default all of the mesh); devices holding copies of one block must hold the
+    `same` values. A single C-contiguous block that is the whole array is
+    returned as it is, not copied."""
     whole = np.zeros(global_shape(t, bindings), t.np_dtype)
     out = Assembled(whole)
     owner: dict[tuple, int] = {}
-    keys = set()
+    firsts: list[tuple[tuple[slice, ...], np.ndarray]] = []
     for d in t.mesh.devices:
+        if devices is not None and d not in devices:
+            continue
         index = block_slices(t, d, whole.shape)
         key = tuple((s.start, s.stop) for s in index)
-        keys.add(key)
         block = buffers.get(d)
         if not isinstance(block, np.ndarray):
             out.missing.append(d)
         elif block.shape != whole[index].shape or block.dtype != whole.dtype:
             out.misshapen.append(d)
         elif key in owner:
-            if not same(block, whole[index]):
+            if not same(block, buffers[owner[key]]):
                 out.disagree.append((owner[key], d))
         else:
             owner[key] = d
-            whole[index] = block
-    if len(owner) < len(keys):
+            firsts.append((index, block))
+    if len(owner) < len(blocks_of(t, whole.shape)):
         out.whole = None
+    elif len(firsts) == 1 and firsts[0][1].flags.c_contiguous:
+        out.whole = firsts[0][1]
+    else:
+        for index, block in firsts:
+            whole[index] = block
     return out
 
 
+def block_key(t: TensorType, d: int, shape: tuple[int, ...]) -> tuple:
+    """Which block of a global array of type `t` device `d` holds, as (start, stop) per axis."""
+    return tuple((s.start, s.stop) for s in block_slices(t, d, shape))
+
+
+def blocks_of(t: TensorType, shape: tuple[int, ...]) -> set[tuple]:
+    return {block_key(t, d, shape) for d in t.mesh.devices}
+
+
+def root_blocks(checked: Checked, bindings: dict[str, int]) -> set[tuple[str, int]]:
+    """The (result, device) buffers rank 0 lacks to assemble every result:
+    each block device 0 does not hold, from the first device that holds it."""
+    wanted = set()
+    for r in checked.func.results:
+        t = checked.types[r]
+        shape = global_shape(t, bindings)
+        held = {block_key(t, 0, shape)} if 0 in t.mesh else set()
+        for d in t.mesh.devices:
+            if block_key(t, d, shape) not in held:
+                held.add(block_key(t, d, shape))
+                wanted.add((r, d))
+    return wanted
+
+
 def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
-                   world: World) -> tuple[dict[str, np.ndarray], Shards]:
-    """Whole results from per-device blocks; replicas must agree bit for bit."""
-    if world.comm is not None:
-        shards = share_shards(checked, shards, world)
+                   world: World, everywhere: bool = False) -> tuple[dict[str, np.ndarray], Shards]:
+    """Whole results from per-device blocks; replicas must agree bit for bit.
+    Under MPI, on rank 0 only, from the blocks it lacks (replicas elsewhere are
+    neither shipped nor compared); with `everywhere`, every device's buffer on
+    every rank, replicas compared."""
+    if world.comm is None:
+        return assemble_outputs(checked, shards, bindings), shards
+    from refir.mpi import COMMS, as_agreed, root_verdict
+    from refir.ranks import collect_results
+
+    shards = collect_results(shards, world, None if everywhere else root_blocks(checked, bindings))
+    outputs, error = {}, None
+    if everywhere or world.is_root:
+        try:
+            outputs = assemble_outputs(checked, shards, bindings, partial=not everywhere)
+        except RefirError as exc:
+            error = exc
+    if everywhere and error is not None:
+        raise as_agreed(error)  # every rank assembled the same buffers, and met the same error
+    if not everywhere:
+        root_verdict(COMMS.world(), error, "rank 0 to assemble the results")
+    return outputs, shards
+
+
+def assemble_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
+                     partial: bool = False) -> dict[str, np.ndarray]:
+    """Every result from `shards`: every device's buffer, or where `partial`
+    those at hand (at least one of each block)."""
     outputs = {}
     for r in checked.func.results:
         t = checked.types[r]
-        got = assemble(t, shards.get(r, {}), bindings)
+        got = assemble(t, shards.get(r, {}), bindings, devices=set(shards.get(r, {})) if partial else None)
         if got.missing:
             raise RunError(f"the backend returned no buffer of {r!r} for device {got.missing[0]}")
         if got.misshapen:
@@ -145,22 +213,28 @@ def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
             first, d = got.disagree[0]
             raise MismatchError(f"replicas of {r!r} disagree: device {first} and device {d} "
                                 "hold different values for the same block")
-        assert got.whole is not None
+        if got.whole is None:
+            raise RunError(f"no device returned every block of {r!r}")
         outputs[r] = got.whole
-    return outputs, shards
+    return outputs
 
 
 def share_shards(checked: Checked, shards: Shards, world: World) -> Shards:
     """Every rank's result buffers on every rank, strides preserved."""
-    return share_buffers(shards, world, checked.func.results)
+    from refir.ranks import collect_results
+
+    return collect_results({r: shards.get(r, {}) for r in checked.func.results}, world, None)
 
 
 def share_kept(kept: Shards, world: World) -> Shards:
     """Every rank's kept buffers on every rank, with the very strides the rank
-    held them in (an input's view of the caller's array included)."""
+    held them in (an input's view of the caller's array included). Kept values
+    are for looking at small programs: they travel pickled."""
+    from refir.mpi import COMMS, allgather_obj
+
     mine = {v: {d: (np.array(x, order="C"), x.strides) for d, x in bufs.items()} for v, bufs in kept.items()}
     merged: Shards = {}
-    for part in world.comm.allgather(mine):
+    for part in allgather_obj(COMMS.world(), mine, "every rank's kept buffers"):
         for v, bufs in part.items():
             for d, (dense, strides) in bufs.items():
                 merged.setdefault(v, {})[d] = with_strides(dense, strides)
@@ -178,31 +252,15 @@ def with_strides(x: np.ndarray, strides: tuple[int, ...]) -> np.ndarray:
     return out
 
 
-def share_buffers(shards: Shards, world: World, names: tuple[str, ...] | list[str]) -> Shards:
-    """Every rank's buffers of `names` on every rank, strides preserved: each
-    buffer travels dense in its memory order, with that order."""
-    mine = {
-        r: {d: (np.transpose(x, _order(x)).copy(order="C"), _order(x)) for d, x in bufs.items()}
-        for r, bufs in shards.items()
-    }
-    merged: Shards = {r: {} for r in names}
-    for part in world.comm.allgather(mine):
-        for r, bufs in part.items():
-            for d, (dense, order) in bufs.items():
-                merged[r][d] = dense.transpose(np.argsort(order))
-    return merged
-
-
-def _order(x: np.ndarray) -> tuple[int, ...]:
-    """Axes from the largest stride to the smallest. An extent-1 axis goes inside
-    an axis of equal stride, so that a dense buffer comes back with its very strides."""
-    return tuple(sorted(range(x.ndim), key=lambda a: (-abs(x.strides[a]), x.shape[a] == 1, a)))
-
-
 def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", world: int | None = None,
-        func: str | None = None, keep: str | None = None) -> RunResult:
+        func: str | None = None, everywhere: bool = False, keep: str | None = None) -> RunResult:
     """Run `program` on global `inputs`; see RunResult. keep="all" (spmd only)
-    keeps every input's and intermediate's per-device buffers in `kept`."""
+    keeps every input's and intermediate's per-device buffers in `kept`.
+
+    Under MPI (one rank per process) rank 0 must be given the inputs; another
+    rank given none receives only its devices' blocks from rank 0. Rank 0
+    alone gets `outputs` and every device's buffer in `shards` (each other rank
+    its own buffers), unless `everywhere` asks for them on every rank."""
     from refir import load
 
     if not isinstance(program, Program):
@@ -211,24 +269,74 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
         raise InputError(f"keep={keep!r}: write keep='all' or leave it out")
     if keep and backend != "spmd":
         raise InputError(f"keep='all' needs the spmd backend, not {backend!r}")
-    checked = verify(program, func)
-    inputs = {name: host_array(name, x) for name, x in inputs.items()}
-    bindings = bind_inputs(checked, inputs)
-    if backend == "global":
-        from interp.global_eval import eval_global
+    checked = verified(program, func)
+    inputs = {name: host_array(name, x) for name, x in (inputs or {}).items()}
+    mpi = mpi_world()
+    if mpi is None:
+        bindings = bind_inputs(checked, inputs)
+        if backend == "global":
+            from interp.global_eval import eval_global
 
-        return RunResult(eval_global(checked, inputs, bindings), {}, "global", None, bindings)
-    w = resolve_world(checked, world)
-    lowered = lower(checked)
+            return RunResult(eval_global(checked, inputs, bindings), {}, "global", None, bindings)
+        w, lowered = resolve_world(checked, world), lowered_of(checked)
+        local = shard_inputs(checked, inputs, w.hosted)
+    else:
+        from refir.ranks import deliver_inputs, settle
+
+        if backend == "global":
+            _, bindings, _ = settle(checked, inputs, lambda: None)
+            return RunResult(_global_on_root(checked, inputs, bindings, everywhere), {}, "global", None, bindings)
+        (w, lowered), bindings, needy = settle(checked, inputs, lambda: (resolve_world(checked, world),
+                                                                         lowered_of(checked)))
+        local = deliver_inputs(checked, inputs, bindings, w, needy)
     kept: Shards = {}
-    local = shard_inputs(checked, inputs, w.hosted)
     if keep:
         from interp.backend import run_spmd
 
-        shards = run_spmd(lowered, local, bindings, w, keep=kept)
+        shards = run_spmd(lowered, local, bindings, backend_world(w), keep=kept)
         if w.comm is not None:
             kept = share_kept(kept, w)
     else:
-        shards = backend_named(backend)(lowered, local, bindings, w)
-    outputs, shards = gather_outputs(checked, shards, bindings, w)
+        shards = backend_named(backend)(lowered, local, bindings, backend_world(w))
+    outputs, shards = gather_outputs(checked, shards, bindings, w, everywhere)
     return RunResult(outputs, shards, backend, lowered, bindings, kept)
+
+
+# Programs are immutable: a program run again (refir.run in a loop) is verified
+# and lowered once. Keyed by identity; each entry keeps its program alive.
+_KEPT: OrderedDict[tuple[int, str | None], tuple[Program, Checked]] = OrderedDict()
+_LOWERED: dict[int, tuple[Checked, Lowered]] = {}
+
+
+def verified(program: Program, func: str | None) -> Checked:
+    key = (id(program), func)
+    if key not in _KEPT:
+        _KEPT[key] = (program, verify(program, func))
+        while len(_KEPT) > 16:
+            _, (_, gone) = _KEPT.popitem(last=False)
+            _LOWERED.pop(id(gone), None)
+    _KEPT.move_to_end(key)
+    return _KEPT[key][1]
+
+
+def lowered_of(checked: Checked) -> Lowered:
+    if id(checked) not in _LOWERED:
+        _LOWERED[id(checked)] = (checked, lower(checked))
+    return _LOWERED[id(checked)][1]
+
+
+def _global_on_root(checked: Checked, inputs: dict[str, Any], bindings: dict[str, int],
+                    everywhere: bool) -> dict[str, np.ndarray]:
+    """The global evaluator under MPI: on rank 0 (its results shared if asked)."""
+    from interp.global_eval import eval_global
+    from refir.mpi import COMMS, root_verdict
+    from refir.ranks import share_arrays
+
+    outputs, error = {}, None
+    if COMMS.world().rank == 0:
+        try:
+            outputs = eval_global(checked, inputs, bindings)
+        except RefirError as exc:
+            error = exc
+    root_verdict(COMMS.world(), error, "rank 0 to evaluate the program")
+    return share_arrays(outputs, COMMS.world()) if everywhere else outputs

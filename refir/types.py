@@ -208,3 +208,22 @@ def has_layout(x: np.ndarray, order: tuple[int, ...]) -> bool:
         return True
     want = dense_strides(x.shape, order, x.itemsize)
     return all(s == w or n == 1 for s, w, n in zip(x.strides, want, x.shape))
+
+
+# ---- buffers as bytes, strides kept (how refir.ranks moves them between processes) ----
+
+def memory_order(x: np.ndarray) -> tuple[int, ...]:
+    """Axes from the largest stride to the smallest. An extent-1 axis goes inside
+    an axis of equal stride, so that a dense buffer comes back with its very strides."""
+    return tuple(sorted(range(x.ndim), key=lambda a: (-abs(x.strides[a]), x.shape[a] == 1, a)))
+
+
+def wire_bytes(x: np.ndarray, order: tuple[int, ...]) -> np.ndarray:
+    """`x`'s elements dense in `order`, as bytes (no copy when already so)."""
+    return np.ascontiguousarray(np.transpose(x, order)).reshape(-1).view(np.uint8)
+
+
+def receive_into(shape: tuple[int, ...], dtype: np.dtype, order: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """An array dense in `order`, and its bytes to receive into."""
+    x = empty_in_order(shape, dtype, order)
+    return x, np.transpose(x, order).reshape(-1).view(np.uint8)

@@ -2,29 +2,40 @@
 
     mpiexec -n W python tests/mpi_driver.py BATCH.pkl RESULT.pkl
 
-BATCH.pkl is a list of jobs `{"name", "program" (text), "inputs" (global arrays)}`.
+BATCH.pkl is a list of jobs `{"name", "program" (text), "inputs" (global arrays)}`,
+optionally `"root_inputs": True` (ranks other than 0 are given no inputs) and
+`"everywhere": False` (results on rank 0 only, refir.run's default; the driver
+otherwise asks for every buffer on every rank) and `"close_before": True`
+(refir.close() first).
 Each job runs on spmd, one rank per process. Rank 0 writes RESULT.pkl: per job,
 the global outputs, every device's result buffer with its strides, both as the
-runner returns it and as the rank that computed it held it, and the expect lines
-that failed. A job that raises a RefirError records the message and the batch
-goes on (every rank meets the same error).
+runner returns it and as the rank that computed it held it, the input blocks
+each rank's backend was handed, how many communicators the job created, and the
+expect lines that failed. A job that raises a RefirError records the message and
+the batch goes on (every rank meets the same error).
 """
 
 import pickle
 import sys
 
 from interp.backend import run_spmd
+from refir import close
 from refir.errors import RefirError, RunError
 from refir.expect import check_expects
+from refir.mpi import COMMS
 from refir.parser import parse
 from refir.runner import run
 from refir.world import mpi_world
 
 HELD = {}  # result -> device -> (strides, array): this rank's own buffers
+GIVEN = {}  # input -> device -> (shape, bytes of the memory behind the block)
 
 
 def recording_spmd(lowered, inputs, scalars, world):
-    """The spmd backend, keeping what this rank computed before the runner shares it."""
+    """The spmd backend, keeping what this rank was given and computed before the runner gathers it."""
+    GIVEN.clear()
+    GIVEN.update({name: {d: (x.shape, (x.base if x.base is not None else x).nbytes) for d, x in bufs.items()}
+                  for name, bufs in inputs.items()})
     out = run_spmd(lowered, inputs, scalars, world)
     HELD.clear()
     HELD.update({name: {d: (x.strides, x.copy(order="K")) for d, x in bufs.items()} for name, bufs in out.items()})
@@ -55,17 +66,25 @@ def main(batch_path, result_path):
     results = {}
     for job in jobs:
         program = parse(job["program"], job["name"])
+        inputs = job["inputs"] if world.is_root or not job.get("root_inputs") else {}
+        if job.get("close_before"):
+            close()
+        before = dict(COMMS.created)
         try:
-            r = run(program, job["inputs"], backend="__main__:recording_spmd")
+            r = run(program, inputs, backend="__main__:recording_spmd", everywhere=job.get("everywhere", True))
         except RefirError as exc:
             results[job["name"]] = {"error": f"{type(exc).__name__}: {exc}"}
             continue
-        held = world.comm.gather(HELD.copy(), root=0)
+        created = {k: n - before.get(k, 0) for k, n in COMMS.created.items()}
+        held = world.comm.gather((HELD.copy(), GIVEN.copy(), created, sorted(r.outputs)), root=0)
         results[job["name"]] = {
             "outputs": r.outputs,
             "shards": {name: {d: (x.strides, x) for d, x in bufs.items()} for name, bufs in r.shards.items()},
-            "held": {rank: part for rank, part in enumerate(held or [])},
-            "failures": check_expects(program, job["inputs"], r.outputs),
+            "held": {rank: part[0] for rank, part in enumerate(held or [])},
+            "given": {rank: part[1] for rank, part in enumerate(held or [])},
+            "created": {rank: part[2] for rank, part in enumerate(held or [])},
+            "outputs_on": {rank: part[3] for rank, part in enumerate(held or [])},
+            "failures": check_expects(program, job["inputs"], r.outputs) if world.is_root else [],
         }
     ranks = world.comm.gather(world.hosted, root=0)
     if world.is_root:

@@ -32,7 +32,9 @@ def problems(path) -> list[str]:
     inputs = draw_inputs(checked, default_bindings(checked), seed=1)
     gpu = refir.run(program, inputs, backend="gpu")
     spmd = refir.run(program, inputs, backend="spmd")
-    found = check_expects(program, inputs, gpu.outputs)
+    world = mpi_world()
+    # under MPI rank 0 holds the results (and every buffer), the others their own buffers
+    found = check_expects(program, inputs, gpu.outputs) if world is None or world.is_root else []
     for name, blocks in gpu.shards.items():
         order = checked.types[name].order
         for d, buf in blocks.items():
@@ -88,6 +90,22 @@ def test_example_under_mpi(under_mpi, path):
     assert under_mpi.get(path.stem) == f"ok {path.stem}", under_mpi.get(path.stem, "no line")
 
 
+def test_a_second_run_under_mpi_makes_no_communicator(under_mpi):
+    assert under_mpi.get("reuse", "no line").startswith("ok reuse"), under_mpi.get("reuse", "no line")
+
+
+def reuse_line(path) -> str:
+    """Run an example that has run before: no communicator (MPI's or NCCL's) is made."""
+    from refir.mpi import COMMS
+
+    before = dict(COMMS.created)
+    found = problems(path)
+    made = {k: n - before.get(k, 0) for k, n in COMMS.created.items() if n != before.get(k, 0)}
+    if found or made:
+        return f"FAIL reuse: {path.stem} again made {made} {'; '.join(found)}"
+    return f"ok reuse: {path.stem} again made none (made so far: {dict(sorted(COMMS.created.items()))})"
+
+
 def main() -> int:
     """Under mpiexec: every example that fits the world; rank 0 reports."""
     world = mpi_world()
@@ -107,6 +125,11 @@ def main() -> int:
         if world is None or world.is_root:
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
+    if world is not None:
+        line = reuse_line(next(p for p in EXAMPLES if devices_needed(refir.verify(refir.load(p))) <= size))
+        failed += line.startswith("FAIL")
+        if world.is_root:
+            sys.stdout.write(line + "\n")
     return 1 if failed else 0
 
 

@@ -15,6 +15,7 @@ from helpers import EXAMPLES, ROOT, run_mpi
 import refir
 from refir.expect import check_expects
 from refir.inputs import default_bindings, draw_inputs
+from refir.runner import root_blocks
 
 DRIVER = str(ROOT / "tests" / "mpi_driver.py")
 BIGGER = {"allreduce_then_bias": {"D": 6, "K": 5, "M": 3, "N": 7}, "collectives": {"R": 8, "C": 12, "P": 4},
@@ -112,6 +113,21 @@ COLLECTIVE_JOBS = [
         "  y: f32[N@DIDx] on q = set(x)\n  return y\n}\n", x=f32(6)),
 ]
 
+_BY_NAME = {j["name"]: j for j in COLLECTIVE_JOBS}
+# Run after COLLECTIVE_JOBS, in the same processes: a team's communicators are
+# found again (by any mesh that forms the team), and ranks other than 0 may be
+# given no inputs at all.
+LATER_JOBS = [
+    {**_BY_NAME["allreduce"], "name": "allreduce:again"},
+    {**_BY_NAME["allreduce"], "name": "allreduce:after_close", "close_before": True},
+    job("allreduce:same_team_other_mesh", "mesh q = [3, 1, 0, 2]\nfunc main(v: f32[8@DIDx, 5] on q) {\n"
+        "  w: f32[8, 5] on q = set(v)\n  t = sum(v, dims=[0])\n  return w, t\n}\n", v=f32(8, 5, seed=5)),
+    *({**_BY_NAME[n], "name": f"{n}:root_inputs", "root_inputs": True}
+      for n in ("scatter", "send_recv", "grid", "reduce_scatter_column_major", "scatter_inner_column_major")),
+    *({**_BY_NAME[n], "name": f"{n}:root_only", "root_inputs": True, "everywhere": False}
+      for n in ("allgather", "grid", "grid_to_grid", "overlapping_meshes", "full_reduction_to_rank_0")),
+]
+
 
 def launch(n, jobs, tmp_path):
     batch, result = tmp_path / f"batch{n}.pkl", tmp_path / f"result{n}.pkl"
@@ -128,7 +144,7 @@ def launch(n, jobs, tmp_path):
 
 @pytest.fixture(scope="module")
 def world4(tmp_path_factory):
-    jobs = example_jobs() + COLLECTIVE_JOBS
+    jobs = example_jobs() + COLLECTIVE_JOBS + LATER_JOBS
     return {j["name"]: j for j in jobs}, launch(4, jobs, tmp_path_factory.mktemp("mpi4"))
 
 
@@ -192,6 +208,55 @@ def test_communication_under_mpiexec_matches_in_process(world4, name):
     jobs, results = world4
     assert "error" not in results[name], results[name].get("error")
     same_bits(results[name], jobs[name])
+
+
+def test_communicators_are_made_once_per_team_and_process(world4):
+    jobs, results = world4
+    first = results[next(iter(jobs))]["created"]
+    assert all(c.get("mpi", 0) >= 1 for c in first.values())  # the first run made some
+    for name in ("allreduce:again", "allreduce:same_team_other_mesh"):
+        assert "error" not in results[name], results[name].get("error")
+        assert all(n == 0 for c in results[name]["created"].values() for n in c.values()), results[name]["created"]
+        same_bits(results[name], jobs[name])
+    after = results["allreduce:after_close"]  # refir.close() freed them: the next run makes its own
+    assert "error" not in after and all(c.get("mpi", 0) >= 2 for c in after["created"].values())
+    same_bits(after, jobs["allreduce:after_close"])
+
+
+@pytest.mark.parametrize("name", [j["name"] for j in LATER_JOBS if j.get("root_inputs")])
+def test_ranks_given_no_inputs_receive_only_their_blocks(world4, name):
+    jobs, results = world4
+    mpi = results[name]
+    assert "error" not in mpi, mpi.get("error")
+    if jobs[name].get("everywhere", True):
+        same_bits(mpi, jobs[name])
+    for rank, given in mpi["given"].items():
+        for param, blocks in given.items():
+            assert set(blocks) <= {rank}
+            for shape, memory in blocks.values():
+                block_bytes = int(np.prod(shape)) * jobs[name]["inputs"][param].itemsize
+                if rank == 0:  # rank 0 slices views of the global array
+                    assert memory == jobs[name]["inputs"][param].nbytes
+                else:  # the others hold their block and nothing more
+                    assert memory == block_bytes, (rank, param)
+
+
+@pytest.mark.parametrize("name", [j["name"] for j in LATER_JOBS if j.get("everywhere") is False])
+def test_by_default_rank_0_alone_assembles_the_results(world4, name):
+    jobs, results = world4
+    mpi = results[name]
+    assert "error" not in mpi, mpi.get("error")
+    ref = refir.run(jobs[name]["program"], jobs[name]["inputs"], backend="spmd")
+    assert mpi["outputs_on"] == {0: sorted(ref.outputs), 1: [], 2: [], 3: []}
+    for out, value in ref.outputs.items():
+        got = mpi["outputs"][out]
+        assert got.dtype == value.dtype and got.tobytes() == value.tobytes(), out
+    lacked = root_blocks(ref.lowered.checked, ref.bindings)
+    for out, bufs in mpi["shards"].items():  # rank 0 keeps its own buffers, and got one of each other block
+        mesh = ref.lowered.checked.types[out].mesh
+        assert set(bufs) == {d for r, d in lacked if r == out} | ({0} if 0 in mesh else set()), out
+        for d, (strides, buf) in bufs.items():
+            assert strides == ref.shards[out][d].strides and buf.tobytes() == ref.shards[out][d].tobytes()
 
 
 def test_mpi_blocks_by_hand(world4):

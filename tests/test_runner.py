@@ -14,8 +14,7 @@ from interp.transport import InProcess
 from refir.errors import InputError, MismatchError, RunError
 from refir.inputs import default_bindings, draw_inputs
 from refir.lower import lower
-from refir.runner import _order
-from refir.types import materialize
+from refir.types import materialize, memory_order, receive_into, wire_bytes
 
 LAYOUTS = EXAMPLES[[p.stem for p in EXAMPLES].index("layouts")]
 TWO_MESHES = EXAMPLES[[p.stem for p in EXAMPLES].index("two_meshes")]
@@ -237,11 +236,12 @@ def test_run_error_names_the_equation_and_rank():
 @given(st.lists(st.integers(0, 3), min_size=0, max_size=4).flatmap(
     lambda shape: st.tuples(st.just(tuple(shape)), st.permutations(list(range(len(shape)))))))
 def test_a_dense_buffer_travels_and_comes_back_with_its_very_strides(case):
-    """What runner.share_shards does for each buffer under MPI: dense in its own order, then back."""
+    """What refir.ranks does for each buffer under MPI: its bytes dense in its own order, then back."""
     shape, order = case
     x = materialize(np.arange(int(np.prod(shape)), dtype=np.int16).reshape(shape), tuple(order))
-    o = _order(x)
-    back = np.transpose(x, o).copy(order="C").transpose(np.argsort(o))
+    o = memory_order(x)
+    back, buf = receive_into(x.shape, x.dtype, o)
+    buf[...] = wire_bytes(x, o)
     assert np.array_equal(back, x)
     assert back.strides == x.strides or x.size == 0
 
@@ -275,3 +275,12 @@ def test_a_rank_0_input_reaches_the_backend_as_an_array():
     r = refir.run(prog, {"s": np.array(2.5, np.float32)}, backend="test_runner:capture")
     assert all(isinstance(b, np.ndarray) and b.shape == () for b in SEEN["s"].values())
     assert r.outputs["y"].shape == () and r.outputs["y"] == np.float32(3.5)
+
+
+def test_close_without_mpi_has_nothing_to_free():
+    prog = refir.load("mesh m = [0, 1]\nfunc main(x: f32[4@DIDx]) {\n  s = sum(x, dims=[0])\n  return s\n}\n")
+    x = np.arange(4, dtype=np.float32)
+    assert refir.run(prog, {"x": x}).outputs["s"] == 6.0
+    refir.close()
+    refir.close()  # twice is fine
+    assert refir.run(prog, {"x": x}).outputs["s"] == 6.0

@@ -1,0 +1,230 @@
+"""What every rank of an MPI job shares: its communicators, bounded waits, and
+agreement on errors. Imported only under an MPI launch (it imports mpi4py).
+
+Communicators live as long as the process: one per team, keyed by the team's
+devices (world ranks in team order), made on first use by whichever run or
+step needs it and found again by every later one, on any mesh that forms the
+same team. `close()` (also `refir.close()`, and at exit) frees them. A run
+that failed on some ranks may leave messages in flight; `reset()` drops every
+communicator so that the next run starts on fresh ones.
+
+Every blocking step (creating a communicator, handing out inputs, gathering
+results, a collective) waits through `wait`: short sleeps, since several ranks
+may share a core, and a RunError after REFIR_MPI_TIMEOUT seconds.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from refir.errors import OtherRankError, RefirError, RunError
+
+TIMEOUT_S = float(os.environ.get("REFIR_MPI_TIMEOUT", "120"))
+# A rank that times out aborts the job; the others wait a little longer first,
+# in rank order, so that one message (the first rank's) is printed, not one each.
+STAGGER_S = 1.5
+HANDSHAKE_TAG = 31
+
+
+def poll(done: Callable[[], bool], what: str) -> None:
+    """Call `done()` with short sleeps until it says so; give up after TIMEOUT_S."""
+    start = time.monotonic()
+    limit = TIMEOUT_S + STAGGER_S * MPI.COMM_WORLD.rank
+    while not done():
+        waited = time.monotonic() - start
+        if waited > limit:
+            raise RunError(f"rank {MPI.COMM_WORLD.rank}: gave up waiting for {what} after {TIMEOUT_S:g} s "
+                           "(another rank failed or stopped responding; REFIR_MPI_TIMEOUT sets the limit)")
+        # Yield the core at once for the first few milliseconds (fast collectives
+        # stay fast), then sleep: ranks that wait long should leave it to those working.
+        time.sleep(0 if waited < 5e-3 else 2e-4)
+
+
+def wait(req: MPI.Request | list[MPI.Request], what: str = "a communication") -> None:
+    """Wait for requests, politely and within the timeout."""
+    reqs = req if isinstance(req, list) else [req]
+    poll(lambda: MPI.Request.Testall(reqs), what)
+
+
+def barrier(comm: MPI.Comm) -> None:
+    wait(comm.Ibarrier(), "a barrier")
+
+
+# ---- faults, for tests only ------------------------------------------------------------
+
+def fault(stage: str) -> None:
+    """REFIR_FAULT=RANK:STAGE:KIND makes that rank fail at `stage` (inputs, comm,
+    collective, gather): `kill` (SIGKILL), `stall` (sleep for an hour) or `raise`."""
+    spec = os.environ.get("REFIR_FAULT", "")
+    if not spec:
+        return
+    rank, where, kind = spec.split(":")
+    if int(rank) != MPI.COMM_WORLD.rank or where != stage:
+        return
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "stall":
+        time.sleep(3600)
+    raise RunError(f"rank {rank}: injected fault at {stage}")
+
+
+# ---- communicators ---------------------------------------------------------------------
+
+class Comms:
+    """The process's communicators (see the module's docstring). `created`
+    counts communicators made, by kind ("mpi", or what `other` was asked for)."""
+
+    def __init__(self) -> None:
+        self.base: MPI.Comm | None = None
+        self.teams: dict[tuple[int, ...], MPI.Comm] = {}
+        self.others: dict[tuple[str, tuple[int, ...]], tuple[Any, Callable[[Any], None]]] = {}
+        self.created: dict[str, int] = {}
+
+    def world(self) -> MPI.Comm:
+        """The job's own duplicate of COMM_WORLD: refir's messages never meet the caller's."""
+        if self.base is None:
+            comm, req = MPI.COMM_WORLD.Idup()
+            wait(req, "every rank to create a communicator")
+            self.base = comm
+            self._count("mpi")
+        return self.base
+
+    def team(self, devices: tuple[int, ...]) -> MPI.Comm:
+        """A communicator whose ranks are the team's devices in team order."""
+        if devices not in self.teams:
+            base = self.world()
+            fault("comm")
+            # Creating a communicator blocks until every member calls it: first make
+            # sure, within the timeout, that they all have come this far.
+            peers = [d for d in devices if d != base.rank]
+            token = np.zeros(1, np.int8)
+            got = [np.empty(1, np.int8) for _ in peers]
+            reqs = [base.Irecv(g, source=p, tag=HANDSHAKE_TAG) for p, g in zip(peers, got)]
+            reqs += [base.Isend(token, dest=p, tag=HANDSHAKE_TAG) for p in peers]
+            wait(reqs, f"ranks {list(devices)} to create a communicator")
+            group = base.Get_group().Incl(list(devices))
+            self.teams[devices] = base.Create_group(group)
+            group.Free()
+            self._count("mpi")
+        return self.teams[devices]
+
+    def other(self, kind: str, devices: tuple[int, ...], make: Callable[[MPI.Comm], Any],
+              free: Callable[[Any], None]) -> Any:
+        """Another library's communicator for a team (NCCL's): `make` builds it
+        from the team's MPI communicator, `free` releases it."""
+        key = (kind, devices)
+        if key not in self.others:
+            self.others[key] = (make(self.team(devices)), free)
+            self._count(kind)
+        return self.others[key][0]
+
+    def _count(self, kind: str) -> None:
+        self.created[kind] = self.created.get(kind, 0) + 1
+
+    def close(self) -> None:
+        """Free every communicator; every rank calls it (refir.close(), at exit,
+        or after a run that failed somewhere, so that the next starts afresh:
+        MPI lets a communicator with requests still in flight be freed)."""
+        for comm, free in self.others.values():
+            free(comm)
+        for comm in self.teams.values():
+            comm.Free()
+        if self.base is not None:
+            self.base.Free()
+        self.base, self.teams, self.others = None, {}, {}
+
+
+COMMS = Comms()
+
+
+@atexit.register
+def _close_at_exit() -> None:  # registered after mpi4py's finalizer, so it runs first
+    if not MPI.Is_finalized():
+        COMMS.close()
+
+
+# ---- small messages and agreement ------------------------------------------------------
+
+def allgather_obj(comm: MPI.Comm, obj: Any, what: str) -> list[Any]:
+    """A small picklable value from every rank, on every rank, within the timeout."""
+    data = np.frombuffer(pickle.dumps(obj), np.uint8)
+    sizes = np.empty(comm.size, np.int64)
+    wait(comm.Iallgather(np.array([data.size], np.int64), sizes), what)
+    recv = np.empty(int(sizes.sum()), np.uint8)
+    wait(comm.Iallgatherv(data, [recv, sizes.tolist()]), what)
+    bounds = np.cumsum([0, *sizes.tolist()])
+    return [pickle.loads(recv[bounds[k]:bounds[k + 1]].tobytes()) for k in range(comm.size)]
+
+
+def bcast_bytes(comm: MPI.Comm, data: np.ndarray | None, root: int, what: str) -> np.ndarray:
+    """`root`'s byte array (of a length the others do not know), on every rank."""
+    size = np.array([data.size if comm.rank == root else 0], np.int64)
+    wait(comm.Ibcast(size, root=root), what)
+    buf = data if comm.rank == root else np.empty(int(size[0]), np.uint8)
+    wait(comm.Ibcast(buf, root=root), what)
+    return buf
+
+
+def bcast_obj(comm: MPI.Comm, obj: Any, root: int, what: str) -> Any:
+    """A small picklable value of `root`'s, on every rank, within the timeout."""
+    data = np.frombuffer(pickle.dumps(obj), np.uint8).copy() if comm.rank == root else None
+    return pickle.loads(bcast_bytes(comm, data, root, what).tobytes())
+
+
+def agreed(comm: MPI.Comm, what: str, step: Callable[[], Any],
+           public: Callable[[Any], Any] = lambda _: None) -> tuple[Any, list[Any]]:
+    """`step()` on every rank, then one exchange: if any rank met a RefirError,
+    every rank raises (its own error, or an OtherRankError with the first
+    failing rank's message), marked `agreed`: every rank stops alike, so rank 0
+    alone need say why. Returns this rank's value and every rank's `public(value)`."""
+    try:
+        value, error = step(), None
+    except RefirError as exc:
+        value, error = None, exc
+    every = allgather_obj(comm, (None, public(value)) if error is None else ((type(error).__name__, str(error)), None),
+                          what)
+    failed = [(k, e) for k, (e, _) in enumerate(every) if e is not None]
+    if failed:
+        if error is None:
+            k, (kind, message) = failed[0]
+            error = OtherRankError(f"rank {k} stopped with {kind}: {message}")
+        raise as_agreed(error)
+    return value, [v for _, v in every]
+
+
+def as_agreed(error: RefirError) -> RefirError:
+    error.agreed = True  # type: ignore[attr-defined]
+    return error
+
+
+def recv_bytes(comm: MPI.Comm, source: int, tag: int, what: str) -> np.ndarray:
+    """One message of a length this rank does not know, within the timeout."""
+    status = MPI.Status()
+    found: list[MPI.Message | None] = [None]
+
+    def arrived() -> bool:
+        found[0] = comm.Improbe(source=source, tag=tag, status=status)
+        return found[0] is not None
+
+    poll(arrived, what)
+    buf = np.empty(status.Get_count(MPI.BYTE), np.uint8)
+    wait(found[0].Irecv(buf), what)
+    return buf
+
+
+def root_verdict(comm: MPI.Comm, error: RefirError | None, what: str) -> None:
+    """Rank 0's error (or none) on every rank: one small broadcast when all is well."""
+    failed = np.array([comm.rank == 0 and error is not None], np.int8)
+    wait(comm.Ibcast(failed, root=0), what)
+    if failed[0]:
+        text = bcast_obj(comm, (type(error).__name__, str(error)) if comm.rank == 0 else None, 0, what)
+        raise as_agreed(error if comm.rank == 0 else OtherRankError(f"rank 0 stopped with {text[0]}: {text[1]}"))
