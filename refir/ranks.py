@@ -94,7 +94,7 @@ def entry(name: str, d: int, x: Any) -> Entry:
     """How a buffer travels: enough for the receiver to lay it out as it was."""
     if not isinstance(x, np.ndarray):
         return (name, d, None, None, None)
-    return (name, d, x.shape, x.dtype.str, memory_order(x))
+    return (name, d, x.shape, x.dtype, memory_order(x))  # the dtype itself: bfloat16 has no .str of its own
 
 
 def receiver(e: Entry) -> tuple[np.ndarray | None, np.ndarray | None]:
