@@ -3,8 +3,9 @@
 The simulator runs each CUDA thread of a block as a Python thread and, while
 they run, polls them in a loop that never lets go of the GIL: every thread
 woken from a syncthreads waits for the interpreter's switch interval before it
-may run, and the poll burns the CPU meanwhile (nine tenths of a small
-transpose's time). `install()` replaces the block's run loop with one that
+may run, and the poll burns the CPU meanwhile (a small transpose launch took
+2 to 3 times the CPU it takes with this loop; benchmarks/RESULTS.md).
+`install()` replaces the block's run loop with one that
 keeps the simulator's semantics (one Python thread per CUDA thread, a barrier
 released when every live thread waits at it, the first thread's exception
 aborts the block and is raised) but yields the GIL on every poll.
