@@ -53,6 +53,11 @@ if SIMULATED:
 
 from numba import cuda  # noqa: E402  (only after the choice above)
 
+if SIMULATED:
+    from gpu_backend.simulator import install
+
+    install()
+
 _announced = False
 
 
@@ -98,7 +103,7 @@ def use_device(comm: Any = None) -> None:
 # Kernels loop grid-stride, so launch sizes only tune speed. The simulator runs
 # each thread as a Python thread and each block in turn: it gets tiny launches.
 
-THREADS = 32 if SIMULATED else 256  # threads of a 1-D block; a power of two (tree reductions)
+THREADS = 8 if SIMULATED else 256  # threads of a 1-D block; a power of two (tree reductions)
 TILE = 4 if SIMULATED else 32  # side of a transpose tile
 TILE_ROWS = 2 if SIMULATED else 8  # thread rows of a transpose block
 MATMUL_TILE = 4 if SIMULATED else 16
@@ -120,6 +125,18 @@ def max_blocks() -> int:
 def blocks_for(work: int, per_block: int) -> int:
     """Enough blocks to cover `work` items at `per_block` each, within the cap."""
     return max(1, min(max_blocks(), -(-work // max(per_block, 1))))
+
+
+def fitted(work: int, cap: int = THREADS) -> int:
+    """Threads of a block for `work` items: the cap on a GPU; under the
+    simulator, where every thread costs a Python thread, the smallest power of
+    two that covers the work (within the cap)."""
+    if not SIMULATED:
+        return cap
+    n = 1
+    while n < work and n < cap:
+        n *= 2
+    return n
 
 
 def rows_block(inner: int) -> tuple[int, int]:

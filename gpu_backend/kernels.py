@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from gpu_backend.buffer import DeviceBuffer
-from gpu_backend.device import ITEM_ROWS, SHARED_ASKS, TILE, TILE_ROWS, blocks_for, cuda, rows_block
+from gpu_backend.device import ITEM_ROWS, SHARED_ASKS, TILE, TILE_ROWS, blocks_for, cuda, fitted, rows_block
 
 Ints = tuple[int, ...]  # shapes and strides travel to kernels as int tuples
 Arr = Any  # a 1-D device array
@@ -138,6 +138,7 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer) -> DeviceBuf
         args += [v.data, v.offset, padded(st[:-2], 0), st[-2], st[-1]]
     bx, by = rows_block(shape[-1])
     walk, items = _walk(prod(outer), shape[-2], shape[-1], bx)
+    by = fitted(items, by)
     kernel = (_map1 if len(xs) == 1 else _map2)(fn)
     kernel[blocks_for(items, by), (bx, by)](*args, outer, walk, items)
     return out

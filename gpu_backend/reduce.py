@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from gpu_backend.buffer import DeviceBuffer
-from gpu_backend.device import SHARED_ASKS, SIMULATED, THREADS, blocks_for, cuda, max_blocks
+from gpu_backend.device import SHARED_ASKS, SIMULATED, THREADS, blocks_for, cuda, fitted, max_blocks
 from gpu_backend.functions import BINARY, COMBINE, accumulator, narrow
 from gpu_backend.kernels import Arr, Ints, coalesce, padded, unravel
 from interp.impls import identity
@@ -148,7 +148,8 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
     if per_block:
         _per_block(kind, to_acc, store, acc_dtype.type)[blocks_for(n_out * chunks, 1), THREADS](*args)
     else:
-        _per_thread(kind, to_acc, store)[blocks_for(n_out * chunks, THREADS), THREADS](*args)
+        threads = fitted(n_out * chunks)
+        _per_thread(kind, to_acc, store)[blocks_for(n_out * chunks, threads), threads](*args)
     if chunks == 1:
         return out
     # Second pass: the partials, one row of `chunks` per output, into out.

@@ -1,22 +1,27 @@
 """One rank per MPI process, through mpi4py.
 
-Every buffer crosses MPI as C-contiguous bytes (mpi4py reads an F-ordered array
-as raw memory, and has no float16), with the communicated axis moved to the
-front. Reductions never use MPI's own: partials are gathered and folded in team
-order, so the bits equal the in-process transport's. Every wait is a polite,
-bounded poll: four ranks on two cores would otherwise busy-spin each other.
+Every buffer crosses MPI as the bytes of its elements in C order with the
+communicated axis moved to the front (mpi4py reads an F-ordered array as raw
+memory, and has no float16): a strided buffer is read in place through an MPI
+datatype that walks its strides, not packed first, and an allgather receives
+straight into the gathered result. Reductions never use MPI's own: partials are
+gathered and folded in team order, so the bits equal the in-process
+transport's. Every wait is a polite, bounded poll: four ranks on two cores
+would otherwise busy-spin each other.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from math import prod
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
 from interp.collectives import block_index, split
-from interp.impls import fold
+from interp.impls import COMBINE
 from interp.transport import rank_part
 from refir import ops
 from refir.mpi import COMMS, fault, wait
@@ -30,6 +35,51 @@ HEADER_TAG, DATA_TAG = 11, 12  # point-to-point: a block's shape, then its bytes
 def to_bytes(x: np.ndarray, axis: int = 0) -> np.ndarray:
     front = np.moveaxis(x, axis, 0) if x.ndim else x  # a 0-d buffer has no axis to move
     return np.ascontiguousarray(front).reshape(-1).view(np.uint8)
+
+
+# Datatypes that walk a layout (shape, byte strides, item size), kept for later
+# calls of the same layout: a run in a loop builds none.
+_WALKS: OrderedDict[tuple[tuple[int, ...], tuple[int, ...], int], MPI.Datatype] = OrderedDict()
+
+
+def _walk(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> MPI.Datatype:
+    key = (shape, strides, itemsize)
+    if key not in _WALKS:
+        t = MPI.BYTE.Create_contiguous(itemsize)
+        for n, s in zip(reversed(shape), reversed(strides)):
+            outer = t.Create_hvector(n, 1, s)
+            t.Free()
+            t = outer
+        _WALKS[key] = t.Commit()
+        if len(_WALKS) > 64:
+            _WALKS.popitem(last=False)[1].Free()
+    _WALKS.move_to_end(key)
+    return _WALKS[key]
+
+
+def outgoing(x: np.ndarray, axis: int = 0) -> Any:
+    """What MPI sends for `x`: its elements in C order with `axis` first, as
+    to_bytes gives them, but read where they lie: the array's own bytes when it
+    is contiguous so, else its memory walked by a datatype (a packing copy only
+    for negative strides)."""
+    front = np.moveaxis(x, axis, 0) if x.ndim else x
+    if front.flags.c_contiguous:
+        return front.reshape(-1).view(np.uint8)
+    if any(s < 0 for s in front.strides):
+        return to_bytes(x, axis)
+    span = sum((n - 1) * s for n, s in zip(front.shape, front.strides)) + front.itemsize
+    memory = MPI.buffer.fromaddress(front.ctypes.data, span, readonly=True)
+    return [memory, 1, _walk(front.shape, front.strides, front.itemsize)]
+
+
+def fold(kind: str, parts: list[np.ndarray]) -> np.ndarray:
+    """interp.impls.fold's left-to-right combination (the same bits), into one
+    fresh array instead of a copy per step."""
+    combine, first = COMBINE[kind], parts[0]
+    acc = np.array(first, copy=True) if len(parts) == 1 else np.empty(first.shape, first.dtype)
+    for i, p in enumerate(parts[1:]):
+        combine(first if i == 0 else acc, p, out=acc, casting="unsafe")  # cast back as there (`astype`)
+    return acc
 
 
 def from_bytes(buf: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, axis: int = 0) -> np.ndarray:
@@ -84,14 +134,21 @@ class MpiTransport:
         """Every member's block on every member; `shapes` gives each member's
         block shape where they differ (uneven blocks: MPI's v-variant)."""
         shapes = shapes or [x.shape] * comm.size
-        send = to_bytes(x, axis)
+        send = outgoing(x, axis)
         counts = [prod(s) * x.dtype.itemsize for s in shapes]
         recv = np.empty(sum(counts), np.uint8)
         if len(set(counts)) == 1:  # equal blocks (every rank sees the same counts): the plain collective
-            wait(comm.Iallgather(send, recv), "an allgather")
+            wait(comm.Iallgather(send, [recv, counts[0], MPI.BYTE]), "an allgather")
         else:
             wait(comm.Iallgatherv(send, [recv, counts, _displs(counts), MPI.BYTE]), "an allgather")
         return [from_bytes(p, s, x.dtype, axis) for p, s in zip(_cut(recv, counts), shapes)]
+
+    def allgathered(self, comm: MPI.Comm, x: np.ndarray, axis: int) -> np.ndarray:
+        """The members' blocks side by side, as bytes of the blocks concatenated
+        along `axis` with that axis first (`from_bytes` of the whole shape)."""
+        recv = np.empty(x.nbytes * comm.size, np.uint8)
+        wait(comm.Iallgather(outgoing(x, axis), [recv, x.nbytes, MPI.BYTE]), "an allgather")
+        return recv
 
     def gather_to(self, comm: MPI.Comm, root: int, x: np.ndarray | None, shapes: list[tuple[int, ...]],
                   dtype: np.dtype) -> list[np.ndarray]:
@@ -143,8 +200,12 @@ rule = registrar(MPI_RULES)
 @rule(ops.Allgather)
 def _allgather(t: MpiTransport, op: ops.Allgather, team: Team, x: Arr, src: TensorType,
                dst: TensorType) -> Arr:
-    return np.concatenate(t.allgather(t.team_comm(team.devices), x, op.axis, _blocks(src, team.devices)),
-                          axis=op.axis)
+    comm = t.team_comm(team.devices)
+    shapes = _blocks(src, team.devices)
+    if len(set(shapes)) > 1:  # uneven blocks: MPI's v-variant, then one concatenation
+        return np.concatenate(t.allgather(comm, x, op.axis, shapes), axis=op.axis)
+    whole = tuple(n * comm.size if a == op.axis else n for a, n in enumerate(x.shape))
+    return from_bytes(t.allgathered(comm, x, op.axis), whole, x.dtype, op.axis)  # no concatenating copy
 
 
 @rule(ops.Allreduce)

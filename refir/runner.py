@@ -290,6 +290,7 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
     if keep and backend != "spmd":
         raise InputError(f"keep='all' needs the spmd backend, not {backend!r}")
     checked = verified(program, func)
+    inputs = {name: host_array(name, x) for name, x in (inputs or {}).items()}
     mpi = mpi_world()
     if mpi is None:
         inputs = host_arrays(inputs)
