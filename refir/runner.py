@@ -263,8 +263,8 @@ def share_kept(kept: Shards, world: World) -> Shards:
 
 def with_strides(x: np.ndarray, strides: tuple[int, ...]) -> np.ndarray:
     """A copy of `x` laid out in memory with the given byte strides (any signs)."""
-    if x.size == 0:
-        return x
+    if x.size == 0:  # nothing to copy, but the strides are still the buffer's own
+        return np.ndarray(x.shape, x.dtype, np.empty(x.itemsize, np.uint8), 0, strides)
     low = sum(min(0, s * (n - 1)) for s, n in zip(strides, x.shape))
     high = sum(max(0, s * (n - 1)) for s, n in zip(strides, x.shape)) + x.itemsize
     out = np.ndarray(x.shape, x.dtype, np.empty(high - low, np.uint8), -low, strides)
