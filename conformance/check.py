@@ -134,7 +134,7 @@ def segmented(case: Case, run: Backend, lowered: Lowered, world: World, ref: Ref
         with own_comm(world) as w:
             try:
                 got = run(isolate(lowered, seg), {n: env[n] for n in seg.inputs},
-                          {s: case.bindings[s] for s in seg.scalars}, w)
+                          {s: case.bindings[s] for s in seg.symbols}, w)
             except Exception as exc:
                 local.append(Problem("isolation", f"{what} run alone fails: {describe(exc)}"))
         for name in seg.outputs:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from refir import runner
-from refir.types import Bindings, TensorType, has_layout, is_float, local_shape
+from refir.types import Bindings, TensorType, dense_strides, has_layout, is_float, local_shape
 
 CHECKS: dict[str, str] = {
     "error": "the backend returns a buffer for every device, without raising",
@@ -64,16 +64,18 @@ def value_problems(name: str, got: np.ndarray, want: np.ndarray, bound: np.ndarr
 
 def layout_problems(name: str, t: TensorType, buffers: dict[int, np.ndarray],
                     bindings: Bindings) -> list[Problem]:
-    """Each device's buffer of `name` has its local shape and is dense in its layout."""
+    """Each device's buffer of `name` has its own block's shape (short and empty
+    blocks included, shard_c1) and is dense in its layout; an empty block too has
+    the strides its extents give (refir.types.dense_strides)."""
     out = []
-    want = local_shape(t, bindings)
     for d, buf in sorted(buffers.items()):
+        want = local_shape(t, bindings, d)
         if not isinstance(buf, np.ndarray):
             out.append(Problem("error", f"device {d} returned {name} as a {type(buf).__name__}, not a numpy array"))
         elif tuple(buf.shape) != want:
             out.append(Problem("strides", f"device {d} holds {name} with local shape {list(buf.shape)}, "
                                           f"its type {t} gives {list(want)}"))
-        elif not has_layout(buf, t.order):
+        elif not has_layout(buf, t.order) or (buf.size == 0 and not _empty_dense(buf, t.order)):
             out.append(Problem("strides", f"device {d} holds {name} with byte strides {list(buf.strides)}, "
                                           f"not dense in order {list(t.order)} as {t} says"))
     return out
@@ -94,6 +96,11 @@ def sharing_problems(returned: dict[str, dict[int, np.ndarray]], given: dict[str
                               for other, e, b in seen if np.shares_memory(buf, b)]
             seen.append((name, d, buf))
     return out
+
+
+def _empty_dense(buf: np.ndarray, order: tuple[int, ...]) -> bool:
+    want = dense_strides(buf.shape, order, buf.itemsize)
+    return all(s == w or n == 1 for s, w, n in zip(buf.strides, want, buf.shape))
 
 
 def assemble(name: str, t: TensorType, buffers: dict[int, np.ndarray],

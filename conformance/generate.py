@@ -6,7 +6,9 @@ same code runs under hypothesis (conformance/strategies.py) and from a seed
 (conformance/shrink.py), and shrinking the draws shrinks the program.
 
 Programs are kept tiny (at most BUDGET elements per tensor at the largest
-binding): the GPU simulator runs a Python thread per element.
+binding): the GPU simulator runs a Python thread per element. Any axis may be
+sharded, whether or not its extent divides the mesh axis (spec §3.1): extents
+of 1 and 3 over 2 or 4 devices give short and empty blocks.
 """
 
 from __future__ import annotations
@@ -102,9 +104,6 @@ class Builder:
     def size(self, axes: tuple[Axis, ...]) -> int:
         return prod(self.largest(a.extent) for a in axes)
 
-    def divides(self, e: Extent, k: int) -> bool:
-        return (e if isinstance(e, int) else self.units[e]) % k == 0
-
     def extent(self, room: int) -> Extent:
         symbols = [s for s in self.units if max(self.values[s]) <= room]
         if symbols and self.c.maybe(40):
@@ -126,7 +125,7 @@ class Builder:
             if did in shard.values():
                 continue
             free = [i for i, a in enumerate(axes)
-                    if not a.broadcast and i not in shard and self.divides(a.extent, mesh.size(did))]
+                    if not a.broadcast and i not in shard]
             k = self.c.below(len(free) + 1)
             if k:
                 shard[free[k - 1]] = did
@@ -212,8 +211,7 @@ class Builder:
         spare = [d for d in DIDS[:t.mesh.ndim] if d not in used]
         if spare and self.c.maybe(20):
             did = self.c.pick(spare)
-            free = [i for i, a in enumerate(axes) if not a.broadcast and not t.axes[i].shard
-                    and self.divides(a.extent, t.mesh.size(did))]
+            free = [i for i, a in enumerate(axes) if not a.broadcast and not t.axes[i].shard]
             if free:
                 i = self.c.pick(free)
                 axes[i] = replace(axes[i], shard=did)
@@ -242,8 +240,7 @@ class Builder:
         partial = [t.axes[d].shard for d in dims if t.axes[d].shard]
         declared = None
         if partial and self.c.maybe(30):  # the partial sums land sharded: a reduce_scatter
-            free = [i for i, a in enumerate(kept)
-                    if not a.broadcast and self.divides(a.extent, t.mesh.size(partial[0]))]
+            free = [i for i, a in enumerate(kept) if not a.broadcast]
             if free:
                 declared = TensorType(t.dtype, self.place(kept, t.mesh, {self.c.pick(free): partial[0]}), t.mesh,
                                       self.layout(len(kept)))
@@ -257,7 +254,7 @@ class Builder:
         room = max(1, BUDGET // max(self.size(batch + (k,)), self.size(t.axes[:-1])))
         n = self.fresh_axes(1, room)[0]
         used = {a.shard for a in t.axes if a.shard}
-        spare = [d for d in DIDS[:t.mesh.ndim] if d not in used and self.divides(n.extent, t.mesh.size(d))]
+        spare = [d for d in DIDS[:t.mesh.ndim] if d not in used]
         if spare and self.c.maybe(30):
             n = replace(n, shard=self.c.pick(spare))
         w = self.param(TensorType(t.dtype, batch + (k, n), t.mesh, self.layout(t.rank)))

@@ -28,7 +28,7 @@ from refir.lower import Lowered, Step
 from refir.program import Sym
 from refir.runner import Shards
 from refir.teams import Team
-from refir.types import TensorType, has_layout
+from refir.types import TensorType, block_size, has_layout, local_shape
 from refir.world import World, launched_by_mpi
 
 
@@ -199,8 +199,9 @@ def allgather_rank_order() -> Iterator[None]:
     mpi = _mpi_rules()
     patches = {}
     if ops.Allgather in mpi:
-        def remote(t: Any, op: Any, team: Team, x: np.ndarray, *rest: Any) -> np.ndarray:
-            blocks = t.allgather(t.team_comm(team.devices), x, op.axis)
+        def remote(t: Any, op: Any, team: Team, x: np.ndarray, src: TensorType, *rest: Any) -> np.ndarray:
+            shapes = [local_shape(src, {}, d) for d in team.devices]
+            blocks = t.allgather(t.team_comm(team.devices), x, op.axis, shapes)
             return np.concatenate([blocks[team.index(d)] for d in sorted(team.devices)], axis=op.axis)
         patches = {ops.Allgather: remote}
     with mock.patch.dict(interp.collectives.EXCHANGES, {ops.Allgather: local}), mock.patch.dict(mpi, patches):
@@ -273,4 +274,135 @@ def copy_elided() -> Iterator[None]:
         return call(self, step, device, args)
 
     with mock.patch.object(interp.spmd.NumpyLocal, "__call__", local):
+        yield
+
+
+# ---- uneven sharding (spec §3.1): the bug classes of issue 13 -----------------------------
+
+
+def _mpi_module() -> Any:
+    """interp.mpi_transport under an MPI launch, else None (a plain run never loads mpi4py)."""
+    if not launched_by_mpi():
+        return None
+    import interp.mpi_transport
+
+    return interp.mpi_transport
+
+
+def _padded(x: np.ndarray, axis: int, extent: int) -> np.ndarray:
+    """x with zeros appended along `axis` up to `extent`."""
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, extent - x.shape[axis])
+    return np.pad(x, pad)
+
+
+@mutant("an uneven allgather keeps the padding of its short and empty blocks (pad without the slice)",
+        by="strides")
+def allgather_keeps_padding() -> Iterator[None]:
+    def gathered(blocks: list[np.ndarray], axis: int, extent: int, n: int) -> np.ndarray:
+        c = block_size(extent, n, 0)
+        return np.concatenate([_padded(b, axis, c) for b in blocks], axis=axis)
+
+    def local(op: Any, team: Team, x: dict, src: TensorType, dst: TensorType, xp: Any) -> Any:
+        whole = gathered([x[s] for s in team.senders], op.axis, dst.axes[op.axis].extent, len(team.senders))
+        return {r: whole for r in team.receivers}
+
+    def remote(t: Any, op: Any, team: Team, x: np.ndarray, src: TensorType, dst: TensorType) -> np.ndarray:
+        shapes = [local_shape(src, {}, d) for d in team.devices]
+        blocks = t.allgather(t.team_comm(team.devices), x, op.axis, shapes)
+        return gathered(blocks, op.axis, dst.axes[op.axis].extent, len(team.devices))
+
+    mpi = _mpi_rules()
+    with mock.patch.dict(interp.collectives.EXCHANGES, {ops.Allgather: local}), \
+            mock.patch.dict(mpi, {ops.Allgather: remote} if mpi else {}):
+        yield
+
+
+def _own_size_offsets(x: np.ndarray, n: int, axis: int) -> list[np.ndarray]:
+    """Blocks of the right sizes at the wrong places: block k starts at k times its
+    own size, so a short last block reads from the middle of the axis."""
+    out = []
+    for k in range(n):
+        size = block_size(x.shape[axis], n, k)
+        out.append(x[(slice(None),) * axis + (slice(k * size, (k + 1) * size),)])
+    return out
+
+
+@mutant("a short block's offset is its device index times its own size, not times ceil(E/n)", by="values")
+def block_offset_from_own_size() -> Iterator[None]:
+    def slice_block(step: Step, device: int, x: np.ndarray, src: TensorType) -> np.ndarray:
+        index = []
+        for i, a in enumerate(step.type.axes):
+            if a.shard and not src.axes[i].shard:
+                k = step.type.mesh.coord(device, a.shard)
+                size = block_size(x.shape[i], step.type.mesh.size(a.shard), k)
+                index.append(slice(k * size, (k + 1) * size))
+            else:
+                index.append(slice(None))
+        return x[tuple(index)]
+
+    mpi = _mpi_module()
+    with mock.patch.object(interp.spmd, "slice_block", slice_block), \
+            mock.patch.object(interp.collectives, "split", _own_size_offsets), \
+            (mock.patch.object(mpi, "split", _own_size_offsets) if mpi else ExitStack()):
+        yield
+
+
+@mutant("a device whose block is empty contributes zeros to a reduction, not the identity", by="values")
+def empty_block_partial_zero() -> Iterator[None]:
+    reduction = interp.impls.IMPLS[ops.Reduction]
+
+    def impl(op: ops.Reduction, x: np.ndarray) -> np.ndarray:
+        out = reduction(op, x)
+        if any(x.shape[d] == 0 for d in op.dims):
+            return np.zeros_like(out)
+        return out
+
+    with mock.patch.dict(interp.impls.IMPLS, {ops.Reduction: impl}):
+        yield
+
+
+def _array_split_sizes(extent: int, n: int) -> list[int]:
+    return [len(p) for p in np.array_split(np.arange(extent), n)]
+
+
+@mutant("an uneven all_to_all cuts its pieces as np.array_split does (the remainder spread over the first)",
+        by="strides")
+def all_to_all_array_split() -> Iterator[None]:
+    def pieces(x: np.ndarray, n: int, axis: int) -> list[np.ndarray]:
+        return np.array_split(x, n, axis=axis)
+
+    def local(op: Any, team: Team, x: dict, src: TensorType, dst: TensorType, xp: Any) -> Any:
+        cut = {s: pieces(x[s], len(team.devices), op.split_axis) for s in team.senders}
+        return {r: np.concatenate([cut[s][team.index(r)] for s in team.senders], op.concat_axis)
+                for r in team.receivers}
+
+    def remote(t: Any, op: Any, team: Team, x: np.ndarray, src: TensorType, dst: TensorType) -> np.ndarray:
+        comm = t.team_comm(team.devices)
+        mine = _array_split_sizes(src.axes[op.split_axis].extent, comm.size)[comm.rank]
+        shapes = [tuple(mine if i == op.split_axis else n for i, n in enumerate(local_shape(src, {}, d)))
+                  for d in team.devices]
+        return np.concatenate(t.alltoall(comm, pieces(x, comm.size, op.split_axis), shapes), axis=op.concat_axis)
+
+    mpi = _mpi_rules()
+    with mock.patch.dict(interp.collectives.EXCHANGES, {ops.AllToAll: local}), \
+            mock.patch.dict(mpi, {ops.AllToAll: remote} if mpi else {}):
+        yield
+
+
+@mutant("a segment recovers a sharded symbol from its local block as local size x mesh size", by="values")
+def extent_from_local_block() -> Iterator[None]:
+    operands = interp.spmd.operand_values
+
+    def operand_values(step: Step, device: int, env: dict, types: dict, known: dict) -> tuple[list, dict]:
+        values, bound = operands(step, device, env, types, known)
+        guessed = {}
+        for a in step.tensor_args():
+            t = types[a]
+            for axis, n in zip(t.axes, env[a][device].shape):
+                if isinstance(axis.extent, str) and axis.shard:
+                    guessed[axis.extent] = n * t.mesh.size(axis.shard)
+        return [guessed.get(a.name, v) if isinstance(a, Sym) else v for a, v in zip(step.args, values)], bound
+
+    with mock.patch.object(interp.spmd, "operand_values", operand_values):
         yield

@@ -20,7 +20,7 @@ from refir.world import World
 
 
 def run_gpu(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: World) -> Shards:
-    check_local_inputs(lowered.checked, inputs)
+    check_local_inputs(lowered.checked, inputs, scalars)
     announce(world.rank)
     use_device(world.comm)
     transport = transport_for(world)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from gpu_backend.device import cuda
-from refir.types import BF16, dense_strides
+from refir.types import BF16, block, dense_strides
 
 # numba has no bfloat16: device memory holds its bits as uint16, which is no
 # refir dtype, so a uint16 device array always means bfloat16.
@@ -88,8 +88,8 @@ class DeviceBuffer:
         return self[(slice(None),) * axis + (slice(start, stop),)]
 
     def split(self, n: int, axis: int) -> list[DeviceBuffer]:
-        size = self.shape[axis] // n
-        return [self.take(axis, k * size, (k + 1) * size) for k in range(n)]
+        """n views cut by the sharding rule: the last ones may be short or empty."""
+        return [self.take(axis, *block(self.shape[axis], n, k)) for k in range(n)]
 
     def expand_dims(self, dims: tuple[int, ...]) -> DeviceBuffer:
         """New axes of extent 1 at positions `dims` of the result."""
@@ -147,8 +147,9 @@ def upload(x: np.ndarray) -> DeviceBuffer:
 
 def download(b: DeviceBuffer) -> np.ndarray:
     """A host copy with the buffer's own strides."""
-    if b.size == 0:
-        return np.empty(b.shape, b.dtype)
+    if b.size == 0:  # an empty block keeps its strides (refir.types.empty_in_order)
+        strides = tuple(s * b.dtype.itemsize for s in b.strides)
+        return np.ndarray(b.shape, b.dtype, np.empty(0, b.dtype), strides=strides)
     low, high = b.span()
     memory = b.data[low:high].copy_to_host().view(b.dtype)
     return np.lib.stride_tricks.as_strided(memory[b.offset - low:], shape=b.shape,

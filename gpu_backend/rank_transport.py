@@ -10,8 +10,12 @@ own order and needs no further copy. Buffers cross the wire as bytes, except
 where the wire reduces natively (gpu_backend/wires.py says when); otherwise
 partials are gathered and folded in team order, as the spec folds them.
 
-Receivers that hold nothing learn a block's shape from a small MPI header
-(interp.mpi_transport's), since symbols may be unknown to them.
+Block shapes come from the global extents the segment is handed (spec §8),
+with uneven blocks too; a broadcast or send_recv receiver learns the shape
+from a small MPI header (interp.mpi_transport's). NCCL has no v-collectives:
+uneven allgather, reduce_scatter and all_to_all move equal slots padded to
+ceil(E/n) and keep exactly each block (spec §3.1, §7); gather and scatter move
+each block at its own size, point to point.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from interp.transport import rank_part
 from refir import ops
 from refir.tables import registrar
 from refir.teams import Team
-from refir.types import TensorType
+from refir.types import TensorType, block_size, local_shape
 
 Arr = Any  # a 1-D device array
 
@@ -87,20 +91,46 @@ def scaled(shape: tuple[int, ...], axis: int, times: int = 1, parts: int = 1) ->
     return tuple(n * times // parts if a == axis else n for a, n in enumerate(shape))
 
 
+def with_extent(shape: tuple[int, ...], axis: int, extent: int) -> tuple[int, ...]:
+    return tuple(extent if a == axis else n for a, n in enumerate(shape))
+
+
 def pieces(flat: Arr, n: int, shape: tuple[int, ...], order: tuple[int, ...]) -> list[DeviceBuffer]:
     """n blocks of `shape` side by side in `flat`, each dense in `order`."""
-    m = prod(shape)
-    return [DeviceBuffer.dense(flat[k * m:(k + 1) * m], shape, order) for k in range(n)]
+    return pieces_of(flat, [shape] * n, order)
+
+
+def pieces_of(flat: Arr, shapes: list[tuple[int, ...]], order: tuple[int, ...]) -> list[DeviceBuffer]:
+    """Blocks of `shapes` side by side in `flat`, each dense in `order`."""
+    out, start = [], 0
+    for shape in shapes:
+        out.append(DeviceBuffer.dense(flat[start:start + prod(shape)], shape, order))
+        start += prod(shape)
+    return out
+
+
+def padded(x: DeviceBuffer, axis: int, extent: int, order: tuple[int, ...]) -> DeviceBuffer:
+    """x dense in `order`, in a buffer `extent` long on `axis`: NCCL moves equal
+    slots only, so a short block travels padded. The padding past x is never read
+    back into a result: receivers keep each block's own extent."""
+    if x.shape[axis] == extent:
+        return laid_out(x, order)
+    out = DeviceBuffer.empty(with_extent(x.shape, axis, extent), x.dtype, order)
+    copy_into(out.take(axis, 0, x.shape[axis]), x)
+    return out
 
 
 @rule(ops.Allgather)
 def _allgather(t: RankTransport, op: ops.Allgather, team: Team, x: Buf, src: TensorType,
                dst: TensorType) -> Buf:
-    order = axis_first(x.ndim, op.axis)
-    send = laid_out(x, order)
-    whole = DeviceBuffer.empty(scaled(x.shape, op.axis, len(team.devices)), x.dtype, order)
+    # Pad-and-slice: every block padded to c = ceil(E/n), axis outermost. Blocks
+    # are contiguous and in order, so all the padding lies past E (spec §3.1).
+    n, order, extent = len(team.devices), axis_first(x.ndim, op.axis), dst.axes[op.axis].extent
+    c = block_size(extent, n, 0)
+    send = padded(x, op.axis, c, order)
+    whole = DeviceBuffer.empty(scaled(send.shape, op.axis, n), x.dtype, order)
     t.wire.allgather(team.devices, send.flat(), whole.flat())
-    return whole
+    return whole if n * c == extent else whole.take(op.axis, 0, extent)
 
 
 @rule(ops.Allreduce)
@@ -121,48 +151,67 @@ def _allreduce(t: RankTransport, op: ops.Allreduce, team: Team, x: Buf, src: Ten
 def _reduce_scatter(t: RankTransport, op: ops.ReduceScatter, team: Team, x: Buf, src: TensorType,
                     dst: TensorType) -> Buf:
     n, order = len(team.devices), axis_first(x.ndim, op.axis)
-    send, block = laid_out(x, order), scaled(x.shape, op.axis, parts=len(team.devices))
-    if t.wire.native(op.kind, x.dtype):
-        mine = DeviceBuffer.empty(block, x.dtype, order)
-        t.wire.reduce_scatter(team.devices, send.flat(), mine.flat(), op.kind)
-        return mine
-    got = DeviceBuffer.empty(x.shape, x.dtype, order)  # my block of every member, in team order
+    c = block_size(x.shape[op.axis], n, 0)
+    mine = block_size(x.shape[op.axis], n, team.index(t.rank))
+    send, slot = padded(x, op.axis, n * c, order), with_extent(x.shape, op.axis, c)
+    if t.wire.native(op.kind, x.dtype):  # padding is reduced with padding only, then cut away
+        got = DeviceBuffer.empty(slot, x.dtype, order)
+        t.wire.reduce_scatter(team.devices, send.flat(), got.flat(), op.kind)
+        return got if mine == c else got.take(op.axis, 0, mine)
+    got = DeviceBuffer.empty(send.shape, x.dtype, order)  # my slot of every member, in team order
     t.wire.alltoall(team.devices, send.flat(), got.flat())
-    return DeviceArrays(dst.order).fold(op.kind, pieces(got.flat(), n, block, order))
+    parts = [p.take(op.axis, 0, mine) for p in pieces(got.flat(), n, slot, order)]
+    return DeviceArrays(dst.order).fold(op.kind, parts)
 
 
 @rule(ops.AllToAll)
 def _all_to_all(t: RankTransport, op: ops.AllToAll, team: Team, x: Buf, src: TensorType,
                 dst: TensorType) -> Buf:
     n, order = len(team.devices), axis_first(x.ndim, op.concat_axis)
+    me = team.index(t.rank)
+    split_extent, cat_extent = src.axes[op.split_axis].extent, src.axes[op.concat_axis].extent
     parts = x.split(n, op.split_axis)
-    send = DeviceBuffer.empty((x.size,), x.dtype).flat()
-    for slot, part in zip(pieces(send, n, parts[0].shape, order), parts):
-        copy_into(slot, part)
-    whole = DeviceBuffer.empty(scaled(parts[0].shape, op.concat_axis, n), x.dtype, order)
-    t.wire.alltoall(team.devices, send, whole.flat())
-    return whole
+    # Every piece travels in a slot of ceil(split/n) x ceil(concat/n): equal slots
+    # for NCCL; when both divide, a slot is exactly a piece and nothing is padded.
+    slot = list(x.shape)
+    slot[op.split_axis] = block_size(split_extent, n, 0)
+    slot[op.concat_axis] = block_size(cat_extent, n, 0)
+    send = DeviceBuffer.empty((n * prod(slot),), x.dtype).flat()
+    for room, part in zip(pieces(send, n, tuple(slot), order), parts):
+        copy_into(room[tuple(slice(0, m) for m in part.shape)], part)
+    got = DeviceBuffer.empty((n * prod(slot),), x.dtype).flat()
+    t.wire.alltoall(team.devices, send, got)
+    even = split_extent % n == 0 and cat_extent % n == 0
+    if even:  # the slots side by side, concat axis outermost, are the result
+        return DeviceBuffer.dense(got, scaled(tuple(slot), op.concat_axis, n), order)
+    valid = []
+    for s, room in enumerate(pieces(got, n, tuple(slot), order)):
+        shape = list(slot)
+        shape[op.split_axis] = block_size(split_extent, n, me)
+        shape[op.concat_axis] = block_size(cat_extent, n, s)
+        valid.append(room[tuple(slice(0, m) for m in shape)])
+    return DeviceArrays(order).concatenate(valid, op.concat_axis)
 
 
 def _collect(t: RankTransport, team: Team, x: Buf, src: TensorType,
-             order: tuple[int, ...]) -> tuple[Arr, tuple[int, ...]] | None:
+             order: tuple[int, ...]) -> tuple[Arr, list[tuple[int, ...]]] | None:
     """Every sender's block, side by side in team order, on every receiver (and
-    the block shape); None elsewhere."""
-    shape = t.header(team, x, src)
+    the blocks' shapes, known from the global extents); None elsewhere."""
+    shapes = [local_shape(src, {}, s) for s in team.senders]
     send = laid_out(x, order) if x is not None else None
     sends = [(r, send.flat()) for r in team.receivers if r != t.rank] if send is not None else []
     if t.rank not in team.receivers:
         t.wire.p2p(sends, [])
         return None
-    flat = DeviceBuffer.empty((len(team.senders) * prod(shape),), src.np_dtype).flat()
+    flat = DeviceBuffer.empty((sum(prod(s) for s in shapes),), src.np_dtype).flat()
     recvs = []
-    for s, block in zip(team.senders, pieces(flat, len(team.senders), shape, order)):
+    for s, block in zip(team.senders, pieces_of(flat, shapes, order)):
         if s == t.rank:
             copy_into(block, send)
         else:
             recvs.append((s, block.flat()))
     t.wire.p2p(sends, recvs)
-    return flat, shape
+    return flat, shapes
 
 
 @rule(ops.Gather)
@@ -171,8 +220,9 @@ def _gather(t: RankTransport, op: ops.Gather, team: Team, x: Buf, src: TensorTyp
     got = _collect(t, team, x, src, order)
     if got is None:
         return None
-    flat, shape = got
-    return DeviceBuffer.dense(flat, scaled(shape, op.axis, len(team.senders)), order)
+    flat, shapes = got  # blocks side by side, axis outermost: their concatenation
+    whole = tuple(sum(s[op.axis] for s in shapes) if a == op.axis else n for a, n in enumerate(shapes[0]))
+    return DeviceBuffer.dense(flat, whole, order)
 
 
 @rule(ops.Reduce)
@@ -180,8 +230,8 @@ def _reduce(t: RankTransport, op: ops.Reduce, team: Team, x: Buf, src: TensorTyp
     got = _collect(t, team, x, src, dst.order)
     if got is None:
         return None
-    flat, shape = got
-    return DeviceArrays(dst.order).fold(op.kind, pieces(flat, len(team.senders), shape, dst.order))
+    flat, shapes = got
+    return DeviceArrays(dst.order).fold(op.kind, pieces_of(flat, shapes, dst.order))
 
 
 @rule(ops.Broadcast)
@@ -197,7 +247,6 @@ def _broadcast(t: RankTransport, op: ops.Broadcast, team: Team, x: Buf, src: Ten
 def _scatter(t: RankTransport, op: ops.Scatter, team: Team, x: Buf, src: TensorType,
              dst: TensorType) -> Buf:
     n = len(team.receivers)
-    block = scaled(t.header(team, x, src), op.axis, parts=n)  # team.devices[0] is the root
     mine, sends, recvs = None, [], []
     if t.rank == op.root:
         parts = x.split(n, op.axis)
@@ -208,7 +257,7 @@ def _scatter(t: RankTransport, op: ops.Scatter, team: Team, x: Buf, src: TensorT
             else:
                 sends.append((r, part.flat()))
     elif t.rank in team.receivers:
-        mine = DeviceBuffer.empty(block, src.np_dtype, dst.order)
+        mine = DeviceBuffer.empty(local_shape(dst, {}, t.rank), src.np_dtype, dst.order)
         recvs.append((op.root, mine.flat()))
     t.wire.p2p(sends, recvs)
     return mine

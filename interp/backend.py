@@ -21,7 +21,7 @@ def transport_for(world: World) -> Transport:
 def run_spmd(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: World,
              keep: Shards | None = None) -> Shards:
     """With `keep`, every intermediate's per-device buffers land there too."""
-    check_local_inputs(lowered.checked, inputs)
+    check_local_inputs(lowered.checked, inputs, scalars)
     transport = transport_for(world)
     try:
         return execute(lowered, inputs, scalars, NumpyLocal(lowered.types), NumpyTransport(transport), keep)

@@ -18,7 +18,7 @@ from interp.impls import fold
 from refir import ops
 from refir.tables import registrar
 from refir.teams import Team
-from refir.types import TensorType
+from refir.types import TensorType, block
 
 Blocks = dict[int, np.ndarray]
 Rule = Callable[..., Blocks]
@@ -34,7 +34,10 @@ def block_index(t: TensorType, device: int, axis: int) -> int:
 
 
 def split(x: np.ndarray, n: int, axis: int) -> list[np.ndarray]:
-    return np.split(x, n, axis=axis)
+    """x cut into n blocks along `axis` by the sharding rule (refir.types.block):
+    the last ones may be shorter or empty (np.array_split would spread them)."""
+    extent = x.shape[axis]
+    return [x[(slice(None),) * axis + (slice(*block(extent, n, k)),)] for k in range(n)]
 
 
 class Arrays(Protocol):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from math import prod
 
 import numpy as np
 from mpi4py import MPI
@@ -23,7 +24,7 @@ from refir import ops
 from refir.errors import RunError
 from refir.tables import registrar
 from refir.teams import Team
-from refir.types import TensorType
+from refir.types import TensorType, block_size, local_shape
 
 TIMEOUT_S = float(os.environ.get("REFIR_MPI_TIMEOUT", "120"))
 HEADER_TAG, DATA_TAG = 11, 12  # point-to-point: a block's shape, then its bytes
@@ -102,30 +103,52 @@ class MpiTransport:
         wait(comm.Ibcast(header, root=root), "a shape header")
         return tuple(int(n) for n in header)
 
-    def allgather(self, comm: MPI.Comm, x: np.ndarray, axis: int) -> list[np.ndarray]:
+    def allgather(self, comm: MPI.Comm, x: np.ndarray, axis: int,
+                  shapes: list[tuple[int, ...]] | None = None) -> list[np.ndarray]:
+        """Every member's block on every member; `shapes` gives each member's
+        block shape where they differ (uneven blocks: MPI's v-variant)."""
+        shapes = shapes or [x.shape] * comm.size
         send = to_bytes(x, axis)
-        recv = np.empty(send.size * comm.size, np.uint8)
-        wait(comm.Iallgather(send, recv), "an allgather")
-        return [from_bytes(p, x.shape, x.dtype, axis) for p in np.split(recv, comm.size)]
+        counts = [prod(s) * x.dtype.itemsize for s in shapes]
+        recv = np.empty(sum(counts), np.uint8)
+        wait(comm.Iallgatherv(send, [recv, counts, _displs(counts), MPI.BYTE]), "an allgather")
+        return [from_bytes(p, s, x.dtype, axis) for p, s in zip(_cut(recv, counts), shapes)]
 
-    def gather_to(self, comm: MPI.Comm, root: int, x: np.ndarray | None, shape: tuple[int, ...],
-                  dtype: np.dtype, senders: int) -> list[np.ndarray]:
-        """Blocks of the first `senders` team ranks, on team rank `root`."""
-        nbytes = int(np.prod(shape)) * dtype.itemsize
-        counts = [nbytes if i < senders else 0 for i in range(comm.size)]
+    def gather_to(self, comm: MPI.Comm, root: int, x: np.ndarray | None, shapes: list[tuple[int, ...]],
+                  dtype: np.dtype) -> list[np.ndarray]:
+        """Blocks of the first len(shapes) team ranks (of those shapes), on team rank `root`."""
+        counts = [prod(shapes[i]) * dtype.itemsize if i < len(shapes) else 0 for i in range(comm.size)]
         send = to_bytes(x) if x is not None else np.empty(0, np.uint8)
-        recv = np.empty(nbytes * senders, np.uint8) if comm.rank == root else None
-        spec = [recv, counts, [nbytes * min(i, senders) for i in range(comm.size)], MPI.BYTE]
+        recv = np.empty(sum(counts), np.uint8) if comm.rank == root else None
+        spec = [recv, counts, _displs(counts), MPI.BYTE]
         wait(comm.Igatherv(send, spec if comm.rank == root else None, root=root), "a gather")
         if comm.rank != root:
             return []
-        return [from_bytes(p, shape, dtype) for p in np.split(recv, senders)]
+        return [from_bytes(p, s, dtype) for p, s in zip(_cut(recv, counts), shapes)]
 
-    def alltoall(self, comm: MPI.Comm, pieces: list[np.ndarray]) -> list[np.ndarray]:
+    def alltoall(self, comm: MPI.Comm, pieces: list[np.ndarray], shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
+        """pieces[k] to member k; from member k, a piece of shapes[k] (MPI's v-variant)."""
         send = np.concatenate([to_bytes(p) for p in pieces])
-        recv = np.empty_like(send)
-        wait(comm.Ialltoall(send, recv), "an all_to_all")
-        return [from_bytes(p, pieces[0].shape, pieces[0].dtype) for p in np.split(recv, comm.size)]
+        dtype = pieces[0].dtype
+        sent = [p.nbytes for p in pieces]
+        counts = [prod(s) * dtype.itemsize for s in shapes]
+        recv = np.empty(sum(counts), np.uint8)
+        wait(comm.Ialltoallv([send, sent, _displs(sent), MPI.BYTE], [recv, counts, _displs(counts), MPI.BYTE]),
+             "an all_to_all")
+        return [from_bytes(p, s, dtype) for p, s in zip(_cut(recv, counts), shapes)]
+
+
+def _displs(counts: list[int]) -> list[int]:
+    return [sum(counts[:i]) for i in range(len(counts))]
+
+
+def _cut(buf: np.ndarray, counts: list[int]) -> list[np.ndarray]:
+    return [buf[o:o + c] for o, c in zip(_displs(counts), counts)]
+
+
+def _blocks(t: TensorType, devices: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Each device's block shape under a resolved (symbol-free) type."""
+    return [local_shape(t, {}, d) for d in devices]
 
 
 Arr = np.ndarray | None  # None where this rank sends or receives nothing
@@ -139,7 +162,8 @@ rule = registrar(MPI_RULES)
 @rule(ops.Allgather)
 def _allgather(t: MpiTransport, op: ops.Allgather, team: Team, x: Arr, src: TensorType,
                dst: TensorType) -> Arr:
-    return np.concatenate(t.allgather(t.team_comm(team.devices), x, op.axis), axis=op.axis)
+    return np.concatenate(t.allgather(t.team_comm(team.devices), x, op.axis, _blocks(src, team.devices)),
+                          axis=op.axis)
 
 
 @rule(ops.Allreduce)
@@ -152,23 +176,25 @@ def _allreduce(t: MpiTransport, op: ops.Allreduce, team: Team, x: Arr, src: Tens
 def _reduce_scatter(t: MpiTransport, op: ops.ReduceScatter, team: Team, x: Arr, src: TensorType,
                     dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
-    return fold(op.kind, t.alltoall(comm, split(x, comm.size, op.axis)))
+    return fold(op.kind, t.alltoall(comm, split(x, comm.size, op.axis), [local_shape(dst, {}, t.rank)] * comm.size))
 
 
 @rule(ops.AllToAll)
 def _all_to_all(t: MpiTransport, op: ops.AllToAll, team: Team, x: Arr, src: TensorType,
                 dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
-    return np.concatenate(t.alltoall(comm, split(x, comm.size, op.split_axis)), axis=op.concat_axis)
+    mine = block_size(src.axes[op.split_axis].extent, comm.size, comm.rank)
+    shapes = [tuple(mine if i == op.split_axis else n for i, n in enumerate(s)) for s in _blocks(src, team.devices)]
+    return np.concatenate(t.alltoall(comm, split(x, comm.size, op.split_axis), shapes), axis=op.concat_axis)
 
 
 def _gathered(t: MpiTransport, team: Team, x: Arr, src: TensorType) -> list[np.ndarray]:
     """Every receiver collects the senders' blocks (team ranks 0..senders-1)."""
     comm = t.team_comm(team.devices)
-    shape = t.shape_from(comm, 0, x, src.rank)
+    shapes = _blocks(src, team.senders)
     mine: list[np.ndarray] = []
     for r in team.receivers:
-        got = t.gather_to(comm, team.index(r), x, shape, src.np_dtype, len(team.senders))
+        got = t.gather_to(comm, team.index(r), x, shapes, src.np_dtype)
         if r == t.rank:
             mine = got
     return mine
@@ -202,12 +228,10 @@ def _broadcast(t: MpiTransport, op: ops.Broadcast, team: Team, x: Arr, src: Tens
 def _scatter(t: MpiTransport, op: ops.Scatter, team: Team, x: Arr, src: TensorType,
              dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
-    whole = t.shape_from(comm, 0, x, src.rank)
     n = len(team.receivers)
-    shape = tuple(s // n if i == op.axis else s for i, s in enumerate(whole))
-    nbytes = int(np.prod(shape)) * src.np_dtype.itemsize
-    counts = [nbytes if d in team.receivers else 0 for d in team.devices]
-    displs = list(np.cumsum([0] + counts[:-1]))
+    counts = [prod(local_shape(dst, {}, d)) * src.np_dtype.itemsize if d in team.receivers else 0
+              for d in team.devices]
+    displs = _displs(counts)
     spec = None
     if comm.rank == 0:
         parts = split(x, n, op.axis)
@@ -218,7 +242,7 @@ def _scatter(t: MpiTransport, op: ops.Scatter, team: Team, x: Arr, src: TensorTy
     wait(comm.Iscatterv(spec, recv, root=0), "a scatter")
     if team.devices[comm.rank] not in team.receivers:
         return None
-    return from_bytes(recv, shape, src.np_dtype, op.axis)
+    return from_bytes(recv, local_shape(dst, {}, t.rank), src.np_dtype, op.axis)
 
 
 @rule(ops.SendRecv)

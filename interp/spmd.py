@@ -19,7 +19,7 @@ from refir.bindings import bind_local
 from refir.errors import RefirError, RunError
 from refir.lower import Lowered, Step
 from refir.program import Lit, Sym, Var
-from refir.types import Bindings, TensorType, local_shape, materialize
+from refir.types import SHARD_C1, SHARD_C2, Bindings, TensorType, block, local_shape, materialize, resolved
 from refir.where import describe_eqn
 
 Buffers = dict[int, Any]  # device -> local buffer
@@ -33,8 +33,9 @@ class Local(Protocol):
 
 def operand_values(step: Step, device: int, env: dict[str, Buffers], types: dict[str, TensorType],
                    scalars: Bindings) -> tuple[list[Any], dict[str, int]]:
-    """The step's operands on `device`, and the symbols its tensor operands bind."""
-    bindings: dict[str, int] = {}
+    """The step's operands on `device`, and the symbols they bind: the segment's
+    carried extents first, then the unsharded axes of its tensor operands."""
+    bindings: dict[str, int] = dict(scalars)
     for a in step.args:
         if isinstance(a, Var):
             bind_local(types[a.name], tuple(env[a.name][device].shape), bindings)
@@ -60,12 +61,18 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
     hosted = transport.hosted
     for seg in lowered.segments:
         scope: dict[str, Buffers] = {name: env[name] for name in seg.inputs}
-        known = {s: scalars[s] for s in seg.scalars}
+        missing = [s for s in seg.symbols if s not in scalars]
+        if missing:  # never guessed from a local block
+            raise RunError(f"segment {seg.index} needs symbol {missing[0]}, a global extent or value, "
+                           f"and it was not handed in [{SHARD_C2}]")
+        known = {s: scalars[s] for s in seg.symbols}
         for step in seg.steps:
             try:
                 if step.is_communication:
                     (src,) = step.tensor_args()
-                    scope[step.out] = transport.communicate(step.op, types[src], step.type, scope[src])
+                    # Block sizes come from global extents, never from local buffers.
+                    scope[step.out] = transport.communicate(step.op, resolved(types[src], known),
+                                                            resolved(step.type, known), scope[src])
                     if keep is not None:
                         keep[step.out] = scope[step.out]
                     continue
@@ -74,10 +81,10 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
                     if d in step.type.mesh:
                         args, bound = operand_values(step, d, scope, types, known)
                         out[d] = local(step, d, args)
-                        want = local_shape(step.type, bound)
+                        want = local_shape(step.type, bound, d)
                         if tuple(out[d].shape) != want:
                             raise RunError(f"the result has local shape {tuple(out[d].shape)}, "
-                                           f"its type {step.type} gives {want}")
+                                           f"its type {step.type} gives {want} on device {d} [{SHARD_C1}]")
                 scope[step.out] = out
                 if keep is not None:
                     keep[step.out] = out
@@ -103,9 +110,8 @@ def slice_block(step: Step, device: int, x: Any, src: TensorType) -> Any:
     index = []
     for i, a in enumerate(step.type.axes):
         if a.shard and not src.axes[i].shard:
-            n = x.shape[i] // step.type.mesh.size(a.shard)
-            k = step.type.mesh.coord(device, a.shard)
-            index.append(slice(k * n, (k + 1) * n))
+            mesh = step.type.mesh
+            index.append(slice(*block(x.shape[i], mesh.size(a.shard), mesh.coord(device, a.shard))))
         else:
             index.append(slice(None))
     return x[tuple(index)]

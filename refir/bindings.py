@@ -5,16 +5,27 @@ from __future__ import annotations
 import numpy as np
 
 from refir.errors import InputError
-from refir.types import TensorType, dense_strides, global_shape, has_layout
+from refir.types import (
+    SHARD_C1,
+    SHARD_C2,
+    TensorType,
+    dense_strides,
+    extent_value,
+    global_shape,
+    has_layout,
+    local_shape,
+)
 from refir.verify import Checked
 
 
 def bind_local(t: TensorType, shape: tuple[int, ...], bindings: dict[str, int]) -> None:
-    """Bind `t`'s symbols from a local buffer of `shape`: a sharded axis binds
-    local size x mesh-axis size, the global extent. Existing bindings win."""
+    """Bind `t`'s symbols from a local buffer of `shape`, on its unsharded axes
+    only: a sharded axis's local extent does not say its global one (blocks are
+    uneven, shard_c2), so those symbols must already be bound (segments carry
+    them as extents). Existing bindings win."""
     for a, n in zip(t.axes, shape):
-        if isinstance(a.extent, str) and a.extent not in bindings:
-            bindings[a.extent] = n * (t.mesh.size(a.shard) if a.shard else 1)
+        if isinstance(a.extent, str) and not a.shard and a.extent not in bindings:
+            bindings[a.extent] = n
 
 
 def bind_inputs(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str, int]:
@@ -50,25 +61,16 @@ def bind_inputs(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str, in
                     raise InputError(f"symbol {a.extent} is {bindings[a.extent]} from {source[a.extent]}, "
                                    f"but {n} from {where}")
                 bindings[a.extent], source[a.extent] = n, where
-            if a.shard and n % t.mesh.size(a.shard):
-                name = f"symbol {a.extent} = {n}" if isinstance(a.extent, str) else f"extent {n}"
-                raise InputError(f"{where} ({name}) does not divide evenly over {a.shard} of mesh "
-                               f"{t.mesh.name!r} ({t.mesh.size(a.shard)} devices)")
-    # Inside the function a symbol may be sharded over other meshes than the inputs'.
-    for name, t in checked.types.items():
-        for i, a in enumerate(t.axes):
-            if a.shard and isinstance(a.extent, str) and bindings[a.extent] % t.mesh.size(a.shard):
-                raise InputError(f"symbol {a.extent} = {bindings[a.extent]} does not divide evenly over "
-                                 f"{a.shard} of mesh {t.mesh.name!r} ({t.mesh.size(a.shard)} devices), "
-                                 f"as axis {i} of {name}: {t} needs")
     return bindings
 
 
-def check_local_inputs(checked: Checked, inputs: dict[str, dict[int, np.ndarray]]) -> None:
+def check_local_inputs(checked: Checked, inputs: dict[str, dict[int, np.ndarray]],
+                       bindings: dict[str, int]) -> None:
     """Per-device input buffers handed straight to a backend: each of the declared
-    dtype, rank and local extents, symbols consistent, and dense in its declared
-    layout where the parameter has one (InputError otherwise)."""
-    bindings: dict[str, int] = {}
+    dtype, rank and local extents (device d's block under the global `bindings`,
+    shard_c1), and dense in its declared layout where the parameter has one
+    (InputError otherwise)."""
+    bound = dict(bindings)
     for p in checked.func.params:
         t = p.type
         for d, x in sorted(inputs.get(p.name, {}).items()):
@@ -76,19 +78,23 @@ def check_local_inputs(checked: Checked, inputs: dict[str, dict[int, np.ndarray]
             if not isinstance(x, np.ndarray) or x.dtype != t.np_dtype or x.ndim != t.rank:
                 what = f"{x.dtype}{list(x.shape)}" if isinstance(x, np.ndarray) else type(x).__name__
                 raise InputError(f"{where} is {what}, but {p.name}: {t} needs a {t.np_dtype} array of rank {t.rank}")
-            seen = dict(bindings)
-            bind_local(t, x.shape, seen)
-            for i, (a, n) in enumerate(zip(t.axes, x.shape)):
-                parts = t.mesh.size(a.shard) if a.shard else 1
-                extent = seen[a.extent] if isinstance(a.extent, str) else a.extent
-                if n * parts != extent:
+            bind_local(t, x.shape, bound)  # unsharded axes; the first buffer binds, the others must agree
+            missing = sorted(t.symbols() - set(bound))
+            if missing:
+                raise InputError(f"{where}: symbol {missing[0]} of {p.name}: {t} shards an axis, and its "
+                                 f"global extent was not handed in [{SHARD_C2}]")
+            want = local_shape(t, bound, d)
+            for i, (n, m) in enumerate(zip(x.shape, want)):
+                if n != m:
+                    a = t.axes[i]
+                    block = (f"block {t.mesh.coord(d, a.shard)} of {extent_value(a.extent, bound)} over "
+                             f"{t.mesh.size(a.shard)} devices" if a.shard else f"its extent {a.extent}")
                     raise InputError(f"{where} has local extent {n} on axis {i}, but {p.name}: {t} "
-                                     f"needs {extent // parts}")
-            bindings = seen
+                                     f"needs {m}, {block} [{SHARD_C1}]")
             if t.layout is not None and not has_layout(x, t.layout):
-                want = dense_strides(x.shape, t.layout, x.itemsize)
+                want_strides = dense_strides(x.shape, t.layout, x.itemsize)
                 raise InputError(f"{where} has strides {x.strides}, but {p.name}: {t} needs a buffer dense "
-                                 f"in its layout (strides {want})")
+                                 f"in its layout (strides {want_strides})")
 
 
 def check_world(checked: Checked, world: int) -> None:

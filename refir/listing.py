@@ -9,12 +9,13 @@ from refir import ops
 from refir.lower import Lowered, Step
 from refir.printer import format_call
 from refir.teams import teams
-from refir.types import Extent, TensorType
+from refir.types import Extent, TensorType, block_size
 
 
 def _local_extent(extent: Extent, parts: int) -> str:
+    """The longest block: ceil(E/parts) (shard_c1); `N/4` stands for ceil(N/4)."""
     if isinstance(extent, int):
-        return str(extent // parts)
+        return str(block_size(extent, parts, 0))
     return extent if parts == 1 else f"{extent}/{parts}"
 
 
@@ -40,9 +41,32 @@ def format_buffer(t: TensorType) -> str:
     return f"local [{', '.join(local_extents(t))}] strides [{', '.join(element_strides(t))}]"
 
 
+def uneven_blocks(t: TensorType) -> str | None:
+    """Each device's block on every sharded axis that may not divide evenly
+    (short and empty blocks named plainly); None where every block is equal."""
+    notes = []
+    for i, a in enumerate(t.axes):
+        if not a.shard:
+            continue
+        n = t.mesh.size(a.shard)
+        if isinstance(a.extent, str):
+            notes.append(f"axis {i}: blocks of ceil({a.extent}/{n}), the last ones shorter or empty")
+        elif a.extent % n:
+            full = block_size(a.extent, n, 0)
+            sizes = []
+            for d in t.mesh.devices:
+                size = block_size(a.extent, n, t.mesh.coord(d, a.shard))
+                sizes.append(f"{d}:{size}" + (" empty" if size == 0 else " short" if size < full else ""))
+            notes.append(f"axis {i}: {a.extent} over {n} -> device {', '.join(sizes)}")
+    return "; ".join(notes) or None
+
+
 def format_step(step: Step, lowered: Lowered) -> list[str]:
     lines = [f"    {step.out}: {step.type} = {format_call(step.op, step.args)}"]
     lines.append(f"        {format_buffer(step.type)} on devices {_devices(step.type.mesh.devices)}")
+    blocks = uneven_blocks(step.type)
+    if blocks:
+        lines.append(f"        {blocks}")
     if step.is_communication:
         (src,) = step.tensor_args()
         for team in teams(step.op, lowered.types[src], step.type):
@@ -58,9 +82,13 @@ def format_lowered(lowered: Lowered) -> str:
     for p in func.params:
         out.append(f"  input {p.name}: {p.type}  {format_buffer(p.type)}"
                    + ("" if p.type.layout is not None else " (any strides accepted)"))
+        blocks = uneven_blocks(p.type)
+        if blocks:
+            out.append(f"        {blocks}")
     for seg in lowered.segments:
         kind = ops.op_name(seg.steps[0].op) if seg.kind == "communication" else "compute"
         scalars = f" + scalars {', '.join(seg.scalars)}" if seg.scalars else ""
+        scalars += f" + extents {', '.join(seg.extents)}" if seg.extents else ""
         out.append(f"  segment {seg.index} ({kind}): inputs {', '.join(seg.inputs) or '-'}{scalars}"
                    f" -> outputs {', '.join(seg.outputs) or '-'}")
         for step in seg.steps:

@@ -53,7 +53,8 @@ class Step:
 @dataclass(frozen=True)
 class Segment:
     """A single communication, or a maximal run of local steps between them.
-    It runs knowing only `inputs` and the symbols in `scalars`."""
+    It runs knowing only `inputs`, the symbols in `scalars` (used as values) and
+    the global extents in `extents` (symbols its buffers cannot give: shard_c2)."""
 
     index: int
     kind: str  # "compute" or "communication"
@@ -61,6 +62,12 @@ class Segment:
     inputs: tuple[str, ...]
     scalars: tuple[str, ...]
     outputs: tuple[str, ...]
+    extents: tuple[str, ...] = ()
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        """Every symbol handed to the segment from outside."""
+        return _unique((*self.scalars, *self.extents))
 
 
 @dataclass(frozen=True)
@@ -283,8 +290,21 @@ def cut_segments(steps: tuple[Step, ...], types: dict[str, TensorType],
         )
         kind = "communication" if group[0].is_communication else "compute"
         outputs = tuple(s.out for s in group if s.out in later)
-        segments.append(Segment(index, kind, tuple(group), inputs, scalars, outputs))
+        segments.append(Segment(index, kind, tuple(group), inputs, scalars, outputs, carried_extents(group, types)))
     return tuple(segments)
+
+
+def carried_extents(group: list[Step], types: dict[str, TensorType]) -> tuple[str, ...]:
+    """The global extents a segment must be handed (shard_c2): a local block's
+    extent on a sharded axis does not tell the global one (blocks are uneven), and
+    a receiver of a communication holds no buffer at all. So: every symbol of a
+    communication's source type, and every symbol on a sharded axis of a type a
+    compute segment reads or writes. Unsharded axes re-bind from the buffers."""
+    if group[0].is_communication:
+        (src,) = group[0].tensor_args()
+        return tuple(sorted(types[src].symbols() | group[0].type.symbols()))
+    touched = [types[a] for s in group for a in s.tensor_args()] + [s.type for s in group]
+    return tuple(sorted({a.extent for t in touched for a in t.axes if a.shard and isinstance(a.extent, str)}))
 
 
 def _unique(xs: Iterable[str]) -> tuple[str, ...]:

@@ -43,6 +43,9 @@ def finfo(dtype: np.dtype) -> ml_dtypes.finfo:
 
 
 Extent = int | str  # a static extent, or the name of a symbol
+# Uneven sharding (docs/spec.md §3.1), checked at run time and cited by errors:
+SHARD_C1 = "shard_c1"  # a device's buffer has exactly its block's extents (`block`)
+SHARD_C2 = "shard_c2"  # a segment is handed the global extents it needs, never guesses them
 Bindings = Mapping[str, int]
 
 
@@ -159,11 +162,31 @@ def global_shape(t: TensorType, bindings: Bindings) -> tuple[int, ...]:
     return tuple(extent_value(a.extent, bindings) for a in t.axes)
 
 
-def local_shape(t: TensorType, bindings: Bindings) -> tuple[int, ...]:
-    """The shape of one device's block."""
-    return tuple(
-        extent_value(a.extent, bindings) // (t.mesh.size(a.shard) if a.shard else 1) for a in t.axes
-    )
+def block(extent: int, parts: int, k: int) -> tuple[int, int]:
+    """Block k of an axis of extent E cut over `parts` devices: [start, stop).
+
+    Blocks are ceil(E/parts) long, the last ones shorter or empty (spec §3.1,
+    shard_c1): torch.chunk's sizes as DTensor pads them, and nvFuser's outer split
+    by ceilDiv. Every slicing, split and block size in refir comes from here."""
+    size = -(-extent // parts) if parts else 0
+    start = min(k * size, extent)
+    return start, min(start + size, extent)
+
+
+def block_size(extent: int, parts: int, k: int) -> int:
+    start, stop = block(extent, parts, k)
+    return stop - start
+
+
+def local_shape(t: TensorType, bindings: Bindings, device: int | None = None) -> tuple[int, ...]:
+    """The shape of `device`'s block (the first, longest block when no device is named)."""
+    out = []
+    for a in t.axes:
+        n = extent_value(a.extent, bindings)
+        if a.shard:
+            n = block_size(n, t.mesh.size(a.shard), 0 if device is None else t.mesh.coord(device, a.shard))
+        out.append(n)
+    return tuple(out)
 
 
 def block_slices(t: TensorType, device: int, shape: tuple[int, ...]) -> tuple[slice, ...]:
@@ -171,12 +194,21 @@ def block_slices(t: TensorType, device: int, shape: tuple[int, ...]) -> tuple[sl
     out = []
     for a, n in zip(t.axes, shape):
         if a.shard:
-            size = n // t.mesh.size(a.shard)
-            k = t.mesh.coord(device, a.shard)
-            out.append(slice(k * size, (k + 1) * size))
+            out.append(slice(*block(n, t.mesh.size(a.shard), t.mesh.coord(device, a.shard))))
         else:
             out.append(slice(None))
     return tuple(out)
+
+
+def divides(t: TensorType, bindings: Bindings) -> bool:
+    """Whether every sharded axis of `t` cuts into equal blocks."""
+    return all(extent_value(a.extent, bindings) % t.mesh.size(a.shard) == 0 for a in t.axes if a.shard)
+
+
+def resolved(t: TensorType, bindings: Bindings) -> TensorType:
+    """`t` with every symbol replaced by its global extent."""
+    axes = tuple(a if a.broadcast else replace(a, extent=extent_value(a.extent, bindings)) for a in t.axes)
+    return replace(t, axes=axes)
 
 
 def dense_strides(shape: tuple[int, ...], order: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -190,7 +222,10 @@ def dense_strides(shape: tuple[int, ...], order: tuple[int, ...], itemsize: int)
 
 
 def empty_in_order(shape: tuple[int, ...], dtype: np.dtype, order: tuple[int, ...]) -> np.ndarray:
-    """An uninitialized array of logical `shape`, dense in memory `order`."""
+    """An uninitialized array of logical `shape`, dense in memory `order`. An
+    empty block too has the strides dense_strides gives (numpy would zero them)."""
+    if 0 in shape:
+        return np.ndarray(shape, dtype, np.empty(0, dtype), strides=dense_strides(shape, order, dtype.itemsize))
     inverse = np.argsort(order)
     return np.empty([shape[a] for a in order], dtype).transpose(inverse)
 

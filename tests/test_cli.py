@@ -153,7 +153,6 @@ BAD = {
     "missing_input": ({"x": ((6, 8), "f4")},
                       "error: missing input 'y': main takes y: f32[8, 6] on m layout[1, 0] (inputs given: x)\n"),
 }
-NOT_DIVISIBLE = "error: axis 0 of input 'x' (symbol R = 6) does not divide evenly over DIDx of mesh 'm' (4 devices)\n"
 OUTSIDE = """\
 mesh m = [0, 5]
 func main(x: f32[4@DIDx]) {
@@ -178,10 +177,10 @@ def test_bad_input_alone(tmp_path, name):
     assert one_paragraph_error(done.stderr) == BAD[name][1]
 
 
-def test_symbol_that_does_not_divide_alone():
+def test_symbol_that_does_not_divide_runs_in_uneven_blocks_alone():
     done = cli("run", BY_NAME["collectives"], "--bind", "R=6")
-    assert done.returncode == 2 and done.stdout == ""
-    assert one_paragraph_error(done.stderr) == NOT_DIVISIBLE
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.endswith("all 4 expect lines hold\n")
 
 
 def test_device_outside_the_world_alone(tmp_path):
@@ -224,10 +223,10 @@ def test_bad_input_under_mpiexec(tmp_path, name):
     assert one_paragraph_error(done.stderr) == BAD[name][1]  # rank 0 reports, every rank exits
 
 
-def test_symbol_that_does_not_divide_under_mpiexec():
-    done = mpi_cli(["run", BY_NAME["collectives"], "--bind", "R=6"])
-    assert done.returncode != 0 and done.stdout == ""
-    assert one_paragraph_error(done.stderr) == NOT_DIVISIBLE
+def test_symbol_that_does_not_divide_runs_in_uneven_blocks_under_mpiexec():
+    done = mpi_cli(["run", BY_NAME["collectives"], "--bind", "R=6"], seconds=60)
+    assert done.returncode == 0
+    assert done.stdout.endswith("all 4 expect lines hold\n")
 
 
 def test_device_outside_the_world_under_mpiexec(tmp_path):

@@ -24,7 +24,7 @@ from gpu_backend.transports import DeviceInProcess, LaidOut, transport_for  # no
 from interp.spmd import NumpyTransport  # noqa: E402
 from interp.transport import InProcess  # noqa: E402
 from refir import ops  # noqa: E402
-from refir.types import DTYPES, Axis, Mesh, TensorType, has_layout  # noqa: E402
+from refir.types import DTYPES, Axis, Mesh, TensorType, has_layout, local_shape  # noqa: E402
 from refir.world import mpi_world  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -39,7 +39,8 @@ def case(seed: int, world: int) -> Case:
     """Communication number `seed % 9` of KINDS on a world of 2 or 4 ranks; its
     variant `seed // 9` picks the rank, the communicated axis and, for the
     reducing ones, floats summed or multiplied (non-integer: the fold order shows
-    in the bits), integers and bool (bitwise too), or float max/min with NaN."""
+    in the bits), integers and bool (bitwise too), or float max/min with NaN.
+    Odd variants shard extents that do not divide by the mesh."""
     rng = np.random.default_rng(seed)
     kind, variant = KINDS[seed % len(KINDS)], seed // len(KINDS)
     devices = tuple(int(d) for d in rng.permutation(world))
@@ -49,6 +50,8 @@ def case(seed: int, world: int) -> Case:
     one = Mesh("one", (1,), devices[-1:])
     rank = 2 + variant % 2 if kind == "all_to_all" else 1 + variant % 3
     extents = [int(rng.integers(1, 3)) * world for _ in range(rank)]
+    if variant % 2:  # uneven: short and, below the mesh size, empty blocks (spec §3.1)
+        extents = [n - int(rng.integers(1, world)) for n in extents]
     axis = variant % rank
     other = (axis + 1 + variant // 2 % (rank - 1)) % rank if rank > 1 else axis
     floats, integers = ["f16", "f32", "f64"], ["bool", "i8", "i16", "i32", "i64", "u8"]
@@ -85,7 +88,7 @@ def case(seed: int, world: int) -> Case:
     special = reduce_kind in ("", "max", "min")  # NaN, inf: only where the order cannot matter
     blocks = {}
     for d in src.mesh.devices:
-        shape = tuple(n // (src.mesh.size(x.shard) if x.shard else 1) for n, x in zip(extents, src.axes))
+        shape = local_shape(src, {}, d)
         blocks[d] = strided(rng, shape, DTYPES[name], special)
         if reduce_kind in ("sum", "prod") and name.startswith("f"):
             blocks[d][...] = rng.standard_normal(shape)  # a fold out of team order shows in the bits

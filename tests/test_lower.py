@@ -13,6 +13,7 @@ from interp.spmd import NumpyLocal, NumpyTransport, execute
 from interp.transport import InProcess
 from refir import ops
 from refir.bindings import bind_inputs
+from refir.errors import RunError
 from refir.listing import format_lowered
 from refir.lower import lower
 from refir.ops import op_name
@@ -177,17 +178,24 @@ def test_a_symbol_used_as_a_value_after_an_allreduce_is_a_scalar_input():
     assert "segment 2 (compute): inputs c, bias + scalars D -> outputs out" in format_lowered(low)
 
 
-def test_global_extent_symbol_is_rebound_from_the_sharded_buffer():
+def test_shard_c2_a_segment_gets_the_global_extent_and_never_guesses_it():
     low = lowered((EXAMPLES / "global_extent.rir").read_text())
-    assert [(s.kind, s.inputs, s.scalars) for s in low.segments] == [
-        ("compute", ("x",), ()), ("communication", ("rs~1",), ()), ("compute", ("rs",), ()),
+    assert [(s.kind, s.inputs, s.scalars, s.extents) for s in low.segments] == [
+        ("compute", ("x",), (), ("D",)), ("communication", ("rs~1",), (), ("D",)), ("compute", ("rs",), (), ("D",)),
     ]
     assert low.segments[1].steps[0].op == ops.ReduceScatter("sum", "DIDx", 0)
-    rs = {d: np.full((2, 4), float(d), np.float32) for d in range(4)}  # D = 2 rows x 4 devices = 8
-    got = execute(replace(low, segments=(low.segments[2],)), {"rs": rs}, {}, NumpyLocal(low.types),
-                  NumpyTransport(InProcess(4)))
+    alone = replace(low, segments=(low.segments[2],))
+    rs = {d: np.full((2, 4), float(d), np.float32) for d in range(4)}  # D = 8: 2 rows on each of 4 devices
+    got = execute(alone, {"rs": rs}, {"D": 8}, NumpyLocal(low.types), NumpyTransport(InProcess(4)))
     for d in range(4):
         assert np.array_equal(got["out"][d], np.full((2, 4), d + 8.0, np.float32))
+    # D = 7: blocks 2, 2, 2, 1; the same local block on device 0 means another global extent
+    rs = {d: np.full((2 if d < 3 else 1, 4), float(d), np.float32) for d in range(4)}
+    got = execute(alone, {"rs": rs}, {"D": 7}, NumpyLocal(low.types), NumpyTransport(InProcess(4)))
+    assert got["out"][3].shape == (1, 4) and np.array_equal(got["out"][0], np.full((2, 4), 7.0, np.float32))
+    with pytest.raises(RunError, match=r"segment 2 needs symbol D, a global extent .* \[shard_c2\]"):
+        execute(alone, {"rs": rs}, {}, NumpyLocal(low.types), NumpyTransport(InProcess(4)))
+    assert "segment 2 (compute): inputs rs + extents D -> outputs out" in format_lowered(low)
 
 
 # ---- segments in general -------------------------------------------------------------------

@@ -128,19 +128,27 @@ def test_bad_symbols_and_broadcast_axes():
     cases = [
         ({**ok, "y": np.zeros((4, 4), np.float32)},
          "symbol C is 3 from axis 1 of input 'x', but 4 from axis 0 of input 'y'"),
-        ({**ok, "x": np.zeros((5, 3), np.float32), "y": np.zeros((3, 5), np.float32)},
-         "axis 0 of input 'x' (symbol R = 5) does not divide evenly over DIDx of mesh 'm' (2 devices)"),
         ({**ok, "z": np.zeros((2, 3), np.float32)},
          "axis 0 of input 'z' has extent 2, but z: f32[b, C] on m declares b"),
-        ({"x": np.zeros((4, 4), np.float32), "y": np.zeros((4, 4), np.float32), "z": np.zeros((1, 4), np.float32)},
-         "symbol C = 4 does not divide evenly over DIDx of mesh 'q' (3 devices), as axis 0 of w: f32[C@DIDx, R] on q "
-         "needs"),
     ]
     for inputs, message in cases:
         for backend in ("global", "spmd"):
             with pytest.raises(InputError) as info:
                 refir.run(text, inputs, backend=backend)
             assert str(info.value) == message
+
+
+def test_extents_that_do_not_divide_run_in_short_and_empty_blocks():
+    text = "mesh m = [0, 1]\nmesh q = [0, 1, 2]\nfunc main(x: f32[R@DIDx, C] on m, y: f32[C, R] on m) {\n" \
+           "  w: f32[C@DIDx, R] on q = set(y)\n  v: f32[R, C] on m = set(x)\n  return w, v\n}\n"
+    x = np.arange(10, dtype=np.float32).reshape(5, 2)  # R = 5 over 2 devices: blocks 3, 2
+    y = np.arange(10, dtype=np.float32).reshape(2, 5)  # C = 2 over 3 devices: blocks 1, 1, 0
+    r = refir.run(text, {"x": x, "y": y})
+    assert np.array_equal(r.outputs["w"], y) and np.array_equal(r.outputs["v"], x)
+    assert [r.shards["w"][d].shape for d in range(3)] == [(1, 5), (1, 5), (0, 5)]
+    assert [r.shards["w"][d].strides for d in range(3)] == [(20, 4), (20, 4), (20, 4)]
+    assert np.array_equal(r.shards["w"][1], y[1:2])
+    assert [r.shards["v"][d].shape for d in range(2)] == [(5, 2), (5, 2)]
 
 
 def test_a_mesh_naming_a_device_outside_the_world():

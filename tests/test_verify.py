@@ -7,13 +7,18 @@ caret under that column. Positive checks of inferred types come first.
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import refir
+from interp.spmd import NumpyLocal, NumpyTransport, execute
+from interp.transport import InProcess
 from refir import ops
-from refir.errors import Loc, VerifyError
+from refir.bindings import check_local_inputs
+from refir.errors import InputError, Loc, RunError, VerifyError
+from refir.lower import lower
 from refir.program import Eqn, Func, Param, Program, Sym, Var
-from refir.types import Axis, Mesh, TensorType
+from refir.types import Axis, Mesh, TensorType, block, block_size
 
 ROOT = Path(__file__).resolve().parent.parent
 FILE = "prog.rir"
@@ -134,11 +139,43 @@ def test_type_c3():
             "axes 0 and 1 are both sharded on DIDx")
 
 
-def test_type_c4():
-    rejects(prog("x: f32[3@DIDx]", "return x"), "type_c4", 2, 11,
-            "axis 0 of extent 3 does not divide evenly over DIDx of mesh 'm' (2 devices)")
-    # also on a declared result type
-    rejects(prog("x: f32[3]", "y: f32[3@DIDx] = set(x)", "return y"), "type_c4", 3, 3)
+def test_type_c4_is_retired_any_extent_may_be_sharded():
+    for text in (prog("x: f32[3@DIDx]", "return x"), prog("x: f32[3]", "y: f32[3@DIDx] = set(x)", "return y")):
+        refir.verify(refir.parse(text))
+
+
+def test_shard_c1():
+    """Block k of E over n is [min(k*c, E), min((k+1)*c, E)), c = ceil(E/n): torch.chunk's
+    sizes (empty blocks filled in, as DTensor does) and nvFuser's ceilDiv split."""
+    assert [block(5, 4, k) for k in range(4)] == [(0, 2), (2, 4), (4, 5), (5, 5)]
+    assert [block_size(10, 4, k) for k in range(4)] == [3, 3, 3, 1]
+    assert [block_size(6, 4, k) for k in range(4)] == [2, 2, 2, 0]  # np.array_split gives 2, 2, 1, 1
+    assert [block_size(2, 4, k) for k in range(4)] == [1, 1, 0, 0]
+    assert [block_size(8, 4, k) for k in range(4)] == [2, 2, 2, 2]
+    text = "mesh m = [0, 1, 2, 3]\nfunc main(x: f32[5@DIDx, 3]) {\n  y: f32[5, 3] = set(x)\n  return y\n}\n"
+    checked = refir.verify(refir.parse(text))
+    x = np.arange(15, dtype=np.float32).reshape(5, 3)
+    good = {"x": {d: x[slice(*block(5, 4, d))] for d in range(4)}}
+    check_local_inputs(checked, good, {})
+    for d, n in ((2, 2), (3, 1)):  # a padded block, or a block on a device that holds nothing
+        bad = {"x": {**good["x"], d: np.zeros((n, 3), np.float32)}}
+        with pytest.raises(InputError, match=rf"input 'x' on device {d} has local extent {n} on axis 0, .* needs "
+                           rf"{block_size(5, 4, d)}, block {d} of 5 over 4 devices \[shard_c1\]"):
+            check_local_inputs(checked, bad, {})
+
+
+def test_shard_c2():
+    """A segment is handed the global extents of its sharded axes: N=7 and N=8 give
+    device 0 the same block of 2 rows."""
+    text = ("mesh m = [0, 1, 2, 3]\nfunc main(x: f32[N@DIDx]) {\n  y: f32[N@DIDx] = add(x, N)\n"
+            "  return y\n}\n")
+    low = lower(refir.verify(refir.parse(text)))
+    assert low.segments[0].extents == ("N",) and low.segments[0].scalars == ()
+    x = {d: np.zeros(2 if d < 3 else 1, np.float32) for d in range(4)}
+    got = execute(low, {"x": x}, {"N": 7}, NumpyLocal(low.types), NumpyTransport(InProcess(4)))
+    assert [got["y"][d].tolist() for d in (0, 3)] == [[7.0, 7.0], [7.0]]
+    with pytest.raises(RunError, match=r"segment 0 needs symbol N, a global extent or value, .* \[shard_c2\]"):
+        execute(low, {"x": x}, {}, NumpyLocal(low.types), NumpyTransport(InProcess(4)))
 
 
 def test_type_c5():
