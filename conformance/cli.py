@@ -33,6 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where failing generated cases are written (default ./conform-failures)")
     p.add_argument("--no-corpus", action="store_true", help="run generated programs only")
     p.add_argument("--mutants", action="store_true", help="run the mutant table on the spmd backend instead")
+    p.add_argument("--mutant", action="append", metavar="NAME", help="with --mutants: only this one (repeatable)")
+    p.add_argument("--kills-json", type=Path, metavar="FILE", help="with --mutants: write which checks killed each")
     p.add_argument("-v", "--verbose", action="store_true", help="print a line per case as it finishes")
 
 
@@ -100,9 +102,17 @@ def _saved(outcome: Outcome, directory: Path) -> str:
 
 
 def mutants(args: argparse.Namespace) -> int:
-    from conformance.teeth import hunt, table
+    import json
 
+    from conformance.mutants import MUTANTS
+    from conformance.teeth import as_json, hunt, table
+
+    chosen = [m for m in MUTANTS if not args.mutant or m.name in args.mutant]
     cases = chosen_cases(args)
-    kills = hunt(cases + [c for index in range(args.cases) for c in drawn(args.seed, index)])
+    kills = hunt(cases + [c for index in range(args.cases) for c in drawn(args.seed, index)], mutants=chosen,
+                 backends=tuple(available_backends()))
+    world = mpi_world()
+    if args.kills_json and (world is None or world.is_root):
+        args.kills_json.write_text(json.dumps(as_json(kills)))
     say(table(kills))
-    return 0 if all(k.killed for k in kills) else 1
+    return 0 if all(k.killed or k.not_run for k in kills) else 1
