@@ -17,7 +17,7 @@ from conformance.cases import Case, bundled_cases, cases_of, files_in
 from conformance.check import Outcome, check_case, quiet, reference_of
 from conformance.explore import drawn, minimize
 from conformance.failures import conform_command, save
-from conformance.report import Progress, summary, write_junit
+from conformance.report import Progress, not_tested, summary, write_junit
 from refir.world import mpi_world, say
 
 
@@ -33,6 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where failing generated cases are written (default ./conform-failures)")
     p.add_argument("--no-corpus", action="store_true", help="run generated programs only")
     p.add_argument("--mutants", action="store_true", help="run the mutant table on the spmd backend instead")
+    p.add_argument("--coverage", action="store_true",
+                   help="print which ops, dtypes, layouts, meshes and communications the run reaches, and what not")
     p.add_argument("--mutant", action="append", metavar="NAME", help="with --mutants: only this one (repeatable)")
     p.add_argument("--kills-json", type=Path, metavar="FILE", help="with --mutants: write which checks killed each")
     p.add_argument("-v", "--verbose", action="store_true", help="print a line per case as it finishes")
@@ -56,7 +58,7 @@ def chosen_cases(args: argparse.Namespace) -> list[Case]:
 
 def conform(args: argparse.Namespace) -> int:
     with quiet():
-        return mutants(args) if args.mutants else suite(args)
+        return mutants(args) if args.mutants else coverage(args) if args.coverage else suite(args)
 
 
 def suite(args: argparse.Namespace) -> int:
@@ -81,6 +83,8 @@ def suite(args: argparse.Namespace) -> int:
     progress.close()
     where = f"{world.size} MPI ranks" if world else "ranks simulated in one process"
     say(summary(outcomes, backends, where, time.monotonic() - start))
+    if not args.programs:
+        say("\n" + not_tested(backends, world))
     if args.junit and (world is None or world.is_root):
         write_junit(args.junit, outcomes, time.monotonic() - start)
     return 1 if any(o.status == "fail" for o in outcomes) else 0
@@ -99,6 +103,15 @@ def _saved(outcome: Outcome, directory: Path) -> str:
     say(f"\n{outcome.backend} fails generated case {outcome.case.name} ({size}):\n"
         f"{case.path.read_text() if case.path else ''}replay: {command}\n")
     return command
+
+
+def coverage(args: argparse.Namespace) -> int:
+    from conformance.coverage import Coverage, render
+
+    cases = [] if args.no_corpus and not args.programs else chosen_cases(args)
+    generated = [c for index in range(args.cases) for c in drawn(args.seed, index)]
+    say(render(Coverage().measure(cases + generated), args.cases, args.seed))
+    return 0
 
 
 def mutants(args: argparse.Namespace) -> int:
