@@ -53,7 +53,7 @@ def local_label(op: object) -> str:
 _PROBES = {
     **{u: "{u}(x)" for u in ops.UNARY}, **{b: "{b}(x, x)" for b in ops.BINARY},
     **{r: "{r}(x, dims=[0])" for r in ops.REDUCTIONS}, "matmul": "matmul(x, x)",
-    "permute": "permute(x, perm=[1, 0])", "unsqueeze": "unsqueeze(x, dims=[0])",
+    "permute": "permute(x, [1, 0])", "unsqueeze": "unsqueeze(x, dims=[0])",
 }
 
 
