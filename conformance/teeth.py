@@ -44,6 +44,8 @@ def _not_here(m: Mutant, backends: list[str]) -> str:
         return f"the {m.backend} backend is not available"
     if world is not None and m.transport == "in-process":
         return "it breaks the in-process transport, which an MPI launch does not use"
+    if world is not None and m.backend != "spmd":
+        return f"a {m.backend} kernel bug: the run in one process tries it; here every rank would only repeat it"
     return ""
 
 
