@@ -19,6 +19,7 @@
 #   mpi-conform      the corpus (programs that fit the GPUs) and 20 generated ones, under mpiexec
 #   bf16             tests/test_gpu_bf16.py and a bf16 nvFuser import: bf16 kernels compiled for the GPU
 #   dtensor          redistributes through torch DTensor and through refir (gpu), every local block compared
+#   dtensor-uneven   uneven blocks next to torch DTensor's redistribute, on 2 GPUs (gpu_backend/dtensor_uneven_check.py)
 # A failing or slow stage never stops the next; each has a time limit and the
 # whole run keeps within $BUDGET seconds (the device tool stops a command at 600).
 # Back in $OUT: summary.txt (each stage's exit status and time), session.log
@@ -101,6 +102,7 @@ stage mpi-conform 150 bash -c 'ranks "$NGPU" -m mpi4py -m refir conform --backen
 stage bf16 100 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_bf16.py \
   tests/test_nvfuser_import.py::test_row_parallel_linear_in_bf16_with_two_segments
 stage dtensor 150 bash -c 'ranks "$NGPU" -m mpi4py gpu_backend/dtensor_check.py'
+stage dtensor-uneven 150 bash -c 'ranks 2 -m mpi4py gpu_backend/dtensor_uneven_check.py'
 
 echo "=== done in $((SECONDS - START))s"
 cat "$OUT/summary.txt"

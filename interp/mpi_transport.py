@@ -111,7 +111,10 @@ class MpiTransport:
         send = to_bytes(x, axis)
         counts = [prod(s) * x.dtype.itemsize for s in shapes]
         recv = np.empty(sum(counts), np.uint8)
-        wait(comm.Iallgatherv(send, [recv, counts, _displs(counts), MPI.BYTE]), "an allgather")
+        if len(set(counts)) == 1:  # equal blocks (every rank sees the same counts): the plain collective
+            wait(comm.Iallgather(send, recv), "an allgather")
+        else:
+            wait(comm.Iallgatherv(send, [recv, counts, _displs(counts), MPI.BYTE]), "an allgather")
         return [from_bytes(p, s, x.dtype, axis) for p, s in zip(_cut(recv, counts), shapes)]
 
     def gather_to(self, comm: MPI.Comm, root: int, x: np.ndarray | None, shapes: list[tuple[int, ...]],
@@ -133,6 +136,8 @@ class MpiTransport:
         sent = [p.nbytes for p in pieces]
         counts = [prod(s) * dtype.itemsize for s in shapes]
         recv = np.empty(sum(counts), np.uint8)
+        # Always the v-variant: whether pieces are equal differs from rank to rank,
+        # and every rank must make the same call.
         wait(comm.Ialltoallv([send, sent, _displs(sent), MPI.BYTE], [recv, counts, _displs(counts), MPI.BYTE]),
              "an all_to_all")
         return [from_bytes(p, s, dtype) for p, s in zip(_cut(recv, counts), shapes)]
@@ -176,7 +181,8 @@ def _allreduce(t: MpiTransport, op: ops.Allreduce, team: Team, x: Arr, src: Tens
 def _reduce_scatter(t: MpiTransport, op: ops.ReduceScatter, team: Team, x: Arr, src: TensorType,
                     dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
-    return fold(op.kind, t.alltoall(comm, split(x, comm.size, op.axis), [local_shape(dst, {}, t.rank)] * comm.size))
+    pieces = split(x, comm.size, op.axis)  # piece k to team member k, which expects block k
+    return fold(op.kind, t.alltoall(comm, pieces, [pieces[comm.rank].shape] * comm.size))
 
 
 @rule(ops.AllToAll)

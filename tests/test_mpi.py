@@ -108,8 +108,10 @@ COLLECTIVE_JOBS = [
         "func main(x: f32[4@DIDx, 6] on a, k: f32[2@DIDy, 3, 4@DIDx] on g, w: f32[2@DIDy, 4@DIDx, 5] on g) {\n"
         "  s: f32[6@DIDx] on q = sum(x, dims=[0])\n  z = matmul(k, w)\n  return s, z, x\n}\n",
         x=f32(4, 6), k=f32(2, 3, 4, seed=3), w=f32(2, 4, 5, seed=4)),
-    job("not_divisible", "mesh m = [0, 1]\nmesh q = [0, 1, 2, 3]\nfunc main(x: f32[N@DIDx] on m) {\n"
+    job("uneven", "mesh m = [0, 1]\nmesh q = [0, 1, 2, 3]\nfunc main(x: f32[N@DIDx] on m) {\n"
         "  y: f32[N@DIDx] on q = set(x)\n  return y\n}\n", x=f32(6)),
+    job("outside_the_world", "mesh m = [0, 4]\nfunc main(x: f32[2@DIDx]) {\n  y = neg(x)\n  return y\n}\n",
+        x=f32(2)),
 ]
 
 
@@ -187,7 +189,7 @@ def test_extra_ranks_take_part_in_nothing(world4):
     assert set(held[0]["g"]) == {0} and set(held[1]["g"]) == {1}
 
 
-@pytest.mark.parametrize("name", [j["name"] for j in COLLECTIVE_JOBS if j["name"] != "not_divisible"])
+@pytest.mark.parametrize("name", [j["name"] for j in COLLECTIVE_JOBS if j["name"] != "outside_the_world"])
 def test_communication_under_mpiexec_matches_in_process(world4, name):
     jobs, results = world4
     assert "error" not in results[name], results[name].get("error")
@@ -213,12 +215,16 @@ def test_mpi_blocks_by_hand(world4):
     assert np.isnan(nan_run["hi"][0]) and nan_run["hi"][1] == 9.0 and np.isnan(nan_run["s"][0])
     assert results["bool_and_int8"]["outputs"]["w"].tolist() == [-112] * 4  # 400 mod 256, as i8
     assert results["full_reduction_to_rank_0"]["outputs"]["s"].shape == ()
+    x = jobs["uneven"]["inputs"]["x"]  # 6 over 4 devices: blocks 2, 2, 2 and an empty one
+    for d, (start, stop) in enumerate([(0, 2), (2, 4), (4, 6), (6, 6)]):
+        strides, y = results["uneven"]["shards"]["y"][d]
+        assert y.shape == (stop - start,) and strides == (4,) and np.array_equal(y, x[start:stop])
 
 
 def test_input_errors_under_mpiexec_reach_every_rank(world4):
     _, results = world4
-    assert results["not_divisible"] == {"error": "InputError: symbol N = 6 does not divide evenly over DIDx of "
-                                                 "mesh 'q' (4 devices), as axis 0 of y: f32[N@DIDx] on q needs"}
+    assert results["outside_the_world"] == {"error": "InputError: mesh 'm' names device 4, outside a world of 4 "
+                                                     "ranks (run with --world 5 or mpirun -n 5)"}
 
 
 def test_cli_out_from_mpiexec_is_bitwise_the_in_process_result(tmp_path):
