@@ -17,7 +17,7 @@ from conformance.cases import Case, bundled_cases, cases_of, files_in
 from conformance.check import Outcome, check_case, quiet, reference_of
 from conformance.explore import drawn, minimize
 from conformance.failures import conform_command, save
-from conformance.report import Progress, summary, write_junit
+from conformance.report import Progress, not_tested, summary, write_junit
 from refir.world import mpi_world, say
 
 
@@ -33,6 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where failing generated cases are written (default ./conform-failures)")
     p.add_argument("--no-corpus", action="store_true", help="run generated programs only")
     p.add_argument("--mutants", action="store_true", help="run the mutant table on the spmd backend instead")
+    p.add_argument("--coverage", action="store_true",
+                   help="print which ops, dtypes, layouts, meshes and communications the run reaches, and what not")
+    p.add_argument("--mutant", action="append", metavar="NAME", help="with --mutants: only this one (repeatable)")
+    p.add_argument("--kills-json", type=Path, metavar="FILE", help="with --mutants: write which checks killed each")
     p.add_argument("-v", "--verbose", action="store_true", help="print a line per case as it finishes")
 
 
@@ -63,7 +67,7 @@ def conform(args: argparse.Namespace) -> int:
     if args.save.exists() and not args.save.is_dir():
         raise InputError(f"--save {args.save} is not a folder")
     with quiet():
-        return mutants(args) if args.mutants else suite(args)
+        return mutants(args) if args.mutants else coverage(args) if args.coverage else suite(args)
 
 
 def suite(args: argparse.Namespace) -> int:
@@ -88,6 +92,8 @@ def suite(args: argparse.Namespace) -> int:
     progress.close()
     where = f"{world.size} MPI ranks" if world else "ranks simulated in one process"
     say(summary(outcomes, backends, where, time.monotonic() - start))
+    if not args.programs:
+        say("\n" + not_tested(backends, world))
     if args.junit and (world is None or world.is_root):
         write_junit(args.junit, outcomes, time.monotonic() - start)
     return 1 if any(o.status == "fail" for o in outcomes) else 0
@@ -108,10 +114,27 @@ def _saved(outcome: Outcome, directory: Path) -> str:
     return command
 
 
-def mutants(args: argparse.Namespace) -> int:
-    from conformance.teeth import hunt, table
+def coverage(args: argparse.Namespace) -> int:
+    from conformance.coverage import Coverage, render
 
+    cases = [] if args.no_corpus and not args.programs else chosen_cases(args)
+    generated = [c for index in range(args.cases) for c in drawn(args.seed, index)]
+    say(render(Coverage().measure(cases + generated), args.cases, args.seed))
+    return 0
+
+
+def mutants(args: argparse.Namespace) -> int:
+    import json
+
+    from conformance.mutants import MUTANTS
+    from conformance.teeth import as_json, hunt, table
+
+    chosen = [m for m in MUTANTS if not args.mutant or m.name in args.mutant]
     cases = chosen_cases(args)
-    kills = hunt(cases + [c for index in range(args.cases) for c in drawn(args.seed, index)])
+    kills = hunt(cases + [c for index in range(args.cases) for c in drawn(args.seed, index)], mutants=chosen,
+                 backends=tuple(available_backends()))
+    world = mpi_world()
+    if args.kills_json and (world is None or world.is_root):
+        args.kills_json.write_text(json.dumps(as_json(kills)))
     say(table(kills))
-    return 0 if all(k.killed for k in kills) else 1
+    return 0 if all(k.killed or k.not_run for k in kills) else 1

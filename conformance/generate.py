@@ -29,8 +29,10 @@ from refir.verify import verify
 BUDGET = 64
 STATIC = (2, 4, 1, 3, 6, 8)
 SYMBOLS = ("N", "M", "P")
-MESH_SHAPES = ((2, 2), (1, 2), (2, 1), (1, 2, 2))
+MESH_SHAPES = ((2, 2), (1, 2), (2, 1), (1, 2, 2), (2, 1, 2), (2, 2, 1))  # every 3-D mesh axis reaches 2
 MAX_EQNS = 6
+# Simplest first; i16 and bf16 last, so that the drawn programs of earlier dtypes stay as they were.
+DTYPES_DRAWN = ("f32", "i32", "f64", "f16", "i64", "i8", "u8", "bool", "i16", "bf16")
 
 
 class Draw(Protocol):
@@ -218,7 +220,7 @@ class Builder:
         return self.param(TensorType(t.dtype, tuple(axes), t.mesh, self.layout(t.rank)))
 
     def cast(self, x: str, t: TensorType) -> str:
-        to = self.c.pick([d for d in ("f32", "i32", "f64", "f16", "i64", "i8", "u8", "bool") if d != t.dtype])
+        to = self.c.pick([d for d in DTYPES_DRAWN if d != t.dtype])
         return self.emit(ops.Cast(to), (Var(x),), self.relaid(replace(t, dtype=to)))
 
     def permute(self, x: str, t: TensorType) -> str:
@@ -332,7 +334,7 @@ def generate(draw: Draw) -> Generated:
     meshes = draw_meshes(c)
     units, values = draw_symbols(c, meshes)
     b = Builder(c, meshes, units, values)
-    dtype = c.pick(("f32", "i32", "f64", "f16", "i64", "i8", "u8", "bool"))
+    dtype = c.pick(DTYPES_DRAWN)
     x = b.param(b.placed(dtype, b.fresh_axes(1 + c.below(3))))
     made: list[str] = []
     for _ in c.items(1, MAX_EQNS, 75):

@@ -38,6 +38,9 @@ class Mutant:
     bug: str
     by: str  # the check meant to kill it: a mutant that merely crashes is not killed
     inject: Callable[[], AbstractContextManager]
+    backend: str = "spmd"  # the backend it breaks
+    transport: str = "any"  # the transport it breaks: any, in-process or mpi (shows only with a rank per process)
+    needs: tuple[type, ...] = ()  # lowered ops a case must have to show it (cases without are skipped)
 
 
 MUTANTS: list[Mutant] = []
@@ -45,9 +48,10 @@ OTHER = {"DIDx": "DIDy", "DIDy": "DIDx", "DIDz": "DIDz"}  # the mesh axis a 2-D 
 TeamsOf = Callable[[ops.Communication, TensorType, TensorType], list[Team]]
 
 
-def mutant(bug: str, by: str) -> Callable[[Callable[[], Iterator[None]]], Callable[[], Iterator[None]]]:
+def mutant(bug: str, by: str, backend: str = "spmd", transport: str = "any",
+           needs: tuple[type, ...] = ()) -> Callable[[Callable[[], Iterator[None]]], Callable[[], Iterator[None]]]:
     def register(fn: Callable[[], Iterator[None]]) -> Callable[[], Iterator[None]]:
-        MUTANTS.append(Mutant(fn.__name__, bug, by, contextmanager(fn)))
+        MUTANTS.append(Mutant(fn.__name__, bug, by, contextmanager(fn), backend, transport, needs))
         return fn
 
     return register

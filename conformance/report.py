@@ -94,6 +94,32 @@ def summary(outcomes: list[Outcome], backends: list[str], where: str, seconds: f
     return "\n".join(lines)
 
 
+def not_tested(backends: list[str], world: World | None) -> str:
+    missing = untested(backends, world)
+    return "\n".join(["not tested by this run:", *(f"- {m}" for m in missing)]) if missing else ""
+
+
+def untested(backends: list[str], world: World | None) -> list[str]:
+    """What this run did not exercise, and the command that does."""
+    out = []
+    if world is None:
+        out.append("the MPI transport (one rank per process): this run simulated every rank in one process; "
+                   "run `mpiexec -n 4 python -m refir` (mpi4py and an MPI installed)")
+    if "gpu" not in backends:
+        import importlib.util
+
+        why = "--backend left it out" if importlib.util.find_spec("numba") else "numba is not installed"
+        out.append(f"the gpu backend ({why}): run `python -m refir conform --backend gpu` with numba installed")
+    else:
+        from gpu_backend.device import SIMULATED, THREADS
+
+        if SIMULATED:
+            out.append(f"a real GPU: the gpu backend ran on numba's CUDA simulator ({THREADS}-thread blocks, "
+                       "no chunked reductions, no NCCL); on a CUDA machine run `NUMBA_ENABLE_CUDASIM=0 python -m "
+                       "refir conform --backend gpu` and `mpiexec -n 2 ...` (gpu_backend/DEVICE.md)")
+    return out
+
+
 def write_junit(path: Path, outcomes: list[Outcome], seconds: float) -> None:
     """One testcase per case and backend, classname `conform.<backend>.<group>`."""
     suite = ET.Element("testsuite", name="refir-conform", tests=str(len(outcomes)),

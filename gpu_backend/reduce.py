@@ -74,8 +74,26 @@ def _per_thread(kind: str, to_acc: Callable, store: Callable) -> Callable:
 
 
 @cache
+def _tree(kind: str) -> Callable:
+    combine, width = BINARY[COMBINE[kind]], THREADS
+
+    @cuda.jit(device=True)
+    def tree(partial: Arr, tid: int) -> None:
+        """Fold a block's THREADS shared partials into partial[0]: log2(THREADS)
+        levels, each halving the live ones."""
+        s = width // 2
+        while s > 0:
+            if tid < s:
+                partial[tid] = combine(partial[tid], partial[tid + s])
+            cuda.syncthreads()
+            s //= 2
+
+    return tree
+
+
+@cache
 def _per_block(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> Callable:
-    fold, combine, width = _fold_rows(kind, to_acc), BINARY[COMBINE[kind]], THREADS
+    fold, tree, width = _fold_rows(kind, to_acc), _tree(kind), THREADS
 
     @cuda.jit
     def kernel(out: Arr, o_off: int, o_kept: Ints, x: Arr, x_off: int, x_kept: Ints, kept: Ints, n_out: int,
@@ -92,12 +110,7 @@ def _per_block(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> 
             partial[tid] = fold(ident, x, x_off + unravel(o, kept, x_kept), start, min(n_red, start + chunk),
                                 tid, width, r_in, s_in, r_outer, s_outer)
             cuda.syncthreads()
-            s = width // 2
-            while s > 0:
-                if tid < s:
-                    partial[tid] = combine(partial[tid], partial[tid + s])
-                cuda.syncthreads()
-                s //= 2
+            tree(partial, tid)
             if tid == 0:
                 if chunks == 1:
                     out[o_off + unravel(o, kept, o_kept)] = store(partial[0])

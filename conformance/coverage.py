@@ -1,0 +1,214 @@
+"""`conform --coverage`: what the default run exercises, measured from the
+lowered programs it runs (never from a list kept by hand).
+
+Four tables, each cell reached (✓), allowed by the spec but not reached (✗),
+or not allowed (blank):
+
+- local ops x operand dtype (a cast's row is its target dtype); whether the
+  spec allows a cell is asked of the verifier, with a two-line probe program;
+- communications x mesh shape and mesh axis, with "p" where the mesh's device
+  ids are out of order (team position differs from mesh position);
+- communications x dtype (communications move bytes: every width matters);
+- every op x result layout (rank >= 2) and mesh rank.
+
+Every allowed cell not reached is listed with the reason the run missed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cache
+
+from rich import box
+from rich.table import Table
+
+from conformance.cases import Case
+from conformance.generate import DTYPES_DRAWN, MESH_SHAPES
+from conformance.report import plain
+from refir import ops
+from refir.errors import RefirError
+from refir.lower import Step, lower
+from refir.parser import parse
+from refir.types import DIDS, DTYPES, Mesh, TensorType
+from refir.verify import verify
+
+DTYPE_NAMES = tuple(DTYPES)
+AXIS_COMMS = (ops.Allgather, ops.AllToAll, ops.Allreduce, ops.ReduceScatter)
+ROOTED_COMMS = (ops.Gather, ops.Reduce, ops.Scatter, ops.Broadcast, ops.SendRecv)
+ONE_D_SOURCE = (ops.Gather, ops.Reduce, ops.SendRecv)  # lowered only from a 1-D mesh (spec §7)
+MESH_COLUMNS = tuple((n, d) for n in (1, 2, 3) for d in DIDS[:n])  # (mesh rank, mesh axis)
+LAYOUT_COLUMNS = ("row-major", "other layout", "1-D mesh", "2-D mesh", "3-D mesh")
+
+
+def _local_rows() -> list[str]:
+    rows = [*ops.UNARY, *ops.BINARY, *ops.REDUCTIONS, "matmul", "permute", "unsqueeze"]
+    return rows + [f"cast to {d}" for d in DTYPE_NAMES] + ["copy", "slice"]
+
+
+def local_label(op: object) -> str:
+    return f"cast to {op.dtype}" if isinstance(op, ops.Cast) else ops.op_name(op)
+
+
+_PROBES = {
+    **{u: "{u}(x)" for u in ops.UNARY}, **{b: "{b}(x, x)" for b in ops.BINARY},
+    **{r: "{r}(x, dims=[0])" for r in ops.REDUCTIONS}, "matmul": "matmul(x, x)",
+    "permute": "permute(x, [1, 0])", "unsqueeze": "unsqueeze(x, dims=[0])",
+}
+
+
+@cache
+def allowed_local(row: str, dtype: str) -> bool:
+    """Whether the verifier accepts the op on an operand of `dtype`."""
+    if row in ("copy", "slice"):
+        return True
+    call = f"cast(x, dtype={row.split()[-1]})" if row.startswith("cast to") else _PROBES[row]
+    call = call.format(u=row, b=row, r=row)
+    text = f"mesh m = [0]\nfunc main(x: {dtype}[2, 2]) {{\n  y = {call}\n  return y\n}}\n"
+    try:
+        verify(parse(text))
+    except RefirError:
+        return False
+    return True
+
+
+def allowed_mesh(op: type, column: tuple[int, str] | int) -> bool:
+    if op in AXIS_COMMS:
+        return isinstance(column, tuple)
+    return isinstance(column, int) and (column == 1 or op not in ONE_D_SOURCE)
+
+
+def _permuted(mesh: Mesh) -> bool:
+    return list(mesh.devices) != sorted(mesh.devices)
+
+
+@dataclass
+class Coverage:
+    local: set[tuple[str, str]] = field(default_factory=set)  # (row, operand dtype)
+    mesh: dict[tuple[type, object], bool] = field(default_factory=dict)  # (comm, column) -> ids out of order
+    comm_dtype: set[tuple[type, str]] = field(default_factory=set)
+    layout: set[tuple[str, str]] = field(default_factory=set)  # (op, column)
+    programs: int = 0
+
+    def add(self, step: Step, types: dict[str, TensorType]) -> None:
+        args = [types[a] for a in step.tensor_args()]
+        src = args[0] if args else step.type
+        label = ops.op_name(step.op) if step.is_communication else local_label(step.op)
+        if step.is_communication:
+            kind = type(step.op)
+            axes = step.op.mesh_axes if isinstance(step.op, ops.Allreduce) else (
+                (step.op.mesh_axis,) if kind in AXIS_COMMS else ())
+            columns = [(src.mesh.ndim, k) for k in axes] or [src.mesh.ndim]
+            for c in columns:
+                self.mesh[(kind, c)] = self.mesh.get((kind, c), False) or _permuted(src.mesh)
+            self.comm_dtype.add((kind, src.dtype))
+        else:
+            self.local.add((label, src.dtype))
+        if step.type.rank >= 2:
+            self.layout.add((label, "row-major" if step.type.order == tuple(range(step.type.rank))
+                             else "other layout"))
+        self.layout.add((label, f"{step.type.mesh.ndim}-D mesh"))
+
+    def measure(self, cases: Iterable[Case]) -> Coverage:
+        seen: set[int] = set()
+        for case in cases:
+            if id(case.program) in seen:
+                continue  # one program, several bindings or data kinds: the same lowered steps
+            seen.add(id(case.program))
+            self.programs += 1
+            lowered = lower(case.checked)
+            for step in lowered.steps:
+                self.add(step, lowered.types)
+        return self
+
+
+def _mark(reached: bool, allowed: bool, text: str = "✓") -> str:
+    return "" if not allowed else text if reached else "✗"
+
+
+def _table(title: str, columns: Iterable[str]) -> Table:
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left")
+    t.add_column("")
+    for c in columns:
+        t.add_column(c, justify="center")
+    return t
+
+
+def _column_name(c: tuple[int, str] | int) -> str:
+    return f"{c[0]}-D {c[1]}" if isinstance(c, tuple) else f"{c}-D root"
+
+
+COMM_COLUMNS: tuple[tuple[int, str] | int, ...] = (*MESH_COLUMNS, 1, 2, 3)
+COMM_ROWS = (*AXIS_COMMS, *ROOTED_COMMS)
+
+
+def _why(cov: Coverage, cases: int, seed: int, dtype: str = "", mesh_rank: int = 0) -> str:
+    """Why the run misses a cell: the generator cannot draw it, or did not."""
+    corpus = "no corpus or example program has it"
+    if dtype and dtype not in DTYPES_DRAWN:
+        return f"the generator never draws {dtype}; {corpus}"
+    if mesh_rank > max(len(s) for s in MESH_SHAPES):
+        return f"the generator draws no {mesh_rank}-D mesh; {corpus}"
+    return f"{cases} generated programs (seed {seed}) did not draw it; {corpus}"
+
+
+def not_reached(cov: Coverage, cases: int, seed: int) -> list[str]:
+    """Every allowed cell no lowered program of the run reaches, with why."""
+    out = []
+    for row in _local_rows():
+        for d in DTYPE_NAMES:
+            if allowed_local(row, d) and (row, d) not in cov.local:
+                out.append(f"{row} on {d}: {_why(cov, cases, seed, dtype=d)}")
+    for kind in COMM_ROWS:
+        name = _comm_name(kind)
+        for c in COMM_COLUMNS:
+            n = c[0] if isinstance(c, tuple) else c
+            if allowed_mesh(kind, c) and (kind, c) not in cov.mesh:
+                out.append(f"{name} on {_column_name(c)}: {_why(cov, cases, seed, mesh_rank=n)}")
+            elif allowed_mesh(kind, c) and n > 1 and not cov.mesh[(kind, c)]:
+                out.append(f"{name} on {_column_name(c)} with device ids out of order: "
+                           f"{_why(cov, cases, seed, mesh_rank=n)}")
+        for d in DTYPE_NAMES:
+            if (kind, d) not in cov.comm_dtype:
+                out.append(f"{name} of {d}: {_why(cov, cases, seed, dtype=d)}")
+    for row in [*_local_rows(), *(_comm_name(k) for k in COMM_ROWS)]:
+        for c in LAYOUT_COLUMNS:
+            if (row, c) not in cov.layout and _layout_allowed(row, c):
+                dtype = row.split()[-1] if row.startswith("cast to") else ""
+                rank = int(c[0]) if c[0].isdigit() else 0
+                out.append(f"{row} with {c}: {_why(cov, cases, seed, dtype=dtype, mesh_rank=rank)}")
+    return out
+
+
+def _layout_allowed(row: str, column: str) -> bool:
+    if row.startswith("cast to") or row in _PROBES:
+        return any(allowed_local(row, d) for d in DTYPE_NAMES)
+    return True
+
+
+def _comm_name(kind: type) -> str:
+    return {ops.AllToAll: "all_to_all", ops.SendRecv: "send_recv",
+            ops.ReduceScatter: "reduce_scatter"}.get(kind, kind.__name__.lower())
+
+
+def render(cov: Coverage, cases: int, seed: int) -> str:
+    local = _table("local ops x operand dtype", DTYPE_NAMES)
+    for row in _local_rows():
+        local.add_row(row, *(_mark((row, d) in cov.local, allowed_local(row, d)) for d in DTYPE_NAMES))
+    mesh = _table("communications x mesh axis (p: device ids out of order)", map(_column_name, COMM_COLUMNS))
+    for kind in COMM_ROWS:
+        mesh.add_row(_comm_name(kind), *(_mark((kind, c) in cov.mesh, allowed_mesh(kind, c),
+                                               "✓p" if cov.mesh.get((kind, c)) else "✓") for c in COMM_COLUMNS))
+    dtypes = _table("communications x dtype", DTYPE_NAMES)
+    for kind in COMM_ROWS:
+        dtypes.add_row(_comm_name(kind), *(_mark((kind, d) in cov.comm_dtype, True) for d in DTYPE_NAMES))
+    layout = _table("ops x result layout (rank >= 2) and mesh rank", LAYOUT_COLUMNS)
+    for row in [*_local_rows(), *(_comm_name(k) for k in COMM_ROWS)]:
+        layout.add_row(row, *(_mark((row, c) in cov.layout, _layout_allowed(row, c)) for c in LAYOUT_COLUMNS))
+    missing = not_reached(cov, cases, seed)
+    parts = [plain(t) for t in (local, mesh, dtypes, layout)]
+    head = f"refir conform --coverage: {cov.programs} lowered programs of the default run"
+    tail = (f"{len(missing)} allowed cells not reached:\n" + "\n".join(f"  {m}" for m in missing)
+            if missing else "every cell the spec allows is reached")
+    return "\n\n".join([head, *parts, tail])
+
