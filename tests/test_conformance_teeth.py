@@ -61,7 +61,7 @@ def test_gpu_tree_missing_its_last_level_is_killed_past_one_block():
 def test_reduce_tree_sizes_cross_the_simulated_and_the_real_block():
     (case,) = cases_of(CORPUS / "reduce_tree_sizes.rir")
     extents = {p.name: p.type.axes[-1].extent for p in case.checked.func.params}
-    assert THREADS == 32  # the simulator's block (256 on a GPU)
+    assert THREADS in (8, 256)  # the block: 8 threads under the simulator, 256 on a GPU
     assert extents == {"p": 33, "q": 100, "r": 65, "s": 257, "t": 513}  # one past 32 and 256, several blocks
 
 
