@@ -3,6 +3,7 @@
     mpiexec -n 2 python -m benchmarks.gpu_bench      (one GPU per rank)
     python -m benchmarks.gpu_bench                   (no allreduce)
     mpiexec -n 2 python -m benchmarks.gpu_bench run  (whole refir.run calls, below)
+    mpiexec -n 2 python -m benchmarks.gpu_bench uneven  (pad-and-slice, below)
 
 At 1 GiB of float32: permutes (2,0,1), (0,2,1) and (1,0,2) into a row-major
 result (bandwidth = bytes read + written), a sum over everything (bytes read;
@@ -36,7 +37,7 @@ from gpu_backend.kernels import copy_into
 from gpu_backend.reduce import reduce_into
 from gpu_backend.transports import LaidOut, transport_for
 from refir import ops
-from refir.types import Axis, Mesh, TensorType
+from refir.types import Axis, Mesh, TensorType, local_shape
 from refir.world import World, mpi_world
 
 MIB = int(os.environ.get("GPU_BENCH_MIB", "1024"))
@@ -111,6 +112,53 @@ func main(x: f32[M, K@DIDx], w: f32[K@DIDx, N], bias: f32[N]) {{
   return out
 }}
 """
+def uneven(torch: object, world: World) -> list[str]:
+    """What pad-and-slice costs: NCCL has no v-collectives, so an uneven allgather
+    or reduce_scatter sends every block padded to ceil(E/n) and slices the padding
+    off. Timed through refir's whole communication path at an extent that divides
+    (n x c) and at one that does not (n x c - 1, the last block one short), next
+    to torch's all_gather_into_tensor and reduce_scatter_tensor at the even one.
+    GB/s of the gathered (or reduced) whole tensor."""
+    import torch.distributed as dist
+
+    size = world.size
+    mesh = Mesh("m", (size,), tuple(range(size)))
+    barrier = world.comm.Barrier
+    transport = transport_for(world)
+    laid = LaidOut(transport)
+    chunk = ELEMS // size
+
+    def timed(n: int) -> tuple[int, float, float]:
+        sharded = TensorType("f32", (Axis(n, "DIDx"),), mesh)
+        whole = TensorType("f32", (Axis(n),), mesh)
+        partial = TensorType("f32", (Axis(n),), mesh, None, ("DIDx",), "sum")
+        (mine,) = local_shape(sharded, {}, world.rank)
+        block = DeviceBuffer.dense(cuda.to_device(np.ones(mine, np.float32)), (mine,))
+        full = DeviceBuffer.dense(cuda.to_device(np.ones(n, np.float32)), (n,))
+        gather, scatter = ops.Allgather(0, "DIDx"), ops.ReduceScatter("sum", "DIDx", 0)
+        return (n, median_time(lambda: laid.communicate(gather, sharded, whole, {world.rank: block}),
+                               cuda.synchronize, barrier),
+                median_time(lambda: laid.communicate(scatter, partial, sharded, {world.rank: full}),
+                            cuda.synchronize, barrier))
+
+    rows = [timed(chunk * size), timed(chunk * size - 1)]
+    transport.close()
+    port = world.comm.bcast(29500 + os.getpid() % 1000 if world.is_root else None, root=0)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=world.rank, world_size=size)
+    out, part = torch.empty(chunk * size, device="cuda"), torch.ones(chunk, device="cuda")
+    torch_gather = median_time(lambda: dist.all_gather_into_tensor(out, part), torch.cuda.synchronize, barrier)
+    torch_scatter = median_time(lambda: dist.reduce_scatter_tensor(part, out), torch.cuda.synchronize, barrier)
+    dist.destroy_process_group()
+    (n_even, g_even, s_even), (n_odd, g_odd, s_odd) = rows
+    gbs = lambda n, s: 4 * n / s / 1e9  # noqa: E731
+    return [f"{MIB} MiB float32 over {size} ranks, median of {REPEATS}; GB/s of the whole tensor", "",
+            f"{'':<16} {'torch even':>11} {'refir even':>11} {'refir uneven':>13} {'uneven/even':>12}",
+            f"{'allgather':<16} {gbs(n_even, torch_gather):>11.1f} {gbs(n_even, g_even):>11.1f} "
+            f"{gbs(n_odd, g_odd):>13.1f} {g_even / g_odd * n_odd / n_even:>12.2f}",
+            f"{'reduce_scatter':<16} {gbs(n_even, torch_scatter):>11.1f} {gbs(n_even, s_even):>11.1f} "
+            f"{gbs(n_odd, s_odd):>13.1f} {s_even / s_odd * n_odd / n_even:>12.2f}"]
+
+
 SIZES = [tuple(int(n) for n in s.split(",")) for s in
          os.environ.get("GPU_BENCH_SIZES", "256,512,256 4096,4096,4096 8192,8192,8192").split()]
 
@@ -264,11 +312,11 @@ def main() -> int:
         use_device(world.comm)
         torch.cuda.set_device(cuda.get_current_device().id)
     barrier = world.comm.Barrier if world else (lambda: None)
-    if sys.argv[1:] == ["run"]:
+    if sys.argv[1:] in (["run"], ["uneven"]):
         if world is None:
-            sys.stderr.write("gpu_bench run needs mpiexec with one rank per GPU\n")
+            sys.stderr.write(f"gpu_bench {sys.argv[1]} needs mpiexec with one rank per GPU\n")
             return 1
-        lines = whole_runs(torch, world)
+        lines = (whole_runs if sys.argv[1] == "run" else uneven)(torch, world)
         if world.is_root:
             sys.stdout.write("\n".join(lines) + "\n")
         return 0

@@ -15,6 +15,7 @@
 #   kernels          tests/test_gpu_kernels.py and the in-process collective tests
 #   bench            benchmarks/gpu_bench.py: permutes, sum, allreduce next to torch
 #   bench-run        benchmarks/gpu_bench.py run: whole refir.run calls of the seed-2 pattern next to torch
+#   bench-uneven     benchmarks/gpu_bench.py uneven: allgather and reduce_scatter, even vs uneven (pad-and-slice), next to torch
 #   cli              `python -m refir run ... --backend gpu` under mpiexec
 #   conform          the conformance corpus and 40 generated programs on gpu, in one process
 #   mpi-conform      the corpus (programs that fit the GPUs) and 20 generated ones, under mpiexec
@@ -98,6 +99,7 @@ stage kernels 300 "$PY" -m pytest -q -p no:cacheprovider -rfE $WORKERS tests/tes
   tests/test_gpu_collectives.py -k "not under_mpi"
 stage bench 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench | tee "$OUT/bench.txt"'
 stage bench-run 240 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench run | tee "$OUT/bench-run.txt"'
+stage bench-uneven 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench uneven | tee "$OUT/bench-uneven.txt"'
 stage cli 90 bash -c cli
 stage conform 150 "$PY" -m refir conform --backend gpu --cases 40 --seed 3
 stage mpi-conform 150 bash -c 'ranks "$NGPU" -m mpi4py -m refir conform --backend gpu --cases 20 --seed 5'
