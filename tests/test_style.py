@@ -1,4 +1,4 @@
-"""The code stays ruff-clean."""
+"""The code stays ruff-clean, and the installed package is the whole package."""
 
 import subprocess
 import sys
@@ -15,3 +15,16 @@ def test_ruff_clean():
         pytest.skip("ruff is not installed beside this Python (pip install '.[test]')")
     done = subprocess.run([str(ruff), "check", str(ROOT)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_package_is_installed():
+    """pip install . ships the packages pyproject.toml names: a new subpackage
+    left out works from the checkout and breaks every installed copy."""
+    import re
+
+    listed = re.search(r"^packages = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(), re.M)
+    assert listed, "pyproject.toml lists no packages"
+    names = set(re.findall(r'"([\w.]+)"', listed.group(1)))
+    found = {".".join(p.parent.relative_to(ROOT).parts) for top in ("refir", "interp", "gpu_backend", "conformance")
+             for p in (ROOT / top).rglob("__init__.py")}
+    assert found == names
