@@ -74,7 +74,8 @@ def _per_thread(kind: str, to_acc: Callable, store: Callable) -> Callable:
 
 
 @cache
-def _tree(kind: str) -> Callable:
+def _tree(kind: str, last: int = 1) -> Callable:
+    """`last`: the width of the last level folded (1; a conformance mutant stops at 2)."""
     combine, width = BINARY[COMBINE[kind]], THREADS
 
     @cuda.jit(device=True)
@@ -82,7 +83,7 @@ def _tree(kind: str) -> Callable:
         """Fold a block's THREADS shared partials into partial[0]: log2(THREADS)
         levels, each halving the live ones."""
         s = width // 2
-        while s > 0:
+        while s >= last:
             if tid < s:
                 partial[tid] = combine(partial[tid], partial[tid + s])
             cuda.syncthreads()
