@@ -240,16 +240,24 @@ def kernel_writes_input() -> Iterator[None]:
 
 @mutant("a symbol used as a value is a device's local extent, not the global one (nvFuser #2758)", by="values")
 def local_extent_symbol() -> Iterator[None]:
+    with _sharded_symbols_from_blocks(lambda t, axis, n: n):
+        yield
+
+
+@contextmanager
+def _sharded_symbols_from_blocks(guess: Callable[[TensorType, Any, int], int]) -> Iterator[None]:
+    """Symbol operands of a sharded axis taken from the first local block that
+    carries them, as `guess(type, axis, local extent)`, instead of the global value."""
     operands = interp.spmd.operand_values
 
     def operand_values(step: Step, device: int, env: dict, types: dict, known: dict) -> tuple[list, dict]:
         values, bound = operands(step, device, env, types, known)
-        local = {}
+        guessed: dict[str, int] = {}
         for a in step.tensor_args():
             for axis, n in zip(types[a].axes, env[a][device].shape):
                 if isinstance(axis.extent, str) and axis.shard:
-                    local.setdefault(axis.extent, n)
-        return [local.get(a.name, v) if isinstance(a, Sym) else v for a, v in zip(step.args, values)], bound
+                    guessed.setdefault(axis.extent, guess(types[a], axis, n))
+        return [guessed.get(a.name, v) if isinstance(a, Sym) else v for a, v in zip(step.args, values)], bound
 
     with mock.patch.object(interp.spmd, "operand_values", operand_values):
         yield
@@ -406,17 +414,5 @@ def all_to_all_array_split() -> Iterator[None]:
 
 @mutant("a segment recovers a sharded symbol from its local block as local size x mesh size", by="values")
 def extent_from_local_block() -> Iterator[None]:
-    operands = interp.spmd.operand_values
-
-    def operand_values(step: Step, device: int, env: dict, types: dict, known: dict) -> tuple[list, dict]:
-        values, bound = operands(step, device, env, types, known)
-        guessed = {}
-        for a in step.tensor_args():
-            t = types[a]
-            for axis, n in zip(t.axes, env[a][device].shape):
-                if isinstance(axis.extent, str) and axis.shard:
-                    guessed[axis.extent] = n * t.mesh.size(axis.shard)
-        return [guessed.get(a.name, v) if isinstance(a, Sym) else v for a, v in zip(step.args, values)], bound
-
-    with mock.patch.object(interp.spmd, "operand_values", operand_values):
+    with _sharded_symbols_from_blocks(lambda t, axis, n: n * t.mesh.size(axis.shard)):
         yield

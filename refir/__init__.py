@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from refir.errors import InputError, Loc, MismatchError, OtherRankError, ParseError, RefirError, RunError, VerifyError
-from refir.frontends.nvfuser import from_nvfuser  # noqa: E402,I001 (after the core it builds on)
+from refir.frontends.nvfuser import from_nvfuser
 from refir.limits import PROGRAM_BYTES
 from refir.parser import parse
 from refir.printer import print_program
