@@ -1,0 +1,38 @@
+"""What the GPU benchmarks share: sizes from the environment, and timing."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from refir.world import World
+
+MIB = int(os.environ.get("GPU_BENCH_MIB", "1024"))
+ELEMS = MIB * (1 << 20) // 4
+SIDE = 512  # the permuted tensors are [ELEMS / SIDE^2, SIDE, SIDE]
+REPEATS = 10
+
+
+def median_time(fn: Callable[[], object], sync: Callable[[], object], barrier: Callable[[], object]) -> float:
+    fn()  # compile, allocate, warm up
+    times = []
+    for _ in range(REPEATS):
+        barrier()
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+
+def torch_group(torch: object, world: World, base: int = 29500) -> None:
+    """torch.distributed over NCCL on this MPI world (the peer in the same run)."""
+    import torch.distributed as dist
+
+    port = world.comm.bcast(base + os.getpid() % 1000 if world.is_root else None, root=0)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=world.rank, world_size=world.size)
