@@ -3,11 +3,13 @@
     mpiexec -n 4 python -m benchmarks.transport_bench
     mpiexec -n 4 python -m benchmarks.transport_bench runs    (whole refir.run calls only)
 
-refir never lets MPI reduce (the fold order would be MPI's): an allreduce is an
-allgather of partials plus a fold in team order. This measures what that
-exactness costs against MPI_Allreduce, and what refir's packing costs on an
-allgather of a strided (column-major) buffer against a plain MPI_Allgather of a
-contiguous one. Rank 0 prints a table of times and ratios.
+refir never lets MPI reduce (the fold order would be MPI's): an allreduce is,
+for small buffers, an allgather of partials and a fold in team order, and for
+large ones a slice of every partial to each rank, folded there in team order,
+then an allgather of the folded slices. Each of refir's communications is timed
+next to the MPI collective that moves the same bytes from contiguous buffers:
+the column-major allgather row shows what reading a strided source costs.
+Rank 0 prints a table of times and ratios.
 
 `runs` times whole `refir.run(..., backend="spmd")` calls of a small program
 (an allreduce and an allgather) in a loop: what a run costs beyond its
@@ -28,7 +30,8 @@ from refir import ops
 from refir.types import Axis, Mesh, TensorType
 
 
-def best_of(fn, repeats: int = 7) -> float:
+def timed(fn, repeats: int = 9) -> tuple[float, float]:
+    """Best and median seconds of `fn` on this rank, every rank starting together."""
     comm = MPI.COMM_WORLD
     times = []
     for _ in range(repeats):
@@ -37,29 +40,45 @@ def best_of(fn, repeats: int = 7) -> float:
         fn()
         comm.Barrier()
         times.append(time.perf_counter() - start)
-    return min(times)
+    return min(times), float(np.median(times))
 
 
-def measure(transport: MpiTransport, mesh: Mesh, elems: int) -> list[tuple[str, int, float, float]]:
+Row = tuple[str, int, tuple[float, float], tuple[float, float]]
+
+
+def measure(transport: MpiTransport, mesh: Mesh, elems: int) -> list[Row]:
+    """refir's communication next to the MPI collective that moves the same bytes."""
     comm = transport.comm
     n, cols = comm.size, 64
-    block = np.random.default_rng(comm.rank).standard_normal((elems // cols, cols)).astype(np.float32)
-    partial = TensorType("f32", (Axis(elems // cols), Axis(cols)), mesh, None, ("DIDx",), "sum")
-    whole = TensorType("f32", (Axis(elems // cols), Axis(cols)), mesh)
-    allreduce = ops.Allreduce("sum", ("DIDx",))
+    rows_of = elems // cols
+    block = np.random.default_rng(comm.rank).standard_normal((rows_of, cols)).astype(np.float32)
+    whole = TensorType("f32", (Axis(rows_of), Axis(cols)), mesh)
+    partial = TensorType("f32", (Axis(rows_of), Axis(cols)), mesh, None, ("DIDx",), "sum")
     out = np.empty_like(block)
-    rows = [("allreduce", elems,
-             best_of(lambda: transport.communicate(allreduce, partial, whole, {comm.rank: block})),
-             best_of(lambda: comm.Allreduce(block, out, op=MPI.SUM)))]
-    strided = np.asfortranarray(block)  # column-major: refir packs it, MPI would misread it
-    sharded = TensorType("f32", (Axis(elems // cols * n, "DIDx"), Axis(cols)), mesh, (1, 0))
-    gathered = TensorType("f32", (Axis(elems // cols * n), Axis(cols)), mesh)
-    allgather = ops.Allgather(0, "DIDx")
     recv = np.empty((n,) + block.shape, np.float32)
-    rows.append(("allgather", elems,
-                 best_of(lambda: transport.communicate(allgather, sharded, gathered, {comm.rank: strided})),
-                 best_of(lambda: comm.Allgather(block, recv))))
-    return rows
+    gathered = TensorType("f32", (Axis(rows_of * n), Axis(cols)), mesh)
+    by_rows = TensorType("f32", (Axis(rows_of * n, "DIDx"), Axis(cols)), mesh)
+    by_rows_f = TensorType("f32", (Axis(rows_of * n, "DIDx"), Axis(cols)), mesh, (1, 0))
+    scattered = TensorType("f32", (Axis(rows_of, "DIDx"), Axis(cols)), mesh)
+    cols_split = TensorType("f32", (Axis(rows_of * n), Axis(cols, "DIDx")), mesh)
+    piece = np.empty(block.size // n, np.float32)
+    strided = np.asfortranarray(block)  # column-major: refir sends it through a datatype, MPI would misread it
+
+    def ours(op: ops.Communication, src: TensorType, dst: TensorType, x: np.ndarray) -> tuple[float, float]:
+        return timed(lambda: transport.communicate(op, src, dst, {comm.rank: x}))
+
+    return [
+        ("allreduce", elems, ours(ops.Allreduce("sum", ("DIDx",)), partial, whole, block),
+         timed(lambda: comm.Allreduce(block, out, op=MPI.SUM))),
+        ("allgather", elems, ours(ops.Allgather(0, "DIDx"), by_rows, gathered, block),
+         timed(lambda: comm.Allgather(block, recv))),
+        ("allgather, column-major source", elems, ours(ops.Allgather(0, "DIDx"), by_rows_f, gathered, strided),
+         timed(lambda: comm.Allgather(block, recv))),
+        ("reduce_scatter", elems, ours(ops.ReduceScatter("sum", "DIDx", 0), partial, scattered, block),
+         timed(lambda: comm.Reduce_scatter_block(block, piece, op=MPI.SUM))),
+        ("all_to_all", elems, ours(ops.AllToAll("DIDx", 1, 0), by_rows, cols_split, block),
+         timed(lambda: comm.Alltoall(block, out))),
+    ]
 
 
 RUN_PROGRAM = """mesh m = [{devices}]
@@ -105,12 +124,13 @@ def main() -> None:
     transport = MpiTransport()
     rows = [r for elems in (1 << 10, 1 << 14, 1 << 18, 1 << 20) for r in measure(transport, mesh, elems)]
     if comm.rank == 0:
-        lines = [f"{comm.size} ranks, float32, best of 7", "",
-                 f"{'collective':<11} {'elements':>9} {'refir ms':>9} {'MPI ms':>9} {'refir/MPI':>9}"]
-        for name, elems, a, b in rows:
-            lines.append(f"{name:<11} {elems:>9} {a * 1e3:>9.3f} {b * 1e3:>9.3f} {a / b:>9.2f}")
+        lines = [f"{comm.size} ranks, float32, ms per call, best and median of 9", "",
+                 f"{'collective':<31} {'elements':>9} {'refir':>8} {'MPI':>8} {'refir/MPI':>9}"
+                 f" {'median':>8} {'median':>8} {'ratio':>6}"]
+        for name, elems, (a, am), (b, bm) in rows:
+            lines.append(f"{name:<31} {elems:>9} {a * 1e3:>8.3f} {b * 1e3:>8.3f} {a / b:>9.2f}"
+                         f" {am * 1e3:>8.3f} {bm * 1e3:>8.3f} {am / bm:>6.2f}")
         sys.stdout.write("\n".join(lines) + "\n")
-
 
 if __name__ == "__main__":
     main()

@@ -27,7 +27,7 @@ from refir import ops
 from refir.mpi import COMMS, fault, wait
 from refir.tables import registrar
 from refir.teams import Team
-from refir.types import TensorType, block_size, local_shape
+from refir.types import TensorType, block, block_size, local_shape
 
 HEADER_TAG, DATA_TAG = 11, 12  # point-to-point: a block's shape, then its bytes
 
@@ -162,18 +162,37 @@ class MpiTransport:
             return []
         return [from_bytes(p, s, dtype) for p, s in zip(_cut(recv, counts), shapes)]
 
-    def alltoall(self, comm: MPI.Comm, pieces: list[np.ndarray], shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
-        """pieces[k] to member k; from member k, a piece of shapes[k] (MPI's v-variant)."""
-        send = np.concatenate([to_bytes(p) for p in pieces])
-        dtype = pieces[0].dtype
-        sent = [p.nbytes for p in pieces]
-        counts = [prod(s) * dtype.itemsize for s in shapes]
+    def alltoall(self, comm: MPI.Comm, pieces: list[np.ndarray], shapes: list[tuple[int, ...]],
+                 axis: int | None = None) -> np.ndarray:
+        """pieces[k] to member k; from member k, a piece of shapes[k]. Each piece
+        crosses as its elements in C order with `axis` first (as they lie, when
+        None), and the received ones lie side by side in the returned bytes:
+        with `axis` first, that is their concatenation."""
+        send, sent = _one_after_another(pieces, axis)
+        counts = [prod(s) * pieces[0].itemsize for s in shapes]
         recv = np.empty(sum(counts), np.uint8)
         # Always the v-variant: whether pieces are equal differs from rank to rank,
         # and every rank must make the same call.
         wait(comm.Ialltoallv([send, sent, _displs(sent), MPI.BYTE], [recv, counts, _displs(counts), MPI.BYTE]),
              "an all_to_all")
-        return [from_bytes(p, s, dtype) for p, s in zip(_cut(recv, counts), shapes)]
+        return recv
+
+
+def _one_after_another(pieces: list[np.ndarray], axis: int | None) -> tuple[Any, list[int]]:
+    """The pieces' bytes (each in C order with `axis` first) one after another:
+    where they already lie so (a split along the outermost axis of a dense
+    array), their own memory; else packed into one buffer, one copy each
+    (MPI's datatype engine walks short runs far slower than numpy copies them)."""
+    fronts = [np.moveaxis(p, axis, 0) if axis is not None and p.ndim else p for p in pieces]
+    sizes = [p.nbytes for p in pieces]
+    starts = [f.ctypes.data for f in fronts]
+    if all(f.flags.c_contiguous for f in fronts) and all(
+            b == a + n for a, b, n in zip(starts, starts[1:], sizes) if n):
+        return MPI.buffer.fromaddress(starts[0], sum(sizes), readonly=True), sizes
+    send = np.empty(sum(sizes), np.uint8)
+    for f, offset, n in zip(fronts, _displs(sizes), sizes):
+        send[offset:offset + n].view(f.dtype).reshape(f.shape)[...] = f
+    return send, sizes
 
 
 def _displs(counts: list[int]) -> list[int]:
@@ -208,10 +227,35 @@ def _allgather(t: MpiTransport, op: ops.Allgather, team: Team, x: Arr, src: Tens
     return from_bytes(t.allgathered(comm, x, op.axis), whole, x.dtype, op.axis)  # no concatenating copy
 
 
+# Above this many bytes an allreduce moves slices rather than whole partials.
+SLICED_ALLREDUCE_BYTES = 1 << 16
+
+
 @rule(ops.Allreduce)
 def _allreduce(t: MpiTransport, op: ops.Allreduce, team: Team, x: Arr, src: TensorType,
                dst: TensorType) -> Arr:
-    return fold(op.kind, t.allgather(t.team_comm(team.devices), x, 0))
+    """Small: every partial to every member, each folds the whole. Large: member
+    k gathers slice k of every partial, folds it, and the folded slices are
+    gathered (as a ring allreduce moves its bytes, and a fold of 1/n each).
+    The fold is elementwise and in team order either way: the same bits."""
+    comm = t.team_comm(team.devices)
+    flat = np.ascontiguousarray(x).reshape(-1)
+    if flat.nbytes < SLICED_ALLREDUCE_BYTES or comm.size == 1:
+        every = np.empty((comm.size, flat.size), x.dtype)
+        wait(comm.Iallgather(flat.view(np.uint8), every.view(np.uint8)), "an allreduce")
+        return fold(op.kind, list(every)).reshape(x.shape)
+    bounds = [block(flat.size, comm.size, k) for k in range(comm.size)]
+    counts = [(hi - lo) * x.itemsize for lo, hi in bounds]
+    lo, hi = bounds[comm.rank]
+    mine = np.empty((comm.size, hi - lo), x.dtype)  # slice `rank` of every member's partial
+    got = [mine[0].nbytes] * comm.size
+    wait(comm.Ialltoallv([flat.view(np.uint8), counts, _displs(counts), MPI.BYTE],
+                         [mine.view(np.uint8), got, _displs(got), MPI.BYTE]), "an allreduce")
+    folded = fold(op.kind, list(mine))
+    whole = np.empty(flat.size, x.dtype)
+    wait(comm.Iallgatherv(folded.view(np.uint8), [whole.view(np.uint8), counts, _displs(counts), MPI.BYTE]),
+         "an allreduce")
+    return whole.reshape(x.shape)
 
 
 @rule(ops.ReduceScatter)
@@ -219,7 +263,9 @@ def _reduce_scatter(t: MpiTransport, op: ops.ReduceScatter, team: Team, x: Arr, 
                     dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
     pieces = split(x, comm.size, op.axis)  # piece k to team member k, which expects block k
-    return fold(op.kind, t.alltoall(comm, pieces, [pieces[comm.rank].shape] * comm.size))
+    mine = pieces[comm.rank].shape
+    got = t.alltoall(comm, pieces, [mine] * comm.size).view(x.dtype).reshape((comm.size, *mine))
+    return fold(op.kind, list(got))
 
 
 @rule(ops.AllToAll)
@@ -228,7 +274,10 @@ def _all_to_all(t: MpiTransport, op: ops.AllToAll, team: Team, x: Arr, src: Tens
     comm = t.team_comm(team.devices)
     mine = block_size(src.axes[op.split_axis].extent, comm.size, comm.rank)
     shapes = [tuple(mine if i == op.split_axis else n for i, n in enumerate(s)) for s in _blocks(src, team.devices)]
-    return np.concatenate(t.alltoall(comm, split(x, comm.size, op.split_axis), shapes), axis=op.concat_axis)
+    whole = tuple(sum(s[op.concat_axis] for s in shapes) if a == op.concat_axis else n
+                  for a, n in enumerate(shapes[0]))
+    got = t.alltoall(comm, split(x, comm.size, op.split_axis), shapes, op.concat_axis)
+    return from_bytes(got, whole, x.dtype, op.concat_axis)  # the pieces side by side: no concatenating copy
 
 
 def _gathered(t: MpiTransport, team: Team, x: Arr, src: TensorType) -> list[np.ndarray]:

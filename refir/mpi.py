@@ -32,6 +32,7 @@ TIMEOUT_S = float(os.environ.get("REFIR_MPI_TIMEOUT", "120"))
 # A rank that times out aborts the job; the others wait a little longer first,
 # in rank order, so that one message (the first rank's) is printed, not one each.
 STAGGER_S = 1.5
+YIELD_S = 5e-3
 HANDSHAKE_TAG = 31
 
 
@@ -44,9 +45,14 @@ def poll(done: Callable[[], bool], what: str) -> None:
         if waited > limit:
             raise RunError(f"rank {MPI.COMM_WORLD.rank}: gave up waiting for {what} after {TIMEOUT_S:g} s "
                            "(another rank failed or stopped responding; REFIR_MPI_TIMEOUT sets the limit)")
-        # Yield the core at once for the first few milliseconds (fast collectives
-        # stay fast), then sleep: ranks that wait long should leave it to those working.
-        time.sleep(0 if waited < 5e-3 else 2e-4)
+        # For the first YIELD_S, give the core to any process ready to run and
+        # come straight back (sched_yield: time.sleep(0) would sleep the kernel's
+        # timer slack, 50 µs or more, each time); then sleep: ranks that wait long
+        # should leave the core to those working.
+        if waited < YIELD_S:
+            os.sched_yield()
+        else:
+            time.sleep(2e-4)
 
 
 def wait(req: MPI.Request | list[MPI.Request], what: str = "a communication") -> None:

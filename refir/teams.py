@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from refir import ops
 from refir.types import TensorType
@@ -40,6 +41,15 @@ def _plus(first: tuple[int, ...], more: tuple[int, ...]) -> tuple[int, ...]:
 
 def teams(op: ops.Communication, src: TensorType, dst: TensorType) -> list[Team]:
     """All teams of one communication from a value of type `src` to `dst`."""
+    return list(_teams(op, src, dst))
+
+
+@lru_cache(maxsize=1024)  # asked on every rank at every communication of every run: types and ops are frozen
+def _teams(op: ops.Communication, src: TensorType, dst: TensorType) -> tuple[Team, ...]:
+    return tuple(_formed(op, src, dst))
+
+
+def _formed(op: ops.Communication, src: TensorType, dst: TensorType) -> list[Team]:
     mesh = src.mesh
     match op:
         case ops.Allgather(mesh_axis=k) | ops.ReduceScatter(mesh_axis=k) | ops.AllToAll(mesh_axis=k):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import ml_dtypes
 import numpy as np
@@ -71,8 +72,15 @@ class Mesh:
     def size(self, did: str) -> int:
         return self.shape[self.axis_of(did)]
 
+    @cached_property
+    def _coords(self) -> dict[int, tuple[int, ...]]:
+        """Every device's coordinates, worked out once per mesh (asked per block, per step)."""
+        return {d: tuple(int(c) for c in np.unravel_index(i, self.shape)) for i, d in enumerate(self.devices)}
+
     def coords(self, device: int) -> tuple[int, ...]:
-        return tuple(int(c) for c in np.unravel_index(self.devices.index(device), self.shape))
+        if device not in self._coords:
+            raise ValueError(f"device {device} is not in mesh {self.name}")
+        return self._coords[device]
 
     def coord(self, device: int, did: str) -> int:
         return self.coords(device)[self.axis_of(did)]

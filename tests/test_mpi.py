@@ -74,6 +74,9 @@ COLLECTIVE_JOBS = [
     job("allreduce", "mesh m = [3, 1, 0, 2]\nfunc main(x: f32[8@DIDx, 5]) {\n  s = sum(x, dims=[0])\n"
         "  p = prod(x, dims=[0])\n  hi = max(x, dims=[0])\n  lo = min(x, dims=[0])\n  return s, p, hi, lo\n}\n",
         x=f32(8, 5)),
+    job("allreduce_sliced", "mesh m = [3, 1, 0, 2]\nfunc main(x: f32[4@DIDx, 6001, 3], h: f16[4@DIDx, 12001, 3]) {\n"
+        "  s = sum(x, dims=[0])\n  hi: f32[6001, 3] layout[1, 0] = max(x, dims=[0])\n  p = prod(h, dims=[0])\n"
+        "  return s, hi, p\n}\n", x=f32(4, 6001, 3), h=f32(4, 12001, 3, seed=5).astype(np.float16)),
     job("allreduce_nan", "mesh m = [1, 0]\nfunc main(x: f32[4@DIDx, 2]) {\n  hi = max(x, dims=[0])\n"
         "  s = sum(x, dims=[0])\n  return hi, s\n}\n",
         x=np.array([[1.0, 2.0], [np.nan, 0.0], [3.0, -1.0], [0.5, 9.0]], np.float32)),
