@@ -223,6 +223,7 @@ def render(ex: Explained, console: Console, device: int | None = None, value: st
             continue
         head = seg.kind if seg.kind == "compute" else ops.op_name(seg.steps[0].op)
         scalars = f" + scalars {', '.join(seg.scalars)}" if seg.scalars else ""
+        scalars += f" + extents {', '.join(seg.extents)}" if seg.extents else ""
         console.print(Rule(f"segment {seg.index} ({head}): inputs {', '.join(seg.inputs) or '-'}{scalars}"
                            f" -> outputs {', '.join(seg.outputs) or '-'}", align="left"))
         for s in ex.steps:

@@ -13,10 +13,10 @@ from refir.types import Extent, TensorType, block_size
 
 
 def _local_extent(extent: Extent, parts: int) -> str:
-    """The longest block: ceil(E/parts) (shard_c1); `N/4` stands for ceil(N/4)."""
+    """The longest block: ceil(E/parts) (shard_c1)."""
     if isinstance(extent, int):
         return str(block_size(extent, parts, 0))
-    return extent if parts == 1 else f"{extent}/{parts}"
+    return extent if parts == 1 else f"ceil({extent}/{parts})"
 
 
 def local_extents(t: TensorType) -> list[str]:

@@ -316,7 +316,8 @@ func main: 3 segments
 def test_listing_shows_symbolic_local_shapes_and_strides():
     lines = format_lowered(lowered(BIAS)).split("\n")
     assert lines[0] == "func main: 3 segments"
-    assert lines[1] == "  input a: f16[D@DIDx, K, M] on m  local [D/2, K, M] strides [K*M, M, 1] (any strides accepted)"
+    assert lines[1] == ("  input a: f16[D@DIDx, K, M] on m  local [ceil(D/2), K, M] strides [K*M, M, 1]"
+                        " (any strides accepted)")
     assert "    c~1: f16[M, N] on m partial[sum@DIDx] = sum(c0, dims=[0])" in lines
     assert "    c: f16[M, N] on m = allreduce(c~1, kind=sum, mesh_axes=[DIDx])" in lines
     assert "        team (0 1)" in lines
