@@ -27,11 +27,24 @@ __all__ = [
 
 
 def load(source: str | Path) -> Program:
-    """Parse a program from a file path (a Path, or one line ending in `.rir`) or
-    from program text. The command line always passes a Path; `-` is standard input."""
-    if isinstance(source, Path) or ("\n" not in source and source.endswith(".rir")):
+    """Parse a program from a file path (a Path, or one line that ends in `.rir`
+    or names a file) or from program text. The command line always passes a
+    Path; `-` is standard input."""
+    if isinstance(source, Path) or ("\n" not in source and (source.endswith(".rir") or _is_file(source))):
         return parse(read_source(Path(source)), "<stdin>" if str(source) == "-" else str(source))
-    return parse(source)
+    try:
+        return parse(source)
+    except ParseError as exc:
+        if "\n" in source.strip() or " " in source.strip():
+            raise
+        raise ParseError(exc.loc, f"{exc.message} (read as program text: there is no file {source!r})") from exc
+
+
+def _is_file(name: str) -> bool:
+    try:
+        return Path(name).is_file()
+    except (OSError, ValueError):  # too long, or a NUL: program text, not a name
+        return False
 
 
 def read_source(path: Path) -> str:

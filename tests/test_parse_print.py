@@ -135,6 +135,11 @@ def test_load_reads_files_and_text(tmp_path):
     assert refir.load(path) == refir.load(str(path)) == refir.load(path.read_text())
     with pytest.raises(InputError, match="cannot read .*missing.rir"):
         refir.load(str(tmp_path / "missing.rir"))
+    other = tmp_path / "p.txt"  # any name of a file is read as one
+    other.write_text(path.read_text())
+    assert refir.load(str(other)) == refir.load(path)
+    with pytest.raises(ParseError, match="there is no file '.*missing.txt'"):
+        refir.load(str(tmp_path / "missing.txt"))
 
 
 @pytest.mark.parametrize(
