@@ -10,7 +10,7 @@ import numpy as np
 
 from benchmarks.gpu_timing import REPEATS, median_time, torch_group
 from gpu_backend import pool
-from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.buffer import DeviceBuffer, to_device, to_host
 from gpu_backend.device import cuda
 from gpu_backend.kernels import copy_into
 from refir.world import World
@@ -144,6 +144,8 @@ def launch_costs(one: DeviceBuffer, out: DeviceBuffer) -> list[str]:
     host = np.zeros(1, np.float32)
     costs["to_device of 4 bytes"] = per_call(lambda: cuda.to_device(host))
     costs["copy_to_host of 4 bytes"] = per_call(lambda: one.data.copy_to_host())
+    costs["buffer.to_device of 4 bytes"] = per_call(lambda: to_device(host))
+    costs["buffer.to_host of 4 bytes"] = per_call(lambda: to_host(one.data))
     return ["per call, no synchronize, µs: " + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()),
             f"launches so far: {gl.counts}; memory manager {type(manager).__name__}"]
 
@@ -180,6 +182,7 @@ def whole_runs(torch: object, world: World) -> list[str]:
     from refir.mpi import COMMS
 
     torch_group(torch, world, 29600)
+    os.environ.setdefault("REFIR_MAX_ELEMENTS", str(1 << 29))  # the 1 GiB program's x has 2^28 elements
     program = refir.load(PATTERN.format(devices=", ".join(map(str, range(world.size)))))
     barrier, sync = world.comm.Barrier, torch.cuda.synchronize
     lines = [f"{'M, K, N':<18} {'refir first':>11} {'refir':>9} {'rank 0 in':>9} {'torch host':>10} "
@@ -225,6 +228,8 @@ def whole_runs(torch: object, world: World) -> list[str]:
             assert np.allclose(got["out"], want, atol=tol), "refir and torch disagree"
         lines.append(f"{f'{m}, {k}, {n}':<18} {first * 1e3:>11.2f} {ours * 1e3:>9.2f} {root_in * 1e3:>9.2f} "
                      f"{theirs * 1e3:>10.2f} {on_device * 1e3:>9.2f} {ours / theirs:>10.2f} {ours / on_device:>9.1f}")
+        if world.is_root:  # as it comes: a later size may fail or run out of time
+            print("\n".join(lines[-2 if len(lines) == 2 else -1:]), flush=True)
         dev.clear()
         memory.append(f"{f'{m}, {k}, {n}':<18} rank {world.rank}: {memory_row(program, inputs, world)}")
         if (m, k, n) == SIZES[0]:
@@ -238,5 +243,5 @@ def whole_runs(torch: object, world: World) -> list[str]:
         if (held := pool.current()) is not None:
             held.trim()  # the next size's blocks are of other classes
     dist.destroy_process_group()
-    return lines + memory + notes
+    return memory + notes  # the table's rows were printed as they came
 

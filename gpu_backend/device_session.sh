@@ -86,7 +86,7 @@ faults() {  # each fault in its own 2-rank launch (a fault ends its job), a 5 s 
       "$f" > /tmp/fault.log 2>&1
     rc=$?
     local said
-    said=$(grep -m1 -E "error|BAD TERMINATION" /tmp/fault.log)
+    said=$(grep -m1 -E "error|BAD TERMINATION|exited on signal" /tmp/fault.log)
     echo "$spec: rc=$rc, $((SECONDS - t0)) s: $said"
     if ((rc == 0 || rc == 124)) || [[ -z $said ]]; then bad=1; tail -n 20 /tmp/fault.log; fi
   done
