@@ -31,7 +31,22 @@ class Drops:
     unkept: tuple[tuple[str, ...], ...]
 
 
+_plans: dict[int, tuple[Lowered, Drops]] = {}  # by id: refir.run reuses one Lowered per program
+
+
 def drops(lowered: Lowered) -> Drops:
+    """The plan for `lowered`, made once per lowered program (the last 64 kept)."""
+    got = _plans.get(id(lowered))
+    if got is not None and got[0] is lowered:
+        return got[1]
+    if len(_plans) >= 64:
+        _plans.pop(next(iter(_plans)))
+    plan = _plan(lowered)
+    _plans[id(lowered)] = (lowered, plan)
+    return plan
+
+
+def _plan(lowered: Lowered) -> Drops:
     kept = {lowered.source(r) for r in lowered.results}
     last_segment: dict[str, int] = {}  # the last segment that takes the name as an input
     for s, seg in enumerate(lowered.segments):
