@@ -12,7 +12,7 @@ configuration. The first launch of a signature goes through numba (compiling
 it) and checks that the plan packs exactly what numba's own conversion
 produces; a signature whose plan differs keeps numba's conversion.
 
-Under the simulator it is the plain numba launch.
+Under the simulator, or with REFIR_FAST_LAUNCH=0, it is the plain numba launch.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ the legacy default stream, so a block's next user runs after its last one.
 
 The counts (bytes in use, their peak, bytes held) are what the memory target
 of issue 10 is measured with. The simulator has no EMM interface: there the
-pool is not installed and `stats()` is None.
+pool is not installed and `stats()` is None. REFIR_GPU_POOL=0 leaves numba's
+own allocator in place (gpu_backend/device.py installs the pool on import).
 """
 
 from __future__ import annotations
