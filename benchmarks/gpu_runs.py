@@ -9,7 +9,8 @@ from collections.abc import Callable
 import numpy as np
 
 from benchmarks.gpu_timing import REPEATS, median_time, torch_group
-from gpu_backend.buffer import DeviceBuffer
+from gpu_backend import pool
+from gpu_backend.buffer import DeviceBuffer, to_device, to_host
 from gpu_backend.device import cuda
 from gpu_backend.kernels import copy_into
 from refir.world import World
@@ -23,8 +24,10 @@ func main(x: f32[M, K@DIDx], w: f32[K@DIDx, N], bias: f32[N]) {{
   return out
 }}
 """
-SIZES = [tuple(int(n) for n in s.split(",")) for s in
-         os.environ.get("GPU_BENCH_SIZES", "256,512,256 4096,4096,4096 8192,8192,8192").split()]
+# Issue 15's three sizes, and issue 10's whole program at 1 MiB and 1 GiB (x: f32[M, K] of that size).
+SIZES = [tuple(int(n) for n in s.split(",")) for s in os.environ.get(
+    "GPU_BENCH_SIZES", "256,512,256 512,512,512 4096,4096,4096 8192,8192,8192 16384,16384,16384").split()]
+ROOT_IN_LIMIT = 8192 * 8192  # "rank 0 in" sends x and w through MPI's shared memory (~0.6 GB/s): not beyond
 
 
 def profiled(fn: Callable[[], object], barrier: Callable[[], object], what: str) -> list[str]:
@@ -89,7 +92,8 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
 
 
 def floor(barrier: Callable[[], object]) -> str:
-    """What numba-cuda's Python side costs for the smallest operations (µs)."""
+    """What numba-cuda's Python side costs for the smallest operations (µs),
+    with a synchronize after each (as before), and per call without one."""
     host = np.zeros(1, np.float32)
     one = DeviceBuffer.dense(cuda.to_device(host), (1,))
     out = DeviceBuffer.empty((1,), np.dtype(np.float32))
@@ -98,7 +102,76 @@ def floor(barrier: Callable[[], object]) -> str:
              "device_array(1)": median_time(lambda: cuda.device_array(1, np.float32), sync, barrier),
              "copy kernel on 1 element": median_time(lambda: copy_into(out, one), sync, barrier),
              "copy_to_host of 4 bytes": median_time(lambda: one.data.copy_to_host(), sync, barrier)}
-    return "numba floor, µs: " + ", ".join(f"{k} {v * 1e6:.0f}" for k, v in costs.items())
+    lines = ["numba floor with a synchronize, µs: " + ", ".join(f"{k} {v * 1e6:.0f}" for k, v in costs.items())]
+    return "\n".join(lines + launch_costs(one, out))
+
+
+def per_call(fn: Callable[[], object], n: int = 300) -> float:
+    """µs per call of `fn`, n calls back to back, then one synchronize (best of 3)."""
+    fn()
+    cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        cuda.synchronize()
+        best = min(best, (time.perf_counter() - start) / n)
+    return best * 1e6
+
+
+def launch_costs(one: DeviceBuffer, out: DeviceBuffer) -> list[str]:
+    """The launch path and the allocator, piece by piece (gpu_backend/launch.py, pool.py)."""
+    from gpu_backend import launch as gl
+    from gpu_backend.kernels import _map1, _same, elementwise
+
+    kernel = _map1(_same)
+    args = (out.data, 0, (0, 0, 0, 0), 0, 1, one.data, 0, (0, 0, 0, 0), 0, 1, (1, 1, 1, 1), (1, 1, 1, 1, 1, 1), 1)
+    fast = gl.FAST
+    costs = {"numba kernel[grid, block](*args)": per_call(lambda: kernel[1, (1, 256)](*args))}
+    gl.FAST = True
+    costs["launch(), cached signature"] = per_call(lambda: gl.launch(kernel, 1, (1, 256), *args))
+    costs["elementwise() of 1 element"] = per_call(lambda: elementwise(_same, out, one))
+    costs["copy_into() of 1 element"] = per_call(lambda: copy_into(out, one))
+    gl.FAST = False
+    costs["copy_into(), numba launch"] = per_call(lambda: copy_into(out, one))
+    gl.FAST = fast
+    manager = cuda.current_context().memory_manager
+    costs["device_array(1)"] = per_call(lambda: cuda.device_array(1, np.float32))
+    costs["memalloc(4) via the context"] = per_call(lambda: cuda.current_context().memalloc(4))
+    if hasattr(manager, "numba"):
+        costs["numba's own memalloc(4) (no pool)"] = per_call(lambda: manager.numba.memalloc(4), 100)
+    host = np.zeros(1, np.float32)
+    costs["to_device of 4 bytes"] = per_call(lambda: cuda.to_device(host))
+    costs["copy_to_host of 4 bytes"] = per_call(lambda: one.data.copy_to_host())
+    costs["buffer.to_device of 4 bytes"] = per_call(lambda: to_device(host))
+    costs["buffer.to_host of 4 bytes"] = per_call(lambda: to_host(one.data))
+    return ["per call, no synchronize, µs: " + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()),
+            f"launches so far: {gl.counts}; memory manager {type(manager).__name__}"]
+
+
+def memory_row(program: object, inputs: dict[str, np.ndarray], world: World) -> str:
+    """Rank's pool peak during one run next to the program's largest live set on its device."""
+    import refir
+    from interp.liveness import largest_live
+    from refir.bindings import bind_inputs
+    from refir.lower import lower
+
+    low = lower(refir.verify(program))
+    live = largest_live(low, bind_inputs(low.checked, inputs), world.rank)
+    current = pool.current()
+    if current is None:
+        return f"largest live {live / 2**20:.2f} MiB; no pool"
+    cuda.synchronize()
+    before = current.stats()
+    current.reset_peak()
+    refir.run(program, inputs, backend="gpu")
+    cuda.synchronize()
+    after = current.stats()
+    peak = after.peak - before.in_use  # what this run added to what was held in use before it
+    return (f"pool peak {peak / 2**20:.2f} MiB over {before.in_use / 2**20:.2f} in use before, largest live "
+            f"{live / 2**20:.2f} MiB, peak/live {peak / live:.2f}; held {after.held / 2**20:.1f} MiB, "
+            f"fresh {after.fresh}, reused {after.reused}")
 
 
 def whole_runs(torch: object, world: World) -> list[str]:
@@ -109,11 +182,13 @@ def whole_runs(torch: object, world: World) -> list[str]:
     from refir.mpi import COMMS
 
     torch_group(torch, world, 29600)
+    os.environ.setdefault("REFIR_MAX_ELEMENTS", str(1 << 29))  # the 1 GiB program's x has 2^28 elements
     program = refir.load(PATTERN.format(devices=", ".join(map(str, range(world.size)))))
     barrier, sync = world.comm.Barrier, torch.cuda.synchronize
     lines = [f"{'M, K, N':<18} {'refir first':>11} {'refir':>9} {'rank 0 in':>9} {'torch host':>10} "
              f"{'torch dev':>9} {'refir/host':>10} {'refir/dev':>9}  (ms, median of {REPEATS})"]
     notes: list[str] = []
+    memory: list[str] = ["", "device memory of one run (gpu_backend/pool.py against interp/liveness.py):"]
     for m, k, n in SIZES:
         rng = np.random.default_rng(2)
         x = rng.random((m, k), np.float32) - 0.5
@@ -129,7 +204,8 @@ def whole_runs(torch: object, world: World) -> list[str]:
         ours = median_time(lambda: refir.run(program, inputs, backend="gpu"), sync, barrier)  # noqa: B023
         assert COMMS.created == created, "a later run made a communicator"
         mine = inputs if world.is_root else {}
-        root_in = median_time(lambda: refir.run(program, mine, backend="gpu"), sync, barrier)  # noqa: B023
+        root_in = (median_time(lambda: refir.run(program, mine, backend="gpu"), sync, barrier)  # noqa: B023
+                   if m * k <= ROOT_IN_LIMIT else float("nan"))
 
         def torch_host() -> np.ndarray:
             c = torch.from_numpy(x[:, lo:hi]).cuda() @ torch.from_numpy(w[lo:hi]).cuda()  # noqa: B023
@@ -152,14 +228,20 @@ def whole_runs(torch: object, world: World) -> list[str]:
             assert np.allclose(got["out"], want, atol=tol), "refir and torch disagree"
         lines.append(f"{f'{m}, {k}, {n}':<18} {first * 1e3:>11.2f} {ours * 1e3:>9.2f} {root_in * 1e3:>9.2f} "
                      f"{theirs * 1e3:>10.2f} {on_device * 1e3:>9.2f} {ours / theirs:>10.2f} {ours / on_device:>9.1f}")
+        if world.is_root:  # as it comes: a later size may fail or run out of time
+            print("\n".join(lines[-2 if len(lines) == 2 else -1:]), flush=True)
         dev.clear()
+        memory.append(f"{f'{m}, {k}, {n}':<18} rank {world.rank}: {memory_row(program, inputs, world)}")
         if (m, k, n) == SIZES[0]:
             notes += ["", floor(barrier)]
-        if (m, k, n) in (SIZES[0], SIZES[-1]):
+        if (m, k, n) in (SIZES[0], SIZES[1]):
             notes += ["", f"phases of a run at {m}, {k}, {n} on rank {world.rank}, ms: "
                       + phases(lambda: refir.run(program, inputs, backend="gpu"), barrier)]  # noqa: B023
             notes += profiled(lambda: refir.run(program, inputs, backend="gpu"), barrier,  # noqa: B023
                               f"one run at {m}, {k}, {n} on rank {world.rank}")
+        torch.cuda.empty_cache()
+        if (held := pool.current()) is not None:
+            held.trim()  # the next size's blocks are of other classes
     dist.destroy_process_group()
-    return lines + notes
+    return memory + notes  # the table's rows were printed as they came
 

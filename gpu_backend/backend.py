@@ -25,8 +25,9 @@ def run_gpu(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: Wo
     use_device(world.comm)
     transport = transport_for(world)
     try:
-        buffers = {name: {d: upload(x) for d, x in blocks.items()} for name, blocks in inputs.items()}
-        results = execute(lowered, buffers, scalars, GpuLocal(lowered.types), LaidOut(transport))
+        # Handed over, not kept: execute frees each input after its last reader.
+        results = execute(lowered, {name: {d: upload(x) for d, x in blocks.items()} for name, blocks in inputs.items()},
+                          scalars, GpuLocal(lowered.types), LaidOut(transport))
         return {name: {d: download(b) for d, b in blocks.items()} for name, blocks in results.items()}
     finally:
         transport.close()

@@ -57,6 +57,10 @@ if SIMULATED:
     from gpu_backend.simulator import install
 
     install()
+elif os.environ.get("REFIR_GPU_POOL", "1") != "0":  # device memory through gpu_backend/pool.py
+    from gpu_backend.pool import install as install_pool
+
+    install_pool()
 
 _announced = False
 

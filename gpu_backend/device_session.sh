@@ -22,6 +22,7 @@
 #   bf16             tests/test_gpu_bf16.py and a bf16 nvFuser import: bf16 kernels compiled for the GPU
 #   dtensor          redistributes through torch DTensor and through refir (gpu), every local block compared
 #   dtensor-uneven   uneven blocks next to torch DTensor's redistribute, on 2 GPUs (gpu_backend/dtensor_uneven_check.py)
+#   mpi-faults       REFIR_FAULT injected on either rank of a 2-GPU NCCL run: the job ends with an error, never hangs
 # A failing or slow stage never stops the next; each has a time limit and the
 # whole run keeps within $BUDGET seconds (the device tool stops a command at 600).
 # Back in $OUT: summary.txt (each stage's exit status and time), session.log
@@ -65,7 +66,7 @@ ranks() {  # ranks N ARGS...: N pythons under mpiexec, one GPU each
   shift
   "$MPIEXEC" -n "$n" -x PYTHONPATH -x REFIR_SHARED -x NUMBA_ENABLE_CUDASIM -x NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS \
     -x REFIR_MPI_TIMEOUT -x PYTHONDONTWRITEBYTECODE -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST \
-    -x NVSHMEM_DISABLE_NVLS \
+    -x NVSHMEM_DISABLE_NVLS ${REFIR_FAULT:+-x REFIR_FAULT} \
     bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$0" "$@"' "$PY" "$@"
 }
 
@@ -76,10 +77,26 @@ cli() {
   done
 }
 
+faults() {  # each fault in its own 2-rank launch (a fault ends its job), a 5 s timeout for every wait
+  local f=/tmp/fault.rir spec t0 rc bad=0
+  printf 'mesh m = [0, 1]\nfunc main(x: f32[8@DIDx, 3]) {\n  s = sum(x, dims=[0])\n  return s\n}\n' > $f
+  for spec in 1:collective:raise 1:collective:stall 1:collective:kill 0:gather:raise; do
+    t0=$SECONDS
+    REFIR_FAULT=$spec REFIR_MPI_TIMEOUT=5 timeout 90 bash -c 'ranks 2 -m mpi4py -m refir run "$0" --backend gpu' \
+      "$f" > /tmp/fault.log 2>&1
+    rc=$?
+    local said
+    said=$(grep -m1 -E "error|BAD TERMINATION|exited on signal" /tmp/fault.log)
+    echo "$spec: rc=$rc, $((SECONDS - t0)) s: $said"
+    if ((rc == 0 || rc == 124)) || [[ -z $said ]]; then bad=1; tail -n 20 /tmp/fault.log; fi
+  done
+  return $bad
+}
+
 NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")}
 ((NGPU > 0)) || NGPU=1
 export NGPU
-export -f ranks cli
+export -f ranks cli faults
 # Numba compiles each kernel on one core: several test processes at once, if pytest-xdist is there.
 WORKERS=$("$PY" -c "import xdist; print('-n 6')" 2>/dev/null)
 
@@ -107,6 +124,7 @@ stage bf16 100 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_bf16.p
   tests/test_nvfuser_import.py::test_row_parallel_linear_in_bf16_with_two_segments
 stage dtensor 150 bash -c 'ranks "$NGPU" -m mpi4py gpu_backend/dtensor_check.py'
 stage dtensor-uneven 150 bash -c 'ranks 2 -m mpi4py gpu_backend/dtensor_uneven_check.py'
+stage mpi-faults 200 bash -c faults
 
 echo "=== done in $((SECONDS - START))s"
 cat "$OUT/summary.txt"

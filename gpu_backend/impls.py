@@ -18,6 +18,7 @@ from gpu_backend.buffer import DeviceBuffer, to_device
 from gpu_backend.kernels import copy_into, elementwise
 from gpu_backend.matmul import matmul_into
 from gpu_backend.reduce import reduce_into
+from gpu_backend.scalars import elementwise_scalar
 from interp.impls import scalar_value
 from interp.spmd import slice_block
 from refir import ops
@@ -85,8 +86,15 @@ def matmul(op: ops.Matmul, order: Order, a: DeviceBuffer, b: DeviceBuffer) -> De
 
 
 def compute(op: object, order: Order, args: list[Any]) -> DeviceBuffer:
-    """Apply `op`; python scalars become device scalars of the tensor dtype."""
+    """Apply `op`. A binary op's python scalar operand is a kernel argument in
+    the tensor dtype (gpu_backend/scalars.py); any other becomes a device scalar."""
     dtype = next(a.dtype for a in args if isinstance(a, DeviceBuffer))
+    if isinstance(op, ops.Binary) and len(args) == 2:
+        first = not isinstance(args[0], DeviceBuffer)
+        x, value = (args[1], args[0]) if first else (args[0], args[1])
+        if isinstance(x, DeviceBuffer) and not isinstance(value, DeviceBuffer):
+            out = DeviceBuffer.empty(x.shape, dtype, order)
+            return elementwise_scalar(functions.binary(op.name, dtype), out, x, value, first)
     values = [a if isinstance(a, DeviceBuffer) else scalar_buffer(a, dtype) for a in args]
     return GPU_IMPLS[type(op)](op, order, *values)
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import ITEM_ROWS, SHARED_ASKS, TILE, TILE_ROWS, blocks_for, cuda, fitted, rows_block
+from gpu_backend.launch import launch
 
 Ints = tuple[int, ...]  # shapes and strides travel to kernels as int tuples
 Arr = Any  # a 1-D device array
@@ -140,7 +141,7 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer) -> DeviceBuf
     walk, items = _walk(prod(outer), shape[-2], shape[-1], bx)
     by = fitted(items, by)
     kernel = (_map1 if len(xs) == 1 else _map2)(fn)
-    kernel[blocks_for(items, by), (bx, by)](*args, outer, walk, items)
+    launch(kernel, blocks_for(items, by), (bx, by), *args, outer, walk, items)
     return out
 
 
@@ -209,7 +210,7 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     batch = padded([shape[a] for a in rest], 1)
     kernel = _transpose(d.dtype.itemsize)
     tiles = prod(batch) * -(-shape[fast] // TILE) * -(-shape[last] // TILE)
-    kernel[blocks_for(tiles, 1), (TILE, TILE_ROWS)](
+    launch(kernel, blocks_for(tiles, 1), (TILE, TILE_ROWS),
         d.data, d.offset, padded([ds[a] for a in rest], 0), ds[fast], ds[last],
         s.data, s.offset, padded([ss[a] for a in rest], 0), ss[fast], ss[last],
         batch, shape[fast], shape[last], prod(batch))

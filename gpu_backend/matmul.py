@@ -20,6 +20,7 @@ from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import MATMUL_TILE, SHARED_ASKS, SIMULATED, blocks_for, cuda
 from gpu_backend.functions import accumulator, narrow
 from gpu_backend.kernels import Arr, Ints, padded, unravel
+from gpu_backend.launch import launch
 
 
 @cache
@@ -65,7 +66,7 @@ def tiled_matmul(out: DeviceBuffer, a: DeviceBuffer, b: DeviceBuffer) -> DeviceB
         return out
     acc_dtype, to_acc = accumulator(a.dtype)
     tiles = prod(batch) * -(-m // MATMUL_TILE) * -(-n // MATMUL_TILE)
-    _tiled(to_acc, narrow(a.dtype), acc_dtype.type)[blocks_for(tiles, 1), (MATMUL_TILE, MATMUL_TILE)](
+    launch(_tiled(to_acc, narrow(a.dtype), acc_dtype.type), blocks_for(tiles, 1), (MATMUL_TILE, MATMUL_TILE),
         out.data, out.offset, padded(out.strides[:-2], 0), out.strides[-2], out.strides[-1],
         a.data, a.offset, padded(a.strides[:-2], 0), a.strides[-2], a.strides[-1],
         b.data, b.offset, padded(b.strides[:-2], 0), b.strides[-2], b.strides[-1],

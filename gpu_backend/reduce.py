@@ -26,6 +26,7 @@ from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import SHARED_ASKS, SIMULATED, THREADS, blocks_for, cuda, fitted, max_blocks
 from gpu_backend.functions import BINARY, COMBINE, accumulator, narrow
 from gpu_backend.kernels import Arr, Ints, coalesce, padded, unravel
+from gpu_backend.launch import launch
 from interp.impls import identity
 
 
@@ -160,10 +161,10 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
             n_out, red_shape[-1], red_x[-1], padded(red_shape[:-1], 1), padded(red_x[:-1], 0),
             n_red, chunks, chunk, ident, part)
     if per_block:
-        _per_block(kind, to_acc, store, acc_dtype.type)[blocks_for(n_out * chunks, 1), THREADS](*args)
+        launch(_per_block(kind, to_acc, store, acc_dtype.type), blocks_for(n_out * chunks, 1), THREADS, *args)
     else:
         threads = fitted(n_out * chunks)
-        _per_thread(kind, to_acc, store)[blocks_for(n_out * chunks, threads), threads](*args)
+        launch(_per_thread(kind, to_acc, store), blocks_for(n_out * chunks, threads), threads, *args)
     if chunks == 1:
         return out
     # Second pass: the partials, one row of `chunks` per output, into out.

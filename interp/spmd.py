@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from interp.impls import compute
+from interp.liveness import drops
 from interp.transport import Transport
 from refir import ops
 from refir.bindings import bind_local
@@ -57,16 +58,22 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
     env: dict[str, Buffers] = dict(inputs)
     if keep is not None:
         keep.update(inputs)
+    del inputs  # buffers are forgotten after their last reader (interp/liveness.py): hold none here
     types = lowered.types
     hosted = transport.hosted
-    for seg in lowered.segments:
+    plan = drops(lowered)
+    for s, seg in enumerate(lowered.segments):
         scope: dict[str, Buffers] = {name: env[name] for name in seg.inputs}
+        for name in plan.taken[s]:
+            del env[name]
+        for name in plan.before[s]:
+            del scope[name]
         missing = [s for s in seg.symbols if s not in scalars]
         if missing:  # never guessed from a local block
             raise RunError(f"segment {seg.index} needs symbol {missing[0]}, a global extent or value, "
                            f"and it was not handed in [{SHARD_C2}]")
         known = {s: scalars[s] for s in seg.symbols}
-        for step in seg.steps:
+        for step, dropped in zip(seg.steps, plan.after_step[s]):
             try:
                 if step.is_communication:
                     (src,) = step.tensor_args()
@@ -75,6 +82,8 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
                                                             resolved(step.type, known), scope[src])
                     if keep is not None:
                         keep[step.out] = scope[step.out]
+                    for name in dropped:
+                        del scope[name]
                     continue
                 out: Buffers = {}
                 for d in hosted:
@@ -88,12 +97,17 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
                 scope[step.out] = out
                 if keep is not None:
                     keep[step.out] = out
+                args = out = None  # hold no operand past its last reader
+                for name in dropped:
+                    del scope[name]
             except Exception as exc:  # named after the equation it came from
                 rank = hosted[0] if len(hosted) == 1 else None
                 kind = "" if isinstance(exc, RefirError) else type(exc).__name__
                 raise RunError(describe_eqn(lowered.checked, step.eqn, _what(step, exc, kind), rank)) from exc
         for name in seg.outputs:
-            env[name] = scope[name]
+            if name not in plan.unkept[s]:
+                env[name] = scope[name]
+        del scope
     return {r: env[lowered.source(r)] for r in lowered.results}
 
 

@@ -1,0 +1,173 @@
+"""Kernel launches without numba's per-call work where the signature repeats.
+
+`kernel[grid, block](*args)` makes numba type every argument (device arrays
+through Python), find the compiled overload, convert every argument for the
+driver one by one through its type, and build a cuda.core launch
+configuration: tens of microseconds of Python per launch, more than the small
+kernels themselves take. `launch(kernel, grid, block, *args)` does the same
+launch, but keeps, per kernel and per cheap key of the argument kinds (array
+dtype and rank, tuple length, scalar type), the compiled overload and a
+packing plan for its arguments, and per grid and block shape the launch
+configuration. The first launch of a signature goes through numba (compiling
+it) and checks that the plan packs exactly what numba's own conversion
+produces; a signature whose plan differs keeps numba's conversion.
+
+Under the simulator, or with REFIR_FAST_LAUNCH=0, it is the plain numba launch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from gpu_backend.device import SIMULATED
+
+Dims = int | tuple[int, ...]
+FAST = not SIMULATED and os.environ.get("REFIR_FAST_LAUNCH", "1") != "0"
+
+
+def _dims(d: Dims) -> tuple[int, int, int]:
+    t = (d,) if isinstance(d, int) else tuple(d)
+    return (*t, *(1,) * (3 - len(t)))  # type: ignore[return-value]
+
+
+def _key(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What numba's choice of overload and the argument packing depend on."""
+    key: list[Any] = []
+    for a in args:
+        t = type(a)
+        if t is tuple:
+            key.append((tuple, *map(type, a)))
+        elif t is int or t is float or t is bool:
+            key.append(t)
+        elif isinstance(a, np.generic):
+            key.append(a.dtype)
+        else:  # a device array: 1-D and contiguous here, but let the key say so
+            key.append((a.dtype, a.ndim, a.is_c_contiguous()))
+    return tuple(key)
+
+
+class _Signature:
+    """One compiled overload and how to pack its arguments for the driver."""
+
+    def __init__(self, kernel: Any, args: tuple[Any, ...]) -> None:
+        from numba.cuda import types
+
+        self.kernel = kernel
+        self.function = kernel._codelibrary.get_cufunc().kernel
+        packers: list[Callable[[Any, list[Any]], None]] = []
+
+        def plan(ty: Any) -> Callable[[Any, list[Any]], None] | None:
+            if isinstance(ty, types.Array):
+                return _pack_array
+            if isinstance(ty, types.BaseTuple):
+                inner = [plan(t) for t in ty]
+                if any(p is None for p in inner):
+                    return None
+                return lambda v, out: [p(x, out) for p, x in zip(inner, v)]  # type: ignore[misc]
+            if isinstance(ty, types.Integer):
+                c = getattr(ctypes, f"c_{ty}")
+                return lambda v, out: out.append(c(v))
+            if ty == types.float64:
+                return lambda v, out: out.append(ctypes.c_double(v))
+            if ty == types.float32:
+                return lambda v, out: out.append(ctypes.c_float(v))
+            if ty == types.boolean:
+                return lambda v, out: out.append(v)
+            return None  # anything else keeps numba's conversion
+
+        for ty in kernel.argument_types:
+            p = plan(ty)
+            packers.append(p)  # type: ignore[arg-type]
+        plain = not kernel.extensions and not kernel.debug and not kernel.cooperative
+        self.packers = packers if plain and all(p is not None for p in packers) else None
+        if self.packers is not None and not self._agrees(args):
+            self.packers = None
+
+    def pack(self, args: tuple[Any, ...]) -> list[Any]:
+        out: list[Any] = []
+        for p, a in zip(self.packers, args):  # type: ignore[arg-type]
+            p(a, out)
+        return out
+
+    def _numba_pack(self, args: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
+        out: list[Any] = []
+        keep: list[Any] = []
+        for t, v in zip(self.kernel.argument_types, args):
+            self.kernel._prepare_args(t, v, 0, keep, out)
+        return out, keep
+
+    def _agrees(self, args: tuple[Any, ...]) -> bool:
+        """Whether the plan packs what numba's _prepare_args packs, value for value."""
+        want, _ = self._numba_pack(args)
+        got = self.pack(args)
+
+        def plain(v: Any) -> Any:
+            return (type(v), v.value) if isinstance(v, ctypes._SimpleCData) else (int, int(v))
+
+        return len(want) == len(got) and all(plain(w) == plain(g) for w, g in zip(want, got))
+
+
+def _pack_array(a: Any, out: list[Any]) -> None:
+    """A device array as numba passes it: meminfo, parent, size, itemsize,
+    pointer, shape, strides in bytes."""
+    view = a._strided_memory_view_shim
+    itemsize = view.dtype.itemsize
+    out += (0, 0, view.size, itemsize, view.ptr)
+    out += view.shape
+    strides = view._layout.strides_in_bytes
+    if strides is None:  # contiguous: numba derives them the same way
+        from numba.cuda.np import numpy_support
+
+        strides = numpy_support.strides_from_shape(shape=view.shape, itemsize=itemsize,
+                                                   c_contiguous=view._layout.is_contiguous_c,
+                                                   f_contiguous=view._layout.is_contiguous_f)
+    out += strides
+
+
+_signatures: dict[tuple[Any, ...], _Signature] = {}
+_configs: dict[tuple[Any, ...], Any] = {}
+_stream: Any = None
+counts = {"fast": 0, "numba": 0}  # launches by path, for the benchmark
+
+
+def _config(grid: tuple[int, int, int], block: tuple[int, int, int]) -> Any:
+    cfg = _configs.get((grid, block))
+    if cfg is None:
+        from numba.cuda.dispatcher import LaunchConfig
+
+        cfg = _configs[(grid, block)] = LaunchConfig(grid=grid, block=block, shmem_size=0)
+    return cfg
+
+
+def launch(kernel: Any, grid: Dims, block: Dims, *args: Any) -> None:
+    """kernel[grid, block](*args), through the cached overload where it can."""
+    global _stream
+    if not FAST:
+        kernel[grid, block](*args)
+        return
+    key = (kernel, _key(args))
+    sig = _signatures.get(key)
+    if sig is not None and sig.packers is not None:
+        from cuda.core import launch as core_launch
+
+        counts["fast"] += 1
+        core_launch(_stream, _config(_dims(grid), _dims(block)), sig.function, *sig.pack(args))
+        return
+    counts["numba"] += 1
+    if sig is not None:  # its packing differs from ours: numba's, without the typing
+        sig.kernel.launch(args, _dims(grid), _dims(block), _stream, 0)
+        return
+    kernel[grid, block](*args)  # compiles the overload on first use
+    if _stream is None:
+        from numba.cuda.cudadrv import driver
+
+        _stream = driver._to_core_stream(0)
+    argtypes = tuple(kernel.typeof_pyval(a) for a in args)
+    compiled = kernel.overloads.get(argtypes)
+    if compiled is not None:
+        _signatures[key] = _Signature(compiled, args)

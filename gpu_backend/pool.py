@@ -1,0 +1,180 @@
+"""A device memory pool behind every numba allocation, with its byte counts.
+
+numba asks the CUDA driver for every `device_array` and `to_device` (about
+66 µs of Python and driver time each on an H200) and frees in deferred
+batches. `SizeClassPool` keeps freed blocks in free lists by size class
+(eight classes per doubling, so a block is at most 12.5% larger than asked)
+and hands them out again; `PoolManager` puts it behind numba's External
+Memory Management interface, so that every allocation (buffers, uploads,
+reduction partials, wire buffers) goes through it. Reuse is safe without
+synchronising: every kernel, copy and NCCL call of the backend is ordered on
+the legacy default stream, so a block's next user runs after its last one.
+
+The counts (bytes in use, their peak, bytes held) are what the memory target
+of issue 10 is measured with. The simulator has no EMM interface: there the
+pool is not installed and `stats()` is None. REFIR_GPU_POOL=0 leaves numba's
+own allocator in place (gpu_backend/device.py installs the pool on import).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+MIN_CLASS = 512  # bytes: the driver aligns allocations to 256 anyway
+
+
+def size_class(nbytes: int) -> int:
+    """The block size that serves `nbytes`: a multiple of an eighth of the
+    power of two below it (at least MIN_CLASS)."""
+    if nbytes <= MIN_CLASS:
+        return MIN_CLASS
+    step = max(MIN_CLASS, 1 << max(0, (nbytes - 1).bit_length() - 4))
+    return -(-nbytes // step) * step
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    in_use: int  # bytes of blocks handed out and not yet released (class sizes)
+    peak: int  # the most in_use has been since the last reset_peak()
+    held: int  # in_use plus the free blocks kept for reuse
+    fresh: int  # blocks asked of the upstream allocator so far
+    reused: int  # allocations served from a free list so far
+
+
+class SizeClassPool:
+    """Free lists of blocks by size class over an upstream allocator.
+
+    `upstream(nbytes)` returns an object that owns device memory for as long
+    as it lives; the pool keeps it while its block is in use or free."""
+
+    def __init__(self, upstream: Callable[[int], Any]) -> None:
+        self.upstream = upstream
+        self.free: dict[int, list[Any]] = {}
+        self.lock = threading.RLock()  # finalizers may release from any thread
+        self.in_use = self.peak = self.held = self.fresh = self.reused = 0
+
+    def take(self, nbytes: int) -> tuple[Any, int]:
+        """A block of at least `nbytes`, and its class size."""
+        size = size_class(nbytes)
+        with self.lock:
+            spare = self.free.get(size)
+            block = spare.pop() if spare else None
+            if block is None:
+                block = self._fresh(size)
+            else:
+                self.reused += 1
+            self.in_use += size
+            self.peak = max(self.peak, self.in_use)
+        return block, size
+
+    def _fresh(self, size: int) -> Any:
+        try:
+            block = self.upstream(size)
+        except Exception:  # out of memory, most likely: give back what is cached, once
+            if not self.trim():
+                raise
+            block = self.upstream(size)
+        self.fresh += 1
+        self.held += size
+        return block
+
+    def give(self, block: Any, size: int) -> None:
+        """Return a block taken with `take` (its last user is gone)."""
+        with self.lock:
+            self.free.setdefault(size, []).append(block)
+            self.in_use -= size
+
+    def trim(self) -> int:
+        """Drop every free block (their owners free the memory); bytes dropped."""
+        with self.lock:
+            dropped = sum(size * len(blocks) for size, blocks in self.free.items())
+            self.free.clear()
+            self.held -= dropped
+        return dropped
+
+    def reset_peak(self) -> None:
+        with self.lock:
+            self.peak = self.in_use
+
+    def stats(self) -> PoolStats:
+        with self.lock:
+            return PoolStats(self.in_use, self.peak, self.held, self.fresh, self.reused)
+
+
+def _manager_class() -> type:
+    """numba's EMM plugin over SizeClassPool (real GPUs only)."""
+    from numba import cuda
+    from numba.cuda.cudadrv import driver
+
+    class PoolManager(driver.GetIpcHandleMixin, cuda.HostOnlyCUDAMemoryManager):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.numba: Any = None
+            self.pool = SizeClassPool(self._upstream)
+
+        def initialize(self) -> None:
+            self.numba = driver.NumbaCUDAMemoryManager(context=self.context)
+            self.numba.initialize()
+
+        def _upstream(self, size: int) -> Any:
+            try:
+                return self.numba.memalloc(size)
+            except driver.CudaAPIError:
+                self.numba.deallocations.clear()  # numba frees in deferred batches
+                return self.numba.memalloc(size)
+
+        def memalloc(self, size: int) -> Any:
+            block, klass = self.pool.take(size)
+            pool = self.pool
+            # numba's own pattern: an auto-freeing pointer whose reference count
+            # falls to zero when the last array or view of it is gone; we keep
+            # the pointer alive meanwhile and hand out an owned reference.
+            kept: dict[str, Any] = {}
+
+            def release() -> None:
+                kept.clear()
+                pool.give(block, klass)
+
+            mem = driver.AutoFreePointer(self.context, block.device_pointer, size, finalizer=release)
+            kept["mem"] = mem
+            return mem.own()
+
+        def get_memory_info(self) -> Any:
+            free, total = driver.driver.cuMemGetInfo()
+            return cuda.MemoryInfo(free=free, total=total)
+
+        def reset(self) -> None:
+            super().reset()
+            self.pool.trim()
+            if self.numba is not None:
+                self.numba.reset()
+
+        @property
+        def interface_version(self) -> int:
+            return 1
+
+    return PoolManager
+
+
+def install() -> None:
+    """Make the pool numba's memory manager (before numba makes its context)."""
+    from numba import cuda
+
+    cuda.set_memory_manager(_manager_class())
+
+
+def current() -> SizeClassPool | None:
+    """The pool of the current CUDA context, if it has one."""
+    from gpu_backend.device import SIMULATED, cuda
+
+    if SIMULATED:
+        return None
+    return getattr(cuda.current_context().memory_manager, "pool", None)
+
+
+def stats() -> PoolStats | None:
+    pool = current()
+    return pool.stats() if pool is not None else None

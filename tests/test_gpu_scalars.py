@@ -1,0 +1,31 @@
+"""A binary op's Python scalar operand reaches the kernel as an argument in the
+tensor dtype (gpu_backend/scalars.py), bit for bit as interp.impls converts
+it, and without a device buffer of its own."""
+
+import numpy as np
+import pytest
+
+import gpu_backend.impls as gi
+from gpu_backend.buffer import download, upload
+from interp.impls import compute as reference
+from refir import ops
+from refir.types import BF16
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # simulated wraps warn in numpy
+CASES = [(np.float32, 2.5), (np.int8, 300), (np.uint8, -3), (np.int64, 2**70 + 5), (BF16, 1.5),
+         (np.float16, 0.1), (np.float64, -7.25)]
+
+
+@pytest.mark.parametrize("dtype,value", CASES)
+@pytest.mark.parametrize("scalar_first", [False, True])
+def test_a_scalar_operand_is_a_kernel_argument(monkeypatch, dtype, value, scalar_first):
+    x = (np.arange(6) - 2).astype(dtype).reshape(2, 3)
+    device = upload(x)
+    monkeypatch.setattr(gi, "to_device", lambda *_: pytest.fail("a scalar was uploaded"))
+    for name in ("add", "sub", "mul", "maximum"):
+        args = [value, x] if scalar_first else [x, value]
+        got = download(gi.compute(ops.Binary(name), (1, 0), [device if a is x else a for a in args]))
+        want = np.asarray(reference(ops.Binary(name), args, np.dtype(dtype)), dtype)
+        bits = f"u{want.itemsize}"
+        assert got.strides == (want.itemsize, 2 * want.itemsize)  # dense in the asked order (1, 0)
+        np.testing.assert_array_equal(got.view(bits), want.view(bits))

@@ -1,0 +1,157 @@
+"""Buffers are forgotten after their last reader (interp/liveness.py), the
+largest live set the memory target is measured against, and the gpu backend's
+device memory pool and launch cache logic (gpu_backend/pool.py, launch.py)."""
+
+import weakref
+
+import numpy as np
+import pytest
+
+import refir
+from gpu_backend.launch import _dims, _key
+from gpu_backend.pool import MIN_CLASS, SizeClassPool, size_class
+from interp.liveness import drops, largest_live
+from interp.spmd import NumpyLocal, NumpyTransport, execute
+from interp.transport import InProcess
+from refir.bindings import bind_inputs
+from refir.lower import lower
+from refir.runner import shard_inputs
+
+SEED2 = """mesh m = [0, 1]
+func main(x: f32[M, K@DIDx], w: f32[K@DIDx, N], bias: f32[N]) {
+  c: f32[M, N] = matmul(x, w)
+  bb: f32[b, N] = unsqueeze(bias, dims=[0])
+  y = add(c, bb)
+  out = relu(y)
+  return out
+}
+"""
+
+
+def _lowered(text):
+    return lower(refir.verify(refir.load(text)))
+
+
+class Watching:
+    """spmd that notes, as each step starts, which earlier results are still alive."""
+
+    def __init__(self, low):
+        self.local = NumpyLocal(low.types)
+        self.made: dict[str, weakref.ref] = {}
+        self.alive_at: dict[str, set[str]] = {}
+
+    def __call__(self, step, device, args):
+        self.alive_at[step.out] = {name for name, ref in self.made.items() if ref() is not None}
+        out = self.local(step, device, args)
+        self.made[step.out] = weakref.ref(out)
+        return out
+
+
+def test_execute_forgets_a_buffer_after_its_last_reader():
+    low = _lowered(SEED2.replace("[0, 1]", "[0]"))
+    x, w, bias = np.ones((4, 6), np.float32), np.ones((6, 3), np.float32), np.arange(3, dtype=np.float32)
+    inputs = {"x": x, "w": w, "bias": bias}
+    watch = Watching(low)
+    got = execute(low, shard_inputs(low.checked, inputs, (0,)), bind_inputs(low.checked, inputs), watch,
+                  NumpyTransport(InProcess(1)))
+    product, _, bb, y, out = (s.out for s in low.steps)  # matmul, allreduce, unsqueeze, add, relu
+    assert product not in watch.alive_at[bb]  # freed once the allreduce has read it
+    assert bb in watch.alive_at[y]
+    assert bb not in watch.alive_at[out] and y in watch.alive_at[out]  # the add read bb last
+    np.testing.assert_array_equal(got["out"][0], np.maximum(x @ w + bias, 0))
+
+
+def test_drops_keep_results_and_what_later_segments_read():
+    low = _lowered(SEED2)
+    plan = drops(low)
+    kept = {low.source(r) for r in low.results}
+    for s, seg in enumerate(low.segments):
+        later = {n for other in low.segments[s + 1:] for n in other.inputs}
+        assert not (set(plan.taken[s]) | set(plan.unkept[s])) & (kept | later)
+        forgotten = {n for names in plan.after_step[s] for n in names} | set(plan.before[s])
+        assert not forgotten & set(seg.outputs)
+
+
+def test_largest_live_of_the_seed2_pattern():
+    low = _lowered(SEED2)
+    m, k, n = 8, 6, 5
+    # Per device: x block 8x3, w block 3x5, bias 5 live from the start; at the
+    # matmul c (8x5) joins them; x and w go, the allreduce's result (8x5) joins c.
+    at_matmul = (8 * 3 + 3 * 5 + 5 + 8 * 5) * 4
+    at_allreduce = (5 + 2 * 8 * 5) * 4
+    assert largest_live(low, {"M": m, "K": k, "N": n}, 0) == max(at_matmul, at_allreduce)
+    assert largest_live(low, {"M": m, "K": k, "N": n}, 5) == 0  # not in the mesh
+
+
+def test_size_classes_waste_at_most_an_eighth():
+    assert size_class(1) == size_class(MIN_CLASS) == MIN_CLASS
+    assert size_class(MIN_CLASS + 1) == 2 * MIN_CLASS
+    assert size_class(1 << 20) == 1 << 20
+    assert size_class((1 << 20) + 1) == (1 << 20) + (1 << 17)
+    for nbytes in (700, 5000, 123457, 10 ** 9):
+        assert nbytes <= size_class(nbytes) <= nbytes * 9 // 8 + MIN_CLASS
+
+
+def test_pool_reuses_freed_blocks_and_counts_bytes():
+    made = []
+
+    def upstream(nbytes):
+        made.append(nbytes)
+        return bytearray(nbytes)
+
+    pool = SizeClassPool(upstream)
+    a, size_a = pool.take(1000)
+    b, size_b = pool.take(3000)
+    assert (size_a, size_b) == (1024, 3072) and made == [1024, 3072]
+    pool.give(a, size_a)
+    again, _ = pool.take(900)  # same class: the freed block comes back
+    assert again is a and made == [1024, 3072]
+    st = pool.stats()
+    assert (st.in_use, st.peak, st.held, st.fresh, st.reused) == (4096, 4096, 4096, 2, 1)
+    pool.give(again, 1024)
+    pool.give(b, 3072)
+    pool.reset_peak()
+    assert pool.stats().peak == 0 and pool.trim() == 4096 and pool.stats().held == 0
+
+
+def test_pool_trims_its_cache_when_the_upstream_fails_once():
+    calls = []
+
+    def upstream(nbytes):
+        calls.append(nbytes)
+        if len(calls) == 3:
+            raise MemoryError("out of memory")
+        return bytearray(nbytes)
+
+    pool = SizeClassPool(upstream)
+    block, size = pool.take(600)
+    pool.give(block, size)
+    pool.take(5000)
+    pool.take(5000)  # fails once: the free 1024-byte block is dropped, then it succeeds
+    assert calls == [1024, 5120, 5120, 5120] and pool.stats().held == 10240
+
+
+def test_launch_keys_and_dimensions():
+    assert _dims(4) == (4, 1, 1) and _dims((8, 2)) == (8, 2, 1)
+    a = np.zeros(3, np.float32)
+
+    class Dev:  # what the key reads of a device array
+        dtype, ndim = a.dtype, 1
+
+        def is_c_contiguous(self):
+            return True
+
+    key = _key((Dev(), 3, (1, 2, 3, 4), np.float64(1.0), 2.5))
+    assert key == ((np.dtype(np.float32), 1, True), int, (tuple, int, int, int, int), np.dtype(np.float64), float)
+    assert _key(((1, np.int64(2)),)) != _key(((1, 2),))
+
+
+@pytest.mark.parametrize("returned", ["x", "y"])
+def test_a_returned_value_is_never_forgotten(returned):
+    low = _lowered("mesh m = [0]\nfunc main(x: f32[N]) {\n  y = neg(x)\n  return " + returned + "\n}\n")
+    plan = drops(low)
+    source = low.source(returned)
+    forgotten = {n for seg in plan.after_step for names in seg for n in names}
+    forgotten |= {n for names in (*plan.taken, *plan.unkept, *plan.before) for n in names}
+    assert source not in forgotten
+    assert "x" in plan.taken[0]  # a returned x is a copy of it (lowering): x itself goes
