@@ -160,22 +160,48 @@ def _close_at_exit() -> None:  # registered after mpi4py's finalizer, so it runs
 
 # ---- small messages and agreement ------------------------------------------------------
 
+# A small message's first (often only) round: a fixed slot of its length and
+# its first bytes. Agreement messages fit in it, so a run pays one round each.
+SLOT = 256
+
+
+def _slotted(data: bytes) -> np.ndarray:
+    slot = np.zeros(SLOT, np.uint8)
+    slot[:8] = np.frombuffer(np.int64(len(data)).tobytes(), np.uint8)
+    head = data[:SLOT - 8]
+    slot[8:8 + len(head)] = np.frombuffer(head, np.uint8)
+    return slot
+
+
+def _length(slot: np.ndarray) -> int:
+    return int(slot[:8].view(np.int64)[0])
+
+
 def allgather_obj(comm: MPI.Comm, obj: Any, what: str) -> list[Any]:
-    """A small picklable value from every rank, on every rank, within the timeout."""
-    data = np.frombuffer(pickle.dumps(obj), np.uint8)
-    sizes = np.empty(comm.size, np.int64)
-    wait(comm.Iallgather(np.array([data.size], np.int64), sizes), what)
-    recv = np.empty(int(sizes.sum()), np.uint8)
-    wait(comm.Iallgatherv(data, [recv, sizes.tolist()]), what)
-    bounds = np.cumsum([0, *sizes.tolist()])
+    """A small picklable value from every rank, on every rank, within the timeout:
+    one round where every value fits in a slot; else (every rank sees it) a
+    second round with the whole values."""
+    data = pickle.dumps(obj)
+    slots = np.empty((comm.size, SLOT), np.uint8)
+    wait(comm.Iallgather(_slotted(data), slots), what)
+    sizes = [_length(s) for s in slots]
+    if max(sizes) <= SLOT - 8:
+        return [pickle.loads(s[8:8 + n].tobytes()) for s, n in zip(slots, sizes)]
+    recv = np.empty(sum(sizes), np.uint8)
+    wait(comm.Iallgatherv(np.frombuffer(data, np.uint8), [recv, sizes]), what)
+    bounds = np.cumsum([0, *sizes])
     return [pickle.loads(recv[bounds[k]:bounds[k + 1]].tobytes()) for k in range(comm.size)]
 
 
 def bcast_bytes(comm: MPI.Comm, data: np.ndarray | None, root: int, what: str) -> np.ndarray:
-    """`root`'s byte array (of a length the others do not know), on every rank."""
-    size = np.array([data.size if comm.rank == root else 0], np.int64)
-    wait(comm.Ibcast(size, root=root), what)
-    buf = data if comm.rank == root else np.empty(int(size[0]), np.uint8)
+    """`root`'s byte array (of a length the others do not know), on every rank:
+    one round when it fits in a slot."""
+    slot = _slotted(data.tobytes()) if comm.rank == root else np.empty(SLOT, np.uint8)
+    wait(comm.Ibcast(slot, root=root), what)
+    size = _length(slot)
+    if size <= SLOT - 8:
+        return data if comm.rank == root else slot[8:8 + size].copy()
+    buf = data if comm.rank == root else np.empty(size, np.uint8)
     wait(comm.Ibcast(buf, root=root), what)
     return buf
 

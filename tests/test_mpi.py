@@ -318,3 +318,19 @@ def test_cli_out_from_mpiexec_is_bitwise_the_in_process_result(tmp_path):
     # the reductions did round: the same data folded in float64 differs in some bits
     wide = refir.run(refir.load(path), inputs, backend="global").outputs
     assert not np.array_equal(wide["total"], ref["total"])
+
+
+SMALL_MESSAGES = r"""
+from refir.mpi import COMMS, allgather_obj, bcast_obj
+comm = COMMS.world()
+for n in (0, 10, 240, 248, 249, 5000):  # one round within the slot (SLOT - 8 bytes of pickle), two past it
+    assert allgather_obj(comm, "x" * (n + comm.rank), "t") == ["x" * (n + k) for k in range(comm.size)], n
+    assert bcast_obj(comm, list(range(n)) if comm.rank == 1 else None, 1, "t") == list(range(n)), n
+print("agreed", comm.rank)
+"""
+
+
+def test_small_messages_fit_a_slot_or_take_a_second_round():
+    done = run_mpi(3, ["-c", SMALL_MESSAGES], timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(done.stdout.split()) == sorted("agreed 0 agreed 1 agreed 2".split())
