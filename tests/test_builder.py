@@ -1,6 +1,11 @@
 """The Python builder: programs built by calls equal the parsed text, print to
 .rir that parses back, run on the backends, and fail at the call that errs."""
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -222,3 +227,13 @@ def test_communications_come_from_set_and_declared_reduction_results():
                 "send_recv": zv, "reduce": zv.sum()}
     for kind, v in made.items():
         np.testing.assert_array_equal(got[v.name], expected[kind])
+
+
+def test_the_examples_of_the_builder_page_run():
+    page = Path(__file__).resolve().parents[1] / "docs" / "frontends" / "builder.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        done = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("mesh m")
