@@ -5,6 +5,12 @@ simplest answer (fewer equations, no sharding, row-major, exact data). So the
 same code runs under hypothesis (conformance/strategies.py) and from a seed
 (conformance/shrink.py), and shrinking the draws shrinks the program.
 
+The program is made through refir's Python builder (refir/builder.py), as a
+user would make it: meshes, typed inputs, one call per equation with the
+result type the draws chose (or `typed=False`: inferred), results, `build()`.
+Text, where it is needed (failure files, --save, the shrinker's output), is
+that program printed by refir's printer.
+
 Programs are kept tiny (at most BUDGET elements per tensor at the largest
 binding): the GPU simulator runs a Python thread per element. Any axis may be
 sharded, whether or not its extent divides the mesh axis (spec §3.1): extents
