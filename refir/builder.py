@@ -215,8 +215,7 @@ class Builder:
             if axes is not None or mesh is not None or layout is not None:
                 raise InputError(f"input {name!r}: give a TensorType or dtype and axes, not both")
             t = dtype
-            self._known_mesh(t.mesh)
-            check_type(t, NOWHERE)
+            self._source_type(t)
         elif axes is None:
             raise InputError(f"input {name!r}: say its axes")
         else:
@@ -262,7 +261,7 @@ class Builder:
             raise InputError(f"{out}: give result_type, or shard/mesh/layout to change the inferred type, "
                              "not both")
         if declared is not None:
-            self._known_mesh(declared.mesh)
+            self._source_type(declared)
         if mesh is not None:
             self._known_mesh(mesh)
         if declared is None and restyled:
@@ -298,6 +297,14 @@ class Builder:
         if isinstance(a, bool) or not isinstance(a, (int, float)):
             raise InputError(f"an operand must be a Value, a number or a symbol, not {a!r}")
         return Lit(a)
+
+    def _source_type(self, t: TensorType) -> None:
+        """A type given whole: on a mesh of this builder, and of a source program."""
+        self._known_mesh(t.mesh)
+        if t.partial:
+            raise InputError(f"{t} is partial: partial types are the lowering's own; declare where "
+                             "the partial results land (a sharding, a mesh) instead")
+        check_type(t, NOWHERE)
 
     def _known_mesh(self, mesh: Mesh) -> None:
         if mesh not in self.meshes:

@@ -4,6 +4,7 @@
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -185,6 +186,8 @@ def test_builder_errors_name_what_is_wrong():
         x.set(result_type=x.type, layout=[1, 0])
     with pytest.raises(InputError, match="'m9' was not declared"):
         x.set(mesh=Mesh("m9", (2,), (0, 1)))
+    with pytest.raises(InputError, match="partial types are the lowering's own"):
+        x.sum([0], result_type=replace(x.type, axes=x.type.axes[1:], partial=("DIDx",), partial_kind="sum"))
 
 
 def test_uneven_and_empty_blocks_and_a_resharding_to_a_given_type():
