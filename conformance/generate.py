@@ -5,6 +5,12 @@ simplest answer (fewer equations, no sharding, row-major, exact data). So the
 same code runs under hypothesis (conformance/strategies.py) and from a seed
 (conformance/shrink.py), and shrinking the draws shrinks the program.
 
+The program is made through refir's Python builder (refir/builder.py), as a
+user would make it: meshes, typed inputs, one call per equation with the
+result type the draws chose (or `typed=False`: inferred), results, `build()`.
+Text, where it is needed (failure files, --save, the shrinker's output), is
+that program printed by refir's printer.
+
 Programs are kept tiny (at most BUDGET elements per tensor at the largest
 binding): the GPU simulator runs a Python thread per element. Any axis may be
 sharded, whether or not its extent divides the mesh axis (spec §3.1): extents
@@ -14,17 +20,17 @@ of 1 and 3 over 2 or 4 devices give short and empty blocks.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from math import lcm, prod
 from typing import Protocol
 
 from conformance.data import KINDS, DataSpec, View
-from refir import ops
+from refir import builder, ops
+from refir.builder import Value
 from refir.parser import parse
 from refir.printer import print_program
-from refir.program import Eqn, Func, Lit, Operand, Param, Program, Sym, Var
+from refir.program import Program
 from refir.types import BROADCAST, DIDS, FLOATS, INTEGERS, Axis, Extent, Mesh, TensorType
-from refir.verify import verify
 
 BUDGET = 64
 STATIC = (2, 4, 1, 3, 6, 8)
@@ -87,16 +93,19 @@ class Chooser:
         return tuple(out)
 
 
-@dataclass
-class Builder:
-    c: Chooser
-    meshes: list[Mesh]
-    units: dict[str, int]  # every binding of a symbol is a multiple of its unit
-    values: dict[str, tuple[int, ...]]  # the bindings of each symbol
-    params: list[Param] = field(default_factory=list)
-    eqns: list[Eqn] = field(default_factory=list)
-    types: dict[str, TensorType] = field(default_factory=dict)
-    views: list[tuple[str, View]] = field(default_factory=list)
+class Maker:
+    """Draws one program and makes it through refir's builder: each method draws
+    an op's choices, then calls it (on a `Value`), with its declared type or
+    `typed=False` where the draws leave the type to inference."""
+
+    def __init__(self, c: Chooser, b: builder.Builder, units: dict[str, int],
+                 values: dict[str, tuple[int, ...]]) -> None:
+        self.c = c
+        self.b = b
+        self.meshes = b.meshes
+        self.units = units  # every binding of a symbol is a multiple of its unit
+        self.values = values  # the bindings of each symbol
+        self.views: list[tuple[str, View]] = []
 
     # ---- types -----------------------------------------------------------------------
 
@@ -139,7 +148,7 @@ class Builder:
     def placed(self, dtype: str, axes: tuple[Axis, ...], mesh: Mesh | None = None,
                keep: dict[int, str] | None = None) -> TensorType:
         mesh = mesh or self.c.pick(self.meshes)
-        return TensorType(dtype, self.place(axes, mesh, keep), mesh, self.layout(len(axes)))
+        return self.b.type(dtype, self.place(axes, mesh, keep), mesh, self.layout(len(axes)))
 
     def other_mesh(self, mesh: Mesh) -> Mesh:
         """Mostly the same mesh; sometimes the next pipeline stage."""
@@ -147,59 +156,55 @@ class Builder:
 
     # ---- values ----------------------------------------------------------------------
 
-    def param(self, t: TensorType) -> str:
+    def param(self, t: TensorType) -> Value:
         """A new input, and how its array will lie in memory (drawn here, so that
         dropping a later equation leaves the earlier inputs as they were)."""
-        name = f"x{len(self.params)}"
-        self.params.append(Param(name, t))
-        self.types[name] = t
+        x = self.b.input(f"x{len(self.b.params)}", t)
         c = self.c
-        self.views.append((name, View(c.permutation(t.rank), tuple(1 + c.below(2) for _ in t.axes),
-                                      tuple(c.maybe(50) for _ in t.axes))))
-        return name
+        self.views.append((x.name, View(c.permutation(t.rank), tuple(1 + c.below(2) for _ in t.axes),
+                                        tuple(c.maybe(50) for _ in t.axes))))
+        return x
 
-    def emit(self, op: object, args: tuple[Operand, ...], declared: TensorType | None) -> str:
-        name = f"t{len(self.eqns) + 1}"
-        self.eqns.append(Eqn(name, declared, op, args))
-        self.types[name] = verify(self.program((name,))).types[name]
-        return name
-
-    def program(self, results: tuple[str, ...]) -> Program:
-        return Program(tuple(self.meshes), (Func("main", tuple(self.params), tuple(self.eqns), results),))
+    def out(self, declared: TensorType | None) -> dict:
+        """The next equation's name and its declared type, or none (inferred)."""
+        name = f"t{len(self.b.eqns) + 1}"
+        return {"name": name, "result_type": declared} if declared else {"name": name, "typed": False}
 
     def bound_symbols(self) -> list[str]:
-        return sorted({s for p in self.params for s in p.type.symbols()})
+        return sorted({s for p in self.b.params for s in p.type.symbols()})
 
-    # ---- ops: each takes an operand and emits one equation --------------------------
+    # ---- ops: each takes an operand and makes one equation --------------------------
 
-    def unary(self, x: str, t: TensorType) -> str:
-        names = ops.UNARY if t.dtype in FLOATS else ("neg", "abs", "relu")
-        return self.emit(ops.Unary(self.c.pick(names)), (Var(x),), self.relaid(t))
+    def unary(self, x: Value, t: TensorType) -> Value:
+        kind = self.c.pick(ops.UNARY if t.dtype in FLOATS else ("neg", "abs", "relu"))
+        return x.unary(kind, **self.out(self.relaid(t)))
 
-    def scalar(self, x: str, t: TensorType) -> str:
+    def scalar(self, x: Value, t: TensorType) -> Value:
         names = ("maximum", "minimum") if t.dtype == "bool" else ops.BINARY if t.dtype in FLOATS else (
             "add", "sub", "mul", "maximum", "minimum")
         lits = (1, 0) if t.dtype == "bool" else (2.0, 0.5, -1.5, 3) if t.dtype in FLOATS else (2, -1, 3)
-        symbols = [Sym(s) for s in self.bound_symbols()] if t.dtype != "bool" else []
+        symbols = self.bound_symbols() if t.dtype != "bool" else []
         # A symbol as a value, as global extent, is what nvFuser #2758 got wrong.
-        s = self.c.pick(symbols) if symbols and self.c.maybe(50) else Lit(self.c.pick(lits))
-        args = (s, Var(x)) if self.c.maybe(25) else (Var(x), s)
-        return self.emit(ops.Binary(self.c.pick(names)), args, self.relaid(t))
+        s = self.b.sym(self.c.pick(symbols)) if symbols and self.c.maybe(50) else self.c.pick(lits)
+        args = (s, x) if self.c.maybe(25) else (x, s)
+        kind = self.c.pick(names)
+        return builder.binary(kind, *args, **self.out(self.relaid(t)))
 
-    def binary(self, x: str, t: TensorType) -> str:
+    def binary(self, x: Value, t: TensorType) -> Value:
         names = ("maximum", "minimum") if t.dtype == "bool" else ops.BINARY if t.dtype in FLOATS else (
             "add", "sub", "mul", "maximum", "minimum")
         y = x if self.c.maybe(20) else self.partner(t)
-        u = self.types[y]
+        u = y.type
         union = {i: a.shard or b.shard for i, (a, b) in enumerate(zip(t.axes, u.axes)) if a.shard or b.shard}
         axes = tuple(b if a.broadcast else a for a, b in zip(t.axes, u.axes))
         declared = None
         if self.c.maybe(60):
-            declared = TensorType(t.dtype, self.place(axes, t.mesh, union), t.mesh, self.layout(t.rank))
-        args = (Var(y), Var(x)) if self.c.maybe(25) else (Var(x), Var(y))
-        return self.emit(ops.Binary(self.c.pick(names)), args, declared)
+            declared = self.b.type(t.dtype, self.place(axes, t.mesh, union), t.mesh, self.layout(t.rank))
+        args = (y, x) if self.c.maybe(25) else (x, y)
+        kind = self.c.pick(names)
+        return builder.binary(kind, *args, **self.out(declared))
 
-    def partner(self, t: TensorType) -> str:
+    def partner(self, t: TensorType) -> Value:
         """A new input that may stand beside `t` in an elementwise op: same
         extents or `b`, each axis sharded as in `t` or replicated."""
         used = {a.shard for a in t.axes if a.shard}
@@ -217,23 +222,23 @@ class Builder:
             if free:
                 i = self.c.pick(free)
                 axes[i] = replace(axes[i], shard=did)
-        return self.param(TensorType(t.dtype, tuple(axes), t.mesh, self.layout(t.rank)))
+        return self.param(self.b.type(t.dtype, axes, t.mesh, self.layout(t.rank)))
 
-    def cast(self, x: str, t: TensorType) -> str:
+    def cast(self, x: Value, t: TensorType) -> Value:
         to = self.c.pick([d for d in DTYPES_DRAWN if d != t.dtype])
-        return self.emit(ops.Cast(to), (Var(x),), self.relaid(replace(t, dtype=to)))
+        return x.cast(to, **self.out(self.relaid(replace(t, dtype=to))))
 
-    def permute(self, x: str, t: TensorType) -> str:
+    def permute(self, x: Value, t: TensorType) -> Value:
         perm = self.c.permutation(t.rank)
         moved = replace(t, axes=tuple(t.axes[p] for p in perm))
-        return self.emit(ops.Permute(perm), (Var(x),), self.relaid(moved))
+        return x.permute(perm, **self.out(self.relaid(moved)))
 
-    def unsqueeze(self, x: str, t: TensorType) -> str:
+    def unsqueeze(self, x: Value, t: TensorType) -> Value:
         at = self.c.below(t.rank + 1)
         axes = t.axes[:at] + (BROADCAST,) + t.axes[at:]
-        return self.emit(ops.Unsqueeze((at,)), (Var(x),), self.relaid(replace(t, axes=axes)))
+        return x.unsqueeze([at], **self.out(self.relaid(replace(t, axes=axes))))
 
-    def reduce(self, x: str, t: TensorType) -> str:
+    def reduce(self, x: Value, t: TensorType) -> Value:
         kinds = ["sum", "prod", "max", "min"] if t.dtype in FLOATS else ["max", "min", "band", "bor", "bxor"]
         if t.dtype in INTEGERS:
             kinds = ["sum", "prod", "max", "min", "band", "bor", "bxor"]
@@ -244,13 +249,13 @@ class Builder:
         if partial and self.c.maybe(30):  # the partial sums land sharded: a reduce_scatter
             free = [i for i, a in enumerate(kept) if not a.broadcast]
             if free:
-                declared = TensorType(t.dtype, self.place(kept, t.mesh, {self.c.pick(free): partial[0]}), t.mesh,
-                                      self.layout(len(kept)))
+                declared = self.b.type(t.dtype, self.place(kept, t.mesh, {self.c.pick(free): partial[0]}), t.mesh,
+                                       self.layout(len(kept)))
         if declared is None and self.c.maybe(70):
             declared = self.placed(t.dtype, kept, self.other_mesh(t.mesh))
-        return self.emit(ops.Reduction(self.c.pick(kinds), dims), (Var(x),), declared)
+        return x.reduce(self.c.pick(kinds), dims, **self.out(declared))
 
-    def matmul(self, x: str, t: TensorType) -> str:
+    def matmul(self, x: Value, t: TensorType) -> Value:
         """x: [..., M, K] times a new input w: [..., K, N]."""
         batch, k = t.axes[:-2], t.axes[-1]
         room = max(1, BUDGET // max(self.size(batch + (k,)), self.size(t.axes[:-1])))
@@ -259,30 +264,30 @@ class Builder:
         spare = [d for d in DIDS[:t.mesh.ndim] if d not in used]
         if spare and self.c.maybe(30):
             n = replace(n, shard=self.c.pick(spare))
-        w = self.param(TensorType(t.dtype, batch + (k, n), t.mesh, self.layout(t.rank)))
+        w = self.param(self.b.type(t.dtype, batch + (k, n), t.mesh, self.layout(t.rank)))
         declared = None
         axes = t.axes[:-1] + (n,)
         if k.shard and self.c.maybe(60):  # partial sums may land anywhere, as after a reduction
             declared = self.placed(t.dtype, tuple(replace(a, shard=None) for a in axes), self.other_mesh(t.mesh))
         elif self.c.maybe(40):
-            declared = TensorType(t.dtype, axes, t.mesh, self.layout(t.rank))
-        return self.emit(ops.Matmul(), (Var(x), Var(w)), declared)
+            declared = self.b.type(t.dtype, axes, t.mesh, self.layout(t.rank))
+        return x.matmul(w, **self.out(declared))
 
-    def set(self, x: str, t: TensorType) -> str:
+    def set(self, x: Value, t: TensorType) -> Value:
         if self.c.maybe(10):
-            return self.emit(ops.Set(), (Var(x),), None)
+            return x.set(**self.out(None))
         mesh = self.c.pick([t.mesh] + [m for m in self.meshes if m != t.mesh])
         axes = tuple(replace(a, shard=None) for a in t.axes)
         if mesh != t.mesh and mesh.shape == t.mesh.shape and t.sharding() and self.c.maybe(50):
-            return self.emit(ops.Set(), (Var(x),), replace(t, mesh=mesh, layout=self.layout(t.rank)))  # a stage move
-        return self.emit(ops.Set(), (Var(x),), self.placed(t.dtype, axes, mesh))
+            return x.set(**self.out(replace(t, mesh=mesh, layout=self.layout(t.rank))))  # a stage move
+        return x.set(**self.out(self.placed(t.dtype, axes, mesh)))
 
     def relaid(self, t: TensorType) -> TensorType | None:
         """The type an op infers, declared (with a layout) or left out."""
         return replace(t, layout=self.layout(t.rank)) if self.c.maybe(50) else None
 
-    def step(self, x: str) -> str:
-        t = self.types[x]
+    def step(self, x: Value) -> Value:
+        t = x.type
         # Resharding is what the suite is for: set and reduce come up most.
         menu = [self.set, self.scalar, self.set, self.binary, self.cast, self.permute, self.set]
         if t.dtype != "bool":
@@ -296,18 +301,17 @@ class Builder:
         return self.c.pick(menu)(x, t)
 
 
-def draw_meshes(c: Chooser) -> list[Mesh]:
-    meshes = []
+def draw_meshes(c: Chooser, b: builder.Builder) -> list[Mesh]:
     for i in c.items(1, 3, 50):
         ids = c.permutation(4)
-        if meshes and c.maybe(40):  # a pipeline stage of the first one's shape: send_recv between them
-            shape = meshes[0].shape
+        if b.meshes and c.maybe(40):  # a pipeline stage of the first one's shape: send_recv between them
+            shape = b.meshes[0].shape
         elif c.maybe(25):
             shape = c.pick(MESH_SHAPES)
         else:
             shape = (1 + c.below(4),)
-        meshes.append(Mesh(f"m{i}", shape, ids[:prod(shape)]))
-    return meshes
+        b.mesh(ids[:prod(shape)], name=f"m{i}", shape=shape)
+    return b.meshes
 
 
 def draw_symbols(c: Chooser, meshes: list[Mesh]) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
@@ -331,22 +335,23 @@ def generate(draw: Draw) -> Generated:
     and its input data."""
     c = Chooser(draw)
     kind, seed = c.pick(KINDS), c.below(1000)
-    meshes = draw_meshes(c)
+    b = builder.Builder()
+    meshes = draw_meshes(c, b)
     units, values = draw_symbols(c, meshes)
-    b = Builder(c, meshes, units, values)
+    m = Maker(c, b, units, values)
     dtype = c.pick(DTYPES_DRAWN)
-    x = b.param(b.placed(dtype, b.fresh_axes(1 + c.below(3))))
-    made: list[str] = []
+    x = m.param(m.placed(dtype, m.fresh_axes(1 + c.below(3))))
+    made: list[Value] = []
     for _ in c.items(1, MAX_EQNS, 75):
-        x = b.step(x if not made or not c.maybe(20) else c.pick(made))
+        x = m.step(x if not made or not c.maybe(20) else c.pick(made))
         made.append(x)
-    extra = [m for m in made[:-1] if c.maybe(20)]
-    program = b.program((*extra, made[-1]))
+    extra = [v for v in made[:-1] if c.maybe(20)]
+    b.output(*extra, made[-1])
+    program = b.build()
     text = print_program(program)
     if parse(text) != program:  # the printer and parser must agree on every generated program
         raise AssertionError(f"the program does not survive printing:\n{text}")
-    verify(program)
-    used = b.bound_symbols()
+    used = m.bound_symbols()
     n = max((len(values[s]) for s in used), default=1)
     bindings = tuple({s: values[s][min(i, len(values[s]) - 1)] for s in used} for i in range(n))
-    return Generated(program, bindings, DataSpec(kind, seed, tuple(b.views)), tuple(c.spans))
+    return Generated(program, bindings, DataSpec(kind, seed, tuple(m.views)), tuple(c.spans))

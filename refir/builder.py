@@ -86,6 +86,16 @@ class Value:
     def __matmul__(self, other: Value) -> Value:
         return self.matmul(other)
 
+    def unary(self, kind: str, **kw: object) -> Value:
+        """Any unary op by name: `x.unary("exp")` (one of neg abs exp log sqrt relu)."""
+        if kind not in ops.UNARY:
+            raise InputError(f"unknown unary op {kind!r} (known: {', '.join(ops.UNARY)})")
+        return self.builder.apply(ops.Unary(kind), (self,), **kw)
+
+    def binary(self, kind: str, other: object, **kw: object) -> Value:
+        """Any binary op by name, this value first: `x.binary("sub", 1.0)`."""
+        return binary(kind, self, other, **kw)
+
     def maximum(self, other: object, **kw: object) -> Value:
         return self.builder.apply(ops.Binary("maximum"), (self, other), **kw)
 
@@ -108,6 +118,8 @@ class Value:
         return self.builder.apply(ops.Unary("relu"), (self,), **kw)
 
     def cast(self, dtype: str, **kw: object) -> Value:
+        if dtype not in DTYPES:
+            raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
         return self.builder.apply(ops.Cast(dtype), (self,), **kw)
 
     # ---- shape, reductions, contraction, data movement ----------------------------------
@@ -119,6 +131,11 @@ class Value:
         return self.builder.apply(ops.Unsqueeze(tuple(dims)), (self,), **kw)
 
     def reduce(self, kind: str, dims: Sequence[int], **kw: object) -> Value:
+        """`kind` is one of sum prod max min band bor bxor. Over a sharded axis the
+        devices hold partial results: declare where they land with `shard=`/`mesh=`
+        (a reduce_scatter, an allreduce, a reduce onto another mesh) or leave them replicated."""
+        if kind not in ops.REDUCTIONS:
+            raise InputError(f"unknown reduction {kind!r} (known: {', '.join(ops.REDUCTIONS)})")
         return self.builder.apply(ops.Reduction(kind, tuple(dims)), (self,), **kw)
 
     def sum(self, dims: Sequence[int], **kw: object) -> Value:
@@ -155,23 +172,35 @@ class Builder:
 
     # ---- declarations -----------------------------------------------------------------
 
-    def mesh(self, devices: Sequence, name: str | None = None) -> Mesh:
-        """A mesh from nested lists of device ids: `[0, 1]` or `[[0, 1], [2, 3]]`."""
-        shape: list[int] = []
-        level: object = devices
-        while isinstance(level, (list, tuple)):
-            shape.append(len(level))
-            level = level[0] if level else None
+    def mesh(self, devices: Sequence, name: str | None = None, shape: Sequence[int] | None = None) -> Mesh:
+        """A mesh from nested lists of device ids, `[0, 1]` or `[[0, 1], [2, 3]]`, or
+        from a flat list in row-major order and its `shape`: `mesh([3, 1, 0, 2], shape=(2, 2))`."""
+        name = name or ("m" if not self.meshes else f"m{len(self.meshes)}")
+        nested = any(isinstance(d, (list, tuple)) for d in devices)
+        if shape is not None and nested:
+            raise InputError(f"mesh {name}: with shape=, give the device ids as one flat list")
+        if shape is None:
+            found: list[int] = []
+            level: object = devices
+            while isinstance(level, (list, tuple)):
+                found.append(len(level))
+                level = level[0] if level else None
+            shape = found
         flat = _flatten(devices)
-        mesh = Mesh(name or ("m" if not self.meshes else f"m{len(self.meshes)}"), tuple(shape), tuple(flat))
-        if len(flat) != _prod(shape):
-            raise InputError(f"mesh {mesh.name}: rows of unequal length")
+        mesh = Mesh(name, tuple(shape), tuple(flat))
+        if len(flat) != _prod(list(shape)):
+            raise InputError(f"mesh {name}: rows of unequal length" if nested else
+                             f"mesh {name}: {len(flat)} device ids do not fill shape {list(shape)}")
+        if any(m.name == name for m in self.meshes):
+            raise InputError(f"mesh {name!r} is declared twice")
         check_mesh(mesh, NOWHERE)
         self.meshes.append(mesh)
         return mesh
 
     def type(self, dtype: str, axes: Sequence[AxisSpec | Axis], mesh: Mesh | None = None,
              layout: Sequence[int] | None = None) -> TensorType:
+        """A type on `mesh` (the only mesh if there is one): `type("bf16", ["N@DIDy", 3, "b"])`.
+        `layout` is the memory order, outermost axis first (None: row-major)."""
         if dtype not in DTYPES:
             raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
         t = TensorType(dtype, tuple(axis(a) for a in axes), self._mesh(mesh),
@@ -179,16 +208,30 @@ class Builder:
         check_type(t, NOWHERE)
         return t
 
-    def input(self, name: str, dtype: str, axes: Sequence[AxisSpec | Axis], mesh: Mesh | None = None,
-              layout: Sequence[int] | None = None) -> Value:
-        t = self.type(dtype, axes, mesh, layout)
+    def input(self, name: str, dtype: str | TensorType, axes: Sequence[AxisSpec | Axis] | None = None,
+              mesh: Mesh | None = None, layout: Sequence[int] | None = None) -> Value:
+        """A parameter: `input("x", "f32", ["N@DIDx", 4])`, or `input("x", t)` of a TensorType."""
+        if isinstance(dtype, TensorType):
+            if axes is not None or mesh is not None or layout is not None:
+                raise InputError(f"input {name!r}: give a TensorType or dtype and axes, not both")
+            t = dtype
+            self._source_type(t)
+        elif axes is None:
+            raise InputError(f"input {name!r}: say its axes")
+        else:
+            t = self.type(dtype, axes, mesh, layout)
         self._define(name)
         self.params.append(Param(name, t))
         self.types[name] = t
         return Value(self, name, t)
 
     def sym(self, name: str) -> Sym:
-        """A symbolic extent used as a scalar operand: `x + b.sym("N")`."""
+        """A symbolic extent used as a scalar operand: `x + b.sym("N")`. An input
+        declared before must have an axis of that extent (its binding is the global extent)."""
+        bound = sorted({s for p in self.params for s in p.type.symbols()})
+        if name not in bound:
+            raise InputError(f"symbol {name!r} is the extent of no input "
+                             f"(bound: {', '.join(bound) or 'none'})")
         return Sym(name)
 
     def output(self, *values: Value) -> None:
@@ -201,15 +244,27 @@ class Builder:
 
     def apply(self, op: ops.Op, args: tuple, name: str | None = None, result_type: TensorType | None = None,
               shard: dict[int, str] | None = None, mesh: Mesh | None = None,
-              layout: Sequence[int] | None = None) -> Value:
+              layout: Sequence[int] | None = None, typed: bool = True) -> Value:
         """Add `name = op(args)`. The result type is inferred, or `result_type`, or the
         inferred one with its `shard`ing (axis -> DIDx/DIDy/DIDz), `mesh` or
-        `layout` replaced."""
+        `layout` replaced. `typed=False` leaves an inferred type out of the program
+        (the text then reads `t3 = relu(t2)`, and the verifier infers it again)."""
         operands = tuple(self._operand(a) for a in args)
         out = name or next(n for n in self._names if n not in self.types)
         self._define(out)
         declared = result_type
-        if declared is None and (shard is not None or mesh is not None or layout is not None):
+        restyled = shard is not None or mesh is not None or layout is not None
+        if not typed and (declared is not None or restyled):
+            raise InputError(f"{out}: typed=False leaves the type to inference; "
+                             "result_type, shard, mesh and layout declare one")
+        if declared is not None and restyled:
+            raise InputError(f"{out}: give result_type, or shard/mesh/layout to change the inferred type, "
+                             "not both")
+        if declared is not None:
+            self._source_type(declared)
+        if mesh is not None:
+            self._known_mesh(mesh)
+        if declared is None and restyled:
             base = INFER[type(op)](op, _Eqn(Eqn(out, None, op, operands), self.types))
             declared = self._restyle(base, shard, mesh, layout)
         eqn = Eqn(out, declared, op, operands)
@@ -217,7 +272,7 @@ class Builder:
             check_type(declared, NOWHERE)
         t = INFER[type(op)](op, _Eqn(eqn, self.types))
         check_type(t, NOWHERE)
-        self.eqns.append(replace(eqn, type=t))  # every type written out: the .rir reads plainly
+        self.eqns.append(replace(eqn, type=t if typed else None))  # by default every type written out
         self.types[out] = t
         return Value(self, out, t)
 
@@ -243,8 +298,21 @@ class Builder:
             raise InputError(f"an operand must be a Value, a number or a symbol, not {a!r}")
         return Lit(a)
 
+    def _source_type(self, t: TensorType) -> None:
+        """A type given whole: on a mesh of this builder, and of a source program."""
+        self._known_mesh(t.mesh)
+        if t.partial:
+            raise InputError(f"{t} is partial: partial types are the lowering's own; declare where "
+                             "the partial results land (a sharding, a mesh) instead")
+        check_type(t, NOWHERE)
+
+    def _known_mesh(self, mesh: Mesh) -> None:
+        if mesh not in self.meshes:
+            raise InputError(f"mesh {mesh.name!r} was not declared with this builder's mesh()")
+
     def _mesh(self, mesh: Mesh | None) -> Mesh:
         if mesh is not None:
+            self._known_mesh(mesh)
             return mesh
         if len(self.meshes) != 1:
             raise InputError("say which mesh (mesh=...): the builder has "
@@ -286,6 +354,18 @@ def _first(args: tuple) -> Builder:
         if isinstance(a, Value):
             return a.builder
     raise InputError("at least one operand must be a Value")
+
+
+def binary(kind: str, a: object, b: object, **kw: object) -> Value:
+    """Any binary op by name; either operand may be a number or a symbol:
+    `binary("sub", b.sym("N"), x)`."""
+    if kind not in ops.BINARY:
+        raise InputError(f"unknown binary op {kind!r} (known: {', '.join(ops.BINARY)})")
+    return _first((a, b)).apply(ops.Binary(kind), (a, b), **kw)
+
+
+def unary(kind: str, x: Value, **kw: object) -> Value:
+    return x.unary(kind, **kw)
 
 
 def _binary(name: str) -> Callable[..., Value]:
