@@ -68,7 +68,7 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
             del env[name]
         for name in plan.before[s]:
             del scope[name]
-        missing = [s for s in seg.symbols if s not in scalars]
+        missing = [sym for sym in seg.symbols if sym not in scalars]
         if missing:  # never guessed from a local block
             raise RunError(f"segment {seg.index} needs symbol {missing[0]}, a global extent or value, "
                            f"and it was not handed in [{SHARD_C2}]")
