@@ -10,9 +10,11 @@ import numpy as np
 
 from refir.world import World
 
-MIB = int(os.environ.get("GPU_BENCH_MIB", "1024"))
+# GPU_BENCH_MIB: the sizes of the kernel and collective tables, MiB (a power of
+# two each); the other benchmarks take the last.
+SIZES_MIB = [int(m) for m in os.environ.get("GPU_BENCH_MIB", "1 1024").split()]
+MIB = SIZES_MIB[-1]
 ELEMS = MIB * (1 << 20) // 4
-SIDE = 512  # the permuted tensors are [ELEMS / SIDE^2, SIDE, SIDE]
 REPEATS = 10
 
 

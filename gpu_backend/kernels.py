@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from gpu_backend.buffer import DeviceBuffer
-from gpu_backend.device import ITEM_ROWS, SHARED_ASKS, TILE, TILE_ROWS, blocks_for, cuda, fitted, rows_block
+from gpu_backend.device import ITEM_ROWS, SHARED_ASKS, TILE, TILE_ROWS, UNROLL, blocks_for, cuda, fitted, rows_block
 
 Ints = tuple[int, ...]  # shapes and strides travel to kernels as int tuples
 Arr = Any  # a 1-D device array
@@ -89,19 +89,38 @@ def _walk(rows: int, mid: int, inner: int, bx: int) -> tuple[tuple[int, ...], in
     return (mid, inner, span, per_item, items_mid, items_in), rows * items_mid * items_in
 
 
+# Each thread loads UNROLL elements (block widths apart) before it stores any:
+# a GPU thread stalls only where it first uses a loaded value, so the loads are
+# in flight together. (One load, then its store, in turn, leaves the memory
+# system idle for most of each round trip.)
+assert UNROLL == 4, "the elementwise kernels spell out four loads"
+
+
 @cache
 def _map1(fn: Callable) -> Callable:
     @cuda.jit
     def kernel(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
                a: Arr, a_off: int, a_outer: Ints, a_mid: int, a_in: int, outer: Ints, walk: Ints, items: int) -> None:
+        bx = cuda.blockDim.x
         for item in range(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y, items,
                           cuda.gridDim.x * cuda.blockDim.y):
             row, m0, m1, j0, j1 = _item(item, walk)
             o = o_off + unravel(row, outer, o_outer)
             p = a_off + unravel(row, outer, a_outer)
             for m in range(m0, m1):
-                for j in range(j0 + cuda.threadIdx.x, j1, cuda.blockDim.x):
-                    out[o + m * o_mid + j * o_in] = fn(a[p + m * a_mid + j * a_in])
+                om, pm = o + m * o_mid, p + m * a_mid
+                j = j0 + cuda.threadIdx.x
+                while j + 3 * bx < j1:
+                    v0, v1 = a[pm + j * a_in], a[pm + (j + bx) * a_in]
+                    v2, v3 = a[pm + (j + 2 * bx) * a_in], a[pm + (j + 3 * bx) * a_in]
+                    out[om + j * o_in] = fn(v0)
+                    out[om + (j + bx) * o_in] = fn(v1)
+                    out[om + (j + 2 * bx) * o_in] = fn(v2)
+                    out[om + (j + 3 * bx) * o_in] = fn(v3)
+                    j += 4 * bx
+                while j < j1:
+                    out[om + j * o_in] = fn(a[pm + j * a_in])
+                    j += bx
 
     return kernel
 
@@ -112,6 +131,7 @@ def _map2(fn: Callable) -> Callable:
     def kernel(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
                a: Arr, a_off: int, a_outer: Ints, a_mid: int, a_in: int,
                b: Arr, b_off: int, b_outer: Ints, b_mid: int, b_in: int, outer: Ints, walk: Ints, items: int) -> None:
+        bx = cuda.blockDim.x
         for item in range(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y, items,
                           cuda.gridDim.x * cuda.blockDim.y):
             row, m0, m1, j0, j1 = _item(item, walk)
@@ -119,8 +139,21 @@ def _map2(fn: Callable) -> Callable:
             p = a_off + unravel(row, outer, a_outer)
             q = b_off + unravel(row, outer, b_outer)
             for m in range(m0, m1):
-                for j in range(j0 + cuda.threadIdx.x, j1, cuda.blockDim.x):
-                    out[o + m * o_mid + j * o_in] = fn(a[p + m * a_mid + j * a_in], b[q + m * b_mid + j * b_in])
+                om, pm, qm = o + m * o_mid, p + m * a_mid, q + m * b_mid
+                j = j0 + cuda.threadIdx.x
+                while j + 3 * bx < j1:
+                    v0, v1 = a[pm + j * a_in], a[pm + (j + bx) * a_in]
+                    v2, v3 = a[pm + (j + 2 * bx) * a_in], a[pm + (j + 3 * bx) * a_in]
+                    w0, w1 = b[qm + j * b_in], b[qm + (j + bx) * b_in]
+                    w2, w3 = b[qm + (j + 2 * bx) * b_in], b[qm + (j + 3 * bx) * b_in]
+                    out[om + j * o_in] = fn(v0, w0)
+                    out[om + (j + bx) * o_in] = fn(v1, w1)
+                    out[om + (j + 2 * bx) * o_in] = fn(v2, w2)
+                    out[om + (j + 3 * bx) * o_in] = fn(v3, w3)
+                    j += 4 * bx
+                while j < j1:
+                    out[om + j * o_in] = fn(a[pm + j * a_in], b[qm + j * b_in])
+                    j += bx
 
     return kernel
 
@@ -156,6 +189,7 @@ def _same(a: object) -> object:
 def _transpose(itemsize: int) -> Callable:
     word = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
     side, rows, tile_shape = TILE, TILE_ROWS, (TILE, TILE + 1)  # +1: no shared-memory bank conflicts
+    per = TILE // TILE_ROWS  # elements a thread moves per tile: loaded together, then stored
 
     @cuda.jit
     def kernel(dst: Arr, d_off: int, d_batch: Ints, d_a: int, d_b: int, src: Arr, s_off: int, s_batch: Ints,
@@ -163,6 +197,7 @@ def _transpose(itemsize: int) -> Callable:
         for _ in range(SHARED_ASKS):
             tile = cuda.shared.array(tile_shape, word)
             cuda.syncthreads()
+        held = cuda.local.array(per, word)
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         tiles_a = (na + side - 1) // side
         tiles_b = (nb + side - 1) // side
@@ -173,16 +208,20 @@ def _transpose(itemsize: int) -> Callable:
             so = s_off + unravel(bi, batch, s_batch)
             do = d_off + unravel(bi, batch, d_batch)
             a = ta * side + tx  # read along the source's fastest axis
-            for j in range(ty, side, rows):
-                b = tb * side + j
+            for r in range(per):
+                b = tb * side + ty + r * rows
                 if a < na and b < nb:
-                    tile[j, tx] = src[so + a * s_a + b * s_b]
+                    held[r] = src[so + a * s_a + b * s_b]
+            for r in range(per):
+                tile[ty + r * rows, tx] = held[r]
             cuda.syncthreads()
             b = tb * side + tx  # write along the destination's fastest axis
-            for j in range(ty, side, rows):
-                a = ta * side + j
+            for r in range(per):
+                held[r] = tile[tx, ty + r * rows]
+            for r in range(per):
+                a = ta * side + ty + r * rows
                 if a < na and b < nb:
-                    dst[do + a * d_a + b * d_b] = tile[tx, j]
+                    dst[do + a * d_a + b * d_b] = held[r]
             cuda.syncthreads()
 
     return kernel
@@ -194,15 +233,35 @@ def _bits(b: DeviceBuffer) -> DeviceBuffer:
     return b if b.dtype == word else DeviceBuffer(b.data.view(word), b.offset, b.shape, b.strides)
 
 
+def _widened(d: DeviceBuffer, s: DeviceBuffer, shape: list[int], ds: list[int],
+              ss: list[int]) -> tuple[DeviceBuffer, DeviceBuffer] | None:
+    """The copy as one of 8-byte words, where both innermost axes are unit
+    stride and every row starts and ends on a word: fewer, wider accesses."""
+    f = 8 // d.dtype.itemsize
+    if f < 2 or ds[-1] != 1 or ss[-1] != 1 or shape[-1] % f:
+        return None
+    if any(v % f for v in [*ds[:-1], *ss[:-1], d.offset, s.offset]):
+        return None
+    new_shape = (*shape[:-1], shape[-1] // f)
+
+    def wide(b: DeviceBuffer, strides: list[int]) -> DeviceBuffer:
+        words = b.data[:b.data.size // f * f].view(np.uint64)
+        return DeviceBuffer(words, b.offset // f, new_shape, (*(v // f for v in strides[:-1]), 1))
+
+    return wide(d, ds), wide(s, ss)
+
+
 def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
-    """dst[...] = src, both of one shape and dtype, any strides."""
+    """dst[...] = src, both of one shape and dtype, any strides. Where both
+    keep one innermost axis, rows are copied (as 8-byte words where they
+    align); otherwise the tiled transpose."""
     if dst.size == 0:
         return dst
     d, s = _bits(dst), _bits(src.broadcast_to(dst.shape))
     shape, (ds, ss) = coalesce(d.shape, [d.strides, s.strides], d.strides)
     fast = min(range(len(shape)), key=lambda a: (abs(ss[a]), -a))
     if fast == len(shape) - 1 or ss[fast] == 0:
-        elementwise(_same, d, s)
+        elementwise(_same, *(_widened(d, s, shape, ds, ss) or (d, s)))
         return dst
     last = len(shape) - 1
     rest = [a for a in range(len(shape)) if a not in (fast, last)]
