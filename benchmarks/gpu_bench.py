@@ -32,7 +32,7 @@ import sys
 
 from benchmarks.gpu_ops import collectives, copy_ceiling, single_gpu
 from benchmarks.gpu_runs import whole_runs
-from benchmarks.gpu_timing import REPEATS, SIZES_MIB
+from benchmarks.gpu_timing import REPEATS, SIZES_MIB, torch_group
 from benchmarks.gpu_uneven import uneven
 from gpu_backend.device import SIMULATED, cuda, use_device
 from refir.world import mpi_world
@@ -57,6 +57,8 @@ def main() -> int:
         if world.is_root:
             sys.stdout.write("\n".join(lines) + "\n")
         return 0
+    if world is not None:
+        torch_group(torch, world)
     for mib in SIZES_MIB:
         elems = mib * (1 << 20) // 4
         rows = single_gpu(torch, elems, barrier)
@@ -65,6 +67,8 @@ def main() -> int:
         if world is None or world.is_root:
             sys.stdout.write("\n".join(table(mib, rows, ceiling, comms)) + "\n\n")
             sys.stdout.flush()
+    if world is not None:
+        torch.distributed.destroy_process_group()
     return 0
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.gpu_timing import median_time, torch_group
+from benchmarks.gpu_timing import median_time
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import cuda
 from gpu_backend.functions import binary, cast
@@ -53,9 +53,9 @@ def _torch_in(torch: Any, shape: tuple[int, ...], order: tuple[int, ...]) -> tup
 
 
 def copy_ceiling(nbytes: int, barrier: Callable[[], object]) -> float:
-    """Seconds of a device-to-device copy of `nbytes` (read and written)."""
-    a = cuda.device_array(nbytes // 4, np.float32)
-    b = cuda.device_array(nbytes // 4, np.float32)
+    """Seconds of a device-to-device copy moving `nbytes` (half read, half written)."""
+    a = cuda.device_array(nbytes // 8, np.float32)
+    b = cuda.device_array(nbytes // 8, np.float32)
     return median_time(lambda: b.copy_to_device(a), cuda.synchronize, barrier)
 
 
@@ -99,7 +99,8 @@ def single_gpu(torch: Any, elems: int, barrier: Callable[[], object]) -> list[Ro
 def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, float, float, float]]:
     """Each collective through refir's whole path (LaidOut over the rank
     transport), from a row-major and from a column-major source, next to
-    torch.distributed. Rows: name, bus bytes, refir s, refir strided s, torch s."""
+    torch.distributed (its process group made by the caller). Rows: name, bus
+    bytes, refir s, refir strided s, torch s."""
     import torch.distributed as dist
 
     n = world.size
@@ -135,7 +136,6 @@ def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, 
             runs.append(median_time(lambda: laid.communicate(op, src(order), dst, {world.rank: x}),  # noqa: B023
                                     cuda.synchronize, barrier))
         timed[name] = (bus, *runs)
-    torch_group(torch, world)
     whole = torch.ones(r * c, device="cuda")
     part = torch.ones(r * c // n, device="cuda")
     got = torch.empty(r * c, device="cuda")
@@ -148,5 +148,4 @@ def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, 
         theirs = median_time(call, torch.cuda.synchronize, barrier)
         bus, ours, strided = timed[name]
         rows.append((name, bus, ours, strided, theirs))
-    dist.destroy_process_group()
     return rows
