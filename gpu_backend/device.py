@@ -108,7 +108,7 @@ TILE = 4 if SIMULATED else 32  # side of a transpose tile
 TILE_ROWS = 2 if SIMULATED else 4  # thread rows of a transpose block (each thread moves TILE / TILE_ROWS)
 MATMUL_TILE = 4 if SIMULATED else 16
 UNROLL = 4  # elements a thread loads before it stores or folds any (loads in flight hide latency)
-ITEM_ROWS = UNROLL if SIMULATED else 2 * UNROLL  # an elementwise work item: this many block widths of elements
+ITEM_ROWS = UNROLL if SIMULATED else 4 * UNROLL  # an elementwise work item: this many block widths of elements
 # The simulator hands out a block's shared array by an unlocked check-then-create,
 # so threads that start together may get arrays of their own. Kernels ask for
 # their shared arrays this many times, a syncthreads apart: the second answer is

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu_backend import device
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import ITEM_ROWS, SHARED_ASKS, TILE, TILE_ROWS, UNROLL, blocks_for, cuda, fitted, rows_block
 
@@ -158,12 +159,65 @@ def _map2(fn: Callable) -> Callable:
     return kernel
 
 
+# The dense case: every operand one unit-stride run (after coalesce), walked by a
+# plain grid-stride loop: no index arithmetic beyond an add per element.
+
+
+@cache
+def _dense1(fn: Callable) -> Callable:
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, a: Arr, a_off: int, n: int) -> None:
+        bx = cuda.blockDim.x
+        i = cuda.blockIdx.x * bx * 4 + cuda.threadIdx.x
+        step = cuda.gridDim.x * bx * 4
+        while i + 3 * bx < n:
+            v0, v1, v2, v3 = a[a_off + i], a[a_off + i + bx], a[a_off + i + 2 * bx], a[a_off + i + 3 * bx]
+            out[o_off + i] = fn(v0)
+            out[o_off + i + bx] = fn(v1)
+            out[o_off + i + 2 * bx] = fn(v2)
+            out[o_off + i + 3 * bx] = fn(v3)
+            i += step
+        while i < n:  # the ragged end: what is left of this thread's last four
+            out[o_off + i] = fn(a[a_off + i])
+            i += bx
+
+    return kernel
+
+
+@cache
+def _dense2(fn: Callable) -> Callable:
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, a: Arr, a_off: int, b: Arr, b_off: int, n: int) -> None:
+        bx = cuda.blockDim.x
+        i = cuda.blockIdx.x * bx * 4 + cuda.threadIdx.x
+        step = cuda.gridDim.x * bx * 4
+        while i + 3 * bx < n:
+            v0, v1, v2, v3 = a[a_off + i], a[a_off + i + bx], a[a_off + i + 2 * bx], a[a_off + i + 3 * bx]
+            w0, w1, w2, w3 = b[b_off + i], b[b_off + i + bx], b[b_off + i + 2 * bx], b[b_off + i + 3 * bx]
+            out[o_off + i] = fn(v0, w0)
+            out[o_off + i + bx] = fn(v1, w1)
+            out[o_off + i + 2 * bx] = fn(v2, w2)
+            out[o_off + i + 3 * bx] = fn(v3, w3)
+            i += step
+        while i < n:
+            out[o_off + i] = fn(a[a_off + i], b[b_off + i])
+            i += bx
+
+    return kernel
+
+
 def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer) -> DeviceBuffer:
     """out = fn(*xs) element by element; operands broadcast to out's shape."""
     if out.size == 0:
         return out
     views = [out] + [x.broadcast_to(out.shape) for x in xs]
     shape, strides = coalesce(out.shape, [v.strides for v in views], out.strides)
+    if len(shape) == 1 and all(st == [1] for st in strides):
+        n = shape[0]
+        threads = fitted(-(-n // 4))
+        args = [a for v in views for a in (v.data, v.offset)]
+        (_dense1 if len(xs) == 1 else _dense2)(fn)[blocks_for(n, threads * 4), threads](*args, n)
+        return out
     shape, strides = [1] + shape, [[0] + st for st in strides]  # a mid axis, at worst of extent 1
     outer = padded(shape[:-2], 1)
     args = []
@@ -200,29 +254,32 @@ def _transpose(itemsize: int) -> Callable:
         held = cuda.local.array(per, word)
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         tiles_a = (na + side - 1) // side
-        tiles_b = (nb + side - 1) // side
-        for t in range(cuda.blockIdx.x, nbatch * tiles_a * tiles_b, cuda.gridDim.x):
-            ta = t % tiles_a
-            tb = (t // tiles_a) % tiles_b
-            bi = t // (tiles_a * tiles_b)
+        tiles = tiles_a * ((nb + side - 1) // side)
+        # Blocks stride over batch entries along y and over the tiles of one
+        # entry along x: the batch offset is unravelled once per entry, and a
+        # tile's corner costs one division.
+        for bi in range(cuda.blockIdx.y, nbatch, cuda.gridDim.y):
             so = s_off + unravel(bi, batch, s_batch)
             do = d_off + unravel(bi, batch, d_batch)
-            a = ta * side + tx  # read along the source's fastest axis
-            for r in range(per):
-                b = tb * side + ty + r * rows
-                if a < na and b < nb:
-                    held[r] = src[so + a * s_a + b * s_b]
-            for r in range(per):
-                tile[ty + r * rows, tx] = held[r]
-            cuda.syncthreads()
-            b = tb * side + tx  # write along the destination's fastest axis
-            for r in range(per):
-                held[r] = tile[tx, ty + r * rows]
-            for r in range(per):
-                a = ta * side + ty + r * rows
-                if a < na and b < nb:
-                    dst[do + a * d_a + b * d_b] = held[r]
-            cuda.syncthreads()
+            for t in range(cuda.blockIdx.x, tiles, cuda.gridDim.x):
+                tb = t // tiles_a
+                ta = t - tb * tiles_a
+                a = ta * side + tx  # read along the source's fastest axis
+                for r in range(per):
+                    b = tb * side + ty + r * rows
+                    if a < na and b < nb:
+                        held[r] = src[so + a * s_a + b * s_b]
+                for r in range(per):
+                    tile[ty + r * rows, tx] = held[r]
+                cuda.syncthreads()
+                b = tb * side + tx  # write along the destination's fastest axis
+                for r in range(per):
+                    held[r] = tile[tx, ty + r * rows]
+                for r in range(per):
+                    a = ta * side + ty + r * rows
+                    if a < na and b < nb:
+                        dst[do + a * d_a + b * d_b] = held[r]
+                cuda.syncthreads()
 
     return kernel
 
@@ -267,8 +324,9 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     rest = [a for a in range(len(shape)) if a not in (fast, last)]
     batch = padded([shape[a] for a in rest], 1)
     kernel = _transpose(d.dtype.itemsize)
-    tiles = prod(batch) * -(-shape[fast] // TILE) * -(-shape[last] // TILE)
-    kernel[blocks_for(tiles, 1), (TILE, TILE_ROWS)](
+    tiles = -(-shape[fast] // TILE) * -(-shape[last] // TILE)
+    across = blocks_for(tiles, 1)
+    kernel[(across, min(prod(batch), max(1, device.max_blocks() // across), 65535)), (TILE, TILE_ROWS)](
         d.data, d.offset, padded([ds[a] for a in rest], 0), ds[fast], ds[last],
         s.data, s.offset, padded([ss[a] for a in rest], 0), ss[fast], ss[last],
         batch, shape[fast], shape[last], prod(batch))
