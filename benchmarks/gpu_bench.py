@@ -62,7 +62,7 @@ def main() -> int:
     for mib in SIZES_MIB:
         elems = mib * (1 << 20) // 4
         rows = single_gpu(torch, elems, barrier)
-        ceiling = {nbytes: copy_ceiling(nbytes, barrier) for nbytes in {b for _, b, _, _ in rows}}
+        ceiling = {nbytes: copy_ceiling(torch, nbytes, barrier) for nbytes in {b for _, b, _, _ in rows}}
         comms = collectives(torch, elems, world) if world is not None else []
         if world is None or world.is_root:
             sys.stdout.write("\n".join(table(mib, rows, ceiling, comms)) + "\n\n")
@@ -75,7 +75,7 @@ def main() -> int:
 def table(mib: int, rows: list, ceiling: dict[int, float], comms: list) -> list[str]:
     """One size's tables: GB/s, % of the copy ceiling of the same bytes, refir/torch."""
     top = max(ceiling)
-    lines = [f"{mib} MiB float32 tensors, median of {REPEATS}; GB/s. Copy ceiling (driver device-to-device "
+    lines = [f"{mib} MiB float32 tensors, median of {REPEATS}; GB/s. Copy ceiling (device-to-device "
              f"copy, read + written): {top / ceiling[top] / 1e9:.0f} GB/s at {top >> 20} MiB moved", "",
              f"{'':<34} {'refir':>8} {'torch':>8} {'ceiling':>8} {'% ceil':>7} {'refir/torch':>12}"]
     for name, nbytes, ours, theirs in rows:
@@ -83,10 +83,12 @@ def table(mib: int, rows: list, ceiling: dict[int, float], comms: list) -> list[
         lines.append(f"{name:<34} {nbytes / ours / 1e9:>8.1f} {nbytes / theirs / 1e9:>8.1f} {roof / 1e9:>8.1f} "
                      f"{100 * nbytes / ours / roof:>6.0f}% {theirs / ours:>12.2f}")
     if comms:
-        lines += ["", f"{'bus GB/s':<34} {'refir':>8} {'strided':>8} {'torch':>8} {'refir/torch':>12} "
-                      f"{'strided/row':>12}"]
-        for name, bus, ours, strided, theirs in comms:
-            lines.append(f"{name:<34} {bus / ours / 1e9:>8.1f} {bus / strided / 1e9:>8.1f} "
+        lines += ["", "collectives, NCCL bus GB/s: refir's whole path from a row-major and a column-major source, "
+                      "its wire alone on buffers made once, torch.distributed",
+                  f"{'':<34} {'refir':>8} {'strided':>8} {'wire':>8} {'torch':>8} {'refir/torch':>12} "
+                  f"{'strided/row':>12}"]
+        for name, bus, ours, strided, wired, theirs in comms:
+            lines.append(f"{name:<34} {bus / ours / 1e9:>8.1f} {bus / strided / 1e9:>8.1f} {bus / wired / 1e9:>8.1f} "
                          f"{bus / theirs / 1e9:>8.1f} {theirs / ours:>12.2f} {ours / strided:>12.2f}")
     return lines
 

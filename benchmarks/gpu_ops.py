@@ -5,8 +5,9 @@ tensors, f32. Bandwidth counts the bytes an op must move at least: read +
 written for copies, permutes, elementwise ops and casts; read for reductions
 (their results are small); NCCL's bus bandwidth for collectives (nccl-tests'
 factors: 2(n-1)/n of the buffer for allreduce, (n-1)/n of the whole for the
-others). The ceiling is a device-to-device copy (the driver's memcpy) of the
-same number of bytes, timed in the same run: it moves read + written bytes, so
+others). The ceiling is a device-to-device copy of the
+same number of bytes, timed in the same run (the faster of the driver's memcpy
+and torch's copy_ of a contiguous tensor): it moves read + written bytes, so
 for a reduction, which only reads, it stands for the read bandwidth too (HBM
 serves reads and writes from the same pins).
 """
@@ -52,11 +53,15 @@ def _torch_in(torch: Any, shape: tuple[int, ...], order: tuple[int, ...]) -> tup
     return store, store.permute(tuple(order.index(a) for a in range(len(shape))))
 
 
-def copy_ceiling(nbytes: int, barrier: Callable[[], object]) -> float:
-    """Seconds of a device-to-device copy moving `nbytes` (half read, half written)."""
-    a = cuda.device_array(nbytes // 8, np.float32)
-    b = cuda.device_array(nbytes // 8, np.float32)
-    return median_time(lambda: b.copy_to_device(a), cuda.synchronize, barrier)
+def copy_ceiling(torch: Any, nbytes: int, barrier: Callable[[], object]) -> float:
+    """Seconds of the faster device-to-device copy moving `nbytes` (half read,
+    half written): the driver's memcpy or torch's copy kernel (on an H200 the
+    latter is the faster, about 4 TB/s against 2.3 to 3.2)."""
+    a = torch.empty(nbytes // 8, device="cuda")
+    b = torch.empty(nbytes // 8, device="cuda")
+    driver = median_time(lambda: cuda.as_cuda_array(b).copy_to_device(cuda.as_cuda_array(a)), cuda.synchronize,
+                         barrier)
+    return min(driver, median_time(lambda: b.copy_(a), torch.cuda.synchronize, barrier))
 
 
 def single_gpu(torch: Any, elems: int, barrier: Callable[[], object]) -> list[Row]:
@@ -96,11 +101,11 @@ def single_gpu(torch: Any, elems: int, barrier: Callable[[], object]) -> list[Ro
     return rows
 
 
-def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, float, float, float]]:
+def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, float, float, float, float]]:
     """Each collective through refir's whole path (LaidOut over the rank
     transport), from a row-major and from a column-major source, next to
     torch.distributed (its process group made by the caller). Rows: name, bus
-    bytes, refir s, refir strided s, torch s."""
+    bytes, refir s, refir strided s, refir's wire alone s, torch s."""
     import torch.distributed as dist
 
     n = world.size
@@ -126,7 +131,7 @@ def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, 
         ("all_to_all", ops.AllToAll("DIDx", 1, 0), lambda lay: t(n * r, c, 0, lay), (r, c), t(n * r, c, 1),
          (n - 1) / n * 4 * r * c),
     ]
-    timed = {}
+    timed: dict[str, tuple[float, ...]] = {}
     for name, op, src, local, dst, bus in cases:
         runs = []
         for order in [(0, 1), (1, 0)]:
@@ -136,6 +141,17 @@ def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, 
             runs.append(median_time(lambda: laid.communicate(op, src(order), dst, {world.rank: x}),  # noqa: B023
                                     cuda.synchronize, barrier))
         timed[name] = (bus, *runs)
+    # refir's wire alone (NcclWire: nccl4py and its bounded wait), on buffers
+    # made once: what the whole path adds is allocation, packing and Python.
+    wire, team = laid.inner.wire, tuple(range(n))
+    send, recv = cuda.device_array(r * c, np.float32), cuda.device_array(r * c, np.float32)
+    send_part, recv_part = send[:r * c // n], recv[:r * c // n]
+    alone = {"allreduce": lambda: wire.allreduce(team, send, recv, "sum"),
+             "allgather": lambda: wire.allgather(team, send_part, recv),
+             "reduce_scatter": lambda: wire.reduce_scatter(team, send, recv_part, "sum"),
+             "all_to_all": lambda: wire.alltoall(team, send, recv)}
+    for name, call in alone.items():
+        timed[name] += (median_time(call, cuda.synchronize, barrier),)
     whole = torch.ones(r * c, device="cuda")
     part = torch.ones(r * c // n, device="cuda")
     got = torch.empty(r * c, device="cuda")
@@ -146,6 +162,6 @@ def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, 
     rows = []
     for name, call in calls.items():
         theirs = median_time(call, torch.cuda.synchronize, barrier)
-        bus, ours, strided = timed[name]
-        rows.append((name, bus, ours, strided, theirs))
+        bus, ours, strided, wired = timed[name]
+        rows.append((name, bus, ours, strided, wired, theirs))
     return rows

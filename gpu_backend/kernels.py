@@ -18,9 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend import device
 from gpu_backend.buffer import DeviceBuffer
-from gpu_backend.device import ITEM_ROWS, SHARED_ASKS, TILE, TILE_ROWS, UNROLL, blocks_for, cuda, fitted, rows_block
+from gpu_backend.device import (
+    ITEM_ROWS,
+    SHARED_ASKS,
+    TILE,
+    TILE_ROWS,
+    UNROLL,
+    blocks_for,
+    cuda,
+    fitted,
+    max_blocks,
+    rows_block,
+)
 
 Ints = tuple[int, ...]  # shapes and strides travel to kernels as int tuples
 Arr = Any  # a 1-D device array
@@ -206,6 +216,34 @@ def _dense2(fn: Callable) -> Callable:
     return kernel
 
 
+@cache
+def _rows1(fn: Callable) -> Callable:
+    """Unit-stride rows at two strided outer axes (i, j): a permute that keeps
+    the innermost axis. Blocks stride over i on x and over j on y, threads
+    along the row four elements apart: no division anywhere."""
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, o_i: int, o_j: int, a: Arr, a_off: int, a_i: int, a_j: int,
+               ni: int, nj: int, inner: int) -> None:
+        bx = cuda.blockDim.x
+        for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
+            for j in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, nj,
+                           cuda.gridDim.y * cuda.blockDim.y):
+                po, pa = o_off + i * o_i + j * o_j, a_off + i * a_i + j * a_j
+                k = cuda.threadIdx.x
+                while k + 3 * bx < inner:
+                    v0, v1, v2, v3 = a[pa + k], a[pa + k + bx], a[pa + k + 2 * bx], a[pa + k + 3 * bx]
+                    out[po + k] = fn(v0)
+                    out[po + k + bx] = fn(v1)
+                    out[po + k + 2 * bx] = fn(v2)
+                    out[po + k + 3 * bx] = fn(v3)
+                    k += 4 * bx
+                while k < inner:
+                    out[po + k] = fn(a[pa + k])
+                    k += bx
+
+    return kernel
+
+
 def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer) -> DeviceBuffer:
     """out = fn(*xs) element by element; operands broadcast to out's shape."""
     if out.size == 0:
@@ -217,6 +255,16 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer) -> DeviceBuf
         threads = fitted(-(-n // 4))
         args = [a for v in views for a in (v.data, v.offset)]
         (_dense1 if len(xs) == 1 else _dense2)(fn)[blocks_for(n, threads * 4), threads](*args, n)
+        return out
+    if len(xs) == 1 and len(shape) <= 3 and all(st[-1] == 1 for st in strides):
+        (ni, nj, inner), ((o_i, o_j, _), (a_i, a_j, _)) = [1] * (3 - len(shape)) + shape, [
+            [0] * (3 - len(shape)) + st for st in strides]
+        bx, by = rows_block(inner)
+        by = fitted(nj, by)
+        gi = min(ni, max_blocks())
+        gj = min(-(-nj // by), max(1, max_blocks() // gi), 65535)
+        _rows1(fn)[(gi, gj), (bx, by)](out.data, out.offset, o_i, o_j, views[1].data, views[1].offset, a_i, a_j,
+                                       ni, nj, inner)
         return out
     shape, strides = [1] + shape, [[0] + st for st in strides]  # a mid axis, at worst of extent 1
     outer = padded(shape[:-2], 1)
@@ -264,21 +312,32 @@ def _transpose(itemsize: int) -> Callable:
             for t in range(cuda.blockIdx.x, tiles, cuda.gridDim.x):
                 tb = t // tiles_a
                 ta = t - tb * tiles_a
-                a = ta * side + tx  # read along the source's fastest axis
-                for r in range(per):
-                    b = tb * side + ty + r * rows
-                    if a < na and b < nb:
-                        held[r] = src[so + a * s_a + b * s_b]
+                # Interior tiles (all but the edges) skip the bounds checks;
+                # each thread steps from one base address by a fixed stride.
+                full = (ta + 1) * side <= na and (tb + 1) * side <= nb
+                a, b = ta * side + tx, tb * side + ty  # read along the source's fastest axis
+                p, step = so + a * s_a + b * s_b, rows * s_b
+                if full:
+                    for r in range(per):
+                        held[r] = src[p + r * step]
+                else:
+                    for r in range(per):
+                        if a < na and b + r * rows < nb:
+                            held[r] = src[p + r * step]
                 for r in range(per):
                     tile[ty + r * rows, tx] = held[r]
                 cuda.syncthreads()
-                b = tb * side + tx  # write along the destination's fastest axis
+                a, b = ta * side + ty, tb * side + tx  # write along the destination's fastest axis
+                q, step = do + a * d_a + b * d_b, rows * d_a
                 for r in range(per):
                     held[r] = tile[tx, ty + r * rows]
-                for r in range(per):
-                    a = ta * side + ty + r * rows
-                    if a < na and b < nb:
-                        dst[do + a * d_a + b * d_b] = held[r]
+                if full:
+                    for r in range(per):
+                        dst[q + r * step] = held[r]
+                else:
+                    for r in range(per):
+                        if b < nb and a + r * rows < na:
+                            dst[q + r * step] = held[r]
                 cuda.syncthreads()
 
     return kernel
@@ -326,7 +385,7 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     kernel = _transpose(d.dtype.itemsize)
     tiles = -(-shape[fast] // TILE) * -(-shape[last] // TILE)
     across = blocks_for(tiles, 1)
-    kernel[(across, min(prod(batch), max(1, device.max_blocks() // across), 65535)), (TILE, TILE_ROWS)](
+    kernel[(across, min(prod(batch), max(1, max_blocks() // across), 65535)), (TILE, TILE_ROWS)](
         d.data, d.offset, padded([ds[a] for a in rest], 0), ds[fast], ds[last],
         s.data, s.offset, padded([ss[a] for a in rest], 0), ss[fast], ss[last],
         batch, shape[fast], shape[last], prod(batch))

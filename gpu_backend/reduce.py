@@ -150,6 +150,67 @@ def _per_block(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> 
     return kernel
 
 
+@cache
+def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> Callable:
+    """The common case, kept axes and reduced axes each one strided run: x[o, r]
+    at x_off + o * x_out + r * x_red. A group of `width` threads per (output,
+    chunk) item, as in _per_block (width 1: a thread per item, neighbouring
+    threads on neighbouring outputs). Chunk c of an output's range takes the
+    indices c * width + tid + k * chunks * width: at each step the groups of an
+    output read one contiguous stretch together. Few registers (no unravelling),
+    so many threads per SM, each with eight loads in flight."""
+    combine, tree, threads = BINARY[COMBINE[kind]], _tree(kind), THREADS
+
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, o_step: int, x: Arr, x_off: int, x_out: int, x_red: int, n_out: int,
+               n_red: int, chunks: int, ident: Any, part: Arr, width: int) -> None:
+        for _ in range(SHARED_ASKS):
+            partial = cuda.shared.array(threads, acc_type)
+            cuda.syncthreads()
+        me = cuda.threadIdx.x
+        tid, groups = me % width, cuda.blockDim.x // width
+        base, total, stride = me - tid, n_out * chunks, chunks * width
+        for first in range(cuda.blockIdx.x * groups, total, cuda.gridDim.x * groups):
+            item = first + me // width
+            acc = ident
+            if item < total:
+                if width == 1:
+                    o = item % n_out
+                    c = item // n_out
+                else:
+                    o = item // chunks
+                    c = item - o * chunks
+                row = x_off + o * x_out
+                k, d = c * width + tid, stride * x_red
+                while k + 7 * stride < n_red:
+                    p = row + k * x_red
+                    v0, v1, v2, v3 = x[p], x[p + d], x[p + 2 * d], x[p + 3 * d]
+                    v4, v5, v6, v7 = x[p + 4 * d], x[p + 5 * d], x[p + 6 * d], x[p + 7 * d]
+                    acc = combine(acc, to_acc(v0))
+                    acc = combine(acc, to_acc(v1))
+                    acc = combine(acc, to_acc(v2))
+                    acc = combine(acc, to_acc(v3))
+                    acc = combine(acc, to_acc(v4))
+                    acc = combine(acc, to_acc(v5))
+                    acc = combine(acc, to_acc(v6))
+                    acc = combine(acc, to_acc(v7))
+                    k += 8 * stride
+                while k < n_red:
+                    acc = combine(acc, to_acc(x[row + k * x_red]))
+                    k += stride
+            partial[me] = acc
+            cuda.syncthreads()
+            tree(partial, base, tid, width)
+            if tid == 0 and item < total:
+                if chunks == 1:
+                    out[o_off + o * o_step] = store(partial[base])
+                else:
+                    part[o * chunks + c] = partial[base]
+            cuda.syncthreads()
+
+    return kernel
+
+
 def _group(n_red: int) -> int:
     """Threads folding one output in the per-block kernel: a power of two
     within the block, about eight values each (a short reduced range leaves
@@ -196,13 +257,22 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
     chunk = -(-n_red // chunks) if n_red else 0
     acc_dtype, store = np.dtype(type(ident)), narrow(out.dtype)
     part = cuda.device_array(n_out * chunks if chunks > 1 else 1, acc_dtype)
-    args = (out.data, out.offset, padded(kept_o, 0), x.data, x.offset, padded(kept_x, 0), padded(kept_shape, 1),
-            n_out, red_shape[-1], red_x[-1], padded(red_shape[:-1], 1), padded(red_x[:-1], 0),
-            n_red, chunks, chunk, ident, part)
-    if per_block:
-        groups = THREADS // width
-        _per_block(kind, to_acc, store, acc_dtype.type)[blocks_for(n_out * chunks, groups), THREADS](*args, width)
+    if len(red_shape) == 1 and len(kept_shape) == 1:
+        group = max(width, 1)
+        threads = THREADS if width else fitted(n_out * chunks)
+        _plane(kind, to_acc, store, acc_dtype.type)[blocks_for(n_out * chunks, threads // group), threads](
+            out.data, out.offset, kept_o[0], x.data, x.offset, kept_x[0], red_x[0], n_out, n_red, chunks, ident,
+            part, group)
+    elif per_block:
+        args = (out.data, out.offset, padded(kept_o, 0), x.data, x.offset, padded(kept_x, 0), padded(kept_shape, 1),
+                n_out, red_shape[-1], red_x[-1], padded(red_shape[:-1], 1), padded(red_x[:-1], 0),
+                n_red, chunks, chunk, ident, part)
+        _per_block(kind, to_acc, store, acc_dtype.type)[blocks_for(n_out * chunks, THREADS // width), THREADS](
+            *args, width)
     else:
+        args = (out.data, out.offset, padded(kept_o, 0), x.data, x.offset, padded(kept_x, 0), padded(kept_shape, 1),
+                n_out, red_shape[-1], red_x[-1], padded(red_shape[:-1], 1), padded(red_x[:-1], 0),
+                n_red, chunks, chunk, ident, part)
         threads = fitted(n_out * chunks)
         _per_thread(kind, to_acc, store)[blocks_for(n_out * chunks, threads), threads](*args)
     if chunks == 1:
