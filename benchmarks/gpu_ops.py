@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.gpu_timing import median_time
+from benchmarks.gpu_timing import median_time, pipelined_time
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import cuda
 from gpu_backend.functions import binary, cast
@@ -31,7 +31,7 @@ from refir import ops
 from refir.types import Axis, Mesh, TensorType
 from refir.world import World
 
-Row = tuple[str, float, float, float]  # name, bytes counted, refir seconds, torch seconds
+Row = tuple[str, float, float, float, float]  # name, bytes counted, refir s, torch s, refir s back to back
 
 
 def sides(elems: int, rank: int) -> tuple[int, ...]:
@@ -67,7 +67,8 @@ def copy_ceiling(torch: Any, nbytes: int, barrier: Callable[[], object]) -> floa
 def single_gpu(torch: Any, elems: int, barrier: Callable[[], object]) -> list[Row]:
     n, f32 = elems, np.dtype(np.float32)
     time = lambda ours, theirs: (median_time(ours, cuda.synchronize, barrier),  # noqa: E731
-                                 median_time(theirs, torch.cuda.synchronize, barrier))
+                                 median_time(theirs, torch.cuda.synchronize, barrier),
+                                 pipelined_time(ours, cuda.synchronize, barrier))
     rows: list[Row] = []
     for shape, perms in [(sides(n, 3), list(permutations(range(3)))), (sides(n, 4), [(2, 0, 3, 1)])]:
         tx = torch.rand(shape, device="cuda")
@@ -79,17 +80,17 @@ def single_gpu(torch: Any, elems: int, barrier: Callable[[], object]) -> list[Ro
                 store, tout = _torch_in(torch, out_shape, layout)
                 out = DeviceBuffer.empty(out_shape, f32, layout)
                 view = x.transpose(perm)
-                ours, theirs = time(lambda: copy_into(out, view), lambda: tout.copy_(tx.permute(perm)))  # noqa: B023
+                timed = time(lambda: copy_into(out, view), lambda: tout.copy_(tx.permute(perm)))  # noqa: B023
                 assert torch.equal(torch.as_tensor(out.data, device="cuda"), store.reshape(-1)), "permute differs"
-                rows.append((f"permute {perm} {label}", 8 * n, ours, theirs))
+                rows.append((f"permute {perm} {label}", 8 * n, *timed))
     shape = sides(n, 3)
     tx = torch.rand(shape, device="cuda") - 0.5
     x = _buffer(torch, tx, shape)
     for kind, fn in [("sum", torch.sum), ("max", torch.amax)]:
         for dims, label in [((2,), "inner"), ((0,), "outer"), ((0, 1, 2), "all")]:
             out = DeviceBuffer.empty(tuple(m for a, m in enumerate(shape) if a not in dims), f32)
-            ours, theirs = time(lambda: reduce_into(out, x, dims, kind), lambda: fn(tx, dim=dims))  # noqa: B023
-            rows.append((f"{kind} {label}", 4 * n, ours, theirs))
+            timed = time(lambda: reduce_into(out, x, dims, kind), lambda: fn(tx, dim=dims))  # noqa: B023
+            rows.append((f"{kind} {label}", 4 * n, *timed))
     ta, tb, tc = torch.rand(n, device="cuda"), torch.rand(n, device="cuda"), torch.empty(n, device="cuda")
     a, b, c = (_buffer(torch, t, (n,)) for t in (ta, tb, tc))
     add = binary("add", f32)
