@@ -12,6 +12,9 @@ round or wrap once when stored (functions.narrow). Two ways to spread the work:
 
 Either way the reduced range may be cut into chunks to occupy the GPU when
 there are few outputs; the chunks' partials then go through a second pass.
+Where the kept axes and the reduced axes each coalesce to one strided run (a
+reduction over the inner axis, an outer one, or all), one lean kernel (_plane)
+does either job without unravelling indices; the general kernels take the rest.
 """
 
 from __future__ import annotations
