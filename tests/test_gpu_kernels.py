@@ -222,6 +222,9 @@ def test_elementwise_unrolled_and_tail():
     b = np.arange(37, dtype=np.float32)[::-1].copy()
     same(run(ops.Binary("add"), (0, 1), a, b), a + b)
     same(run(ops.Cast("f16"), (1, 0), a), a.astype(np.float16))
+    # Operands that are one unit-stride run each: the plain grid-stride kernels.
+    same(run(ops.Binary("mul"), (0, 1), a, a), a * a)
+    same(run(ops.Unary("neg"), (0, 1), a), -a)
 
 
 # ---- reductions ------------------------------------------------------------------------
