@@ -1,16 +1,20 @@
-"""refir's gpu kernels and NCCL allreduce next to torch's, on one machine, in one run.
+"""refir's gpu kernels and collectives next to torch's, on one machine, in one run.
 
     mpiexec -n 2 python -m benchmarks.gpu_bench      (one GPU per rank)
-    python -m benchmarks.gpu_bench                   (no allreduce)
+    python -m benchmarks.gpu_bench                   (no collectives)
     mpiexec -n 2 python -m benchmarks.gpu_bench run  (whole refir.run calls, below)
     mpiexec -n 2 python -m benchmarks.gpu_bench uneven  (pad-and-slice, below)
 
-At 1 GiB of float32: permutes (2,0,1), (0,2,1) and (1,0,2) into a row-major
-result (bandwidth = bytes read + written), a sum over everything (bytes read;
-refir accumulates in float64, torch in float32) and, with two or more ranks,
-an allreduce through refir's whole communication path (bus bandwidth,
-2(n-1)/n x bytes, as nccl-tests count it). Rank 0 prints GB/s and refir/torch.
-Set GPU_BENCH_MIB to measure another size.
+At each size of GPU_BENCH_MIB (default "1 1024": 1 MiB and 1 GiB of float32),
+one table (benchmarks/gpu_ops.py says what each row counts): every order of a
+3-D permute and a 4-D one, into a row-major and a reversed (column-major)
+result; sum and max over the inner axis, the outer axis and all axes (refir
+accumulates in float64 as the spec says, torch in float32); an elementwise add
+and a cast; each next to torch and to a device-to-device copy of as many bytes
+timed in the same run. With two or more ranks, the four collectives through
+refir's whole communication path from a row-major and a column-major source,
+next to torch.distributed (NCCL bus bandwidth as nccl-tests count it).
+Rank 0 prints the tables.
 
 `run` times whole `refir.run(..., backend="gpu")` calls of the seed-2 pattern
 (x: f32[M, K@DIDx] times w: f32[K@DIDx, N], one allreduce, then bias and relu)
@@ -26,9 +30,9 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks.gpu_ops import allreduce, single_gpu
+from benchmarks.gpu_ops import collectives, copy_ceiling, single_gpu
 from benchmarks.gpu_runs import whole_runs
-from benchmarks.gpu_timing import MIB, REPEATS
+from benchmarks.gpu_timing import REPEATS, SIZES_MIB, torch_group
 from benchmarks.gpu_uneven import uneven
 from gpu_backend.device import SIMULATED, cuda, use_device
 from refir.world import mpi_world
@@ -53,15 +57,44 @@ def main() -> int:
         if world.is_root:
             sys.stdout.write("\n".join(lines) + "\n")
         return 0
-    rows = single_gpu(torch, barrier)
     if world is not None:
-        rows.append(allreduce(torch, world))
-    if world is None or world.is_root:
-        lines = [f"{MIB} MiB float32, median of {REPEATS}; GB/s", "",
-                 f"{'':<24} {'refir':>9} {'torch':>9} {'refir/torch':>12}"]
-        lines += [f"{name:<24} {a / 1e9:>9.1f} {b / 1e9:>9.1f} {a / b:>12.2f}" for name, a, b in rows]
-        sys.stdout.write("\n".join(lines) + "\n")
+        torch_group(torch, world)
+    for mib in SIZES_MIB:
+        elems = mib * (1 << 20) // 4
+        rows = single_gpu(torch, elems, barrier)
+        ceiling = {nbytes: copy_ceiling(torch, nbytes, barrier) for nbytes in {row[1] for row in rows}}
+        comms = collectives(torch, elems, world) if world is not None else []
+        if world is None or world.is_root:
+            sys.stdout.write("\n".join(table(mib, rows, ceiling, comms)) + "\n\n")
+            sys.stdout.flush()
+    if world is not None:
+        torch.distributed.destroy_process_group()
     return 0
+
+
+def table(mib: int, rows: list, ceiling: dict[int, float], comms: list) -> list[str]:
+    """One size's tables: GB/s, % of the copy ceiling of the same bytes, refir/torch."""
+    top = max(ceiling)
+    lines = [f"{mib} MiB float32 tensors, median of {REPEATS}; GB/s. Ceiling: a device-to-device copy of the same "
+             f"bytes (read + written; {top / ceiling[top] / 1e9:.0f} GB/s at {top >> 20} MiB moved). 'refir' "
+             "and 'torch': one call then a sync; 'piped': refir's calls back to back (the GPU's time where it "
+             "exceeds the host's per-call work)", "",
+             f"{'':<30} {'refir':>7} {'torch':>7} {'ceiling':>7} {'% ceil':>6} {'refir/torch':>11} "
+             f"{'piped':>7} {'% ceil':>6}"]
+    for name, nbytes, ours, theirs, piped in rows:
+        roof = nbytes / ceiling[nbytes]
+        lines.append(f"{name:<30} {nbytes / ours / 1e9:>7.1f} {nbytes / theirs / 1e9:>7.1f} {roof / 1e9:>7.1f} "
+                     f"{100 * nbytes / ours / roof:>5.0f}% {theirs / ours:>11.2f} {nbytes / piped / 1e9:>7.1f} "
+                     f"{100 * nbytes / piped / roof:>5.0f}%")
+    if comms:
+        lines += ["", "collectives, NCCL bus GB/s: refir's whole path from a row-major and a column-major source, "
+                      "its wire alone on buffers made once, torch.distributed",
+                  f"{'':<34} {'refir':>8} {'strided':>8} {'wire':>8} {'torch':>8} {'refir/torch':>12} "
+                  f"{'strided/row':>12}"]
+        for name, bus, ours, strided, wired, theirs in comms:
+            lines.append(f"{name:<34} {bus / ours / 1e9:>8.1f} {bus / strided / 1e9:>8.1f} {bus / wired / 1e9:>8.1f} "
+                         f"{bus / theirs / 1e9:>8.1f} {theirs / ours:>12.2f} {ours / strided:>12.2f}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,61 +1,168 @@
-"""The kernel and collective table: refir next to torch, GB/s (benchmarks/gpu_bench.py)."""
+"""The kernel and collective tables: refir next to torch and to the copy ceiling (benchmarks/gpu_bench.py).
+
+Every row is a (refir, torch) pair timed in the same process on the same
+tensors, f32. Bandwidth counts the bytes an op must move at least: read +
+written for copies, permutes, elementwise ops and casts; read for reductions
+(their results are small); NCCL's bus bandwidth for collectives (nccl-tests'
+factors: 2(n-1)/n of the buffer for allreduce, (n-1)/n of the whole for the
+others). The ceiling is a device-to-device copy of the
+same number of bytes, timed in the same run (the faster of the driver's memcpy
+and torch's copy_ of a contiguous tensor): it moves read + written bytes, so
+for a reduction, which only reads, it stands for the read bandwidth too (HBM
+serves reads and writes from the same pins).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import permutations
+from typing import Any
 
 import numpy as np
 
-from benchmarks.gpu_timing import ELEMS, SIDE, median_time, torch_group
+from benchmarks.gpu_timing import median_time, pipelined_time
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import cuda
-from gpu_backend.kernels import copy_into
+from gpu_backend.functions import binary, cast
+from gpu_backend.kernels import copy_into, elementwise
 from gpu_backend.reduce import reduce_into
 from gpu_backend.transports import LaidOut, transport_for
 from refir import ops
 from refir.types import Axis, Mesh, TensorType
 from refir.world import World
 
+Row = tuple[str, float, float, float, float]  # name, bytes counted, refir s, torch s, refir s back to back
 
-def single_gpu(torch: object, barrier: Callable[[], object]) -> list[tuple[str, float, float]]:
-    n = ELEMS
-    shape = (n // (SIDE * SIDE), SIDE, SIDE)
-    x = DeviceBuffer.dense(cuda.to_device(np.ones(n, np.float32)), shape)
-    tx = torch.ones(shape, device="cuda")
-    rows = []
-    for perm in [(2, 0, 1), (0, 2, 1), (1, 0, 2)]:
-        view = x.transpose(perm)
-        out = DeviceBuffer.empty(view.shape, x.dtype)
-        tout = torch.empty(tuple(shape[p] for p in perm), device="cuda")
-        ours = median_time(lambda: copy_into(out, view), cuda.synchronize, barrier)  # noqa: B023
-        theirs = median_time(lambda: tout.copy_(tx.permute(perm)), torch.cuda.synchronize, barrier)  # noqa: B023
-        rows.append((f"permute {perm}", 2 * 4 * n / ours, 2 * 4 * n / theirs))
-    total = DeviceBuffer.empty((), x.dtype)
-    flat = DeviceBuffer.dense(x.data, (n,))
-    ours = median_time(lambda: reduce_into(total, flat, (0,), "sum"), cuda.synchronize, barrier)
-    theirs = median_time(lambda: torch.sum(tx), torch.cuda.synchronize, barrier)
-    rows.append(("sum (all axes)", 4 * n / ours, 4 * n / theirs))
+
+def sides(elems: int, rank: int) -> tuple[int, ...]:
+    """Power-of-two extents of `rank` axes holding `elems` elements, the first the largest."""
+    e = elems.bit_length() - 1
+    q = e // rank
+    return (1 << (e - q * (rank - 1)), *([1 << q] * (rank - 1)))
+
+
+def _buffer(torch: Any, tensor: Any, shape: tuple[int, ...], order: tuple[int, ...] | None = None) -> DeviceBuffer:
+    """A torch tensor's memory seen by refir (numba shares it: no copy)."""
+    return DeviceBuffer.dense(cuda.as_cuda_array(tensor.reshape(-1)), shape, order)
+
+
+def _torch_in(torch: Any, shape: tuple[int, ...], order: tuple[int, ...]) -> tuple[Any, Any]:
+    """An empty f32 torch tensor of logical `shape` dense in `order` (outermost
+    first): its storage (contiguous, axes in `order`) and the logical view."""
+    store = torch.empty(tuple(shape[a] for a in order), device="cuda")
+    return store, store.permute(tuple(order.index(a) for a in range(len(shape))))
+
+
+def copy_ceiling(torch: Any, nbytes: int, barrier: Callable[[], object]) -> float:
+    """Seconds of the faster device-to-device copy moving `nbytes` (half read,
+    half written): the driver's memcpy or torch's copy kernel (on an H200 the
+    latter is the faster, about 4 TB/s against 2.3 to 3.2)."""
+    a = torch.empty(nbytes // 8, device="cuda")
+    b = torch.empty(nbytes // 8, device="cuda")
+    driver = median_time(lambda: cuda.as_cuda_array(b).copy_to_device(cuda.as_cuda_array(a)), cuda.synchronize,
+                         barrier)
+    return min(driver, median_time(lambda: b.copy_(a), torch.cuda.synchronize, barrier))
+
+
+def single_gpu(torch: Any, elems: int, barrier: Callable[[], object]) -> list[Row]:
+    n, f32 = elems, np.dtype(np.float32)
+    time = lambda ours, theirs: (median_time(ours, cuda.synchronize, barrier),  # noqa: E731
+                                 median_time(theirs, torch.cuda.synchronize, barrier),
+                                 pipelined_time(ours, cuda.synchronize, barrier))
+    rows: list[Row] = []
+    for shape, perms in [(sides(n, 3), list(permutations(range(3)))), (sides(n, 4), [(2, 0, 3, 1)])]:
+        tx = torch.rand(shape, device="cuda")
+        x = _buffer(torch, tx, shape)
+        rank = len(shape)
+        for layout, label in [(tuple(range(rank)), "row-major"), (tuple(reversed(range(rank))), "reversed")]:
+            for perm in perms:
+                out_shape = tuple(shape[p] for p in perm)
+                store, tout = _torch_in(torch, out_shape, layout)
+                out = DeviceBuffer.empty(out_shape, f32, layout)
+                view = x.transpose(perm)
+                timed = time(lambda: copy_into(out, view), lambda: tout.copy_(tx.permute(perm)))  # noqa: B023
+                assert torch.equal(torch.as_tensor(out.data, device="cuda"), store.reshape(-1)), "permute differs"
+                rows.append((f"permute {perm} {label}", 8 * n, *timed))
+    shape = sides(n, 3)
+    tx = torch.rand(shape, device="cuda") - 0.5
+    x = _buffer(torch, tx, shape)
+    for kind, fn in [("sum", torch.sum), ("max", torch.amax)]:
+        for dims, label in [((2,), "inner"), ((0,), "outer"), ((0, 1, 2), "all")]:
+            out = DeviceBuffer.empty(tuple(m for a, m in enumerate(shape) if a not in dims), f32)
+            timed = time(lambda: reduce_into(out, x, dims, kind), lambda: fn(tx, dim=dims))  # noqa: B023
+            rows.append((f"{kind} {label}", 4 * n, *timed))
+    ta, tb, tc = torch.rand(n, device="cuda"), torch.rand(n, device="cuda"), torch.empty(n, device="cuda")
+    a, b, c = (_buffer(torch, t, (n,)) for t in (ta, tb, tc))
+    add = binary("add", f32)
+    rows.append(("add f32", 12 * n, *time(lambda: elementwise(add, c, a, b), lambda: torch.add(ta, tb, out=tc))))
+    th = torch.empty(n, device="cuda", dtype=torch.float16)
+    h = _buffer(torch, th, (n,))
+    to_half = cast(f32, np.dtype(np.float16))
+    rows.append(("cast f32 -> f16", 6 * n, *time(lambda: elementwise(to_half, h, a), lambda: th.copy_(ta))))
     return rows
 
 
-def allreduce(torch: object, world: World) -> tuple[str, float, float]:
+def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, float, float, float, float]]:
+    """Each collective through refir's whole path (LaidOut over the rank
+    transport), from a row-major and from a column-major source, next to
+    torch.distributed (its process group made by the caller). Rows: name, bus
+    bytes, refir s, refir strided s, refir's wire alone s, torch s."""
     import torch.distributed as dist
 
-    n, size = ELEMS, world.size
-    mesh = Mesh("m", (size,), tuple(range(size)))
-    partial = TensorType("f32", (Axis(n),), mesh, None, ("DIDx",), "sum")
-    whole = TensorType("f32", (Axis(n),), mesh)
-    buf = DeviceBuffer.dense(cuda.to_device(np.ones(n, np.float32)), (n,))
-    transport = transport_for(world)
-    laid = LaidOut(transport)
-    op = ops.Allreduce("sum", ("DIDx",))
+    n = world.size
+    mesh = Mesh("m", (n,), tuple(range(n)))
     barrier = world.comm.Barrier
-    ours = median_time(lambda: laid.communicate(op, partial, whole, {world.rank: buf}), cuda.synchronize, barrier)
-    transport.close()
-    torch_group(torch, world)
-    tensor = torch.ones(n, device="cuda")
-    theirs = median_time(lambda: dist.all_reduce(tensor), torch.cuda.synchronize, barrier)
-    dist.destroy_process_group()
-    bus = 2 * (size - 1) / size * 4 * n
-    return (f"allreduce x{size} (bus)", bus / ours, bus / theirs)
+    laid = LaidOut(transport_for(world))
+    r, c = sides(elems, 2)
+    f32 = "f32"
 
+    def t(rows: int, cols: int, shard: int | None, layout: tuple[int, int] | None = None,
+          partial: bool = False) -> TensorType:
+        axes = tuple(Axis(e, "DIDx" if a == shard else None) for a, e in enumerate((rows, cols)))
+        return TensorType(f32, axes, mesh, layout, ("DIDx",) if partial else (), "sum" if partial else "")
+
+    # name, op, src type of a given layout, local source shape, torch call, bus bytes
+    cases = [
+        ("allreduce", ops.Allreduce("sum", ("DIDx",)), lambda lay: t(r, c, None, lay, True), (r, c),
+         t(r, c, None), 2 * (n - 1) / n * 4 * r * c),
+        ("allgather", ops.Allgather(0, "DIDx"), lambda lay: t(r, c, 0, lay), (r // n, c), t(r, c, None),
+         (n - 1) / n * 4 * r * c),
+        ("reduce_scatter", ops.ReduceScatter("sum", "DIDx", 0), lambda lay: t(r, c, None, lay, True), (r, c),
+         t(r, c, 0), (n - 1) / n * 4 * r * c),
+        ("all_to_all", ops.AllToAll("DIDx", 1, 0), lambda lay: t(n * r, c, 0, lay), (r, c), t(n * r, c, 1),
+         (n - 1) / n * 4 * r * c),
+    ]
+    timed: dict[str, tuple[float, ...]] = {}
+    for name, op, src, local, dst, bus in cases:
+        runs = []
+        for order in [(0, 1), (1, 0)]:
+            store, tx = _torch_in(torch, local, order)
+            store.fill_(1.0)
+            x = DeviceBuffer(cuda.as_cuda_array(store.reshape(-1)), 0, local, tuple(tx.stride()))
+            runs.append(median_time(lambda: laid.communicate(op, src(order), dst, {world.rank: x}),  # noqa: B023
+                                    cuda.synchronize, barrier))
+        timed[name] = (bus, *runs)
+    # refir's wire alone (NcclWire: nccl4py and its bounded wait), on buffers
+    # made once: what the whole path adds is allocation, packing and Python.
+    wire, team = laid.inner.wire, tuple(range(n))
+    send, recv = cuda.device_array(r * c, np.float32), cuda.device_array(r * c, np.float32)
+    send_part, recv_part = send[:r * c // n], recv[:r * c // n]
+    alone = {"allreduce": lambda: wire.allreduce(team, send, recv, "sum"),
+             "allgather": lambda: wire.allgather(team, send_part, recv),
+             "reduce_scatter": lambda: wire.reduce_scatter(team, send, recv_part, "sum"),
+             "all_to_all": lambda: wire.alltoall(team, send, recv)}
+    for name, call in alone.items():
+        timed[name] += (median_time(call, cuda.synchronize, barrier),)
+    whole = torch.ones(r * c, device="cuda")
+    part = torch.ones(r * c // n, device="cuda")
+    got = torch.empty(r * c, device="cuda")
+    calls = {"allreduce": lambda: dist.all_reduce(whole),
+             "allgather": lambda: dist.all_gather_into_tensor(whole, part),
+             "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, whole),
+             "all_to_all": lambda: dist.all_to_all_single(got, whole)}
+    rows = []
+    for name, call in calls.items():
+        theirs = median_time(call, torch.cuda.synchronize, barrier)
+        bus, ours, strided, wired = timed[name]
+        rows.append((name, bus, ours, strided, wired, theirs))
+    return rows

@@ -81,12 +81,15 @@ def gpu_tree_skips_last_level() -> Iterator[None]:
     import gpu_backend.reduce as reduce
 
     tree = reduce._tree
-    reduce._per_block.cache_clear()  # kernels built with the right tree must not be reused
+    built = (reduce._per_block, reduce._plane)  # every kernel that folds through the tree
+    for kernels in built:
+        kernels.cache_clear()  # kernels built with the right tree must not be reused
     try:
         with mock.patch.object(reduce, "_tree", lambda kind: tree(kind, last=2)):
             yield
     finally:
-        reduce._per_block.cache_clear()
+        for kernels in built:
+            kernels.cache_clear()
 
 
 def _mpi_transport() -> Any:

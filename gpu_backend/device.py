@@ -109,9 +109,10 @@ def use_device(comm: Any = None) -> None:
 
 THREADS = 8 if SIMULATED else 256  # threads of a 1-D block; a power of two (tree reductions)
 TILE = 4 if SIMULATED else 32  # side of a transpose tile
-TILE_ROWS = 2 if SIMULATED else 8  # thread rows of a transpose block
+TILE_ROWS = 2 if SIMULATED else 4  # thread rows of a transpose block (each thread moves TILE / TILE_ROWS)
 MATMUL_TILE = 4 if SIMULATED else 16
-ITEM_ROWS = 1 if SIMULATED else 8  # an elementwise work item: this many block widths of elements
+UNROLL = 4  # elements a thread loads before it stores or folds any (loads in flight hide latency)
+ITEM_ROWS = UNROLL if SIMULATED else 4 * UNROLL  # an elementwise work item: this many block widths of elements
 # The simulator hands out a block's shared array by an unlocked check-then-create,
 # so threads that start together may get arrays of their own. Kernels ask for
 # their shared arrays this many times, a syncthreads apart: the second answer is
@@ -144,9 +145,10 @@ def fitted(work: int, cap: int = THREADS) -> int:
 
 
 def rows_block(inner: int) -> tuple[int, int]:
-    """A 2-D block for `rows x inner` loops: x along the inner extent (at most a
-    block wide), y over rows, THREADS threads in all."""
-    x = 1
-    while x < inner and x < THREADS:
+    """A 2-D block for `rows x inner` loops: x along the inner extent (enough
+    for UNROLL elements a thread, at least a warp on a GPU, at most a block
+    wide), y over rows, THREADS threads in all."""
+    x = 1 if SIMULATED else 32
+    while x * UNROLL < inner and x < THREADS:
         x *= 2
     return x, THREADS // x

@@ -7,6 +7,13 @@ and strides travel as int tuples, padded to a multiple of four axes so that
 each kernel compiles for few ranks. A copy between buffers whose fastest axes
 differ goes through a shared-memory tile instead (the tiled transpose), so
 both its reads and its writes are coalesced.
+
+Two common shapes get lean kernels (few registers, no division per element):
+operands that are one unit-stride run each (a plain grid-stride loop), and
+unit-stride rows at two strided outer axes (a permute that keeps the innermost
+axis; copies move such rows as 8-byte words where they align). Every kernel
+has each thread load several elements before it stores or uses any, so that
+the loads are in flight together.
 """
 
 from __future__ import annotations
@@ -19,7 +26,18 @@ from typing import Any
 import numpy as np
 
 from gpu_backend.buffer import DeviceBuffer
-from gpu_backend.device import ITEM_ROWS, SHARED_ASKS, TILE, TILE_ROWS, blocks_for, cuda, fitted, rows_block
+from gpu_backend.device import (
+    ITEM_ROWS,
+    SHARED_ASKS,
+    TILE,
+    TILE_ROWS,
+    UNROLL,
+    blocks_for,
+    cuda,
+    fitted,
+    max_blocks,
+    rows_block,
+)
 from gpu_backend.launch import launch
 
 Ints = tuple[int, ...]  # shapes and strides travel to kernels as int tuples
@@ -90,19 +108,38 @@ def _walk(rows: int, mid: int, inner: int, bx: int) -> tuple[tuple[int, ...], in
     return (mid, inner, span, per_item, items_mid, items_in), rows * items_mid * items_in
 
 
+# Each thread loads UNROLL elements (block widths apart) before it stores any:
+# a GPU thread stalls only where it first uses a loaded value, so the loads are
+# in flight together. (One load, then its store, in turn, leaves the memory
+# system idle for most of each round trip.)
+assert UNROLL == 4, "the elementwise kernels spell out four loads"
+
+
 @cache
 def _map1(fn: Callable) -> Callable:
     @cuda.jit
     def kernel(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
                a: Arr, a_off: int, a_outer: Ints, a_mid: int, a_in: int, outer: Ints, walk: Ints, items: int) -> None:
+        bx = cuda.blockDim.x
         for item in range(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y, items,
                           cuda.gridDim.x * cuda.blockDim.y):
             row, m0, m1, j0, j1 = _item(item, walk)
             o = o_off + unravel(row, outer, o_outer)
             p = a_off + unravel(row, outer, a_outer)
             for m in range(m0, m1):
-                for j in range(j0 + cuda.threadIdx.x, j1, cuda.blockDim.x):
-                    out[o + m * o_mid + j * o_in] = fn(a[p + m * a_mid + j * a_in])
+                om, pm = o + m * o_mid, p + m * a_mid
+                j = j0 + cuda.threadIdx.x
+                while j + 3 * bx < j1:
+                    v0, v1 = a[pm + j * a_in], a[pm + (j + bx) * a_in]
+                    v2, v3 = a[pm + (j + 2 * bx) * a_in], a[pm + (j + 3 * bx) * a_in]
+                    out[om + j * o_in] = fn(v0)
+                    out[om + (j + bx) * o_in] = fn(v1)
+                    out[om + (j + 2 * bx) * o_in] = fn(v2)
+                    out[om + (j + 3 * bx) * o_in] = fn(v3)
+                    j += 4 * bx
+                while j < j1:
+                    out[om + j * o_in] = fn(a[pm + j * a_in])
+                    j += bx
 
     return kernel
 
@@ -113,6 +150,7 @@ def _map2(fn: Callable) -> Callable:
     def kernel(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
                a: Arr, a_off: int, a_outer: Ints, a_mid: int, a_in: int,
                b: Arr, b_off: int, b_outer: Ints, b_mid: int, b_in: int, outer: Ints, walk: Ints, items: int) -> None:
+        bx = cuda.blockDim.x
         for item in range(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y, items,
                           cuda.gridDim.x * cuda.blockDim.y):
             row, m0, m1, j0, j1 = _item(item, walk)
@@ -120,8 +158,96 @@ def _map2(fn: Callable) -> Callable:
             p = a_off + unravel(row, outer, a_outer)
             q = b_off + unravel(row, outer, b_outer)
             for m in range(m0, m1):
-                for j in range(j0 + cuda.threadIdx.x, j1, cuda.blockDim.x):
-                    out[o + m * o_mid + j * o_in] = fn(a[p + m * a_mid + j * a_in], b[q + m * b_mid + j * b_in])
+                om, pm, qm = o + m * o_mid, p + m * a_mid, q + m * b_mid
+                j = j0 + cuda.threadIdx.x
+                while j + 3 * bx < j1:
+                    v0, v1 = a[pm + j * a_in], a[pm + (j + bx) * a_in]
+                    v2, v3 = a[pm + (j + 2 * bx) * a_in], a[pm + (j + 3 * bx) * a_in]
+                    w0, w1 = b[qm + j * b_in], b[qm + (j + bx) * b_in]
+                    w2, w3 = b[qm + (j + 2 * bx) * b_in], b[qm + (j + 3 * bx) * b_in]
+                    out[om + j * o_in] = fn(v0, w0)
+                    out[om + (j + bx) * o_in] = fn(v1, w1)
+                    out[om + (j + 2 * bx) * o_in] = fn(v2, w2)
+                    out[om + (j + 3 * bx) * o_in] = fn(v3, w3)
+                    j += 4 * bx
+                while j < j1:
+                    out[om + j * o_in] = fn(a[pm + j * a_in], b[qm + j * b_in])
+                    j += bx
+
+    return kernel
+
+
+# The dense case: every operand one unit-stride run (after coalesce), walked by a
+# plain grid-stride loop: no index arithmetic beyond an add per element.
+
+
+@cache
+def _dense1(fn: Callable) -> Callable:
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, a: Arr, a_off: int, n: int) -> None:
+        bx = cuda.blockDim.x
+        i = cuda.blockIdx.x * bx * 4 + cuda.threadIdx.x
+        step = cuda.gridDim.x * bx * 4
+        while i + 3 * bx < n:
+            v0, v1, v2, v3 = a[a_off + i], a[a_off + i + bx], a[a_off + i + 2 * bx], a[a_off + i + 3 * bx]
+            out[o_off + i] = fn(v0)
+            out[o_off + i + bx] = fn(v1)
+            out[o_off + i + 2 * bx] = fn(v2)
+            out[o_off + i + 3 * bx] = fn(v3)
+            i += step
+        while i < n:  # the ragged end: what is left of this thread's last four
+            out[o_off + i] = fn(a[a_off + i])
+            i += bx
+
+    return kernel
+
+
+@cache
+def _dense2(fn: Callable) -> Callable:
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, a: Arr, a_off: int, b: Arr, b_off: int, n: int) -> None:
+        bx = cuda.blockDim.x
+        i = cuda.blockIdx.x * bx * 4 + cuda.threadIdx.x
+        step = cuda.gridDim.x * bx * 4
+        while i + 3 * bx < n:
+            v0, v1, v2, v3 = a[a_off + i], a[a_off + i + bx], a[a_off + i + 2 * bx], a[a_off + i + 3 * bx]
+            w0, w1, w2, w3 = b[b_off + i], b[b_off + i + bx], b[b_off + i + 2 * bx], b[b_off + i + 3 * bx]
+            out[o_off + i] = fn(v0, w0)
+            out[o_off + i + bx] = fn(v1, w1)
+            out[o_off + i + 2 * bx] = fn(v2, w2)
+            out[o_off + i + 3 * bx] = fn(v3, w3)
+            i += step
+        while i < n:
+            out[o_off + i] = fn(a[a_off + i], b[b_off + i])
+            i += bx
+
+    return kernel
+
+
+@cache
+def _rows1(fn: Callable) -> Callable:
+    """Unit-stride rows at two strided outer axes (i, j): a permute that keeps
+    the innermost axis. Blocks stride over i on x and over j on y, threads
+    along the row four elements apart: no division anywhere."""
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, o_i: int, o_j: int, a: Arr, a_off: int, a_i: int, a_j: int,
+               ni: int, nj: int, inner: int) -> None:
+        bx = cuda.blockDim.x
+        for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
+            for j in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, nj,
+                           cuda.gridDim.y * cuda.blockDim.y):
+                po, pa = o_off + i * o_i + j * o_j, a_off + i * a_i + j * a_j
+                k = cuda.threadIdx.x
+                while k + 3 * bx < inner:
+                    v0, v1, v2, v3 = a[pa + k], a[pa + k + bx], a[pa + k + 2 * bx], a[pa + k + 3 * bx]
+                    out[po + k] = fn(v0)
+                    out[po + k + bx] = fn(v1)
+                    out[po + k + 2 * bx] = fn(v2)
+                    out[po + k + 3 * bx] = fn(v3)
+                    k += 4 * bx
+                while k < inner:
+                    out[po + k] = fn(a[pa + k])
+                    k += bx
 
     return kernel
 
@@ -132,6 +258,22 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer) -> DeviceBuf
         return out
     views = [out] + [x.broadcast_to(out.shape) for x in xs]
     shape, strides = coalesce(out.shape, [v.strides for v in views], out.strides)
+    if len(shape) == 1 and all(st == [1] for st in strides):
+        n = shape[0]
+        threads = fitted(-(-n // 4))
+        args = [a for v in views for a in (v.data, v.offset)]
+        launch((_dense1 if len(xs) == 1 else _dense2)(fn), blocks_for(n, threads * 4), threads, *args, n)
+        return out
+    if len(xs) == 1 and len(shape) <= 3 and all(st[-1] == 1 for st in strides):
+        (ni, nj, inner), ((o_i, o_j, _), (a_i, a_j, _)) = [1] * (3 - len(shape)) + shape, [
+            [0] * (3 - len(shape)) + st for st in strides]
+        bx, by = rows_block(inner)
+        by = fitted(nj, by)
+        gi = min(ni, max_blocks())
+        gj = min(-(-nj // by), max(1, max_blocks() // gi), 65535)
+        launch(_rows1(fn), (gi, gj), (bx, by), out.data, out.offset, o_i, o_j, views[1].data, views[1].offset,
+               a_i, a_j, ni, nj, inner)
+        return out
     shape, strides = [1] + shape, [[0] + st for st in strides]  # a mid axis, at worst of extent 1
     outer = padded(shape[:-2], 1)
     args = []
@@ -157,6 +299,7 @@ def _same(a: object) -> object:
 def _transpose(itemsize: int) -> Callable:
     word = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
     side, rows, tile_shape = TILE, TILE_ROWS, (TILE, TILE + 1)  # +1: no shared-memory bank conflicts
+    per = TILE // TILE_ROWS  # elements a thread moves per tile: loaded together, then stored
 
     @cuda.jit
     def kernel(dst: Arr, d_off: int, d_batch: Ints, d_a: int, d_b: int, src: Arr, s_off: int, s_batch: Ints,
@@ -164,27 +307,46 @@ def _transpose(itemsize: int) -> Callable:
         for _ in range(SHARED_ASKS):
             tile = cuda.shared.array(tile_shape, word)
             cuda.syncthreads()
+        held = cuda.local.array(per, word)
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         tiles_a = (na + side - 1) // side
-        tiles_b = (nb + side - 1) // side
-        for t in range(cuda.blockIdx.x, nbatch * tiles_a * tiles_b, cuda.gridDim.x):
-            ta = t % tiles_a
-            tb = (t // tiles_a) % tiles_b
-            bi = t // (tiles_a * tiles_b)
+        tiles = tiles_a * ((nb + side - 1) // side)
+        # Blocks stride over batch entries along y and over the tiles of one
+        # entry along x: the batch offset is unravelled once per entry, and a
+        # tile's corner costs one division.
+        for bi in range(cuda.blockIdx.y, nbatch, cuda.gridDim.y):
             so = s_off + unravel(bi, batch, s_batch)
             do = d_off + unravel(bi, batch, d_batch)
-            a = ta * side + tx  # read along the source's fastest axis
-            for j in range(ty, side, rows):
-                b = tb * side + j
-                if a < na and b < nb:
-                    tile[j, tx] = src[so + a * s_a + b * s_b]
-            cuda.syncthreads()
-            b = tb * side + tx  # write along the destination's fastest axis
-            for j in range(ty, side, rows):
-                a = ta * side + j
-                if a < na and b < nb:
-                    dst[do + a * d_a + b * d_b] = tile[tx, j]
-            cuda.syncthreads()
+            for t in range(cuda.blockIdx.x, tiles, cuda.gridDim.x):
+                tb = t // tiles_a
+                ta = t - tb * tiles_a
+                # Interior tiles (all but the edges) skip the bounds checks;
+                # each thread steps from one base address by a fixed stride.
+                full = (ta + 1) * side <= na and (tb + 1) * side <= nb
+                a, b = ta * side + tx, tb * side + ty  # read along the source's fastest axis
+                p, step = so + a * s_a + b * s_b, rows * s_b
+                if full:
+                    for r in range(per):
+                        held[r] = src[p + r * step]
+                else:
+                    for r in range(per):
+                        if a < na and b + r * rows < nb:
+                            held[r] = src[p + r * step]
+                for r in range(per):
+                    tile[ty + r * rows, tx] = held[r]
+                cuda.syncthreads()
+                a, b = ta * side + ty, tb * side + tx  # write along the destination's fastest axis
+                q, step = do + a * d_a + b * d_b, rows * d_a
+                for r in range(per):
+                    held[r] = tile[tx, ty + r * rows]
+                if full:
+                    for r in range(per):
+                        dst[q + r * step] = held[r]
+                else:
+                    for r in range(per):
+                        if b < nb and a + r * rows < na:
+                            dst[q + r * step] = held[r]
+                cuda.syncthreads()
 
     return kernel
 
@@ -195,25 +357,46 @@ def _bits(b: DeviceBuffer) -> DeviceBuffer:
     return b if b.dtype == word else DeviceBuffer(b.data.view(word), b.offset, b.shape, b.strides)
 
 
+def _widened(d: DeviceBuffer, s: DeviceBuffer, shape: list[int], ds: list[int],
+              ss: list[int]) -> tuple[DeviceBuffer, DeviceBuffer] | None:
+    """The copy as one of 8-byte words, where both innermost axes are unit
+    stride and every row starts and ends on a word: fewer, wider accesses."""
+    f = 8 // d.dtype.itemsize
+    if f < 2 or ds[-1] != 1 or ss[-1] != 1 or shape[-1] % f:
+        return None
+    if any(v % f for v in [*ds[:-1], *ss[:-1], d.offset, s.offset]):
+        return None
+    new_shape = (*shape[:-1], shape[-1] // f)
+
+    def wide(b: DeviceBuffer, strides: list[int]) -> DeviceBuffer:
+        words = b.data[:b.data.size // f * f].view(np.uint64)
+        return DeviceBuffer(words, b.offset // f, new_shape, (*(v // f for v in strides[:-1]), 1))
+
+    return wide(d, ds), wide(s, ss)
+
+
 def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
-    """dst[...] = src, both of one shape and dtype, any strides."""
+    """dst[...] = src, both of one shape and dtype, any strides. Where both
+    keep one innermost axis, rows are copied (as 8-byte words where they
+    align); otherwise the tiled transpose."""
     if dst.size == 0:
         return dst
     d, s = _bits(dst), _bits(src.broadcast_to(dst.shape))
     shape, (ds, ss) = coalesce(d.shape, [d.strides, s.strides], d.strides)
     fast = min(range(len(shape)), key=lambda a: (abs(ss[a]), -a))
     if fast == len(shape) - 1 or ss[fast] == 0:
-        elementwise(_same, d, s)
+        elementwise(_same, *(_widened(d, s, shape, ds, ss) or (d, s)))
         return dst
     last = len(shape) - 1
     rest = [a for a in range(len(shape)) if a not in (fast, last)]
     batch = padded([shape[a] for a in rest], 1)
     kernel = _transpose(d.dtype.itemsize)
-    tiles = prod(batch) * -(-shape[fast] // TILE) * -(-shape[last] // TILE)
-    launch(kernel, blocks_for(tiles, 1), (TILE, TILE_ROWS),
-        d.data, d.offset, padded([ds[a] for a in rest], 0), ds[fast], ds[last],
-        s.data, s.offset, padded([ss[a] for a in rest], 0), ss[fast], ss[last],
-        batch, shape[fast], shape[last], prod(batch))
+    tiles = -(-shape[fast] // TILE) * -(-shape[last] // TILE)
+    across = blocks_for(tiles, 1)
+    launch(kernel, (across, min(prod(batch), max(1, max_blocks() // across), 65535)), (TILE, TILE_ROWS),
+           d.data, d.offset, padded([ds[a] for a in rest], 0), ds[fast], ds[last],
+           s.data, s.offset, padded([ss[a] for a in rest], 0), ss[fast], ss[last],
+           batch, shape[fast], shape[last], prod(batch))
     return dst
 
 

@@ -203,6 +203,30 @@ def test_copy_into_a_strided_destination():
     assert np.array_equal(download(dst)[::2, ::2], x)
 
 
+@pytest.mark.parametrize("name", ["u8", "i16", "f32"])
+def test_row_copies_widen_to_words_where_rows_align(name):
+    """Permutes that keep the innermost axis copy rows, as 8-byte words where
+    every row starts and ends on one (here 32 elements of 1, 2 or 4 bytes),
+    element by element where an offset breaks that (the column slice)."""
+    x = np.arange(3 * 5 * 32, dtype=DTYPES[name]).reshape(3, 5, 32)
+    same(run(ops.Permute((1, 0, 2)), (0, 1, 2), x), np.transpose(x, (1, 0, 2)))
+    dst = DeviceBuffer.empty((5, 3, 33), x.dtype)
+    copy_into(dst[(slice(None), slice(None), slice(1, None))], upload(x).transpose((1, 0, 2)))
+    assert np.array_equal(download(dst)[:, :, 1:], np.transpose(x, (1, 0, 2)))
+
+
+def test_elementwise_unrolled_and_tail():
+    """Rows long enough that each thread loads four elements at once, and a
+    ragged tail that it takes one at a time."""
+    a = np.arange(3 * 37, dtype=np.float32).reshape(3, 37) - 50
+    b = np.arange(37, dtype=np.float32)[::-1].copy()
+    same(run(ops.Binary("add"), (0, 1), a, b), a + b)
+    same(run(ops.Cast("f16"), (1, 0), a), a.astype(np.float16))
+    # Operands that are one unit-stride run each: the plain grid-stride kernels.
+    same(run(ops.Binary("mul"), (0, 1), a, a), a * a)
+    same(run(ops.Unary("neg"), (0, 1), a), -a)
+
+
 # ---- reductions ------------------------------------------------------------------------
 
 
@@ -237,6 +261,15 @@ def test_reduction_per_block_and_chunked():
         same(out, x.sum(1, dtype=np.float64).astype(np.float32))
         top = download(reduce_into(DeviceBuffer.empty((), x.dtype), upload(x), (0, 1), "max", chunks))
         assert np.isnan(top)
+
+
+def test_reduction_groups_share_a_block():
+    """A short reduced range: several outputs per block, each folded by its own
+    group of threads, the last block's surplus groups folding nothing."""
+    x = (np.arange(13 * 24, dtype=np.int64).reshape(13, 24) * 7919) % 1000 - 500
+    for kind, want in [("sum", x.sum(1)), ("max", x.max(1))]:
+        out = download(reduce_into(DeviceBuffer.empty((13,), x.dtype), upload(x), (1,), kind))
+        same(out, want)
 
 
 def test_reduction_across_rows_of_unmergeable_axes():
