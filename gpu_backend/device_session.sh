@@ -13,9 +13,6 @@
 #   mpi-examples     every example that fits the GPUs, under mpiexec (NCCL)
 #   mpi-collectives  the nine communications with random layouts, through NCCL
 #   kernels          tests/test_gpu_kernels.py and the in-process collective tests
-#   bench            benchmarks/gpu_bench.py: permutes, reductions, elementwise, collectives at 1 MiB and 1 GiB next to torch and the copy ceiling
-#   bench-run        benchmarks/gpu_bench.py run: whole refir.run calls of the seed-2 pattern next to torch
-#   bench-uneven     benchmarks/gpu_bench.py uneven: allgather and reduce_scatter, even vs uneven (pad-and-slice), next to torch
 #   cli              `python -m refir run ... --backend gpu` under mpiexec
 #   conform          the conformance corpus and 40 generated programs on gpu, in one process
 #   mpi-conform      the corpus (programs that fit the GPUs) and 20 generated ones, under mpiexec
@@ -23,6 +20,10 @@
 #   dtensor          redistributes through torch DTensor and through refir (gpu), every local block compared
 #   dtensor-uneven   uneven blocks next to torch DTensor's redistribute, on 2 GPUs (gpu_backend/dtensor_uneven_check.py)
 #   mpi-faults       REFIR_FAULT injected on either rank of a 2-GPU NCCL run: the job ends with an error, never hangs
+#   bench            benchmarks/gpu_bench.py: permutes, reductions, elementwise, collectives at 1 MiB and 1 GiB next to torch and the copy ceiling
+#   bench-run        benchmarks/gpu_bench.py run: whole refir.run calls of the seed-2 pattern next to torch
+#   bench-uneven     benchmarks/gpu_bench.py uneven: allgather and reduce_scatter, even vs uneven (pad-and-slice), next to torch
+# (the benchmarks come last: correctness first when the budget runs short)
 # A failing or slow stage never stops the next; each has a time limit and the
 # whole run keeps within $BUDGET seconds (the device tool stops a command at 600).
 # Back in $OUT: summary.txt (each stage's exit status and time), session.log
@@ -114,9 +115,6 @@ stage mpi-examples 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_examples.
 stage mpi-collectives 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_collectives.py'
 stage kernels 300 "$PY" -m pytest -q -p no:cacheprovider -rfE $WORKERS tests/test_gpu_kernels.py \
   tests/test_gpu_collectives.py -k "not under_mpi"
-stage bench 300 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench | tee "$OUT/bench.txt"'
-stage bench-run 240 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench run | tee "$OUT/bench-run.txt"'
-stage bench-uneven 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench uneven | tee "$OUT/bench-uneven.txt"'
 stage cli 90 bash -c cli
 stage conform 150 "$PY" -m refir conform --backend gpu --cases 40 --seed 3
 stage mpi-conform 150 bash -c 'ranks "$NGPU" -m mpi4py -m refir conform --backend gpu --cases 20 --seed 5'
@@ -125,6 +123,9 @@ stage bf16 100 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_bf16.p
 stage dtensor 150 bash -c 'ranks "$NGPU" -m mpi4py gpu_backend/dtensor_check.py'
 stage dtensor-uneven 150 bash -c 'ranks 2 -m mpi4py gpu_backend/dtensor_uneven_check.py'
 stage mpi-faults 200 bash -c faults
+stage bench 300 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench | tee "$OUT/bench.txt"'
+stage bench-run 240 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench run | tee "$OUT/bench-run.txt"'
+stage bench-uneven 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench uneven | tee "$OUT/bench-uneven.txt"'
 
 echo "=== done in $((SECONDS - START))s"
 cat "$OUT/summary.txt"
