@@ -116,7 +116,7 @@ stage mpi-collectives 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_collec
 stage kernels 300 "$PY" -m pytest -q -p no:cacheprovider -rfE $WORKERS tests/test_gpu_kernels.py \
   tests/test_gpu_collectives.py -k "not under_mpi"
 stage cli 90 bash -c cli
-stage conform 150 "$PY" -m refir conform --backend gpu --cases 40 --seed 3
+stage conform 240 "$PY" -m refir conform --backend gpu --cases 40 --seed 3
 stage mpi-conform 150 bash -c 'ranks "$NGPU" -m mpi4py -m refir conform --backend gpu --cases 20 --seed 5'
 stage bf16 100 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_bf16.py \
   tests/test_nvfuser_import.py::test_row_parallel_linear_in_bf16_with_two_segments
