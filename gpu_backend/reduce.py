@@ -35,38 +35,52 @@ from interp.impls import identity
 
 
 @cache
-def _fold_rows(kind: str, to_acc: Callable) -> Callable:
+def _run(kind: str, to_acc: Callable) -> Callable:
     combine = BINARY[COMBINE[kind]]
+
+    @cuda.jit(device=True)
+    def run(acc: Any, x: Arr, row: int, k: int, stop: int, step: int, stride: int) -> Any:
+        """Fold x[row + j * stride] for j = k, k + step, ... below `stop`, in
+        that order. Eight loads go out before the first is folded (latency
+        hidden), and are folded in index order: the result of one at a time."""
+        d = step * stride
+        while k + 7 * step < stop:
+            p = row + k * stride
+            v0, v1, v2, v3 = x[p], x[p + d], x[p + 2 * d], x[p + 3 * d]
+            v4, v5, v6, v7 = x[p + 4 * d], x[p + 5 * d], x[p + 6 * d], x[p + 7 * d]
+            acc = combine(acc, to_acc(v0))
+            acc = combine(acc, to_acc(v1))
+            acc = combine(acc, to_acc(v2))
+            acc = combine(acc, to_acc(v3))
+            acc = combine(acc, to_acc(v4))
+            acc = combine(acc, to_acc(v5))
+            acc = combine(acc, to_acc(v6))
+            acc = combine(acc, to_acc(v7))
+            k += 8 * step
+        while k < stop:
+            acc = combine(acc, to_acc(x[row + k * stride]))
+            k += step
+        return acc
+
+    return run
+
+
+@cache
+def _fold_rows(kind: str, to_acc: Callable) -> Callable:
+    run = _run(kind, to_acc)
 
     @cuda.jit(device=True)
     def fold(acc: Any, x: Arr, base: int, start: int, end: int, first: int, step: int, r_in: int, s_in: int,
              r_outer: Ints, s_outer: Ints) -> Any:
         """Fold x over reduced indices [start, end) (row-major over r_outer x
-        r_in); this thread takes every `step`-th from `first` within each row.
-        Eight loads go out before the first is folded (latency hidden), and
-        are folded in index order, so the result is that of one at a time."""
+        r_in); this thread takes every `step`-th from `first` within each row
+        (`run` folds each row's stretch, eight loads in flight)."""
         r = start
         while r < end:
             ro = r // r_in
             stop = min(end - ro * r_in, r_in)
             row = base + (unravel(ro, r_outer, s_outer) if ro else 0)
-            k, d = r - ro * r_in + first, step * s_in
-            while k + 7 * step < stop:
-                p = row + k * s_in
-                v0, v1, v2, v3 = x[p], x[p + d], x[p + 2 * d], x[p + 3 * d]
-                v4, v5, v6, v7 = x[p + 4 * d], x[p + 5 * d], x[p + 6 * d], x[p + 7 * d]
-                acc = combine(acc, to_acc(v0))
-                acc = combine(acc, to_acc(v1))
-                acc = combine(acc, to_acc(v2))
-                acc = combine(acc, to_acc(v3))
-                acc = combine(acc, to_acc(v4))
-                acc = combine(acc, to_acc(v5))
-                acc = combine(acc, to_acc(v6))
-                acc = combine(acc, to_acc(v7))
-                k += 8 * step
-            while k < stop:
-                acc = combine(acc, to_acc(x[row + k * s_in]))
-                k += step
+            acc = run(acc, x, row, r - ro * r_in + first, stop, step, s_in)
             r = ro * r_in + stop
         return acc
 
@@ -163,7 +177,7 @@ def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> Call
     indices c * width + tid + k * chunks * width: at each step the groups of an
     output read one contiguous stretch together. Few registers (no unravelling),
     so many threads per SM, each with eight loads in flight."""
-    combine, tree, threads = BINARY[COMBINE[kind]], _tree(kind), THREADS
+    run, tree, threads = _run(kind, to_acc), _tree(kind), THREADS
 
     @cuda.jit
     def kernel(out: Arr, o_off: int, o_step: int, x: Arr, x_off: int, x_out: int, x_red: int, n_out: int,
@@ -185,23 +199,7 @@ def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> Call
                     o = item // chunks
                     c = item - o * chunks
                 row = x_off + o * x_out
-                k, d = c * width + tid, stride * x_red
-                while k + 7 * stride < n_red:
-                    p = row + k * x_red
-                    v0, v1, v2, v3 = x[p], x[p + d], x[p + 2 * d], x[p + 3 * d]
-                    v4, v5, v6, v7 = x[p + 4 * d], x[p + 5 * d], x[p + 6 * d], x[p + 7 * d]
-                    acc = combine(acc, to_acc(v0))
-                    acc = combine(acc, to_acc(v1))
-                    acc = combine(acc, to_acc(v2))
-                    acc = combine(acc, to_acc(v3))
-                    acc = combine(acc, to_acc(v4))
-                    acc = combine(acc, to_acc(v5))
-                    acc = combine(acc, to_acc(v6))
-                    acc = combine(acc, to_acc(v7))
-                    k += 8 * stride
-                while k < n_red:
-                    acc = combine(acc, to_acc(x[row + k * x_red]))
-                    k += stride
+                acc = run(acc, x, row, c * width + tid, n_red, stride, x_red)
             partial[me] = acc
             cuda.syncthreads()
             tree(partial, base, tid, width)
