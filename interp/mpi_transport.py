@@ -13,7 +13,8 @@ would otherwise busy-spin each other.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import lru_cache
 from math import prod
 from typing import Any
 
@@ -32,8 +33,16 @@ from refir.types import TensorType, block, block_size, local_shape
 HEADER_TAG, DATA_TAG = 11, 12  # point-to-point: a block's shape, then its bytes
 
 
+def axis_first(x: np.ndarray, axis: int) -> np.ndarray:
+    """x with `axis` moved to the front, as np.moveaxis (a view; a few µs
+    cheaper, which counts on every call of a small collective)."""
+    if axis == 0 or x.ndim < 2:  # nothing to move (a 0-d buffer has no axis)
+        return x
+    return x.transpose((axis, *range(axis), *range(axis + 1, x.ndim)))
+
+
 def to_bytes(x: np.ndarray, axis: int = 0) -> np.ndarray:
-    front = np.moveaxis(x, axis, 0) if x.ndim else x  # a 0-d buffer has no axis to move
+    front = axis_first(x, axis)
     return np.ascontiguousarray(front).reshape(-1).view(np.uint8)
 
 
@@ -62,7 +71,7 @@ def outgoing(x: np.ndarray, axis: int = 0) -> Any:
     to_bytes gives them, but read where they lie: the array's own bytes when it
     is contiguous so, else its memory walked by a datatype (a packing copy only
     for negative strides)."""
-    front = np.moveaxis(x, axis, 0) if x.ndim else x
+    front = axis_first(x, axis)
     if front.flags.c_contiguous:
         return front.reshape(-1).view(np.uint8)
     if any(s < 0 for s in front.strides):
@@ -87,7 +96,8 @@ def from_bytes(buf: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, axis: i
     if not shape:
         return buf.view(dtype).reshape(())
     front = (shape[axis],) + shape[:axis] + shape[axis + 1:]
-    return np.moveaxis(buf.view(dtype).reshape(front), 0, axis)
+    whole = buf.view(dtype).reshape(front)
+    return whole if axis == 0 else whole.transpose((*range(1, axis + 1), 0, *range(axis + 1, len(shape))))
 
 
 class MpiTransport:
@@ -130,7 +140,7 @@ class MpiTransport:
         return tuple(int(n) for n in header)
 
     def allgather(self, comm: MPI.Comm, x: np.ndarray, axis: int,
-                  shapes: list[tuple[int, ...]] | None = None) -> list[np.ndarray]:
+                  shapes: Sequence[tuple[int, ...]] | None = None) -> list[np.ndarray]:
         """Every member's block on every member; `shapes` gives each member's
         block shape where they differ (uneven blocks: MPI's v-variant)."""
         shapes = shapes or [x.shape] * comm.size
@@ -150,7 +160,7 @@ class MpiTransport:
         wait(comm.Iallgather(outgoing(x, axis), [recv, x.nbytes, MPI.BYTE]), "an allgather")
         return recv
 
-    def gather_to(self, comm: MPI.Comm, root: int, x: np.ndarray | None, shapes: list[tuple[int, ...]],
+    def gather_to(self, comm: MPI.Comm, root: int, x: np.ndarray | None, shapes: Sequence[tuple[int, ...]],
                   dtype: np.dtype) -> list[np.ndarray]:
         """Blocks of the first len(shapes) team ranks (of those shapes), on team rank `root`."""
         counts = [prod(shapes[i]) * dtype.itemsize if i < len(shapes) else 0 for i in range(comm.size)]
@@ -162,7 +172,7 @@ class MpiTransport:
             return []
         return [from_bytes(p, s, dtype) for p, s in zip(_cut(recv, counts), shapes)]
 
-    def alltoall(self, comm: MPI.Comm, pieces: list[np.ndarray], shapes: list[tuple[int, ...]],
+    def alltoall(self, comm: MPI.Comm, pieces: list[np.ndarray], shapes: Sequence[tuple[int, ...]],
                  axis: int | None = None) -> np.ndarray:
         """pieces[k] to member k; from member k, a piece of shapes[k]. Each piece
         crosses as its elements in C order with `axis` first (as they lie, when
@@ -183,7 +193,7 @@ def _one_after_another(pieces: list[np.ndarray], axis: int | None) -> tuple[Any,
     where they already lie so (a split along the outermost axis of a dense
     array), their own memory; else packed into one buffer, one copy each
     (MPI's datatype engine walks short runs far slower than numpy copies them)."""
-    fronts = [np.moveaxis(p, axis, 0) if axis is not None and p.ndim else p for p in pieces]
+    fronts = [axis_first(p, axis) if axis is not None else p for p in pieces]
     sizes = [p.nbytes for p in pieces]
     starts = [f.ctypes.data for f in fronts]
     if all(f.flags.c_contiguous for f in fronts) and all(
@@ -203,9 +213,10 @@ def _cut(buf: np.ndarray, counts: list[int]) -> list[np.ndarray]:
     return [buf[o:o + c] for o, c in zip(_displs(counts), counts)]
 
 
-def _blocks(t: TensorType, devices: tuple[int, ...]) -> list[tuple[int, ...]]:
+@lru_cache(maxsize=256)  # asked at every call of a collective: types are frozen
+def _blocks(t: TensorType, devices: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     """Each device's block shape under a resolved (symbol-free) type."""
-    return [local_shape(t, {}, d) for d in devices]
+    return tuple(local_shape(t, {}, d) for d in devices)
 
 
 Arr = np.ndarray | None  # None where this rank sends or receives nothing
