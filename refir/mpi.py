@@ -165,11 +165,12 @@ def _close_at_exit() -> None:  # registered after mpi4py's finalizer, so it runs
 SLOT = 256
 
 
-def _slotted(data: bytes) -> np.ndarray:
+def _slotted(data: bytes | np.ndarray) -> np.ndarray:
+    """A slot holding the length of `data` (bytes, or a uint8 array) and its first bytes."""
     slot = np.zeros(SLOT, np.uint8)
     slot[:8] = np.frombuffer(np.int64(len(data)).tobytes(), np.uint8)
-    head = data[:SLOT - 8]
-    slot[8:8 + len(head)] = np.frombuffer(head, np.uint8)
+    head = np.frombuffer(data[:SLOT - 8], np.uint8)
+    slot[8:8 + head.size] = head
     return slot
 
 
@@ -196,7 +197,7 @@ def allgather_obj(comm: MPI.Comm, obj: Any, what: str) -> list[Any]:
 def bcast_bytes(comm: MPI.Comm, data: np.ndarray | None, root: int, what: str) -> np.ndarray:
     """`root`'s byte array (of a length the others do not know), on every rank:
     one round when it fits in a slot."""
-    slot = _slotted(data.tobytes()) if comm.rank == root else np.empty(SLOT, np.uint8)
+    slot = _slotted(data) if comm.rank == root else np.empty(SLOT, np.uint8)
     wait(comm.Ibcast(slot, root=root), what)
     size = _length(slot)
     if size <= SLOT - 8:
