@@ -115,11 +115,26 @@ def _walk(rows: int, mid: int, inner: int, bx: int) -> tuple[tuple[int, ...], in
 assert UNROLL == 4, "the elementwise kernels spell out four loads"
 
 
+# The one-operand kernels apply `fn(value, scalar)`: `scalar` is a kernel
+# argument (a binary op's Python scalar, gpu_backend/scalars.py), or an unused
+# 0 for a unary function (`elementwise` wraps it with `_ignoring_scalar`).
+
+
+@cache
+def _ignoring_scalar(fn: Callable) -> Callable:
+    @cuda.jit(device=True)
+    def apply(a: object, scalar: object) -> object:
+        return fn(a)
+
+    return apply
+
+
 @cache
 def _map1(fn: Callable) -> Callable:
     @cuda.jit
     def kernel(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
-               a: Arr, a_off: int, a_outer: Ints, a_mid: int, a_in: int, outer: Ints, walk: Ints, items: int) -> None:
+               a: Arr, a_off: int, a_outer: Ints, a_mid: int, a_in: int, outer: Ints, walk: Ints, items: int,
+               c: object) -> None:
         bx = cuda.blockDim.x
         for item in range(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y, items,
                           cuda.gridDim.x * cuda.blockDim.y):
@@ -132,13 +147,13 @@ def _map1(fn: Callable) -> Callable:
                 while j + 3 * bx < j1:
                     v0, v1 = a[pm + j * a_in], a[pm + (j + bx) * a_in]
                     v2, v3 = a[pm + (j + 2 * bx) * a_in], a[pm + (j + 3 * bx) * a_in]
-                    out[om + j * o_in] = fn(v0)
-                    out[om + (j + bx) * o_in] = fn(v1)
-                    out[om + (j + 2 * bx) * o_in] = fn(v2)
-                    out[om + (j + 3 * bx) * o_in] = fn(v3)
+                    out[om + j * o_in] = fn(v0, c)
+                    out[om + (j + bx) * o_in] = fn(v1, c)
+                    out[om + (j + 2 * bx) * o_in] = fn(v2, c)
+                    out[om + (j + 3 * bx) * o_in] = fn(v3, c)
                     j += 4 * bx
                 while j < j1:
-                    out[om + j * o_in] = fn(a[pm + j * a_in])
+                    out[om + j * o_in] = fn(a[pm + j * a_in], c)
                     j += bx
 
     return kernel
@@ -182,21 +197,33 @@ def _map2(fn: Callable) -> Callable:
 
 
 @cache
+def _four(fn: Callable) -> Callable:
+    @cuda.jit(device=True)
+    def four(out: Arr, po: int, a: Arr, pa: int, k: int, bx: int, c: object) -> None:
+        """out[po + k + q bx] = fn(a[pa + k + q bx], c) for q < 4, all four loads first."""
+        v0, v1, v2, v3 = a[pa + k], a[pa + k + bx], a[pa + k + 2 * bx], a[pa + k + 3 * bx]
+        out[po + k] = fn(v0, c)
+        out[po + k + bx] = fn(v1, c)
+        out[po + k + 2 * bx] = fn(v2, c)
+        out[po + k + 3 * bx] = fn(v3, c)
+
+    return four
+
+
+@cache
 def _dense1(fn: Callable) -> Callable:
+    four = _four(fn)
+
     @cuda.jit
-    def kernel(out: Arr, o_off: int, a: Arr, a_off: int, n: int) -> None:
+    def kernel(out: Arr, o_off: int, a: Arr, a_off: int, n: int, c: object) -> None:
         bx = cuda.blockDim.x
         i = cuda.blockIdx.x * bx * 4 + cuda.threadIdx.x
         step = cuda.gridDim.x * bx * 4
         while i + 3 * bx < n:
-            v0, v1, v2, v3 = a[a_off + i], a[a_off + i + bx], a[a_off + i + 2 * bx], a[a_off + i + 3 * bx]
-            out[o_off + i] = fn(v0)
-            out[o_off + i + bx] = fn(v1)
-            out[o_off + i + 2 * bx] = fn(v2)
-            out[o_off + i + 3 * bx] = fn(v3)
+            four(out, o_off, a, a_off, i, bx, c)
             i += step
         while i < n:  # the ragged end: what is left of this thread's last four
-            out[o_off + i] = fn(a[a_off + i])
+            out[o_off + i] = fn(a[a_off + i], c)
             i += bx
 
     return kernel
@@ -229,9 +256,11 @@ def _rows1(fn: Callable) -> Callable:
     """Unit-stride rows at two strided outer axes (i, j): a permute that keeps
     the innermost axis. Blocks stride over i on x and over j on y, threads
     along the row four elements apart: no division anywhere."""
+    four = _four(fn)
+
     @cuda.jit
     def kernel(out: Arr, o_off: int, o_i: int, o_j: int, a: Arr, a_off: int, a_i: int, a_j: int,
-               ni: int, nj: int, inner: int) -> None:
+               ni: int, nj: int, inner: int, c: object) -> None:
         bx = cuda.blockDim.x
         for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
             for j in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, nj,
@@ -239,30 +268,33 @@ def _rows1(fn: Callable) -> Callable:
                 po, pa = o_off + i * o_i + j * o_j, a_off + i * a_i + j * a_j
                 k = cuda.threadIdx.x
                 while k + 3 * bx < inner:
-                    v0, v1, v2, v3 = a[pa + k], a[pa + k + bx], a[pa + k + 2 * bx], a[pa + k + 3 * bx]
-                    out[po + k] = fn(v0)
-                    out[po + k + bx] = fn(v1)
-                    out[po + k + 2 * bx] = fn(v2)
-                    out[po + k + 3 * bx] = fn(v3)
+                    four(out, po, a, pa, k, bx, c)
                     k += 4 * bx
                 while k < inner:
-                    out[po + k] = fn(a[pa + k])
+                    out[po + k] = fn(a[pa + k], c)
                     k += bx
 
     return kernel
 
 
-def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer) -> DeviceBuffer:
-    """out = fn(*xs) element by element; operands broadcast to out's shape."""
+def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: object = None) -> DeviceBuffer:
+    """out = fn(*xs) element by element; operands broadcast to out's shape. With
+    `scalar` (one operand): out = fn(x, scalar), the scalar a kernel argument."""
     if out.size == 0:
         return out
     views = [out] + [x.broadcast_to(out.shape) for x in xs]
+    if len(xs) == 1:
+        fn, extra = (fn, [scalar]) if scalar is not None else (_ignoring_scalar(fn), [0])
+    elif scalar is not None:
+        raise TypeError("a scalar goes with one operand")
+    else:
+        extra = []
     shape, strides = coalesce(out.shape, [v.strides for v in views], out.strides)
     if len(shape) == 1 and all(st == [1] for st in strides):
         n = shape[0]
         threads = fitted(-(-n // 4))
         args = [a for v in views for a in (v.data, v.offset)]
-        launch((_dense1 if len(xs) == 1 else _dense2)(fn), blocks_for(n, threads * 4), threads, *args, n)
+        launch((_dense1 if len(xs) == 1 else _dense2)(fn), blocks_for(n, threads * 4), threads, *args, n, *extra)
         return out
     if len(xs) == 1 and len(shape) <= 3 and all(st[-1] == 1 for st in strides):
         (ni, nj, inner), ((o_i, o_j, _), (a_i, a_j, _)) = [1] * (3 - len(shape)) + shape, [
@@ -272,7 +304,7 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer) -> DeviceBuf
         gi = min(ni, max_blocks())
         gj = min(-(-nj // by), max(1, max_blocks() // gi), 65535)
         launch(_rows1(fn), (gi, gj), (bx, by), out.data, out.offset, o_i, o_j, views[1].data, views[1].offset,
-               a_i, a_j, ni, nj, inner)
+               a_i, a_j, ni, nj, inner, *extra)
         return out
     shape, strides = [1] + shape, [[0] + st for st in strides]  # a mid axis, at worst of extent 1
     outer = padded(shape[:-2], 1)
@@ -283,7 +315,7 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer) -> DeviceBuf
     walk, items = _walk(prod(outer), shape[-2], shape[-1], bx)
     by = fitted(items, by)
     kernel = (_map1 if len(xs) == 1 else _map2)(fn)
-    launch(kernel, blocks_for(items, by), (bx, by), *args, outer, walk, items)
+    launch(kernel, blocks_for(items, by), (bx, by), *args, outer, walk, items, *extra)
     return out
 
 

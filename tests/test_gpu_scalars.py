@@ -16,16 +16,26 @@ CASES = [(np.float32, 2.5), (np.int8, 300), (np.uint8, -3), (np.int64, 2**70 + 5
          (np.float16, 0.1), (np.float64, -7.25)]
 
 
+# Each of elementwise's one-operand kernels: operands alike and dense (the
+# grid-stride loop), unit-stride rows with gaps between them (the row kernel),
+# and a result in another order (the general walk).
+PATHS = {"dense": ((0, 1), 3), "rows": ((0, 1), 5), "walk": ((1, 0), 3)}
+
+
 @pytest.mark.parametrize("dtype,value", CASES)
 @pytest.mark.parametrize("scalar_first", [False, True])
-def test_a_scalar_operand_is_a_kernel_argument(monkeypatch, dtype, value, scalar_first):
-    x = (np.arange(6) - 2).astype(dtype).reshape(2, 3)
+@pytest.mark.parametrize("path", PATHS)
+def test_a_scalar_operand_is_a_kernel_argument(monkeypatch, dtype, value, scalar_first, path):
+    order, width = PATHS[path]
+    x = (np.arange(2 * width) - 2).astype(dtype).reshape(2, width)[:, :3]  # width 5: rows 5 apart
     device = upload(x)
+    assert device.strides == (width, 1)
     monkeypatch.setattr(gi, "to_device", lambda *_: pytest.fail("a scalar was uploaded"))
     for name in ("add", "sub", "mul", "maximum"):
         args = [value, x] if scalar_first else [x, value]
-        got = download(gi.compute(ops.Binary(name), (1, 0), [device if a is x else a for a in args]))
+        got = download(gi.compute(ops.Binary(name), order, [device if a is x else a for a in args]))
         want = np.asarray(reference(ops.Binary(name), args, np.dtype(dtype)), dtype)
         bits = f"u{want.itemsize}"
-        assert got.strides == (want.itemsize, 2 * want.itemsize)  # dense in the asked order (1, 0)
+        item = want.itemsize
+        assert got.strides == ((3 * item, item) if order == (0, 1) else (item, 2 * item))  # dense in `order`
         np.testing.assert_array_equal(got.view(bits), want.view(bits))
