@@ -36,7 +36,7 @@ from refir import ops
 from refir.mpi import fault
 from refir.tables import registrar
 from refir.teams import Team
-from refir.types import TensorType, block_size, local_shape
+from refir.types import TensorType, axis_first, block_size, local_shape
 
 Arr = Any  # a 1-D device array
 
@@ -81,10 +81,6 @@ RULES: dict[type, Rule] = {}
 
 
 rule = registrar(RULES)
-
-
-def axis_first(ndim: int, axis: int) -> tuple[int, ...]:
-    return (axis, *(a for a in range(ndim) if a != axis))
 
 
 def scaled(shape: tuple[int, ...], axis: int, times: int = 1, parts: int = 1) -> tuple[int, ...]:

@@ -28,21 +28,21 @@ from refir import ops
 from refir.mpi import COMMS, fault, wait
 from refir.tables import registrar
 from refir.teams import Team
-from refir.types import TensorType, block, block_size, local_shape
+from refir.types import TensorType, axis_first, block, block_size, local_shape
 
 HEADER_TAG, DATA_TAG = 11, 12  # point-to-point: a block's shape, then its bytes
 
 
-def axis_first(x: np.ndarray, axis: int) -> np.ndarray:
+def moved_first(x: np.ndarray, axis: int) -> np.ndarray:
     """x with `axis` moved to the front, as np.moveaxis (a view; a few µs
     cheaper, which counts on every call of a small collective)."""
     if axis == 0 or x.ndim < 2:  # nothing to move (a 0-d buffer has no axis)
         return x
-    return x.transpose((axis, *range(axis), *range(axis + 1, x.ndim)))
+    return x.transpose(axis_first(x.ndim, axis))
 
 
 def to_bytes(x: np.ndarray, axis: int = 0) -> np.ndarray:
-    front = axis_first(x, axis)
+    front = moved_first(x, axis)
     return np.ascontiguousarray(front).reshape(-1).view(np.uint8)
 
 
@@ -71,7 +71,7 @@ def outgoing(x: np.ndarray, axis: int = 0) -> Any:
     to_bytes gives them, but read where they lie: the array's own bytes when it
     is contiguous so, else its memory walked by a datatype (a packing copy only
     for negative strides)."""
-    front = axis_first(x, axis)
+    front = moved_first(x, axis)
     if front.flags.c_contiguous:
         return front.reshape(-1).view(np.uint8)
     if any(s < 0 for s in front.strides):
@@ -97,7 +97,8 @@ def from_bytes(buf: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, axis: i
         return buf.view(dtype).reshape(())
     front = (shape[axis],) + shape[:axis] + shape[axis + 1:]
     whole = buf.view(dtype).reshape(front)
-    return whole if axis == 0 else whole.transpose((*range(1, axis + 1), 0, *range(axis + 1, len(shape))))
+    back = (*range(1, axis + 1), 0, *range(axis + 1, len(shape)))  # the inverse of axis_first's order
+    return whole if axis == 0 else whole.transpose(back)
 
 
 class MpiTransport:
@@ -193,7 +194,7 @@ def _one_after_another(pieces: list[np.ndarray], axis: int | None) -> tuple[Any,
     where they already lie so (a split along the outermost axis of a dense
     array), their own memory; else packed into one buffer, one copy each
     (MPI's datatype engine walks short runs far slower than numpy copies them)."""
-    fronts = [axis_first(p, axis) if axis is not None else p for p in pieces]
+    fronts = [moved_first(p, axis) if axis is not None else p for p in pieces]
     sizes = [p.nbytes for p in pieces]
     starts = [f.ctypes.data for f in fronts]
     if all(f.flags.c_contiguous for f in fronts) and all(

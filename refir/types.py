@@ -219,6 +219,12 @@ def resolved(t: TensorType, bindings: Bindings) -> TensorType:
     return replace(t, axes=axes)
 
 
+def axis_first(ndim: int, axis: int) -> tuple[int, ...]:
+    """The memory order (outermost first) that puts `axis` outermost and keeps
+    the others as they were: how a gathered or split axis travels."""
+    return (axis, *(a for a in range(ndim) if a != axis))
+
+
 def dense_strides(shape: tuple[int, ...], order: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     """Byte strides of a buffer dense in `order` (outermost axis first)."""
     strides = [0] * len(shape)
