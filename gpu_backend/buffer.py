@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu_backend import memory, pending
 from gpu_backend.device import SIMULATED, cuda
 from refir.types import BF16, block, dense_strides
 
@@ -31,18 +32,21 @@ def storage(dtype: np.dtype) -> np.dtype:
 
 def to_device(x: np.ndarray) -> Any:
     """A 1-D or n-D host array on the device (bfloat16 as its bits). On a GPU, a
-    C-contiguous array goes by one driver copy into a fresh (pooled) array,
-    without numba's layout checks and host-side conversions (tens of µs)."""
+    C-contiguous 1-D array goes by one driver copy into fresh pooled memory
+    (gpu_backend/memory.py), without numba's layout checks and host-side
+    conversions (tens of µs)."""
     x = x.view(_BITS) if x.dtype == BF16 else x
+    pending.settle()  # the copy waits for the stream: first wait, boundedly, for queued collectives
     if SIMULATED or not x.flags.c_contiguous or x.size == 0:
         return cuda.to_device(x)
-    out = cuda.device_array(x.shape, x.dtype)
+    out = memory.empty(x.size, x.dtype) if x.ndim == 1 else cuda.device_array(x.shape, x.dtype)
     host_to_device(out, x, x.nbytes)
     return out
 
 
 def to_host(a: Any) -> np.ndarray:
     """A contiguous device array's elements in a fresh host array (one driver copy on a GPU)."""
+    pending.settle()
     if SIMULATED or a.size == 0:
         return np.asarray(a.copy_to_host())
     host = np.empty(a.shape, a.dtype)
@@ -52,7 +56,7 @@ def to_host(a: Any) -> np.ndarray:
 
 @dataclass(frozen=True)
 class DeviceBuffer:
-    data: Any  # a 1-D device array
+    data: Any  # a 1-D device array: gpu_backend.memory.Memory, or numba's
     offset: int  # of element [0, ..., 0] in `data`
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # in elements
@@ -60,7 +64,7 @@ class DeviceBuffer:
     @property
     def dtype(self) -> np.dtype:
         """The logical dtype (bfloat16 for bits stored as uint16)."""
-        d = np.dtype(self.data.dtype)
+        d = self.data.dtype  # an np.dtype, for numba's arrays and Memory alike
         return BF16 if d == _BITS else d
 
     @property
@@ -76,7 +80,7 @@ class DeviceBuffer:
     @staticmethod
     def empty(shape: tuple[int, ...], dtype: np.dtype, order: tuple[int, ...] | None = None) -> DeviceBuffer:
         """A fresh buffer dense in `order` (outermost axis first; row-major if None)."""
-        data = cuda.device_array(max(prod(shape), 1), storage(dtype))
+        data = memory.empty(max(prod(shape), 1), storage(dtype))
         return DeviceBuffer.dense(data, tuple(shape), order)
 
     @staticmethod

@@ -5,10 +5,12 @@ world's for point-to-point), bootstrapped with a unique id sent over the
 team's MPI communicator, one GPU per rank. They live in refir.mpi.COMMS, made
 on a team's first use and kept for every later run (NCCL sets up connections
 lazily on first use: about a second that only the first run pays). Each
-operation is followed by a bounded, polite wait for the GPU, so that a rank
-that never joins ends the job within REFIR_MPI_TIMEOUT instead of hanging
-it. Data moves as bytes (NCCL knows no bool or int16, and ignores strides:
-the arrays here are always contiguous).
+operation is marked as queued, and the next copy between host and device
+first waits for it, politely and boundedly (gpu_backend/pending.py), so that
+a rank that never joins ends the job within REFIR_MPI_TIMEOUT instead of
+hanging it, while the host goes on queueing the steps after a collective.
+Data moves as bytes (NCCL knows no bool or int16, and ignores strides: the
+arrays here are always contiguous).
 NCCL reduces natively only where refir's numerics allow its order: integer
 sum, prod, max and min are exact in any order; float sum and prod come within
 the spec's bound (not bit-identical to spmd's team-order fold); float max/min
@@ -25,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend.device import cuda
+from gpu_backend import pending
 from interp.mpi_transport import MpiTransport
-from refir.mpi import COMMS, bcast_bytes, poll, wait
+from refir.mpi import COMMS, bcast_bytes, wait
 
 Arr = Any  # a 1-D contiguous device array
 DATA_TAG = 22
@@ -117,10 +119,8 @@ class NcclWire:
         return COMMS.other("nccl", devices, self._init, self._free)
 
     def settle(self, what: str) -> None:
-        """Wait, politely and within the timeout, for the GPU to finish `what`."""
-        done = cuda.event(timing=False)
-        done.record()
-        poll(done.query, f"{what} on the GPU")
+        """`what` is queued: the host waits for it (bounded) before it next blocks on the GPU."""
+        pending.queued(what)
 
     def native(self, kind: str, dtype: np.dtype) -> bool:
         exact = kind in ("sum", "prod") or (kind in ("max", "min") and dtype.kind in "iu")
