@@ -39,7 +39,13 @@ def to_device(x: np.ndarray) -> Any:
     pending.settle()  # the copy waits for the stream: first wait, boundedly, for queued collectives
     if SIMULATED or not x.flags.c_contiguous or x.size == 0:
         return cuda.to_device(x)
-    out = memory.empty(x.size, x.dtype) if x.ndim == 1 else cuda.device_array(x.shape, x.dtype)
+    if x.ndim == 1:
+        out = memory.empty(x.size, x.dtype)
+        if type(out) is memory.Memory:
+            out.upload(x)
+            return out
+    else:
+        out = cuda.device_array(x.shape, x.dtype)
     host_to_device(out, x, x.nbytes)
     return out
 
@@ -50,7 +56,10 @@ def to_host(a: Any) -> np.ndarray:
     if SIMULATED or a.size == 0:
         return np.asarray(a.copy_to_host())
     host = np.empty(a.shape, a.dtype)
-    device_to_host(host, a, host.nbytes)
+    if type(a) is memory.Memory:
+        a.download(host)
+    else:
+        device_to_host(host, a, host.nbytes)
     return host
 
 

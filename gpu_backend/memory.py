@@ -4,8 +4,8 @@ A numba `DeviceNDArray` costs tens of µs of Python to make (shape checks, a
 dummy array, a context lookup, pointer objects), and the gpu backend made one
 for every result, slice and view. `Memory` is a 1-D array of device memory
 seen as an integer pointer, a length and a dtype, with the few operations the
-backend uses (slices, dtype views, the CUDA array interface, the driver's
-pointer for copies); `empty` takes its block from the pool
+backend uses (slices, dtype views, the CUDA array interface, one driver call
+per copy to or from the host); `empty` takes its block from the pool
 (gpu_backend/pool.py) directly, and every view of one block holds one `Lease`,
 which gives the block back when the last view is gone, as numba's pointer
 counting does. Kernel launches pack it without asking numba
@@ -17,7 +17,6 @@ own device array, so everything that reads `.data` takes either.
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any
 
 import numpy as np
@@ -44,8 +43,7 @@ class Memory:
     """`size` elements of `dtype` at device address `ptr`, kept alive by `lease`."""
 
     __slots__ = ("ptr", "size", "dtype", "lease")
-    __cuda_memory__ = True  # numba's driver copies accept it (device_ctypes_pointer)
-    ndim = 1
+    ndim = 1  # numba sees a foreign array (its CUDA array interface), not one of its own
 
     def __init__(self, ptr: int, size: int, dtype: np.dtype, lease: Any) -> None:
         self.ptr, self.size, self.dtype, self.lease = ptr, size, dtype, lease
@@ -81,9 +79,17 @@ class Memory:
         return {"shape": (self.size,), "strides": None, "typestr": self.dtype.str,
                 "data": (self.ptr, False), "version": 3}
 
-    @property
-    def device_ctypes_pointer(self) -> ctypes.c_size_t:
-        return ctypes.c_size_t(self.ptr)
+    def upload(self, host: np.ndarray) -> None:
+        """Copy the C-contiguous `host` (of at most this many bytes) here: one driver call."""
+        from numba.cuda.cudadrv.driver import driver, host_pointer
+
+        driver.cuMemcpyHtoD(self.ptr, host_pointer(host, readonly=True), host.nbytes)
+
+    def download(self, host: np.ndarray) -> None:
+        """Copy this memory into the C-contiguous, writable `host` (as many bytes as it holds)."""
+        from numba.cuda.cudadrv.driver import driver, host_pointer
+
+        driver.cuMemcpyDtoH(host_pointer(host), self.ptr, host.nbytes)
 
     def packed(self) -> tuple[int, ...]:
         """The kernel arguments numba passes for a 1-D C-contiguous array:
