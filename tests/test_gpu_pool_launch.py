@@ -161,3 +161,28 @@ def test_a_queued_collective_is_waited_for_before_the_host_blocks(monkeypatch):
     with pytest.raises(RunError, match="gave up waiting for an NCCL broadcast on the GPU after 0.05 s"):
         pending.settle()
     assert pending.unsettled() is None  # the next run starts afresh
+
+
+def test_matmul_reuses_its_cupy_view_of_an_address_seen_before(monkeypatch):
+    from gpu_backend import matmul
+    from gpu_backend.buffer import DeviceBuffer
+    from gpu_backend.memory import Memory
+
+    made = []
+
+    class FakeCupy:
+        @staticmethod
+        def asarray(obj):
+            made.append(obj.__cuda_array_interface__)
+            return len(made)
+
+    monkeypatch.setattr(matmul, "_views", {})
+    monkeypatch.setattr(matmul, "VIEWS_KEPT", 2)
+    data = Memory(4096, 12, np.dtype(np.float32), None)
+    b = DeviceBuffer(data, 1, (2, 3), (1, 4))  # a transposed view, one element in
+    first = matmul._as_cupy(FakeCupy, b)
+    assert made == [{"shape": (2, 3), "strides": (4, 16), "typestr": "<f4", "data": (4100, False), "version": 3}]
+    assert matmul._as_cupy(FakeCupy, DeviceBuffer(data, 1, (2, 3), (1, 4))) == first and len(made) == 1
+    matmul._as_cupy(FakeCupy, DeviceBuffer(data, 0, (2, 3), (1, 4)))  # another address: another view
+    matmul._as_cupy(FakeCupy, DeviceBuffer(data, 0, (3, 2), (4, 1)))  # the cache was full: dropped whole
+    assert len(made) == 3 and len(matmul._views) == 1
