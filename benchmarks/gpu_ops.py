@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.gpu_timing import median_time, pipelined_time
+from gpu_backend import memory
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import cuda
 from gpu_backend.functions import binary, cast
@@ -145,7 +146,7 @@ def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, 
     # refir's wire alone (NcclWire: nccl4py and its bounded wait), on buffers
     # made once: what the whole path adds is allocation, packing and Python.
     wire, team = laid.inner.wire, tuple(range(n))
-    send, recv = cuda.device_array(r * c, np.float32), cuda.device_array(r * c, np.float32)
+    send, recv = memory.empty(r * c, np.dtype(np.float32)), memory.empty(r * c, np.dtype(np.float32))
     send_part, recv_part = send[:r * c // n], recv[:r * c // n]
     alone = {"allreduce": lambda: wire.allreduce(team, send, recv, "sum"),
              "allgather": lambda: wire.allgather(team, send_part, recv),
