@@ -169,6 +169,8 @@ def upload(x: np.ndarray) -> DeviceBuffer:
         dense = np.ascontiguousarray(x)  # nothing to lay out, or strides no element grid can express
         return DeviceBuffer.dense(to_device(dense.reshape(-1) if dense.size else np.empty(1, x.dtype)), x.shape)
     strides = tuple(s // x.itemsize for s in x.strides)
+    if x.flags.c_contiguous and min(strides) >= 0:  # its span is its elements, in order: no copy on the host
+        return DeviceBuffer(to_device(x.reshape(-1)), 0, x.shape, strides)
     corner = x[tuple(slice(n - 1, n) if s < 0 else slice(0, 1) for n, s in zip(x.shape, strides))]
     low = sum((n - 1) * s for n, s in zip(x.shape, strides) if s < 0)
     high = sum((n - 1) * s for n, s in zip(x.shape, strides) if s > 0)
@@ -183,5 +185,9 @@ def download(b: DeviceBuffer) -> np.ndarray:
         return np.ndarray(b.shape, b.dtype, np.empty(0, b.dtype), strides=strides)
     low, high = b.span()
     memory = to_host(b.data[low:high]).view(b.dtype)
-    return np.lib.stride_tricks.as_strided(memory[b.offset - low:], shape=b.shape,
-                                           strides=tuple(s * b.dtype.itemsize for s in b.strides))
+    strides = tuple(s * b.dtype.itemsize for s in b.strides)
+    if b.offset == low and memory.size == b.size:  # dense row-major, most often: a reshape, if its strides agree
+        shaped = memory.reshape(b.shape)
+        if shaped.strides == strides:
+            return shaped
+    return np.lib.stride_tricks.as_strided(memory[b.offset - low:], shape=b.shape, strides=strides)
