@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.gpu_timing import median_time, pipelined_time
+from gpu_backend import memory
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import cuda
 from gpu_backend.functions import binary, cast
@@ -41,9 +42,17 @@ def sides(elems: int, rank: int) -> tuple[int, ...]:
     return (1 << (e - q * (rank - 1)), *([1 << q] * (rank - 1)))
 
 
+def _memory(tensor: Any) -> memory.Memory:
+    """A contiguous torch tensor's memory as refir's own buffers hold theirs (no copy;
+    the tensor kept alive): a numba array over it would make each slice and view
+    in refir's op path a numba object, which refir's own buffers never are."""
+    dtype = np.dtype(str(tensor.dtype).removeprefix("torch."))
+    return memory.Memory(tensor.data_ptr(), tensor.numel(), dtype, tensor)
+
+
 def _buffer(torch: Any, tensor: Any, shape: tuple[int, ...], order: tuple[int, ...] | None = None) -> DeviceBuffer:
-    """A torch tensor's memory seen by refir (numba shares it: no copy)."""
-    return DeviceBuffer.dense(cuda.as_cuda_array(tensor.reshape(-1)), shape, order)
+    """A torch tensor's memory seen by refir (shared: no copy)."""
+    return DeviceBuffer.dense(_memory(tensor.reshape(-1)), shape, order)
 
 
 def _torch_in(torch: Any, shape: tuple[int, ...], order: tuple[int, ...]) -> tuple[Any, Any]:
@@ -138,14 +147,14 @@ def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, 
         for order in [(0, 1), (1, 0)]:
             store, tx = _torch_in(torch, local, order)
             store.fill_(1.0)
-            x = DeviceBuffer(cuda.as_cuda_array(store.reshape(-1)), 0, local, tuple(tx.stride()))
+            x = DeviceBuffer(_memory(store.reshape(-1)), 0, local, tuple(tx.stride()))
             runs.append(median_time(lambda: laid.communicate(op, src(order), dst, {world.rank: x}),  # noqa: B023
                                     cuda.synchronize, barrier))
         timed[name] = (bus, *runs)
     # refir's wire alone (NcclWire: nccl4py and its bounded wait), on buffers
     # made once: what the whole path adds is allocation, packing and Python.
     wire, team = laid.inner.wire, tuple(range(n))
-    send, recv = cuda.device_array(r * c, np.float32), cuda.device_array(r * c, np.float32)
+    send, recv = memory.empty(r * c, np.dtype(np.float32)), memory.empty(r * c, np.dtype(np.float32))
     send_part, recv_part = send[:r * c // n], recv[:r * c // n]
     alone = {"allreduce": lambda: wire.allreduce(team, send, recv, "sum"),
              "allgather": lambda: wire.allgather(team, send_part, recv),

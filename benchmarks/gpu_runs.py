@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from benchmarks.gpu_timing import REPEATS, median_time, torch_group
-from gpu_backend import pool
+from gpu_backend import memory, pool
 from gpu_backend.buffer import DeviceBuffer, to_device, to_host
 from gpu_backend.device import cuda
 from gpu_backend.kernels import copy_into
@@ -51,6 +51,7 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
     calls, timed by wrapping them for the measurement only)."""
     import gpu_backend.backend as gb
     import gpu_backend.impls as gi
+    import gpu_backend.pending as gp
     import gpu_backend.transports as gt
     import refir.ranks as rr
     import refir.runner as rn
@@ -58,7 +59,7 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
     spots = [(rn, "verified", "verify"), (rn, "gather_outputs", "gather"), (rr, "settle", "agree"),
              (gb, "upload", "upload"), (gb, "execute", "steps"), (gi, "matmul_into", "(of which matmul"),
              (gi, "elementwise", "elementwise"), (gt.LaidOut, "communicate", "allreduce)"),
-             (gb, "download", "download")]
+             (gb, "download", "download"), (gp, "settle", "(of which the wait for collectives)")]
     spent: dict[str, list[float]] = {label: [] for _, _, label in spots}
     total: list[float] = []
     originals = [(module, name, getattr(module, name)) for module, name, _ in spots]
@@ -138,6 +139,8 @@ def launch_costs(one: DeviceBuffer, out: DeviceBuffer) -> list[str]:
     gl.FAST = fast
     manager = cuda.current_context().memory_manager
     costs["device_array(1)"] = per_call(lambda: cuda.device_array(1, np.float32))
+    costs["memory.empty(1) and its release"] = per_call(lambda: memory.empty(1, np.dtype(np.float32)))
+    costs["DeviceBuffer.empty((1,))"] = per_call(lambda: DeviceBuffer.empty((1,), np.dtype(np.float32)))
     costs["memalloc(4) via the context"] = per_call(lambda: cuda.current_context().memalloc(4))
     if hasattr(manager, "numba"):
         costs["numba's own memalloc(4) (no pool)"] = per_call(lambda: manager.numba.memalloc(4), 100)

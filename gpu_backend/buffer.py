@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu_backend import memory, pending
 from gpu_backend.device import SIMULATED, cuda
 from refir.types import BF16, block, dense_strides
 
@@ -31,28 +32,40 @@ def storage(dtype: np.dtype) -> np.dtype:
 
 def to_device(x: np.ndarray) -> Any:
     """A 1-D or n-D host array on the device (bfloat16 as its bits). On a GPU, a
-    C-contiguous array goes by one driver copy into a fresh (pooled) array,
-    without numba's layout checks and host-side conversions (tens of µs)."""
+    C-contiguous 1-D array goes by one driver copy into fresh pooled memory
+    (gpu_backend/memory.py), without numba's layout checks and host-side
+    conversions (tens of µs)."""
     x = x.view(_BITS) if x.dtype == BF16 else x
+    pending.settle()  # the copy waits for the stream: first wait, boundedly, for queued collectives
     if SIMULATED or not x.flags.c_contiguous or x.size == 0:
         return cuda.to_device(x)
-    out = cuda.device_array(x.shape, x.dtype)
+    if x.ndim == 1:
+        out = memory.empty(x.size, x.dtype)
+        if type(out) is memory.Memory:
+            out.upload(x)
+            return out
+    else:
+        out = cuda.device_array(x.shape, x.dtype)
     host_to_device(out, x, x.nbytes)
     return out
 
 
 def to_host(a: Any) -> np.ndarray:
     """A contiguous device array's elements in a fresh host array (one driver copy on a GPU)."""
+    pending.settle()
     if SIMULATED or a.size == 0:
         return np.asarray(a.copy_to_host())
     host = np.empty(a.shape, a.dtype)
-    device_to_host(host, a, host.nbytes)
+    if type(a) is memory.Memory:
+        a.download(host)
+    else:
+        device_to_host(host, a, host.nbytes)
     return host
 
 
 @dataclass(frozen=True)
 class DeviceBuffer:
-    data: Any  # a 1-D device array
+    data: Any  # a 1-D device array: gpu_backend.memory.Memory, or numba's
     offset: int  # of element [0, ..., 0] in `data`
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # in elements
@@ -60,7 +73,7 @@ class DeviceBuffer:
     @property
     def dtype(self) -> np.dtype:
         """The logical dtype (bfloat16 for bits stored as uint16)."""
-        d = np.dtype(self.data.dtype)
+        d = self.data.dtype  # an np.dtype, for numba's arrays and Memory alike
         return BF16 if d == _BITS else d
 
     @property
@@ -76,7 +89,7 @@ class DeviceBuffer:
     @staticmethod
     def empty(shape: tuple[int, ...], dtype: np.dtype, order: tuple[int, ...] | None = None) -> DeviceBuffer:
         """A fresh buffer dense in `order` (outermost axis first; row-major if None)."""
-        data = cuda.device_array(max(prod(shape), 1), storage(dtype))
+        data = memory.empty(max(prod(shape), 1), storage(dtype))
         return DeviceBuffer.dense(data, tuple(shape), order)
 
     @staticmethod
@@ -156,6 +169,8 @@ def upload(x: np.ndarray) -> DeviceBuffer:
         dense = np.ascontiguousarray(x)  # nothing to lay out, or strides no element grid can express
         return DeviceBuffer.dense(to_device(dense.reshape(-1) if dense.size else np.empty(1, x.dtype)), x.shape)
     strides = tuple(s // x.itemsize for s in x.strides)
+    if x.flags.c_contiguous and min(strides) >= 0:  # its span is its elements, in order: no copy on the host
+        return DeviceBuffer(to_device(x.reshape(-1)), 0, x.shape, strides)
     corner = x[tuple(slice(n - 1, n) if s < 0 else slice(0, 1) for n, s in zip(x.shape, strides))]
     low = sum((n - 1) * s for n, s in zip(x.shape, strides) if s < 0)
     high = sum((n - 1) * s for n, s in zip(x.shape, strides) if s > 0)
@@ -170,5 +185,9 @@ def download(b: DeviceBuffer) -> np.ndarray:
         return np.ndarray(b.shape, b.dtype, np.empty(0, b.dtype), strides=strides)
     low, high = b.span()
     memory = to_host(b.data[low:high]).view(b.dtype)
-    return np.lib.stride_tricks.as_strided(memory[b.offset - low:], shape=b.shape,
-                                           strides=tuple(s * b.dtype.itemsize for s in b.strides))
+    strides = tuple(s * b.dtype.itemsize for s in b.strides)
+    if b.offset == low and memory.size == b.size:  # dense row-major, most often: a reshape, if its strides agree
+        shaped = memory.reshape(b.shape)
+        if shaped.strides == strides:
+            return shaped
+    return np.lib.stride_tricks.as_strided(memory[b.offset - low:], shape=b.shape, strides=strides)

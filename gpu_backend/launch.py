@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from gpu_backend.device import SIMULATED
+from gpu_backend.memory import Memory
 
 Dims = int | tuple[int, ...]
 FAST = not SIMULATED and os.environ.get("REFIR_FAST_LAUNCH", "1") != "0"
@@ -40,7 +41,9 @@ def _key(args: tuple[Any, ...]) -> tuple[Any, ...]:
     key: list[Any] = []
     for a in args:
         t = type(a)
-        if t is tuple:
+        if t is Memory:  # typed by numba as a 1-D C-contiguous array, as numba's own
+            key.append((a.dtype, 1, True))
+        elif t is tuple:
             key.append((tuple, *map(type, a)))
         elif t is int or t is float or t is bool:
             key.append(t)
@@ -115,6 +118,9 @@ class _Signature:
 def _pack_array(a: Any, out: list[Any]) -> None:
     """A device array as numba passes it: meminfo, parent, size, itemsize,
     pointer, shape, strides in bytes."""
+    if type(a) is Memory:
+        out += a.packed()
+        return
     view = a._strided_memory_view_shim
     itemsize = view.dtype.itemsize
     out += (0, 0, view.size, itemsize, view.ptr)

@@ -75,14 +75,33 @@ def tiled_matmul(out: DeviceBuffer, a: DeviceBuffer, b: DeviceBuffer) -> DeviceB
 
 
 class _CudaArray:
-    """A zero-copy view of a buffer in the CUDA array interface (cupy reads it)."""
+    """A zero-copy view of device memory in the CUDA array interface (cupy reads it)."""
 
-    def __init__(self, b: DeviceBuffer) -> None:
-        base = b.data.__cuda_array_interface__["data"][0]
-        self.__cuda_array_interface__ = {
-            "shape": b.shape, "strides": tuple(s * b.dtype.itemsize for s in b.strides),
-            "typestr": b.dtype.str, "data": (base + b.offset * b.dtype.itemsize, False), "version": 3,
-        }
+    def __init__(self, view: tuple[int, tuple[int, ...], tuple[int, ...], str]) -> None:
+        address, shape, strides, typestr = view
+        self.__cuda_array_interface__ = {"shape": shape, "strides": strides, "typestr": typestr,
+                                         "data": (address, False), "version": 3}
+
+
+# cupy arrays over views seen before, by (address, shape, byte strides, dtype): a
+# cupy array made from the array interface costs tens of µs, and pooled blocks
+# come back at the same addresses run after run. A view only names an address
+# range (cupy does not own it), so an old entry is right for any live buffer at
+# that address; the cache is dropped whole when full.
+_views: dict[tuple[int, tuple[int, ...], tuple[int, ...], str], Any] = {}
+VIEWS_KEPT = 256
+
+
+def _as_cupy(cupy: Any, b: DeviceBuffer) -> Any:
+    itemsize = b.dtype.itemsize
+    base = b.data.__cuda_array_interface__["data"][0]
+    key = (base + b.offset * itemsize, b.shape, tuple(s * itemsize for s in b.strides), b.dtype.str)
+    got = _views.get(key)
+    if got is None:
+        if len(_views) >= VIEWS_KEPT:
+            _views.clear()
+        got = _views[key] = cupy.asarray(_CudaArray(key))
+    return got
 
 
 def _cupy() -> Any:
@@ -98,5 +117,5 @@ def matmul_into(out: DeviceBuffer, a: DeviceBuffer, b: DeviceBuffer, library: bo
     cupy = _cupy() if library and not SIMULATED and a.dtype in (np.float32, np.float64) else None
     if cupy is None or out.size == 0:
         return tiled_matmul(out, a, b)
-    cupy.matmul(cupy.asarray(_CudaArray(a)), cupy.asarray(_CudaArray(b)), out=cupy.asarray(_CudaArray(out)))
+    cupy.matmul(_as_cupy(cupy, a), _as_cupy(cupy, b), out=_as_cupy(cupy, out))
     return out

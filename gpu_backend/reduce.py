@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu_backend import memory
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import SHARED_ASKS, SIMULATED, THREADS, blocks_for, cuda, fitted, max_blocks
 from gpu_backend.functions import BINARY, COMBINE, accumulator, narrow
@@ -258,7 +259,7 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
     chunks = chunks or _chunks(n_out, n_red, width)
     chunk = -(-n_red // chunks) if n_red else 0
     acc_dtype, store = np.dtype(type(ident)), narrow(out.dtype)
-    part = cuda.device_array(n_out * chunks if chunks > 1 else 1, acc_dtype)
+    part = memory.empty(n_out * chunks if chunks > 1 else 1, acc_dtype)
     if len(red_shape) == 1 and len(kept_shape) == 1:
         group = max(width, 1)
         threads = THREADS if width else fitted(n_out * chunks)

@@ -5,10 +5,12 @@ world's for point-to-point), bootstrapped with a unique id sent over the
 team's MPI communicator, one GPU per rank. They live in refir.mpi.COMMS, made
 on a team's first use and kept for every later run (NCCL sets up connections
 lazily on first use: about a second that only the first run pays). Each
-operation is followed by a bounded, polite wait for the GPU, so that a rank
-that never joins ends the job within REFIR_MPI_TIMEOUT instead of hanging
-it. Data moves as bytes (NCCL knows no bool or int16, and ignores strides:
-the arrays here are always contiguous).
+operation is marked as queued, and the next copy between host and device
+first waits for it, politely and boundedly (gpu_backend/pending.py), so that
+a rank that never joins ends the job within REFIR_MPI_TIMEOUT instead of
+hanging it, while the host goes on queueing the steps after a collective.
+Data moves as bytes (NCCL knows no bool or int16, and ignores strides: the
+arrays here are always contiguous).
 NCCL reduces natively only where refir's numerics allow its order: integer
 sum, prod, max and min are exact in any order; float sum and prod come within
 the spec's bound (not bit-identical to spmd's team-order fold); float max/min
@@ -25,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend.device import cuda
+from gpu_backend import pending
+from gpu_backend.memory import Memory
 from interp.mpi_transport import MpiTransport
-from refir.mpi import COMMS, bcast_bytes, poll, wait
+from refir.mpi import COMMS, bcast_bytes, wait
 
 Arr = Any  # a 1-D contiguous device array
 DATA_TAG = 22
@@ -92,6 +95,52 @@ class MpiWire:
 _NCCL_TYPES = {np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.int64, np.float16, np.float32, np.float64)}
 
 
+class _Direct:
+    """A team's nccl4py communicator whose four common collectives, on Memory
+    buffers (gpu_backend/memory.py), call NCCL's binding directly with the
+    same arguments nccl4py passes: nccl4py resolves every buffer anew (a torch
+    probe, a cupy probe, the array interface, a device query), tens of µs a
+    call at small sizes. Anything else, and every other method, is nccl4py's."""
+
+    def __init__(self, comm: Any, nccl: Any) -> None:
+        from nccl.bindings import nccl as binding
+
+        self.comm, self.binding, self.types = comm, binding, nccl.NcclDataType
+        self.handle, self.nranks = comm._comm, comm.nranks
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.comm, name)
+
+    def _type(self, a: Memory) -> int:
+        return int(self.types.from_numpy_dtype(a.dtype))
+
+    def allreduce(self, send: Arr, recv: Arr, op: Any) -> None:
+        if type(send) is Memory and type(recv) is Memory and send.dtype == recv.dtype and recv.size >= send.size:
+            self.binding.all_reduce(send.ptr, recv.ptr, send.size, self._type(send), int(op), self.handle, 0)
+        else:
+            self.comm.allreduce(send, recv, op)
+
+    def allgather(self, send: Arr, recv: Arr) -> None:
+        if type(send) is Memory and type(recv) is Memory and send.dtype == recv.dtype and \
+                recv.size >= self.nranks * send.size:
+            self.binding.all_gather(send.ptr, recv.ptr, send.size, self._type(send), self.handle, 0)
+        else:
+            self.comm.allgather(send, recv)
+
+    def reduce_scatter(self, send: Arr, recv: Arr, op: Any) -> None:
+        count = send.size // self.nranks
+        if type(send) is Memory and type(recv) is Memory and send.dtype == recv.dtype and recv.size >= count >= 1:
+            self.binding.reduce_scatter(send.ptr, recv.ptr, count, self._type(send), int(op), self.handle, 0)
+        else:
+            self.comm.reduce_scatter(send, recv, op)
+
+    def broadcast(self, send: Arr, recv: Arr, root: int) -> None:
+        if type(send) is Memory and type(recv) is Memory and send.dtype == recv.dtype and send.size == recv.size:
+            self.binding.broadcast(send.ptr, recv.ptr, recv.size, self._type(recv), root, self.handle, 0)
+        else:
+            self.comm.broadcast(send, recv, root)
+
+
 class NcclWire:
     def __init__(self, mpi: MpiTransport) -> None:
         import nccl.core as nccl
@@ -104,7 +153,8 @@ class NcclWire:
         """A NCCL communicator over the ranks of MPI communicator `comm` (collective)."""
         uid = np.frombuffer(bytes(self.nccl.get_unique_id()), np.uint8).copy() if comm.rank == 0 else None
         uid = bcast_bytes(comm, uid, 0, "a NCCL unique id")
-        return self.nccl.Communicator.init(comm.size, comm.rank, self.nccl.UniqueId.from_bytes(uid.tobytes()))
+        made = self.nccl.Communicator.init(comm.size, comm.rank, self.nccl.UniqueId.from_bytes(uid.tobytes()))
+        return _Direct(made, self.nccl)
 
     @staticmethod
     def _free(comm: Any) -> None:
@@ -117,10 +167,8 @@ class NcclWire:
         return COMMS.other("nccl", devices, self._init, self._free)
 
     def settle(self, what: str) -> None:
-        """Wait, politely and within the timeout, for the GPU to finish `what`."""
-        done = cuda.event(timing=False)
-        done.record()
-        poll(done.query, f"{what} on the GPU")
+        """`what` is queued: the host waits for it (bounded) before it next blocks on the GPU."""
+        pending.queued(what)
 
     def native(self, kind: str, dtype: np.dtype) -> bool:
         exact = kind in ("sum", "prod") or (kind in ("max", "min") and dtype.kind in "iu")

@@ -19,7 +19,7 @@ import numpy as np
 from mpi4py import MPI
 
 from refir.errors import InputError
-from refir.mpi import COMMS, agreed, as_agreed, bcast_obj, fault, recv_bytes, wait
+from refir.mpi import COMMS, agreed, allgather_obj, as_agreed, bcast_obj, fault, recv_bytes, wait
 from refir.types import block_slices, global_shape, memory_order, receive_into, wire_bytes
 from refir.verify import Checked
 from refir.world import World
@@ -105,12 +105,11 @@ def receiver(e: Entry) -> tuple[np.ndarray | None, np.ndarray | None]:
     return (None, None) if e[2] is None else receive_into(e[2], np.dtype(e[3]), e[4])
 
 
-def collect_results(shards: Shards, world: World, wanted: set[tuple[str, int]] | None) -> Shards:
-    """Result buffers of other ranks on rank 0: the `wanted` (result, device)
-    ones, or with None every one, and then on every rank. Strides are kept; a
-    rank's own buffers stay as they are. A buffer the backend did not return is
-    reported (as None) even when not wanted. Point-to-point: a small header per
-    rank, then the buffers' bytes."""
+def collect_results(shards: Shards, world: World) -> Shards:
+    """Every rank's result buffers on rank 0, and then on every rank. Strides
+    are kept; a rank's own buffers stay as they are; a buffer the backend did
+    not return arrives as None. Point-to-point: a small header per rank, then
+    the buffers' bytes (gather_to_root, below, serves rank 0 alone)."""
     comm = COMMS.world()
     fault("gather")
     merged: Shards = {name: dict(bufs) for name, bufs in shards.items()}
@@ -124,12 +123,43 @@ def collect_results(shards: Shards, world: World, wanted: set[tuple[str, int]] |
                     reqs.append(comm.Irecv(buf, source=k, tag=RESULT_TAG))
         wait(reqs, "the results on rank 0")
     else:
-        sent = [(entry(name, d, x), x) for name, bufs in shards.items() for d, x in bufs.items()
-                if wanted is None or (name, d) in wanted or not isinstance(x, np.ndarray)]
+        sent = [(entry(name, d, x), x) for name, bufs in shards.items() for d, x in bufs.items()]
         reqs = [comm.Isend(np.frombuffer(pickle.dumps([e for e, _ in sent]), np.uint8), dest=0, tag=HEADER_TAG)]
         reqs += [comm.Isend(wire_bytes(x, e[4]), dest=0, tag=RESULT_TAG) for e, x in sent if e[2] is not None]
         wait(reqs, "rank 0 to take the results")
-    return share_from_root(merged, comm) if wanted is None else merged
+    return share_from_root(merged, comm)
+
+
+def gather_to_root(shards: Shards, world: World, wanted: set[tuple[str, int]],
+                   vet: Callable[[list[list[Entry]]], Exception | None]) -> Shards:
+    """The `wanted` (result, device) buffers of other ranks on rank 0, in one
+    round of headers and then the buffers' bytes. Every rank's headers (its
+    wanted buffers, rank 0's own, and every buffer the backend did not return)
+    reach every rank, which `vet`s them alike: an error found there (a missing
+    or misshapen block) stops every rank with it, so rank 0 needs no second
+    round to tell the others that it could assemble the results."""
+    comm = COMMS.world()
+    fault("gather")
+    mine = [(entry(name, d, x), x) for name, bufs in shards.items() for d, x in bufs.items()
+            if world.is_root or (name, d) in wanted or not isinstance(x, np.ndarray)]
+    every = allgather_obj(comm, [e for e, _ in mine], "every rank's result headers")
+    error = vet(every)
+    if error is not None:
+        raise as_agreed(error)
+    merged: Shards = {name: dict(bufs) for name, bufs in shards.items()}
+    reqs = []
+    if world.is_root:
+        for k in range(1, comm.size):
+            for e in every[k]:
+                x, buf = receiver(e)
+                merged.setdefault(e[0], {})[e[1]] = x
+                if buf is not None:
+                    reqs.append(comm.Irecv(buf, source=k, tag=RESULT_TAG))
+        wait(reqs, "the results on rank 0")
+    else:
+        reqs = [comm.Isend(wire_bytes(x, e[4]), dest=0, tag=RESULT_TAG) for e, x in mine if e[2] is not None]
+        wait(reqs, "rank 0 to take the results")
+    return merged
 
 
 def share_from_root(shards: Shards, comm: MPI.Comm) -> Shards:

@@ -197,21 +197,50 @@ def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
     every rank, replicas compared."""
     if world.comm is None:
         return assemble_outputs(checked, shards, bindings), shards
-    from refir.mpi import COMMS, as_agreed, root_verdict
-    from refir.ranks import collect_results
+    from refir.mpi import as_agreed
+    from refir.ranks import collect_results, gather_to_root
 
-    shards = collect_results(shards, world, None if everywhere else root_blocks(checked, bindings))
-    outputs, error = {}, None
-    if everywhere or world.is_root:
-        try:
-            outputs = assemble_outputs(checked, shards, bindings, partial=not everywhere)
-        except RefirError as exc:
-            error = exc
-    if everywhere and error is not None:
-        raise as_agreed(error)  # every rank assembled the same buffers, and met the same error
     if not everywhere:
-        root_verdict(COMMS.world(), error, "rank 0 to assemble the results")
+        shards = gather_to_root(shards, world, root_blocks(checked, bindings),
+                                lambda every: vet_headers(checked, bindings, every))
+        # vet_headers found every block there and of its shape: this cannot fail
+        outputs = assemble_outputs(checked, shards, bindings, partial=True) if world.is_root else {}
+        return outputs, shards
+    shards = collect_results(shards, world)
+    try:
+        outputs = assemble_outputs(checked, shards, bindings)
+    except RefirError as exc:
+        as_agreed(exc)  # every rank assembled the same buffers, and met the same error
+        raise
     return outputs, shards
+
+
+def vet_headers(checked: Checked, bindings: dict[str, int], every: list[list[tuple]]) -> RefirError | None:
+    """What assemble_outputs would find wrong on rank 0 (missing, misshapen or
+    uncovered blocks), from every rank's result headers (refir.ranks.entry)
+    alone, so that every rank finds the same."""
+    from refir.ranks import block_shape
+
+    held: dict[str, dict[int, tuple]] = {}
+    for entries in every:
+        for e in entries:
+            held.setdefault(e[0], {})[e[1]] = e
+    for r in checked.func.results:
+        t = checked.types[r]
+        shape = global_shape(t, bindings)
+        got = held.get(r, {})
+        devices = [d for d in t.mesh.devices if d in got]
+        missing = [d for d in devices if got[d][2] is None]
+        if missing:
+            return RunError(f"the backend returned no buffer of {r!r} for device {missing[0]}")
+        for d in devices:
+            want = block_shape(shape, block_slices(t, d, shape))
+            if tuple(got[d][2]) != want or np.dtype(got[d][3]) != t.np_dtype:
+                return MismatchError(f"device {d} holds {r!r} with local shape {tuple(got[d][2])} and dtype "
+                                     f"{np.dtype(got[d][3])}, expected {local_shape(t, bindings)} and {t.np_dtype}")
+        if {block_key(t, d, shape) for d in devices} != blocks_of(t, shape):
+            return RunError(f"no device returned every block of {r!r}")
+    return None
 
 
 def assemble_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
@@ -243,7 +272,7 @@ def share_shards(checked: Checked, shards: Shards, world: World) -> Shards:
     """Every rank's result buffers on every rank, strides preserved."""
     from refir.ranks import collect_results
 
-    return collect_results({r: shards.get(r, {}) for r in checked.func.results}, world, None)
+    return collect_results({r: shards.get(r, {}) for r in checked.func.results}, world)
 
 
 def share_kept(kept: Shards, world: World) -> Shards:

@@ -5,8 +5,8 @@
 BATCH.pkl is a list of jobs `{"name", "program" (text), "inputs" (global arrays)}`,
 optionally `"root_inputs": True` (ranks other than 0 are given no inputs) and
 `"everywhere": False` (results on rank 0 only, refir.run's default; the driver
-otherwise asks for every buffer on every rank) and `"close_before": True`
-(refir.close() first).
+otherwise asks for every buffer on every rank), `"close_before": True`
+(refir.close() first) and `"backend"` (a backend of this module's).
 Each job runs on spmd, one rank per process. Rank 0 writes RESULT.pkl: per job,
 the global outputs, every device's result buffer with its strides, both as the
 runner returns it and as the rank that computed it held it, the input blocks
@@ -58,6 +58,18 @@ def crash_on_rank_2(lowered, inputs, scalars, world):
     return run_spmd(lowered, inputs, scalars, world)
 
 
+def missing_on_rank_2(lowered, inputs, scalars, world):
+    """A backend whose rank 2 returns None for its buffers."""
+    out = run_spmd(lowered, inputs, scalars, world)
+    return {name: {d: None if world.rank == 2 else x for d, x in bufs.items()} for name, bufs in out.items()}
+
+
+def misshapen_on_rank_2(lowered, inputs, scalars, world):
+    """A backend whose rank 2 returns a block one row short."""
+    out = run_spmd(lowered, inputs, scalars, world)
+    return {name: {d: x[:-1] if world.rank == 2 else x for d, x in bufs.items()} for name, bufs in out.items()}
+
+
 def main(batch_path, result_path):
     world = mpi_world()
     assert world is not None, "run me under mpiexec with more than one rank"
@@ -71,7 +83,8 @@ def main(batch_path, result_path):
             close()
         before = dict(COMMS.created)
         try:
-            r = run(program, inputs, backend="__main__:recording_spmd", everywhere=job.get("everywhere", True))
+            r = run(program, inputs, backend=f"__main__:{job.get('backend', 'recording_spmd')}",
+                    everywhere=job.get("everywhere", True))
         except RefirError as exc:
             results[job["name"]] = {"error": f"{type(exc).__name__}: {exc}"}
             continue

@@ -107,6 +107,16 @@ def test_upload_download_keep_strides(data, shape, name):
     assert back.strides == x.strides and np.array_equal(back, x)
 
 
+def test_contiguous_blocks_go_up_and_down_without_host_copies_and_keep_odd_strides():
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    b = upload(x)
+    assert (b.offset, b.strides) == (0, (3, 1)) and download(b).strides == (12, 4)
+    odd = np.lib.stride_tricks.as_strided(x, shape=(2, 1, 3), strides=(12, 100, 4))  # C-contiguous all the same
+    assert odd.flags.c_contiguous
+    back = download(upload(odd))
+    assert back.strides == (12, 100, 4) and np.array_equal(back, odd)
+
+
 # ---- elementwise -----------------------------------------------------------------------
 
 

@@ -68,3 +68,156 @@ def test_launch_keys_and_dimensions():
     key = _key((Dev(), 3, (1, 2, 3, 4), np.float64(1.0), 2.5))
     assert key == ((np.dtype(np.float32), 1, True), int, (tuple, int, int, int, int), np.dtype(np.float64), float)
     assert _key(((1, np.int64(2)),)) != _key(((1, 2),))
+
+
+class _Block:  # what the pool's upstream hands out on a GPU: numba's pointer, its address
+    def __init__(self, address):
+        self.device_pointer_value = address
+
+
+def test_memory_views_share_one_lease_and_the_last_gives_the_block_back():
+    import gc
+
+    import pytest
+
+    from gpu_backend import memory
+    from gpu_backend.launch import _pack_array
+
+    addresses = iter(range(1 << 20, 1 << 30, 1 << 16))
+    pool = SizeClassPool(lambda nbytes: _Block(next(addresses)))
+    memory.set_pool(pool)
+    try:
+        m = memory.empty(10, np.dtype(np.float32))
+        assert isinstance(m, memory.Memory) and (m.ptr, m.size, m.nbytes, m.shape) == (1 << 20, 10, 40, (10,))
+        part = m[2:6]
+        assert (part.ptr, part.size, part.dtype) == ((1 << 20) + 8, 4, np.dtype(np.float32))
+        assert m[8:20].size == 2 and m[7:3].size == 0
+        raw = part.view(np.uint8)
+        assert (raw.ptr, raw.size, raw.dtype) == (part.ptr, 16, np.dtype(np.uint8))
+        assert m.view(np.uint64).size == 5
+        with pytest.raises(ValueError):
+            m[::2]  # only contiguous slices
+        with pytest.raises(ValueError):
+            m[1:2].view(np.float64)  # half an element
+        assert part.__cuda_array_interface__ == {"shape": (4,), "strides": None, "typestr": "<f4",
+                                                 "data": ((1 << 20) + 8, False), "version": 3}
+        # Packed as numba packs a 1-D C-contiguous array, under the same launch key.
+        out = []
+        _pack_array(part, out)
+        assert out == [0, 0, 4, 4, (1 << 20) + 8, 4, 4]
+        assert _key((part,)) == ((np.dtype(np.float32), 1, True),)
+        assert pool.stats().in_use == 512
+        del m, part
+        gc.collect()
+        assert pool.stats().in_use == 512  # `raw` still holds the block
+        del raw
+        gc.collect()
+        assert pool.stats().in_use == 0
+        again = memory.empty(100, np.dtype(np.int8))
+        assert again.ptr == 1 << 20 and pool.stats().reused == 1
+    finally:
+        memory.set_pool(None)
+
+
+def test_memory_falls_back_to_numba_arrays_without_a_pool():
+    from gpu_backend import memory
+    from gpu_backend.device import SIMULATED
+
+    if SIMULATED:  # the simulator has no pool: numba's own (simulated) array
+        got = memory.empty(3, np.dtype(np.float32))
+        assert not isinstance(got, memory.Memory) and got.shape == (3,) and got.dtype == np.float32
+
+
+def test_a_queued_collective_is_waited_for_before_the_host_blocks(monkeypatch):
+    import pytest
+
+    import refir.mpi
+    from gpu_backend import buffer, pending
+    from refir.errors import RunError
+
+    class Event:
+        def __init__(self, ready_after):
+            self.polls, self.ready_after = 0, ready_after
+
+        def record(self):
+            pass
+
+        def query(self):
+            self.polls += 1
+            return self.polls > self.ready_after
+
+    monkeypatch.setattr(pending, "_event", Event(2))
+    pending.queued("an NCCL allreduce")
+    pending.queued("an NCCL allgather")
+    assert pending.unsettled() == "an NCCL allreduce"  # the first one is named
+    host = buffer.to_host(buffer.to_device(np.arange(3, dtype=np.float32)))  # settles first
+    assert host.tolist() == [0, 1, 2] and pending.unsettled() is None and pending._event.polls == 3
+    pending.settle()  # nothing queued: no poll
+    assert pending._event.polls == 3
+    monkeypatch.setattr(pending, "_event", Event(10 ** 9))
+    monkeypatch.setattr(refir.mpi, "TIMEOUT_S", 0.05)
+    monkeypatch.setattr(refir.mpi, "STAGGER_S", 0.0)
+    pending.queued("an NCCL broadcast")
+    with pytest.raises(RunError, match="gave up waiting for an NCCL broadcast on the GPU after 0.05 s"):
+        pending.settle()
+    assert pending.unsettled() is None  # the next run starts afresh
+
+
+def test_matmul_reuses_its_cupy_view_of_an_address_seen_before(monkeypatch):
+    from gpu_backend import matmul
+    from gpu_backend.buffer import DeviceBuffer
+    from gpu_backend.memory import Memory
+
+    made = []
+
+    class FakeCupy:
+        @staticmethod
+        def asarray(obj):
+            made.append(obj.__cuda_array_interface__)
+            return len(made)
+
+    monkeypatch.setattr(matmul, "_views", {})
+    monkeypatch.setattr(matmul, "VIEWS_KEPT", 2)
+    data = Memory(4096, 12, np.dtype(np.float32), None)
+    b = DeviceBuffer(data, 1, (2, 3), (1, 4))  # a transposed view, one element in
+    first = matmul._as_cupy(FakeCupy, b)
+    assert made == [{"shape": (2, 3), "strides": (4, 16), "typestr": "<f4", "data": (4100, False), "version": 3}]
+    assert matmul._as_cupy(FakeCupy, DeviceBuffer(data, 1, (2, 3), (1, 4))) == first and len(made) == 1
+    matmul._as_cupy(FakeCupy, DeviceBuffer(data, 0, (2, 3), (1, 4)))  # another address: another view
+    matmul._as_cupy(FakeCupy, DeviceBuffer(data, 0, (3, 2), (4, 1)))  # the cache was full: dropped whole
+    assert len(made) == 3 and len(matmul._views) == 1
+
+
+def test_nccl_collectives_on_memory_call_the_binding_directly():
+    from gpu_backend.memory import Memory
+    from gpu_backend.wires import _Direct
+
+    calls = []
+
+    class Binding:
+        def __getattr__(self, name):
+            return lambda *args: calls.append((name, *args))
+
+    class Types:
+        @staticmethod
+        def from_numpy_dtype(dtype):
+            return {np.dtype(np.float32): 7, np.dtype(np.uint8): 1}[np.dtype(dtype)]
+
+    class Comm:  # nccl4py's communicator: what the adapter hands anything else to
+        def __getattr__(self, name):
+            return lambda *args: calls.append(("nccl4py." + name, *args))
+
+    direct = object.__new__(_Direct)
+    direct.comm, direct.binding, direct.types, direct.handle, direct.nranks = Comm(), Binding(), Types, "h", 2
+    f32 = np.dtype(np.float32)
+    a, b = Memory(1000, 8, f32, None), Memory(2000, 8, f32, None)
+    direct.allreduce(a, b, 0)
+    direct.allgather(a[:4].view(np.uint8), b.view(np.uint8))
+    direct.reduce_scatter(a, b[:4], 0)
+    direct.broadcast(a, b, 1)
+    numba_like = np.zeros(8, np.float32)
+    direct.allreduce(numba_like, b, 0)  # not Memory: nccl4py resolves it
+    direct.alltoall(a, b)  # not one of the four: nccl4py's
+    assert calls == [("all_reduce", 1000, 2000, 8, 7, 0, "h", 0), ("all_gather", 1000, 2000, 16, 1, "h", 0),
+                     ("reduce_scatter", 1000, 2000, 4, 7, 0, "h", 0), ("broadcast", 1000, 2000, 8, 7, 1, "h", 0),
+                     ("nccl4py.allreduce", numba_like, b, 0), ("nccl4py.alltoall", a, b)]

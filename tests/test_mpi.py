@@ -131,6 +131,10 @@ LATER_JOBS = [
       for n in ("scatter", "send_recv", "grid", "reduce_scatter_column_major", "scatter_inner_column_major")),
     *({**_BY_NAME[n], "name": f"{n}:root_only", "root_inputs": True, "everywhere": False}
       for n in ("allgather", "grid", "grid_to_grid", "overlapping_meshes", "full_reduction_to_rank_0")),
+    # Result blocks rank 0 cannot assemble stop every rank alike, from the headers alone.
+    *({**_BY_NAME["scatter"], "name": f"scatter:{bad}", "everywhere": False, "backend": bad}
+      for bad in ("missing_on_rank_2", "misshapen_on_rank_2")),
+    {**_BY_NAME["allreduce"], "name": "allreduce:after_bad_results"},
 ]
 
 
@@ -249,7 +253,7 @@ def test_ranks_given_no_inputs_receive_only_their_blocks(world4, name):
                     assert memory == block_bytes, (rank, param)
 
 
-@pytest.mark.parametrize("name", [j["name"] for j in LATER_JOBS if j.get("everywhere") is False])
+@pytest.mark.parametrize("name", [j["name"] for j in LATER_JOBS if j.get("everywhere") is False and "backend" not in j])
 def test_by_default_rank_0_alone_assembles_the_results(world4, name):
     jobs, results = world4
     mpi = results[name]
@@ -265,6 +269,16 @@ def test_by_default_rank_0_alone_assembles_the_results(world4, name):
         assert set(bufs) == {d for r, d in lacked if r == out} | ({0} if 0 in mesh else set()), out
         for d, (strides, buf) in bufs.items():
             assert strides == ref.shards[out][d].strides and buf.tobytes() == ref.shards[out][d].tobytes()
+
+
+def test_bad_result_blocks_stop_every_rank_alike(world4):
+    jobs, results = world4
+    assert results["scatter:missing_on_rank_2"] == {
+        "error": "RunError: the backend returned no buffer of 'y' for device 2"}
+    assert results["scatter:misshapen_on_rank_2"] == {
+        "error": "MismatchError: device 2 holds 'y' with local shape (1, 3) and dtype float32, "
+                 "expected (2, 3) and float32"}
+    same_bits(results["allreduce:after_bad_results"], jobs["allreduce:after_bad_results"])  # still in step
 
 
 def test_mpi_blocks_by_hand(world4):

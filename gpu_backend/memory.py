@@ -1,0 +1,121 @@
+"""Device memory as a raw pointer: what a DeviceBuffer holds on a GPU with the pool.
+
+A numba `DeviceNDArray` costs tens of µs of Python to make (shape checks, a
+dummy array, a context lookup, pointer objects), and the gpu backend made one
+for every result, slice and view. `Memory` is a 1-D array of device memory
+seen as an integer pointer, a length and a dtype, with the few operations the
+backend uses (slices, dtype views, the CUDA array interface, one driver call
+per copy to or from the host); `empty` takes its block from the pool
+(gpu_backend/pool.py) directly, and every view of one block holds one `Lease`,
+which gives the block back when the last view is gone, as numba's pointer
+counting does. Kernel launches pack it without asking numba
+(gpu_backend/launch.py); cupy, nccl4py and torch read its array interface.
+
+Without the pool (the simulator, or REFIR_GPU_POOL=0) `empty` returns numba's
+own device array, so everything that reads `.data` takes either.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+_pool: Any = None  # the current context's pool, found on first use (after the device is chosen)
+
+
+class Lease:
+    """One block taken from the pool, given back when the last Memory on it goes."""
+
+    __slots__ = ("pool", "block", "size")
+
+    def __init__(self, pool: Any, block: Any, size: int) -> None:
+        self.pool, self.block, self.size = pool, block, size
+
+    def __del__(self) -> None:
+        try:
+            self.pool.give(self.block, self.size)
+        except Exception:  # at interpreter exit the pool may be gone already
+            pass
+
+
+class Memory:
+    """`size` elements of `dtype` at device address `ptr`, kept alive by `lease`."""
+
+    __slots__ = ("ptr", "size", "dtype", "lease")
+    ndim = 1  # numba sees a foreign array (its CUDA array interface), not one of its own
+
+    def __init__(self, ptr: int, size: int, dtype: np.dtype, lease: Any) -> None:
+        self.ptr, self.size, self.dtype, self.lease = ptr, size, dtype, lease
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.size,)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def is_c_contiguous(self) -> bool:
+        return True
+
+    def __getitem__(self, s: slice) -> Memory:
+        start, stop, step = s.indices(self.size)
+        if step != 1:
+            raise ValueError("Memory takes contiguous slices only")
+        n = max(0, stop - start)
+        return Memory(self.ptr + start * self.dtype.itemsize, n, self.dtype, self.lease)
+
+    def view(self, dtype: Any) -> Memory:
+        """The same bytes as elements of `dtype` (whole elements only)."""
+        dtype = np.dtype(dtype)
+        nbytes = self.nbytes
+        if nbytes % dtype.itemsize:
+            raise ValueError(f"{nbytes} bytes are no whole number of {dtype} elements")
+        return Memory(self.ptr, nbytes // dtype.itemsize, dtype, self.lease)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {"shape": (self.size,), "strides": None, "typestr": self.dtype.str,
+                "data": (self.ptr, False), "version": 3}
+
+    def upload(self, host: np.ndarray) -> None:
+        """Copy the C-contiguous `host` (of at most this many bytes) here: one driver call."""
+        from numba.cuda.cudadrv.driver import driver, host_pointer
+
+        driver.cuMemcpyHtoD(self.ptr, host_pointer(host, readonly=True), host.nbytes)
+
+    def download(self, host: np.ndarray) -> None:
+        """Copy this memory into the C-contiguous, writable `host` (as many bytes as it holds)."""
+        from numba.cuda.cudadrv.driver import driver, host_pointer
+
+        driver.cuMemcpyDtoH(host_pointer(host), self.ptr, host.nbytes)
+
+    def packed(self) -> tuple[int, ...]:
+        """The kernel arguments numba passes for a 1-D C-contiguous array:
+        meminfo, parent, size, itemsize, data, shape, strides (bytes)."""
+        itemsize = self.dtype.itemsize
+        return (0, 0, self.size, itemsize, self.ptr, self.size, itemsize)
+
+
+def set_pool(pool: Any) -> None:
+    """Use `pool` for `empty` (None: find the current context's again on next use)."""
+    global _pool
+    _pool = pool
+
+
+def empty(size: int, dtype: np.dtype) -> Any:
+    """`size` elements (at least one) of fresh device memory: a Memory from the
+    pool where there is one, else numba's device array."""
+    global _pool
+    if _pool is None:
+        from gpu_backend.pool import current
+
+        _pool = current() or False
+    if _pool is False:
+        from gpu_backend.device import cuda
+
+        return cuda.device_array(size, dtype)
+    nbytes = max(size, 1) * dtype.itemsize
+    block, klass = _pool.take(nbytes)
+    return Memory(block.device_pointer_value, size, dtype, Lease(_pool, block, klass))
