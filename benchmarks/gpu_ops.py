@@ -102,27 +102,21 @@ def single_gpu(torch: Any, elems: int, barrier: Callable[[], object]) -> list[Ro
     return rows
 
 
-def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, float, float, float, float]]:
-    """Each collective through refir's whole path (LaidOut over the rank
-    transport), from a row-major and from a column-major source, next to
-    torch.distributed (its process group made by the caller). Rows: name, bus
-    bytes, refir s, refir strided s, refir's wire alone s, torch s."""
-    import torch.distributed as dist
+Case = tuple[str, Any, Callable[[tuple[int, int]], TensorType], tuple[int, int], TensorType, float]
 
-    n = world.size
+
+def collective_cases(n: int, r: int, c: int) -> list[Case]:
+    """The four collectives on an r x c f32 tensor over n devices: name, op,
+    the source type in a given layout, the local source shape, the result
+    type, and the bus bytes (nccl-tests' count)."""
     mesh = Mesh("m", (n,), tuple(range(n)))
-    barrier = world.comm.Barrier
-    laid = LaidOut(transport_for(world))
-    r, c = sides(elems, 2)
-    f32 = "f32"
 
     def t(rows: int, cols: int, shard: int | None, layout: tuple[int, int] | None = None,
           partial: bool = False) -> TensorType:
         axes = tuple(Axis(e, "DIDx" if a == shard else None) for a, e in enumerate((rows, cols)))
-        return TensorType(f32, axes, mesh, layout, ("DIDx",) if partial else (), "sum" if partial else "")
+        return TensorType("f32", axes, mesh, layout, ("DIDx",) if partial else (), "sum" if partial else "")
 
-    # name, op, src type of a given layout, local source shape, torch call, bus bytes
-    cases = [
+    return [
         ("allreduce", ops.Allreduce("sum", ("DIDx",)), lambda lay: t(r, c, None, lay, True), (r, c),
          t(r, c, None), 2 * (n - 1) / n * 4 * r * c),
         ("allgather", ops.Allgather(0, "DIDx"), lambda lay: t(r, c, 0, lay), (r // n, c), t(r, c, None),
@@ -132,8 +126,21 @@ def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, 
         ("all_to_all", ops.AllToAll("DIDx", 1, 0), lambda lay: t(n * r, c, 0, lay), (r, c), t(n * r, c, 1),
          (n - 1) / n * 4 * r * c),
     ]
+
+
+def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, float, float, float, float]]:
+    """Each collective through refir's whole path (LaidOut over the rank
+    transport), from a row-major and from a column-major source, next to
+    torch.distributed (its process group made by the caller). Rows: name, bus
+    bytes, refir s, refir strided s, refir's wire alone s, torch s."""
+    import torch.distributed as dist
+
+    n = world.size
+    barrier = world.comm.Barrier
+    laid = LaidOut(transport_for(world))
+    r, c = sides(elems, 2)
     timed: dict[str, tuple[float, ...]] = {}
-    for name, op, src, local, dst, bus in cases:
+    for name, op, src, local, dst, bus in collective_cases(n, r, c):
         runs = []
         for order in [(0, 1), (1, 0)]:
             store, tx = _torch_in(torch, local, order)

@@ -164,11 +164,12 @@ def _reduce_scatter(t: RankTransport, op: ops.ReduceScatter, team: Team, x: Buf,
 def _all_to_all(t: RankTransport, op: ops.AllToAll, team: Team, x: Buf, src: TensorType,
                 dst: TensorType) -> Buf:
     n, order = len(team.devices), axis_first(x.ndim, op.concat_axis)
-    me = team.index(t.rank)
     split_extent, cat_extent = src.axes[op.split_axis].extent, src.axes[op.concat_axis].extent
+    if split_extent % n == 0 and cat_extent % n == 0:
+        return _pieces_in_place(t, op, team, x, order)
+    me = team.index(t.rank)
     parts = x.split(n, op.split_axis)
-    # Every piece travels in a slot of ceil(split/n) x ceil(concat/n): equal slots
-    # for NCCL; when both divide, a slot is exactly a piece and nothing is padded.
+    # Every piece travels in a slot of ceil(split/n) x ceil(concat/n): equal slots for NCCL.
     slot = list(x.shape)
     slot[op.split_axis] = block_size(split_extent, n, 0)
     slot[op.concat_axis] = block_size(cat_extent, n, 0)
@@ -177,9 +178,6 @@ def _all_to_all(t: RankTransport, op: ops.AllToAll, team: Team, x: Buf, src: Ten
         copy_into(room[tuple(slice(0, m) for m in part.shape)], part)
     got = DeviceBuffer.empty((n * prod(slot),), x.dtype).flat()
     t.wire.alltoall(team.devices, send, got)
-    even = split_extent % n == 0 and cat_extent % n == 0
-    if even:  # the slots side by side, concat axis outermost, are the result
-        return DeviceBuffer.dense(got, scaled(tuple(slot), op.concat_axis, n), order)
     valid = []
     for s, room in enumerate(pieces(got, n, tuple(slot), order)):
         shape = list(slot)
@@ -187,6 +185,29 @@ def _all_to_all(t: RankTransport, op: ops.AllToAll, team: Team, x: Buf, src: Ten
         shape[op.concat_axis] = block_size(cat_extent, n, s)
         valid.append(room[tuple(slice(0, m) for m in shape)])
     return DeviceArrays(order).concatenate(valid, op.concat_axis)
+
+
+def _pieces_in_place(t: RankTransport, op: ops.AllToAll, team: Team, x: DeviceBuffer,
+                     order: tuple[int, ...]) -> DeviceBuffer:
+    """Even pieces, each straight to its place. The result, concat axis
+    outermost, holds the pieces side by side in team order, so each is a
+    contiguous slice of it: a peer's piece is received into its slice, mine is
+    copied into mine, and a piece I send goes from where it lies when it is
+    dense in `order` (packed otherwise). One copy at most per piece, and no
+    buffer but the result (an alltoall would need a packed send buffer whole)."""
+    n = len(team.devices)
+    parts = x.split(n, op.split_axis)
+    out = DeviceBuffer.empty(scaled(parts[0].shape, op.concat_axis, n), x.dtype, order)
+    places = out.split(n, op.concat_axis)
+    sends, recvs = [], []
+    for peer, part, place in zip(team.devices, parts, places):
+        if peer == t.rank:
+            copy_into(place, part)
+        else:
+            sends.append((peer, laid_out(part, order).flat()))
+            recvs.append((peer, place.flat()))
+    t.wire.p2p(sends, recvs)
+    return out
 
 
 def _collect(t: RankTransport, team: Team, x: Buf, src: TensorType,
