@@ -70,15 +70,21 @@ class Phases:
 
     def __init__(self, wire: Any) -> None:
         self.wire = wire
-        self.times: dict[str, list[float]] = {}
+        self.times: dict[str, list[float]] = {}  # a phase inside another is named indented
+        self.depth = 0
 
     def timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            cuda.synchronize()
-            start = time.perf_counter()
-            out = fn(*args, **kwargs)
-            cuda.synchronize()
-            self.times.setdefault(name, []).append(time.perf_counter() - start)
+            key = "  " * self.depth + name
+            self.depth += 1
+            try:
+                cuda.synchronize()
+                start = time.perf_counter()
+                out = fn(*args, **kwargs)
+                cuda.synchronize()
+            finally:
+                self.depth -= 1
+            self.times.setdefault(key, []).append(time.perf_counter() - start)
             return out
         return wrapper
 
@@ -95,7 +101,7 @@ class Phases:
         try:
             yield self
         finally:
-            DeviceBuffer.empty = saved_empty  # type: ignore[method-assign]
+            DeviceBuffer.empty = staticmethod(saved_empty)  # type: ignore[method-assign]
             for (m, n), fn in saved.items():
                 setattr(m, n, fn)
             for n in wire_calls:
@@ -250,7 +256,8 @@ def main() -> int:
                 f"{ms(wrapped)}:")
             for k, v in parts.items():
                 say(f"    {k:<28} {ms(v)} x{per_call[k]:.0f}")
-            say(f"    {'rest (Python)':<28} {ms(wrapped - sum(v * per_call[k] for k, v in parts.items()))}")
+            top = sum(v * per_call[k] for k, v in parts.items() if not k.startswith(" "))
+            say(f"    {'rest (Python)':<28} {ms(wrapped - top)}")
             if order == (0, 1) and name == "allreduce":
                 say(profile_top(call))
     alone = wire_alone(torch, world, wire, ELEMS)
