@@ -1,24 +1,25 @@
 """Where refir's communication path spends its time: each collective's phases
-timed apart, next to its NCCL wire alone (several ways) and torch.distributed.
+timed apart, next to its NCCL wire alone and torch.distributed.
 
     mpiexec -n 2 python -m mpi4py -m benchmarks.collective_phases    (one GPU per rank)
 
 At the last size of GPU_BENCH_MIB (1 GiB f32 by default), for the four
 collectives of benchmarks/gpu_ops.py's table, rank 0 prints (ms, medians):
 
-- `whole`: LaidOut(transport_for(world)).communicate, one call then a sync,
-  from a row-major and a column-major source; `gpu span`: CUDA events around
-  the same call; `fresh`: blocks the pool asked the driver for while timing
-  (0 when every result comes from its free lists); `host`: the call's own
-  time with the GPU's work excluded (every wire call and wait made a no-op).
+- what a synchronize costs on an idle GPU, numba's and torch's;
+- `whole`: LaidOut(transport_for(world)).communicate, one call then torch's
+  synchronize (`numba sync`: numba's), from a row-major and a column-major
+  source; `gpu span`: CUDA events around the same call; `fresh`: blocks the
+  pool asked the driver for while timing (0 when every result comes from its
+  free lists); `host`: the call's own time with the GPU's work excluded
+  (every wire call a no-op);
 - the same call with every phase (allocation, copy kernels, wire calls)
-  wrapped in a synchronize before and after, each phase's median; what
-  is left of `whole` is Python between them.
-- the wire alone on buffers made once: through NcclWire (nccl4py and its
-  bounded wait), with a plain synchronize instead of the bounded wait, on a
-  stream of its own (as torch does), and on buffers registered with the
-  communicator.
-- torch.distributed on the same bytes.
+  wrapped in a synchronize before and after, each phase's median; `rest` is
+  what is left of the wrapped call: Python between the phases;
+- all_to_all by other means: packed whole and sent by one alltoall (the path
+  before the pieces went in place), and in place with other chunk sizes;
+- the wire alone on buffers made once: NcclWire, nccl4py's Communicator
+  method on the legacy default stream then a synchronize, and torch.
 """
 
 from __future__ import annotations
@@ -36,9 +37,12 @@ import numpy as np
 
 from benchmarks.gpu_ops import collective_cases, sides
 from benchmarks.gpu_timing import ELEMS, median_time, torch_group
+from benchmarks.gpu_timing import REPEATS as TIMED
 from gpu_backend import pool, rank_transport, transports
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED, cuda, use_device
+from gpu_backend.kernels import copy_into
+from gpu_backend.rank_transport import pieces
 from gpu_backend.transports import LaidOut, transport_for
 from refir.world import World, mpi_world
 
@@ -92,7 +96,8 @@ class Phases:
     def installed(self) -> Any:
         saved_empty = DeviceBuffer.empty
         saved = {(m, n): getattr(m, n) for m in (rank_transport, transports) for n in ("copy_into", "laid_out")}
-        wire_calls = ("allgather", "alltoall", "allreduce", "reduce_scatter", "p2p", "broadcast")
+        wire_calls = ("allgather", "alltoall", "allreduce", "reduce_scatter", "p2p", "broadcast", "start_p2p",
+                      "finish")
         DeviceBuffer.empty = staticmethod(self.timed("allocate", saved_empty))  # type: ignore[method-assign]
         for (m, n), fn in saved.items():
             setattr(m, n, self.timed(f"{n} ({m.__name__.split('.')[-1]})", fn))
@@ -111,7 +116,7 @@ class Phases:
 @contextmanager
 def no_gpu_wait(wire: Any) -> Any:
     """Every wire call a no-op: what is left of a call is host work and kernel launches."""
-    names = ("allgather", "alltoall", "allreduce", "reduce_scatter", "p2p", "broadcast")
+    names = ("allgather", "alltoall", "allreduce", "reduce_scatter", "p2p", "broadcast", "start_p2p", "finish")
     for n in names:
         setattr(wire, n, lambda *a, **k: None)
     try:
@@ -134,7 +139,8 @@ def host_only(fn: Callable[[], object], wire: Any, barrier: Callable[[], object]
     return float(np.median(times))
 
 
-def profile_top(fn: Callable[[], object], lines: int = 14) -> str:
+def profile_top(fn: Callable[[], object], lines: int = 25) -> str:
+    """Three calls profiled, the busiest functions by their own time, the wait's polling left out."""
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(3):
@@ -142,58 +148,48 @@ def profile_top(fn: Callable[[], object], lines: int = 14) -> str:
         cuda.synchronize()
     prof.disable()
     out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(lines)
+    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(lines)
     return out.getvalue()
 
 
-def wire_alone(torch: Any, world: World, wire: Any, elems: int) -> dict[str, dict[str, float]]:
-    """Seconds of each wire call on buffers made once, several ways."""
+def wire_alone(world: World, wire: Any, elems: int, sync: Callable[[], object]) -> dict[str, dict[str, float]]:
+    """Seconds of each wire call on buffers made once: NcclWire, and nccl4py's
+    Communicator methods on the legacy default stream (no wait of their own)."""
     n, team, barrier = world.size, tuple(range(world.size)), world.comm.Barrier
-    send, recv = cuda.device_array(elems, np.float32), cuda.device_array(elems, np.float32)
-    send_part, recv_part = send[:elems // n], recv[:elems // n]
-    comm = wire.team(team)
-    nccl = wire.nccl
-    stream = cuda.stream()
-    handle = int(getattr(stream.handle, 'value', None) or stream.handle)  # ctypes or cuda-python handle
-
-    def raw(s: Any) -> dict[str, Callable[[], object]]:
-        return {"allreduce": lambda: comm.allreduce(send, recv, nccl.SUM, stream=s),
-                "allgather": lambda: comm.allgather(send_part.view(np.uint8), recv.view(np.uint8), stream=s),
-                "reduce_scatter": lambda: comm.reduce_scatter(send, recv_part, nccl.SUM, stream=s),
-                "all_to_all": lambda: comm.alltoall(send.view(np.uint8), recv.view(np.uint8), stream=s)}
-
-    settled = {"allreduce": lambda: wire.allreduce(team, send, recv, "sum"),
-               "allgather": lambda: wire.allgather(team, send_part, recv),
-               "reduce_scatter": lambda: wire.reduce_scatter(team, send, recv_part, "sum"),
-               "all_to_all": lambda: wire.alltoall(team, send, recv)}
+    f32 = np.dtype(np.float32)
+    send, recv = DeviceBuffer.empty((elems,), f32), DeviceBuffer.empty((elems,), f32)
+    send_part, recv_part = send.take(0, 0, elems // n), recv.take(0, 0, elems // n)
+    comm, nccl = wire.team(team), wire.nccl
+    a, b, a_part, b_part = send.flat(), recv.flat(), send_part.flat(), recv_part.flat()
+    nccl4py = {"allreduce": lambda: comm.allreduce(a, b, nccl.SUM),
+               "allgather": lambda: comm.allgather(a_part.view(np.uint8), b.view(np.uint8)),
+               "reduce_scatter": lambda: comm.reduce_scatter(a, b_part, nccl.SUM),
+               "all_to_all": lambda: comm.alltoall(a.view(np.uint8), b.view(np.uint8))}
+    ours = {"allreduce": lambda: wire.allreduce(team, send, recv, "sum"),
+            "allgather": lambda: wire.allgather(team, send_part, recv),
+            "reduce_scatter": lambda: wire.reduce_scatter(team, send, recv_part, "sum"),
+            "all_to_all": lambda: wire.alltoall(team, send, recv)}
     out: dict[str, dict[str, float]] = {}
-    for name, call in settled.items():
-        out[name] = {"NcclWire": median_time(call, cuda.synchronize, barrier),
-                     "sync, stream 0": median_time(raw(0)[name], cuda.synchronize, barrier),
-                     "own stream": median_time(raw(handle)[name], stream.synchronize, barrier)}
-    # all_to_all as grouped send/recv with the peer only (what the even path now does)
-    peer_half = [(p, send_part.view(np.uint8)) for p in team if p != world.rank]
-    recv_half = [(p, recv_part.view(np.uint8)) for p in team if p != world.rank]
-    out["all_to_all"]["p2p, peers' halves"] = median_time(lambda: wire.p2p(peer_half, recv_half),
-                                                          cuda.synchronize, barrier)
-    # the same wire calls with torch's memory as the source (as the whole path's rows have)
-    torch_send = cuda.as_cuda_array(torch.ones(elems, device="cuda"))
-    torch_part = torch_send[:elems // n]
-    from_torch = {"allreduce": lambda: wire.allreduce(team, torch_send, recv, "sum"),
-                  "allgather": lambda: wire.allgather(team, torch_part, recv),
-                  "reduce_scatter": lambda: wire.reduce_scatter(team, torch_send, recv_part, "sum"),
-                  "all_to_all": lambda: wire.alltoall(team, torch_send, recv)}
-    for name, call in from_torch.items():
-        out[name]["torch's source"] = median_time(call, cuda.synchronize, barrier)
-    try:
-        handles = [comm.register_buffer(b) for b in (send, recv)]
-        for name in settled:
-            out[name]["registered"] = median_time(raw(0)[name], cuda.synchronize, barrier)
-        for h in handles:
-            h.close()
-    except Exception as e:  # noqa: BLE001  (a probe: report and go on)
-        print(f"rank {world.rank}: registering failed: {e!r}", file=sys.stderr)
+    for name, call in ours.items():
+        out[name] = {"NcclWire": median_time(call, sync, barrier),
+                     "nccl4py + sync": median_time(nccl4py[name], sync, barrier)}
+    peers = [p for p in team if p != world.rank]
+    out["all_to_all"]["p2p, peers' parts"] = median_time(
+        lambda: wire.p2p([(p, send_part) for p in peers], [(p, recv_part) for p in peers]), sync, barrier)
     return out
+
+
+def packed_all_to_all(t: Any, op: Any, x: DeviceBuffer) -> DeviceBuffer:
+    """The even all_to_all as it was: every piece packed into one send buffer,
+    one alltoall into a second, which is the result."""
+    n, order = t.mpi.comm.size, (op.concat_axis, op.split_axis)
+    parts = x.split(n, op.split_axis)
+    send = DeviceBuffer.empty((x.size,), x.dtype)
+    for room, part in zip(pieces(send.flat(), n, parts[0].shape, order), parts):
+        copy_into(room, part)
+    got = DeviceBuffer.empty((x.size,), x.dtype)
+    t.wire.alltoall(tuple(range(n)), send, got)
+    return got
 
 
 def torch_alone(torch: Any, elems: int, n: int, barrier: Callable[[], object]) -> dict[str, float]:
@@ -226,6 +222,9 @@ def main() -> int:
     say = (lambda s: (sys.stdout.write(s + "\n"), sys.stdout.flush())) if root else (lambda s: None)
     say(f"torch {torch.__version__}, its NCCL {torch.cuda.nccl.version()}; {ELEMS * 4 >> 20} MiB f32, "
         f"median of {REPEATS}, ms")
+    sync = torch.cuda.synchronize
+    say(f"a synchronize on an idle GPU: numba's {ms(median_time(cuda.synchronize, cuda.synchronize, barrier))}, "
+        f"torch's {ms(median_time(sync, sync, barrier))}")
     laid = LaidOut(transport_for(world))
     laid.inner.wire.start()
     wire = laid.inner.wire
@@ -240,27 +239,38 @@ def main() -> int:
             call = lambda: laid.communicate(op, src(order), dst, {world.rank: x})  # noqa: B023,E731
             call()
             before = pool.stats()
-            whole = median_time(call, cuda.synchronize, barrier)
+            whole = median_time(call, sync, barrier)
             after = pool.stats()
+            numba_sync = median_time(call, cuda.synchronize, barrier)
             span = gpu_span(call, barrier)
             host = host_only(call, wire, barrier)
             phases = Phases(wire)
             with phases.installed():
-                wrapped = median_time(call, cuda.synchronize, barrier)
+                wrapped = median_time(call, sync, barrier)
             parts = {k: float(np.median(v)) for k, v in phases.times.items()}
-            per_call = {k: len(v) / (REPEATS + 1) for k, v in phases.times.items()}
+            per_call = {k: round(len(v) / (TIMED + 1)) for k, v in phases.times.items()}
             fresh = after.fresh - before.fresh if after and before else -1
             say(f"\n{name} from {'row-major' if order == (0, 1) else 'column-major'}: whole {ms(whole)} "
                 f"({bus / whole / 1e9:.1f} GB/s bus; torch {ms(theirs[name])}, {theirs[name] / whole:.2f}), "
-                f"gpu span {ms(span)}, host {ms(host)}, fresh blocks {fresh}; phases synchronized "
-                f"{ms(wrapped)}:")
+                f"numba sync {ms(numba_sync)}, gpu span {ms(span)}, host {ms(host)}, fresh blocks {fresh}; "
+                f"phases synchronized {ms(wrapped)}:")
             for k, v in parts.items():
-                say(f"    {k:<28} {ms(v)} x{per_call[k]:.0f}")
+                say(f"    {k:<28} {ms(v)} x{per_call[k]}")
             top = sum(v * per_call[k] for k, v in parts.items() if not k.startswith(" "))
             say(f"    {'rest (Python)':<28} {ms(wrapped - top)}")
+            if name == "all_to_all":
+                before_ = lambda: packed_all_to_all(laid.inner, op, x)  # noqa: B023,E731
+                ways = {"packed + alltoall": median_time(before_, sync, barrier)}
+                default = rank_transport.CHUNK_BYTES
+                for chunk, label in [(1 << 50, "one chunk"), (128 << 20, "128 MiB chunks"),
+                                     (32 << 20, "32 MiB chunks"), (16 << 20, "16 MiB chunks")]:
+                    rank_transport.CHUNK_BYTES = chunk
+                    ways[f"in place, {label}"] = median_time(call, sync, barrier)
+                rank_transport.CHUNK_BYTES = default
+                say("    other ways: " + ", ".join(f"{k} {ms(v)}" for k, v in ways.items()))
             if order == (0, 1) and name == "allreduce":
                 say(profile_top(call))
-    alone = wire_alone(torch, world, wire, ELEMS)
+    alone = wire_alone(world, wire, ELEMS, sync)
     say("\nthe wire alone, buffers made once (ms), and torch:")
     for name, ways in alone.items():
         say(f"  {name:<16} " + "  ".join(f"{k} {ms(v)}" for k, v in ways.items()) + f"  torch {ms(theirs[name])}")

@@ -131,12 +131,15 @@ def collective_cases(n: int, r: int, c: int) -> list[Case]:
 def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, float, float, float, float]]:
     """Each collective through refir's whole path (LaidOut over the rank
     transport), from a row-major and from a column-major source, next to
-    torch.distributed (its process group made by the caller). Rows: name, bus
-    bytes, refir s, refir strided s, refir's wire alone s, torch s."""
+    torch.distributed (its process group made by the caller), each call followed
+    by the same device-wide synchronize, torch's (benchmarks/collective_phases.py
+    times numba's and torch's on an idle GPU). Rows: name, bus bytes, refir s, refir
+    strided s, refir's wire alone s, torch s."""
     import torch.distributed as dist
 
     n = world.size
     barrier = world.comm.Barrier
+    sync = torch.cuda.synchronize  # one device-wide synchronize for every column, refir's and torch's
     laid = LaidOut(transport_for(world))
     r, c = sides(elems, 2)
     timed: dict[str, tuple[float, ...]] = {}
@@ -147,19 +150,19 @@ def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, 
             store.fill_(1.0)
             x = DeviceBuffer(cuda.as_cuda_array(store.reshape(-1)), 0, local, tuple(tx.stride()))
             runs.append(median_time(lambda: laid.communicate(op, src(order), dst, {world.rank: x}),  # noqa: B023
-                                    cuda.synchronize, barrier))
+                                    sync, barrier))
         timed[name] = (bus, *runs)
-    # refir's wire alone (NcclWire: nccl4py and its bounded wait), on buffers
-    # made once: what the whole path adds is allocation, packing and Python.
-    wire, team = laid.inner.wire, tuple(range(n))
-    send, recv = cuda.device_array(r * c, np.float32), cuda.device_array(r * c, np.float32)
-    send_part, recv_part = send[:r * c // n], recv[:r * c // n]
+    # refir's wire alone (NcclWire: nccl4py's bindings and its bounded wait), on
+    # buffers made once: what the whole path adds is allocation, packing and Python.
+    wire, team, f32 = laid.inner.wire, tuple(range(n)), np.dtype(np.float32)
+    send, recv = DeviceBuffer.empty((r * c,), f32), DeviceBuffer.empty((r * c,), f32)
+    send_part, recv_part = send.take(0, 0, r * c // n), recv.take(0, 0, r * c // n)
     alone = {"allreduce": lambda: wire.allreduce(team, send, recv, "sum"),
              "allgather": lambda: wire.allgather(team, send_part, recv),
              "reduce_scatter": lambda: wire.reduce_scatter(team, send, recv_part, "sum"),
              "all_to_all": lambda: wire.alltoall(team, send, recv)}
     for name, call in alone.items():
-        timed[name] += (median_time(call, cuda.synchronize, barrier),)
+        timed[name] += (median_time(call, sync, barrier),)
     whole = torch.ones(r * c, device="cuda")
     part = torch.ones(r * c // n, device="cuda")
     got = torch.empty(r * c, device="cuda")
@@ -169,7 +172,7 @@ def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, 
              "all_to_all": lambda: dist.all_to_all_single(got, whole)}
     rows = []
     for name, call in calls.items():
-        theirs = median_time(call, torch.cuda.synchronize, barrier)
+        theirs = median_time(call, sync, barrier)
         bus, ours, strided, wired = timed[name]
         rows.append((name, bus, ours, strided, wired, theirs))
     return rows

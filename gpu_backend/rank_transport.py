@@ -15,7 +15,9 @@ with uneven blocks too; a broadcast or send_recv receiver learns the shape
 from a small MPI header (interp.mpi_transport's). NCCL has no v-collectives:
 uneven allgather, reduce_scatter and all_to_all move equal slots padded to
 ceil(E/n) and keep exactly each block (spec §3.1, §7); gather and scatter move
-each block at its own size, point to point.
+each block at its own size, point to point. An even all_to_all needs no slots:
+each piece goes point to point straight into its place in the result, in
+chunks that overlap packing with sending (_pieces_in_place).
 """
 
 from __future__ import annotations
@@ -36,22 +38,28 @@ from refir import ops
 from refir.mpi import fault
 from refir.tables import registrar
 from refir.teams import Team
-from refir.types import TensorType, axis_first, block_size, local_shape
+from refir.types import TensorType, axis_first, block, block_size, local_shape
 
 Arr = Any  # a 1-D device array
+Dense = DeviceBuffer  # one whose elements fill data[offset:offset+size]: the wire moves that memory
 
 
 class Wire(Protocol):
-    """Moves contiguous device arrays; teams are world ranks in team order."""
+    """Moves dense device buffers; teams are world ranks in team order. Each
+    call is done when it returns, but start_p2p, which returns once its
+    exchange is queued after every kernel issued so far: kernels issued next
+    may run meanwhile, and finish waits for it (its buffers kept alive till then)."""
 
     def start(self) -> None: ...
     def native(self, kind: str, dtype: np.dtype) -> bool: ...
-    def allgather(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None: ...
-    def alltoall(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None: ...
-    def broadcast(self, team: tuple[int, ...], buf: Arr, root: int) -> None: ...
-    def allreduce(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None: ...
-    def reduce_scatter(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None: ...
-    def p2p(self, sends: list[tuple[int, Arr]], recvs: list[tuple[int, Arr]]) -> None: ...
+    def allgather(self, team: tuple[int, ...], send: Dense, recv: Dense) -> None: ...
+    def alltoall(self, team: tuple[int, ...], send: Dense, recv: Dense) -> None: ...
+    def broadcast(self, team: tuple[int, ...], buf: Dense, root: int) -> None: ...
+    def allreduce(self, team: tuple[int, ...], send: Dense, recv: Dense, kind: str) -> None: ...
+    def reduce_scatter(self, team: tuple[int, ...], send: Dense, recv: Dense, kind: str) -> None: ...
+    def p2p(self, sends: list[tuple[int, Dense]], recvs: list[tuple[int, Dense]]) -> None: ...
+    def start_p2p(self, sends: list[tuple[int, Dense]], recvs: list[tuple[int, Dense]]) -> None: ...
+    def finish(self, what: str) -> None: ...
 
 
 class RankTransport:
@@ -125,7 +133,7 @@ def _allgather(t: RankTransport, op: ops.Allgather, team: Team, x: Buf, src: Ten
     c = block_size(extent, n, 0)
     send = padded(x, op.axis, c, order)
     whole = DeviceBuffer.empty(scaled(send.shape, op.axis, n), x.dtype, order)
-    t.wire.allgather(team.devices, send.flat(), whole.flat())
+    t.wire.allgather(team.devices, send, whole)
     return whole if n * c == extent else whole.take(op.axis, 0, extent)
 
 
@@ -135,11 +143,11 @@ def _allreduce(t: RankTransport, op: ops.Allreduce, team: Team, x: Buf, src: Ten
     if t.wire.native(op.kind, x.dtype):
         send = laid_out(x, dst.order)
         total = DeviceBuffer.empty(x.shape, x.dtype, dst.order)
-        t.wire.allreduce(team.devices, send.flat(), total.flat(), op.kind)
+        t.wire.allreduce(team.devices, send, total, op.kind)
         return total
     send = laid_out(x, dst.order)  # every member packs alike
     every = DeviceBuffer.empty((len(team.devices) * x.size,), x.dtype)
-    t.wire.allgather(team.devices, send.flat(), every.flat())
+    t.wire.allgather(team.devices, send, every)
     return DeviceArrays(dst.order).fold(op.kind, pieces(every.flat(), len(team.devices), x.shape, dst.order))
 
 
@@ -152,10 +160,10 @@ def _reduce_scatter(t: RankTransport, op: ops.ReduceScatter, team: Team, x: Buf,
     send, slot = padded(x, op.axis, n * c, order), with_extent(x.shape, op.axis, c)
     if t.wire.native(op.kind, x.dtype):  # padding is reduced with padding only, then cut away
         got = DeviceBuffer.empty(slot, x.dtype, order)
-        t.wire.reduce_scatter(team.devices, send.flat(), got.flat(), op.kind)
+        t.wire.reduce_scatter(team.devices, send, got, op.kind)
         return got if mine == c else got.take(op.axis, 0, mine)
     got = DeviceBuffer.empty(send.shape, x.dtype, order)  # my slot of every member, in team order
-    t.wire.alltoall(team.devices, send.flat(), got.flat())
+    t.wire.alltoall(team.devices, send, got)
     parts = [p.take(op.axis, 0, mine) for p in pieces(got.flat(), n, slot, order)]
     return DeviceArrays(dst.order).fold(op.kind, parts)
 
@@ -173,18 +181,24 @@ def _all_to_all(t: RankTransport, op: ops.AllToAll, team: Team, x: Buf, src: Ten
     slot = list(x.shape)
     slot[op.split_axis] = block_size(split_extent, n, 0)
     slot[op.concat_axis] = block_size(cat_extent, n, 0)
-    send = DeviceBuffer.empty((n * prod(slot),), x.dtype).flat()
-    for room, part in zip(pieces(send, n, tuple(slot), order), parts):
+    send = DeviceBuffer.empty((n * prod(slot),), x.dtype)
+    for room, part in zip(pieces(send.flat(), n, tuple(slot), order), parts):
         copy_into(room[tuple(slice(0, m) for m in part.shape)], part)
-    got = DeviceBuffer.empty((n * prod(slot),), x.dtype).flat()
+    got = DeviceBuffer.empty((n * prod(slot),), x.dtype)
     t.wire.alltoall(team.devices, send, got)
     valid = []
-    for s, room in enumerate(pieces(got, n, tuple(slot), order)):
+    for s, room in enumerate(pieces(got.flat(), n, tuple(slot), order)):
         shape = list(slot)
         shape[op.split_axis] = block_size(split_extent, n, me)
         shape[op.concat_axis] = block_size(cat_extent, n, s)
         valid.append(room[tuple(slice(0, m) for m in shape)])
     return DeviceArrays(order).concatenate(valid, op.concat_axis)
+
+
+# An even all_to_all's pieces travel in chunks of about this many bytes (at most
+# MAX_CHUNKS a piece), so that packing one overlaps sending the one before.
+CHUNK_BYTES = 64 << 20
+MAX_CHUNKS = 8
 
 
 def _pieces_in_place(t: RankTransport, op: ops.AllToAll, team: Team, x: DeviceBuffer,
@@ -193,20 +207,25 @@ def _pieces_in_place(t: RankTransport, op: ops.AllToAll, team: Team, x: DeviceBu
     outermost, holds the pieces side by side in team order, so each is a
     contiguous slice of it: a peer's piece is received into its slice, mine is
     copied into mine, and a piece I send goes from where it lies when it is
-    dense in `order` (packed otherwise). One copy at most per piece, and no
-    buffer but the result (an alltoall would need a packed send buffer whole)."""
-    n = len(team.devices)
+    dense in `order`, packed otherwise. Large pieces go in chunks along the
+    concat axis (the same on every rank): the wire sends chunk c while the
+    kernels pack chunk c + 1 and copy my own piece's chunk c."""
+    n, me, axis = len(team.devices), team.index(t.rank), op.concat_axis
     parts = x.split(n, op.split_axis)
-    out = DeviceBuffer.empty(scaled(parts[0].shape, op.concat_axis, n), x.dtype, order)
-    places = out.split(n, op.concat_axis)
-    sends, recvs = [], []
-    for peer, part, place in zip(team.devices, parts, places):
-        if peer == t.rank:
-            copy_into(place, part)
-        else:
-            sends.append((peer, laid_out(part, order).flat()))
-            recvs.append((peer, place.flat()))
-    t.wire.p2p(sends, recvs)
+    out = DeviceBuffer.empty(scaled(parts[0].shape, axis, n), x.dtype, order)
+    places = out.split(n, axis)
+    extent = parts[0].shape[axis]
+    chunks = max(1, min(extent, MAX_CHUNKS, parts[0].size * x.dtype.itemsize // CHUNK_BYTES))
+    kept = []  # the packed chunks, alive until the wire is done with them
+    for c in range(chunks):
+        lo, hi = block(extent, chunks, c)
+        sends = [(peer, laid_out(part.take(axis, lo, hi), order))
+                 for peer, part in zip(team.devices, parts) if peer != t.rank]
+        recvs = [(peer, place.take(axis, lo, hi)) for peer, place in zip(team.devices, places) if peer != t.rank]
+        t.wire.start_p2p(sends, recvs)
+        kept.append(sends)
+        copy_into(places[me].take(axis, lo, hi), parts[me].take(axis, lo, hi))
+    t.wire.finish("an all_to_all")
     return out
 
 
@@ -216,17 +235,17 @@ def _collect(t: RankTransport, team: Team, x: Buf, src: TensorType,
     the blocks' shapes, known from the global extents); None elsewhere."""
     shapes = [local_shape(src, {}, s) for s in team.senders]
     send = laid_out(x, order) if x is not None else None
-    sends = [(r, send.flat()) for r in team.receivers if r != t.rank] if send is not None else []
+    sends = [(r, send) for r in team.receivers if r != t.rank] if send is not None else []
     if t.rank not in team.receivers:
         t.wire.p2p(sends, [])
         return None
     flat = DeviceBuffer.empty((sum(prod(s) for s in shapes),), src.np_dtype).flat()
     recvs = []
-    for s, block in zip(team.senders, pieces_of(flat, shapes, order)):
+    for s, room in zip(team.senders, pieces_of(flat, shapes, order)):
         if s == t.rank:
-            copy_into(block, send)
+            copy_into(room, send)
         else:
-            recvs.append((s, block.flat()))
+            recvs.append((s, room))
     t.wire.p2p(sends, recvs)
     return flat, shapes
 
@@ -256,7 +275,7 @@ def _broadcast(t: RankTransport, op: ops.Broadcast, team: Team, x: Buf, src: Ten
                dst: TensorType) -> Buf:
     shape = t.header(team, x, src)  # team.devices[0] is the root
     buf = laid_out(x, dst.order) if x is not None else DeviceBuffer.empty(shape, src.np_dtype, dst.order)
-    t.wire.broadcast(team.devices, buf.flat(), 0)
+    t.wire.broadcast(team.devices, buf, 0)
     return buf if t.rank in team.receivers else None
 
 
@@ -272,10 +291,10 @@ def _scatter(t: RankTransport, op: ops.Scatter, team: Team, x: Buf, src: TensorT
             if r == t.rank:
                 mine = part
             else:
-                sends.append((r, part.flat()))
+                sends.append((r, part))
     elif t.rank in team.receivers:
         mine = DeviceBuffer.empty(local_shape(dst, {}, t.rank), src.np_dtype, dst.order)
-        recvs.append((op.root, mine.flat()))
+        recvs.append((op.root, mine))
     t.wire.p2p(sends, recvs)
     return mine
 
@@ -288,8 +307,8 @@ def _send_recv(t: RankTransport, op: ops.SendRecv, team: Team, x: Buf, src: Tens
         return x
     if t.rank == s:
         t.mpi.send_shape(x.shape, r)
-        t.wire.p2p([(r, laid_out(x, dst.order).flat())], [])
+        t.wire.p2p([(r, laid_out(x, dst.order))], [])
         return None
     got = DeviceBuffer.empty(t.mpi.recv_shape(s, src.rank), src.np_dtype, dst.order)
-    t.wire.p2p([], [(s, got.flat())])
+    t.wire.p2p([], [(s, got)])
     return got

@@ -101,7 +101,8 @@ def pinned(number: int, world: int) -> Case:
     result (gpu_backend/rank_transport.py): 0, pieces packed (columns of a
     row-major block) into a column-major result; 1, pieces sent from where they
     lie (dense in the result's order: one row of the split axis each) into a
-    result laid out (2, 0, 1); 2, a team of half the devices."""
+    result laid out (2, 0, 1); 2, a team of half the devices. Under MPI they
+    run with 8-byte chunks: two chunks a piece on 4 ranks."""
     m = Mesh("m", (world,), tuple(range(world))[::-1])
     half = Mesh("h", (world // 2,), tuple(range(world // 2)))
     shapes = [(2 * world, 3 * world), (world, 2 * world, 2), (world, 2 * world)]
@@ -186,20 +187,37 @@ def test_pinned_cases_are_what_they_say():
 def test_under_mpi():
     done = run_mpi(4, ["-m", "mpi4py", "tests/test_gpu_collectives.py"], timeout=200, env={"PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stdout + done.stderr
-    assert sum(line.startswith("ok ") for line in done.stdout.splitlines()) == 4 * len(KINDS) + PINNED, done.stdout
+    lines = done.stdout.splitlines()
+    assert sum(line.startswith("ok ") for line in lines) == 4 * len(KINDS) + PINNED, done.stdout
+    assert [line for line in lines if "chunks" in line] == [f"ok {4 * len(KINDS) + k} all_to_all in 2 chunks"
+                                                           for k in range(PINNED)], done.stdout
 
 
 def main(cases: int = 4 * len(KINDS)) -> int:
     """Under mpiexec: every rank builds every case, runs its own part, and checks
-    what it received against the spec; rank 0 prints a line per case."""
+    what it received against the spec; rank 0 prints a line per case. The
+    pinned cases run with tiny chunks, so that their pieces go in several (the
+    line says how many exchanges rank 0 started)."""
+    from gpu_backend import rank_transport
     from gpu_backend.device import use_device
 
     world = mpi_world()
     assert world is not None, "run me under mpiexec with 2 or 4 ranks"
     use_device(world.comm)
     failed, transport = 0, transport_for(world)
+    started = [0]
+    start_p2p = transport.wire.start_p2p
+
+    def counted(*args: object) -> None:
+        started[0] += 1
+        start_p2p(*args)
+
+    transport.wire.start_p2p = counted
+    default_chunk = rank_transport.CHUNK_BYTES
     for seed in range(cases + PINNED):
         op, src, dst, blocks = case(seed, world.size) if seed < cases else pinned(seed - cases, world.size)
+        rank_transport.CHUNK_BYTES = default_chunk if seed < cases else 8
+        started[0] = 0
         mine = {d: upload(x) for d, x in blocks.items() if d == world.rank}
         got = {d: download(x) for d, x in LaidOut(transport).communicate(op, src, dst, mine).items()}
         want = {d: x for d, x in expected(op, src, dst, blocks, world.size).items() if d == world.rank}
@@ -209,9 +227,11 @@ def main(cases: int = 4 * len(KINDS)) -> int:
         found = [p for part in world.comm.gather(mine, root=0) or [] for p in part]
         failed += bool(found)
         if world.is_root:
-            line = f"ok {seed} {ops.op_name(op)}" if not found else f"FAIL {seed} {ops.op_name(op)}: {found}"
+            chunks = f" in {started[0]} chunks" if seed >= cases else ""
+            line = f"ok {seed} {ops.op_name(op)}{chunks}" if not found else f"FAIL {seed} {ops.op_name(op)}: {found}"
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
+    rank_transport.CHUNK_BYTES = default_chunk
     transport.close()
     return 1 if failed else 0
 
