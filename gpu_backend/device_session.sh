@@ -11,7 +11,7 @@
 #   env              versions, GPUs, MPI library, NCCL
 #   examples         every shared example on gpu in one process, against spmd
 #   mpi-examples     every example that fits the GPUs, under mpiexec (NCCL)
-#   mpi-collectives  the nine communications with random layouts, through NCCL
+#   mpi-collectives  the nine communications with random layouts, through NCCL (COLL_CASES=N: the first N only)
 #   kernels          tests/test_gpu_kernels.py and the in-process collective tests
 #   cli              `python -m refir run ... --backend gpu` under mpiexec
 #   conform          the conformance corpus and 40 generated programs on gpu, in one process
@@ -114,7 +114,7 @@ stage env 60 bash -c '
   "$PY" -c "from gpu_backend.device import SIMULATED, cuda; print(\"simulated:\", SIMULATED); cuda.detect()"'
 stage examples 120 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_examples.py -k "not under_mpi"
 stage mpi-examples 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_examples.py'
-stage mpi-collectives 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_collectives.py'
+stage mpi-collectives 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_collectives.py $COLL_CASES'
 stage kernels 300 "$PY" -m pytest -q -p no:cacheprovider -rfE $WORKERS tests/test_gpu_kernels.py \
   tests/test_gpu_collectives.py -k "not under_mpi"
 stage cli 90 bash -c cli
