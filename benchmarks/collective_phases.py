@@ -17,7 +17,7 @@ collectives of benchmarks/gpu_ops.py's table, rank 0 prints (ms, medians):
   wrapped in a synchronize before and after, each phase's median; `rest` is
   what is left of the wrapped call: Python between the phases;
 - all_to_all by other means: packed whole and sent by one alltoall (the path
-  before the pieces went in place), and in place with other chunk sizes;
+  before the pieces went in place), and in place in 1, 2, 4 and 8 chunks;
 - the wire alone on buffers made once: NcclWire, nccl4py's Communicator
   method on the legacy default stream then a synchronize, and torch.
 """
@@ -261,12 +261,11 @@ def main() -> int:
             if name == "all_to_all":
                 before_ = lambda: packed_all_to_all(laid.inner, op, x)  # noqa: B023,E731
                 ways = {"packed + alltoall": median_time(before_, sync, barrier)}
-                default = rank_transport.CHUNK_BYTES
-                for chunk, label in [(1 << 50, "one chunk"), (128 << 20, "128 MiB chunks"),
-                                     (32 << 20, "32 MiB chunks"), (16 << 20, "16 MiB chunks")]:
-                    rank_transport.CHUNK_BYTES = chunk
-                    ways[f"in place, {label}"] = median_time(call, sync, barrier)
-                rank_transport.CHUNK_BYTES = default
+                default = rank_transport.CHUNKS
+                for chunks in (1, 2, 4, 8):
+                    rank_transport.CHUNKS = chunks
+                    ways[f"in place, {chunks} chunks"] = median_time(call, sync, barrier)
+                rank_transport.CHUNKS = default
                 say("    other ways: " + ", ".join(f"{k} {ms(v)}" for k, v in ways.items()))
             if order == (0, 1) and name == "allreduce":
                 say(profile_top(call))

@@ -16,8 +16,8 @@ from a small MPI header (interp.mpi_transport's). NCCL has no v-collectives:
 uneven allgather, reduce_scatter and all_to_all move equal slots padded to
 ceil(E/n) and keep exactly each block (spec §3.1, §7); gather and scatter move
 each block at its own size, point to point. An even all_to_all needs no slots:
-each piece goes point to point straight into its place in the result, in
-chunks that overlap packing with sending (_pieces_in_place).
+each piece goes point to point straight into its place in the result
+(_pieces_in_place).
 """
 
 from __future__ import annotations
@@ -195,10 +195,12 @@ def _all_to_all(t: RankTransport, op: ops.AllToAll, team: Team, x: Buf, src: Ten
     return DeviceArrays(order).concatenate(valid, op.concat_axis)
 
 
-# An even all_to_all's pieces travel in chunks of about this many bytes (at most
-# MAX_CHUNKS a piece), so that packing one overlaps sending the one before.
-CHUNK_BYTES = 64 << 20
-MAX_CHUNKS = 8
+# An even all_to_all can send each piece in CHUNKS chunks, each packed while the
+# one before is on the wire. On two H200s (benchmarks/RESULTS.md) eight chunks
+# were slower than one from a row-major source (each chunk's copies cost host
+# time) and no clear gain from a column-major one; the `phases` device stage
+# times 1, 2, 4 and 8.
+CHUNKS = 1
 
 
 def _pieces_in_place(t: RankTransport, op: ops.AllToAll, team: Team, x: DeviceBuffer,
@@ -207,15 +209,15 @@ def _pieces_in_place(t: RankTransport, op: ops.AllToAll, team: Team, x: DeviceBu
     outermost, holds the pieces side by side in team order, so each is a
     contiguous slice of it: a peer's piece is received into its slice, mine is
     copied into mine, and a piece I send goes from where it lies when it is
-    dense in `order`, packed otherwise. Large pieces go in chunks along the
-    concat axis (the same on every rank): the wire sends chunk c while the
-    kernels pack chunk c + 1 and copy my own piece's chunk c."""
+    dense in `order`, packed otherwise. My own piece is copied while the wire
+    sends the others; in CHUNKS chunks along the concat axis (the same on
+    every rank), the wire sends chunk c while the kernels pack chunk c + 1."""
     n, me, axis = len(team.devices), team.index(t.rank), op.concat_axis
     parts = x.split(n, op.split_axis)
     out = DeviceBuffer.empty(scaled(parts[0].shape, axis, n), x.dtype, order)
     places = out.split(n, axis)
     extent = parts[0].shape[axis]
-    chunks = max(1, min(extent, MAX_CHUNKS, parts[0].size * x.dtype.itemsize // CHUNK_BYTES))
+    chunks = max(1, min(extent, CHUNKS))
     kept = []  # the packed chunks, alive until the wire is done with them
     for c in range(chunks):
         lo, hi = block(extent, chunks, c)

@@ -101,8 +101,8 @@ def pinned(number: int, world: int) -> Case:
     result (gpu_backend/rank_transport.py): 0, pieces packed (columns of a
     row-major block) into a column-major result; 1, pieces sent from where they
     lie (dense in the result's order: one row of the split axis each) into a
-    result laid out (2, 0, 1); 2, a team of half the devices. Under MPI they
-    run with 8-byte chunks: two chunks a piece on 4 ranks."""
+    result laid out (2, 0, 1); 2, a team of half the devices. Under MPI their
+    pieces go in two chunks."""
     m = Mesh("m", (world,), tuple(range(world))[::-1])
     half = Mesh("h", (world // 2,), tuple(range(world // 2)))
     shapes = [(2 * world, 3 * world), (world, 2 * world, 2), (world, 2 * world)]
@@ -196,8 +196,8 @@ def test_under_mpi():
 def main(cases: int = 4 * len(KINDS)) -> int:
     """Under mpiexec: every rank builds every case, runs its own part, and checks
     what it received against the spec; rank 0 prints a line per case. The
-    pinned cases run with tiny chunks, so that their pieces go in several (the
-    line says how many exchanges rank 0 started)."""
+    pinned cases send their pieces in two chunks (the line says how many
+    exchanges rank 0 started)."""
     from gpu_backend import rank_transport
     from gpu_backend.device import use_device
 
@@ -213,10 +213,10 @@ def main(cases: int = 4 * len(KINDS)) -> int:
         start_p2p(*args)
 
     transport.wire.start_p2p = counted
-    default_chunk = rank_transport.CHUNK_BYTES
+    default_chunks = rank_transport.CHUNKS
     for seed in range(cases + PINNED):
         op, src, dst, blocks = case(seed, world.size) if seed < cases else pinned(seed - cases, world.size)
-        rank_transport.CHUNK_BYTES = default_chunk if seed < cases else 8
+        rank_transport.CHUNKS = default_chunks if seed < cases else 2
         started[0] = 0
         mine = {d: upload(x) for d, x in blocks.items() if d == world.rank}
         got = {d: download(x) for d, x in LaidOut(transport).communicate(op, src, dst, mine).items()}
@@ -231,7 +231,7 @@ def main(cases: int = 4 * len(KINDS)) -> int:
             line = f"ok {seed} {ops.op_name(op)}{chunks}" if not found else f"FAIL {seed} {ops.op_name(op)}: {found}"
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
-    rank_transport.CHUNK_BYTES = default_chunk
+    rank_transport.CHUNKS = default_chunks
     transport.close()
     return 1 if failed else 0
 
