@@ -198,7 +198,7 @@ def _all_to_all(t: RankTransport, op: ops.AllToAll, team: Team, x: Buf, src: Ten
 # An even all_to_all can send each piece in CHUNKS chunks, each packed while the
 # one before is on the wire. On two H200s (benchmarks/RESULTS.md) eight chunks
 # were slower than one from a row-major source (each chunk's copies cost host
-# time) and no clear gain from a column-major one; the `phases` device stage
+# time) and gained nothing clear from a column-major one; the `phases` device stage
 # times 1, 2, 4 and 8.
 CHUNKS = 1
 

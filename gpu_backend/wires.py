@@ -8,12 +8,14 @@ world's for point-to-point), bootstrapped with a unique id sent over the
 team's MPI communicator, one GPU per rank. They live in refir.mpi.COMMS, made
 on a team's first use and kept for every later run (NCCL sets up connections
 lazily on first use: about a second that only the first run pays). NCCL runs
-on a stream of the wire's own (as torch runs it), after everything issued
-before on the legacy default stream, where the kernels run; each operation is
-followed by a bounded, polite wait for that stream, so that a rank that never
-joins ends the job within REFIR_MPI_TIMEOUT instead of hanging it, and so that
-every buffer NCCL touched is free for the kernels again when the call returns
-(the pool's rule: gpu_backend/pool.py). Calls go through nccl4py's bindings
+on a stream of its own (as torch runs it; one for the process), after
+everything issued before on the legacy default stream, where the kernels
+run; each operation is followed by a bounded, polite wait for that stream,
+so that a rank that never joins ends the job within REFIR_MPI_TIMEOUT
+instead of hanging it, and so that every buffer NCCL touched is free for the
+kernels again when the call returns (the pool's rule: gpu_backend/pool.py;
+start_p2p alone returns earlier, and its caller keeps the buffers until
+finish). Calls go through nccl4py's bindings
 with raw pointers (its Communicator methods resolve each buffer through
 cuda.core, tens of µs a call). Data moves as bytes (NCCL knows no bool or
 int16, and ignores strides).
@@ -35,6 +37,7 @@ import numpy as np
 
 from gpu_backend.buffer import DeviceBuffer
 from interp.mpi_transport import MpiTransport
+from refir.errors import RunError
 from refir.mpi import COMMS, bcast_bytes, poll, wait
 
 DATA_TAG = 22
@@ -105,6 +108,10 @@ class MpiWire:
         pass
 
 
+# NCCL's stream and the two events that order it, one set per CUDA context for
+# the process's life (a wire is made per run): context handle -> (stream, ready, done).
+_STREAMS: dict[int, tuple[Any, Any, Any]] = {}
+
 # NCCL's types, and the reductions whose result may come in NCCL's order.
 _NCCL_TYPES = {np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.int64, np.float16, np.float32, np.float64)}
 
@@ -118,7 +125,7 @@ class NcclWire:
         self.nccl, self.raw, self.driver = nccl, raw, driver
         self.mpi = mpi
         self.world: Any = None
-        self.stream: Any = None  # made on first use, on the device the rank uses by then
+        self.stream: Any = None  # and its two events: the process's, found on first use
         self.ready = self.done = None
 
     def _init(self, comm: Any) -> Any:
@@ -143,18 +150,22 @@ class NcclWire:
 
     def _check(self, result: tuple[Any, ...]) -> tuple[Any, ...]:
         if result[0] != self.driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"CUDA driver call failed: {result[0]!r}")
+            raise RunError(f"a CUDA driver call for NCCL failed: {result[0]!r}")
         return result
 
     def _begin(self) -> int:
         """The wire's stream, made to wait for what the legacy default stream has queued."""
         cu = self.driver
-        if self.stream is None:  # the highest priority: its blocks go first where kernels run alongside
-            highest = self._check(cu.cuCtxGetStreamPriorityRange())[2]
-            self.stream = self._check(cu.cuStreamCreateWithPriority(int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
-                                                                    highest))[1]
-            flags = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
-            self.ready, self.done = (self._check(cu.cuEventCreate(flags))[1] for _ in range(2))
+        if self.stream is None:
+            context = int(self._check(cu.cuCtxGetCurrent())[1])
+            if context not in _STREAMS:  # the highest priority: its blocks go first where kernels run alongside
+                highest = self._check(cu.cuCtxGetStreamPriorityRange())[2]
+                flags = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+                _STREAMS[context] = (
+                    self._check(cu.cuStreamCreateWithPriority(int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
+                                                              highest))[1],
+                    self._check(cu.cuEventCreate(flags))[1], self._check(cu.cuEventCreate(flags))[1])
+            self.stream, self.ready, self.done = _STREAMS[context]
         self._check(cu.cuEventRecord(self.ready, cu.CUstream(0)))
         self._check(cu.cuStreamWaitEvent(self.stream, self.ready, 0))
         return int(self.stream)

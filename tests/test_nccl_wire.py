@@ -6,7 +6,9 @@ counts, types, streams and the order of the calls are what NCCL must get
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
+from gpu_backend import wires
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.wires import NcclWire
 
@@ -34,6 +36,9 @@ class Driver(Recorder):
     @staticmethod
     def CUstream(handle: int) -> int:  # noqa: N802 (the driver's name)
         return handle
+
+    def cuCtxGetCurrent(self) -> tuple:  # noqa: N802
+        return SUCCESS, 5
 
     def cuCtxGetStreamPriorityRange(self) -> tuple:  # noqa: N802
         return SUCCESS, 0, -5
@@ -79,6 +84,11 @@ class Array:
     def __init__(self, address: int, dtype: str) -> None:
         self.dtype = np.dtype(dtype)
         self.__cuda_array_interface__ = {"data": (address, False)}
+
+
+@pytest.fixture(autouse=True)
+def no_streams_yet(monkeypatch):
+    monkeypatch.setattr(wires, "_STREAMS", {})
 
 
 def wire() -> tuple[NcclWire, Driver, Raw]:
@@ -129,3 +139,13 @@ def test_point_to_point_is_one_group_on_the_world_and_empty_buffers_stay_home():
                          ("recv", 64 + 8, 8, 1, 3, ("comm", 900), 77), ("group_end",)]
     assert driver.calls[-3:] == [("record", "event2", 77), ("query", "event2", NOT_READY),
                                  ("query", "event2", SUCCESS)]
+
+
+def test_every_wire_of_the_process_shares_one_stream_and_its_events():
+    (first, driver, _), (second, other, _) = wire(), wire()
+    a = DeviceBuffer.dense(Array(64, "float32"), (4,))
+    first.p2p([(1, a)], [])
+    second.p2p([(1, a)], [])
+    assert [c for c in driver.calls if c[0] == "stream"] == [("stream", 1, -5)]
+    assert [c for c in other.calls if c[0] == "stream"] == []  # the second found the first's
+    assert other.calls[:2] == [("record", "event1", 0), ("wait", 77, "event1")]
