@@ -4,6 +4,7 @@
     python -m benchmarks.gpu_bench                   (no collectives)
     mpiexec -n 2 python -m benchmarks.gpu_bench run  (whole refir.run calls, below)
     mpiexec -n 2 python -m benchmarks.gpu_bench uneven  (pad-and-slice, below)
+    mpiexec -n 2 python -m benchmarks.gpu_bench collectives  (the collectives table only)
 
 At each size of GPU_BENCH_MIB (default "1 1024": 1 MiB and 1 GiB of float32),
 one table (benchmarks/gpu_ops.py says what each row counts): every order of a
@@ -57,22 +58,29 @@ def main() -> int:
         if world.is_root:
             sys.stdout.write("\n".join(lines) + "\n")
         return 0
+    only_collectives = sys.argv[1:] == ["collectives"]
+    if only_collectives and world is None:
+        sys.stderr.write("gpu_bench collectives needs mpiexec with one rank per GPU\n")
+        return 1
     if world is not None:
         torch_group(torch, world)
     for mib in SIZES_MIB:
         elems = mib * (1 << 20) // 4
-        rows = single_gpu(torch, elems, barrier)
-        ceiling = {nbytes: copy_ceiling(torch, nbytes, barrier) for nbytes in {row[1] for row in rows}}
-        comms = collectives(torch, elems, world) if world is not None else []
+        lines = [f"{mib} MiB float32 tensors, median of {REPEATS}"]
+        if not only_collectives:
+            rows = single_gpu(torch, elems, barrier)
+            ceiling = {nbytes: copy_ceiling(torch, nbytes, barrier) for nbytes in {row[1] for row in rows}}
+            lines = table(mib, rows, ceiling)
+        lines += collective_table(collectives(torch, elems, world) if world is not None else [])
         if world is None or world.is_root:
-            sys.stdout.write("\n".join(table(mib, rows, ceiling, comms)) + "\n\n")
+            sys.stdout.write("\n".join(lines) + "\n\n")
             sys.stdout.flush()
     if world is not None:
         torch.distributed.destroy_process_group()
     return 0
 
 
-def table(mib: int, rows: list, ceiling: dict[int, float], comms: list) -> list[str]:
+def table(mib: int, rows: list, ceiling: dict[int, float]) -> list[str]:
     """One size's tables: GB/s, % of the copy ceiling of the same bytes, refir/torch."""
     top = max(ceiling)
     lines = [f"{mib} MiB float32 tensors, median of {REPEATS}; GB/s. Ceiling: a device-to-device copy of the same "
@@ -86,6 +94,12 @@ def table(mib: int, rows: list, ceiling: dict[int, float], comms: list) -> list[
         lines.append(f"{name:<30} {nbytes / ours / 1e9:>7.1f} {nbytes / theirs / 1e9:>7.1f} {roof / 1e9:>7.1f} "
                      f"{100 * nbytes / ours / roof:>5.0f}% {theirs / ours:>11.2f} {nbytes / piped / 1e9:>7.1f} "
                      f"{100 * nbytes / piped / roof:>5.0f}%")
+    return lines
+
+
+def collective_table(comms: list) -> list[str]:
+    """Bus GB/s of each collective, and the ratios (none without MPI)."""
+    lines: list[str] = []
     if comms:
         lines += ["", "collectives, NCCL bus GB/s: refir's whole path from a row-major and a column-major source, "
                       "its wire alone on buffers made once, torch.distributed",

@@ -111,27 +111,21 @@ def single_gpu(torch: Any, elems: int, barrier: Callable[[], object]) -> list[Ro
     return rows
 
 
-def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, float, float, float, float]]:
-    """Each collective through refir's whole path (LaidOut over the rank
-    transport), from a row-major and from a column-major source, next to
-    torch.distributed (its process group made by the caller). Rows: name, bus
-    bytes, refir s, refir strided s, refir's wire alone s, torch s."""
-    import torch.distributed as dist
+Case = tuple[str, Any, Callable[[tuple[int, int]], TensorType], tuple[int, int], TensorType, float]
 
-    n = world.size
+
+def collective_cases(n: int, r: int, c: int) -> list[Case]:
+    """The four collectives on an r x c f32 tensor over n devices: name, op,
+    the source type in a given layout, the local source shape, the result
+    type, and the bus bytes (nccl-tests' count)."""
     mesh = Mesh("m", (n,), tuple(range(n)))
-    barrier = world.comm.Barrier
-    laid = LaidOut(transport_for(world))
-    r, c = sides(elems, 2)
-    f32 = "f32"
 
     def t(rows: int, cols: int, shard: int | None, layout: tuple[int, int] | None = None,
           partial: bool = False) -> TensorType:
         axes = tuple(Axis(e, "DIDx" if a == shard else None) for a, e in enumerate((rows, cols)))
-        return TensorType(f32, axes, mesh, layout, ("DIDx",) if partial else (), "sum" if partial else "")
+        return TensorType("f32", axes, mesh, layout, ("DIDx",) if partial else (), "sum" if partial else "")
 
-    # name, op, src type of a given layout, local source shape, torch call, bus bytes
-    cases = [
+    return [
         ("allreduce", ops.Allreduce("sum", ("DIDx",)), lambda lay: t(r, c, None, lay, True), (r, c),
          t(r, c, None), 2 * (n - 1) / n * 4 * r * c),
         ("allgather", ops.Allgather(0, "DIDx"), lambda lay: t(r, c, 0, lay), (r // n, c), t(r, c, None),
@@ -141,27 +135,43 @@ def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, 
         ("all_to_all", ops.AllToAll("DIDx", 1, 0), lambda lay: t(n * r, c, 0, lay), (r, c), t(n * r, c, 1),
          (n - 1) / n * 4 * r * c),
     ]
+
+
+def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, float, float, float, float]]:
+    """Each collective through refir's whole path (LaidOut over the rank
+    transport), from a row-major and from a column-major source, next to
+    torch.distributed (its process group made by the caller), each call followed
+    by the same device-wide synchronize, torch's (benchmarks/collective_phases.py
+    times numba's and torch's on an idle GPU). Rows: name, bus bytes, refir s, refir
+    strided s, refir's wire alone s, torch s."""
+    import torch.distributed as dist
+
+    n = world.size
+    barrier = world.comm.Barrier
+    sync = torch.cuda.synchronize  # one device-wide synchronize for every column, refir's and torch's
+    laid = LaidOut(transport_for(world))
+    r, c = sides(elems, 2)
     timed: dict[str, tuple[float, ...]] = {}
-    for name, op, src, local, dst, bus in cases:
+    for name, op, src, local, dst, bus in collective_cases(n, r, c):
         runs = []
         for order in [(0, 1), (1, 0)]:
             store, tx = _torch_in(torch, local, order)
             store.fill_(1.0)
             x = DeviceBuffer(_memory(store.reshape(-1)), 0, local, tuple(tx.stride()))
             runs.append(median_time(lambda: laid.communicate(op, src(order), dst, {world.rank: x}),  # noqa: B023
-                                    cuda.synchronize, barrier))
+                                    sync, barrier))
         timed[name] = (bus, *runs)
-    # refir's wire alone (NcclWire: nccl4py and its bounded wait), on buffers
-    # made once: what the whole path adds is allocation, packing and Python.
-    wire, team = laid.inner.wire, tuple(range(n))
-    send, recv = memory.empty(r * c, np.dtype(np.float32)), memory.empty(r * c, np.dtype(np.float32))
-    send_part, recv_part = send[:r * c // n], recv[:r * c // n]
+    # refir's wire alone (NcclWire: nccl4py's bindings and its bounded wait), on
+    # buffers made once: what the whole path adds is allocation, packing and Python.
+    wire, team, f32 = laid.inner.wire, tuple(range(n)), np.dtype(np.float32)
+    send, recv = DeviceBuffer.empty((r * c,), f32), DeviceBuffer.empty((r * c,), f32)
+    send_part, recv_part = send.take(0, 0, r * c // n), recv.take(0, 0, r * c // n)
     alone = {"allreduce": lambda: wire.allreduce(team, send, recv, "sum"),
              "allgather": lambda: wire.allgather(team, send_part, recv),
              "reduce_scatter": lambda: wire.reduce_scatter(team, send, recv_part, "sum"),
              "all_to_all": lambda: wire.alltoall(team, send, recv)}
     for name, call in alone.items():
-        timed[name] += (median_time(call, cuda.synchronize, barrier),)
+        timed[name] += (median_time(call, sync, barrier),)
     whole = torch.ones(r * c, device="cuda")
     part = torch.ones(r * c // n, device="cuda")
     got = torch.empty(r * c, device="cuda")
@@ -171,7 +181,7 @@ def collectives(torch: Any, elems: int, world: World) -> list[tuple[str, float, 
              "all_to_all": lambda: dist.all_to_all_single(got, whole)}
     rows = []
     for name, call in calls.items():
-        theirs = median_time(call, torch.cuda.synchronize, barrier)
+        theirs = median_time(call, sync, barrier)
         bus, ours, strided, wired = timed[name]
         rows.append((name, bus, ours, strided, wired, theirs))
     return rows

@@ -11,7 +11,7 @@
 #   env              versions, GPUs, MPI library, NCCL
 #   examples         every shared example on gpu in one process, against spmd
 #   mpi-examples     every example that fits the GPUs, under mpiexec (NCCL)
-#   mpi-collectives  the nine communications with random layouts, through NCCL
+#   mpi-collectives  the nine communications with random layouts, through NCCL (COLL_CASES=N: the first N only)
 #   kernels          tests/test_gpu_kernels.py and the in-process collective tests
 #   cli              `python -m refir run ... --backend gpu` under mpiexec
 #   conform          the conformance corpus and 40 generated programs on gpu, in one process
@@ -23,6 +23,8 @@
 #   bench            benchmarks/gpu_bench.py: permutes, reductions, elementwise, collectives at 1 MiB and 1 GiB next to torch and the copy ceiling
 #   bench-run        benchmarks/gpu_bench.py run: whole refir.run calls of the seed-2 pattern next to torch
 #   bench-uneven     benchmarks/gpu_bench.py uneven: allgather and reduce_scatter, even vs uneven (pad-and-slice), next to torch
+#   bench-coll       benchmarks/gpu_bench.py collectives: the collectives table alone (GPU_BENCH_MIB sets the sizes)
+#   phases           benchmarks/collective_phases.py: each collective's phases timed apart, its wire several ways, torch
 # (the benchmarks come last: correctness first when the budget runs short)
 # A failing or slow stage never stops the next; each has a time limit and the
 # whole run keeps within $BUDGET seconds (the device tool stops a command at 600).
@@ -67,7 +69,7 @@ ranks() {  # ranks N ARGS...: N pythons under mpiexec, one GPU each
   shift
   "$MPIEXEC" -n "$n" -x PYTHONPATH -x REFIR_SHARED -x NUMBA_ENABLE_CUDASIM -x NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS \
     -x REFIR_MPI_TIMEOUT -x PYTHONDONTWRITEBYTECODE -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST \
-    -x NVSHMEM_DISABLE_NVLS ${REFIR_FAULT:+-x REFIR_FAULT} \
+    -x NVSHMEM_DISABLE_NVLS ${REFIR_FAULT:+-x REFIR_FAULT} ${GPU_BENCH_MIB:+-x GPU_BENCH_MIB} \
     bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$0" "$@"' "$PY" "$@"
 }
 
@@ -112,7 +114,7 @@ stage env 60 bash -c '
   "$PY" -c "from gpu_backend.device import SIMULATED, cuda; print(\"simulated:\", SIMULATED); cuda.detect()"'
 stage examples 120 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_examples.py -k "not under_mpi"
 stage mpi-examples 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_examples.py'
-stage mpi-collectives 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_collectives.py'
+stage mpi-collectives 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_collectives.py $COLL_CASES'
 stage kernels 300 "$PY" -m pytest -q -p no:cacheprovider -rfE $WORKERS tests/test_gpu_kernels.py \
   tests/test_gpu_collectives.py -k "not under_mpi"
 stage cli 90 bash -c cli
@@ -126,6 +128,8 @@ stage mpi-faults 200 bash -c faults
 stage bench 300 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench | tee "$OUT/bench.txt"'
 stage bench-run 240 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench run | tee "$OUT/bench-run.txt"'
 stage bench-uneven 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench uneven | tee "$OUT/bench-uneven.txt"'
+stage bench-coll 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench collectives | tee "$OUT/bench-coll.txt"'
+stage phases 150 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.collective_phases | tee "$OUT/phases.txt"'
 
 echo "=== done in $((SECONDS - START))s"
 cat "$OUT/summary.txt"

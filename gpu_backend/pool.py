@@ -7,8 +7,10 @@ batches. `SizeClassPool` keeps freed blocks in free lists by size class
 and hands them out again; `PoolManager` puts it behind numba's External
 Memory Management interface, so that every allocation (buffers, uploads,
 reduction partials, wire buffers) goes through it. Reuse is safe without
-synchronising: every kernel, copy and NCCL call of the backend is ordered on
-the legacy default stream, so a block's next user runs after its last one.
+synchronising: every kernel and copy of the backend is ordered on the legacy
+default stream, so a block's next user runs after its last one; NCCL runs on
+a stream of its own, which waits for the default stream before each call and
+which the default stream waits for after it (gpu_backend/wires.py).
 
 The counts (bytes in use, their peak, bytes held) are what the memory target
 of issue 10 is measured with. The simulator has no EMM interface: there the

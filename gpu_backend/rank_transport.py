@@ -15,7 +15,9 @@ with uneven blocks too; a broadcast or send_recv receiver learns the shape
 from a small MPI header (interp.mpi_transport's). NCCL has no v-collectives:
 uneven allgather, reduce_scatter and all_to_all move equal slots padded to
 ceil(E/n) and keep exactly each block (spec §3.1, §7); gather and scatter move
-each block at its own size, point to point.
+each block at its own size, point to point. An even all_to_all needs no slots:
+each piece goes point to point straight into its place in the result
+(_pieces_in_place).
 """
 
 from __future__ import annotations
@@ -36,22 +38,29 @@ from refir import ops
 from refir.mpi import fault
 from refir.tables import registrar
 from refir.teams import Team
-from refir.types import TensorType, axis_first, block_size, local_shape
+from refir.types import TensorType, axis_first, block, block_size, local_shape
 
 Arr = Any  # a 1-D device array
+Dense = DeviceBuffer  # one whose elements fill data[offset:offset+size]: the wire moves that memory
 
 
 class Wire(Protocol):
-    """Moves contiguous device arrays; teams are world ranks in team order."""
+    """Moves dense device buffers; teams are world ranks in team order. Each
+    call is ordered before every kernel issued after it returns, but
+    start_p2p, whose exchange is queued after every kernel issued so far:
+    kernels issued next may run meanwhile, until finish orders the rest after
+    it (its buffers kept alive till then)."""
 
     def start(self) -> None: ...
     def native(self, kind: str, dtype: np.dtype) -> bool: ...
-    def allgather(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None: ...
-    def alltoall(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None: ...
-    def broadcast(self, team: tuple[int, ...], buf: Arr, root: int) -> None: ...
-    def allreduce(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None: ...
-    def reduce_scatter(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None: ...
-    def p2p(self, sends: list[tuple[int, Arr]], recvs: list[tuple[int, Arr]]) -> None: ...
+    def allgather(self, team: tuple[int, ...], send: Dense, recv: Dense) -> None: ...
+    def alltoall(self, team: tuple[int, ...], send: Dense, recv: Dense) -> None: ...
+    def broadcast(self, team: tuple[int, ...], buf: Dense, root: int) -> None: ...
+    def allreduce(self, team: tuple[int, ...], send: Dense, recv: Dense, kind: str) -> None: ...
+    def reduce_scatter(self, team: tuple[int, ...], send: Dense, recv: Dense, kind: str) -> None: ...
+    def p2p(self, sends: list[tuple[int, Dense]], recvs: list[tuple[int, Dense]]) -> None: ...
+    def start_p2p(self, sends: list[tuple[int, Dense]], recvs: list[tuple[int, Dense]]) -> None: ...
+    def finish(self, what: str) -> None: ...
 
 
 class RankTransport:
@@ -125,7 +134,7 @@ def _allgather(t: RankTransport, op: ops.Allgather, team: Team, x: Buf, src: Ten
     c = block_size(extent, n, 0)
     send = padded(x, op.axis, c, order)
     whole = DeviceBuffer.empty(scaled(send.shape, op.axis, n), x.dtype, order)
-    t.wire.allgather(team.devices, send.flat(), whole.flat())
+    t.wire.allgather(team.devices, send, whole)
     return whole if n * c == extent else whole.take(op.axis, 0, extent)
 
 
@@ -135,11 +144,11 @@ def _allreduce(t: RankTransport, op: ops.Allreduce, team: Team, x: Buf, src: Ten
     if t.wire.native(op.kind, x.dtype):
         send = laid_out(x, dst.order)
         total = DeviceBuffer.empty(x.shape, x.dtype, dst.order)
-        t.wire.allreduce(team.devices, send.flat(), total.flat(), op.kind)
+        t.wire.allreduce(team.devices, send, total, op.kind)
         return total
     send = laid_out(x, dst.order)  # every member packs alike
     every = DeviceBuffer.empty((len(team.devices) * x.size,), x.dtype)
-    t.wire.allgather(team.devices, send.flat(), every.flat())
+    t.wire.allgather(team.devices, send, every)
     return DeviceArrays(dst.order).fold(op.kind, pieces(every.flat(), len(team.devices), x.shape, dst.order))
 
 
@@ -152,10 +161,10 @@ def _reduce_scatter(t: RankTransport, op: ops.ReduceScatter, team: Team, x: Buf,
     send, slot = padded(x, op.axis, n * c, order), with_extent(x.shape, op.axis, c)
     if t.wire.native(op.kind, x.dtype):  # padding is reduced with padding only, then cut away
         got = DeviceBuffer.empty(slot, x.dtype, order)
-        t.wire.reduce_scatter(team.devices, send.flat(), got.flat(), op.kind)
+        t.wire.reduce_scatter(team.devices, send, got, op.kind)
         return got if mine == c else got.take(op.axis, 0, mine)
     got = DeviceBuffer.empty(send.shape, x.dtype, order)  # my slot of every member, in team order
-    t.wire.alltoall(team.devices, send.flat(), got.flat())
+    t.wire.alltoall(team.devices, send, got)
     parts = [p.take(op.axis, 0, mine) for p in pieces(got.flat(), n, slot, order)]
     return DeviceArrays(dst.order).fold(op.kind, parts)
 
@@ -164,29 +173,63 @@ def _reduce_scatter(t: RankTransport, op: ops.ReduceScatter, team: Team, x: Buf,
 def _all_to_all(t: RankTransport, op: ops.AllToAll, team: Team, x: Buf, src: TensorType,
                 dst: TensorType) -> Buf:
     n, order = len(team.devices), axis_first(x.ndim, op.concat_axis)
-    me = team.index(t.rank)
     split_extent, cat_extent = src.axes[op.split_axis].extent, src.axes[op.concat_axis].extent
+    if split_extent % n == 0 and cat_extent % n == 0:
+        return _pieces_in_place(t, op, team, x, order)
+    me = team.index(t.rank)
     parts = x.split(n, op.split_axis)
-    # Every piece travels in a slot of ceil(split/n) x ceil(concat/n): equal slots
-    # for NCCL; when both divide, a slot is exactly a piece and nothing is padded.
+    # Every piece travels in a slot of ceil(split/n) x ceil(concat/n): equal slots for NCCL.
     slot = list(x.shape)
     slot[op.split_axis] = block_size(split_extent, n, 0)
     slot[op.concat_axis] = block_size(cat_extent, n, 0)
-    send = DeviceBuffer.empty((n * prod(slot),), x.dtype).flat()
-    for room, part in zip(pieces(send, n, tuple(slot), order), parts):
+    send = DeviceBuffer.empty((n * prod(slot),), x.dtype)
+    for room, part in zip(pieces(send.flat(), n, tuple(slot), order), parts):
         copy_into(room[tuple(slice(0, m) for m in part.shape)], part)
-    got = DeviceBuffer.empty((n * prod(slot),), x.dtype).flat()
+    got = DeviceBuffer.empty((n * prod(slot),), x.dtype)
     t.wire.alltoall(team.devices, send, got)
-    even = split_extent % n == 0 and cat_extent % n == 0
-    if even:  # the slots side by side, concat axis outermost, are the result
-        return DeviceBuffer.dense(got, scaled(tuple(slot), op.concat_axis, n), order)
     valid = []
-    for s, room in enumerate(pieces(got, n, tuple(slot), order)):
+    for s, room in enumerate(pieces(got.flat(), n, tuple(slot), order)):
         shape = list(slot)
         shape[op.split_axis] = block_size(split_extent, n, me)
         shape[op.concat_axis] = block_size(cat_extent, n, s)
         valid.append(room[tuple(slice(0, m) for m in shape)])
     return DeviceArrays(order).concatenate(valid, op.concat_axis)
+
+
+# An even all_to_all can send each piece in CHUNKS chunks, each packed while the
+# one before is on the wire. On two H200s (benchmarks/RESULTS.md) eight chunks
+# were slower than one from a row-major source (each chunk's copies cost host
+# time) and gained nothing clear from a column-major one; the `phases` device stage
+# times 1, 2, 4 and 8.
+CHUNKS = 1
+
+
+def _pieces_in_place(t: RankTransport, op: ops.AllToAll, team: Team, x: DeviceBuffer,
+                     order: tuple[int, ...]) -> DeviceBuffer:
+    """Even pieces, each straight to its place. The result, concat axis
+    outermost, holds the pieces side by side in team order, so each is a
+    contiguous slice of it: a peer's piece is received into its slice, mine is
+    copied into mine, and a piece I send goes from where it lies when it is
+    dense in `order`, packed otherwise. My own piece is copied while the wire
+    sends the others; in CHUNKS chunks along the concat axis (the same on
+    every rank), the wire sends chunk c while the kernels pack chunk c + 1."""
+    n, me, axis = len(team.devices), team.index(t.rank), op.concat_axis
+    parts = x.split(n, op.split_axis)
+    out = DeviceBuffer.empty(scaled(parts[0].shape, axis, n), x.dtype, order)
+    places = out.split(n, axis)
+    extent = parts[0].shape[axis]
+    chunks = max(1, min(extent, CHUNKS))
+    kept = []  # the packed chunks, alive until the wire is done with them
+    for c in range(chunks):
+        lo, hi = block(extent, chunks, c)
+        sends = [(peer, laid_out(part.take(axis, lo, hi), order))
+                 for peer, part in zip(team.devices, parts) if peer != t.rank]
+        recvs = [(peer, place.take(axis, lo, hi)) for peer, place in zip(team.devices, places) if peer != t.rank]
+        t.wire.start_p2p(sends, recvs)
+        kept.append(sends)
+        copy_into(places[me].take(axis, lo, hi), parts[me].take(axis, lo, hi))
+    t.wire.finish("an all_to_all")
+    return out
 
 
 def _collect(t: RankTransport, team: Team, x: Buf, src: TensorType,
@@ -195,17 +238,17 @@ def _collect(t: RankTransport, team: Team, x: Buf, src: TensorType,
     the blocks' shapes, known from the global extents); None elsewhere."""
     shapes = [local_shape(src, {}, s) for s in team.senders]
     send = laid_out(x, order) if x is not None else None
-    sends = [(r, send.flat()) for r in team.receivers if r != t.rank] if send is not None else []
+    sends = [(r, send) for r in team.receivers if r != t.rank] if send is not None else []
     if t.rank not in team.receivers:
         t.wire.p2p(sends, [])
         return None
     flat = DeviceBuffer.empty((sum(prod(s) for s in shapes),), src.np_dtype).flat()
     recvs = []
-    for s, block in zip(team.senders, pieces_of(flat, shapes, order)):
+    for s, room in zip(team.senders, pieces_of(flat, shapes, order)):
         if s == t.rank:
-            copy_into(block, send)
+            copy_into(room, send)
         else:
-            recvs.append((s, block.flat()))
+            recvs.append((s, room))
     t.wire.p2p(sends, recvs)
     return flat, shapes
 
@@ -235,7 +278,7 @@ def _broadcast(t: RankTransport, op: ops.Broadcast, team: Team, x: Buf, src: Ten
                dst: TensorType) -> Buf:
     shape = t.header(team, x, src)  # team.devices[0] is the root
     buf = laid_out(x, dst.order) if x is not None else DeviceBuffer.empty(shape, src.np_dtype, dst.order)
-    t.wire.broadcast(team.devices, buf.flat(), 0)
+    t.wire.broadcast(team.devices, buf, 0)
     return buf if t.rank in team.receivers else None
 
 
@@ -251,10 +294,10 @@ def _scatter(t: RankTransport, op: ops.Scatter, team: Team, x: Buf, src: TensorT
             if r == t.rank:
                 mine = part
             else:
-                sends.append((r, part.flat()))
+                sends.append((r, part))
     elif t.rank in team.receivers:
         mine = DeviceBuffer.empty(local_shape(dst, {}, t.rank), src.np_dtype, dst.order)
-        recvs.append((op.root, mine.flat()))
+        recvs.append((op.root, mine))
     t.wire.p2p(sends, recvs)
     return mine
 
@@ -267,8 +310,8 @@ def _send_recv(t: RankTransport, op: ops.SendRecv, team: Team, x: Buf, src: Tens
         return x
     if t.rank == s:
         t.mpi.send_shape(x.shape, r)
-        t.wire.p2p([(r, laid_out(x, dst.order).flat())], [])
+        t.wire.p2p([(r, laid_out(x, dst.order))], [])
         return None
     got = DeviceBuffer.empty(t.mpi.recv_shape(s, src.rank), src.np_dtype, dst.order)
-    t.wire.p2p([], [(s, got.flat())])
+    t.wire.p2p([], [(s, got)])
     return got

@@ -1,16 +1,25 @@
-"""Wires: how packed device arrays travel between ranks.
+"""Wires: how dense device buffers travel between ranks.
+
+A wire is handed DeviceBuffers whose elements fill data[offset:offset+size]
+(dense in some order) and moves them as they lie in memory.
 
 `NcclWire` keeps them on the GPU: nccl4py communicators, one per team (the
 world's for point-to-point), bootstrapped with a unique id sent over the
 team's MPI communicator, one GPU per rank. They live in refir.mpi.COMMS, made
 on a team's first use and kept for every later run (NCCL sets up connections
-lazily on first use: about a second that only the first run pays). Each
+lazily on first use: about a second that only the first run pays). NCCL runs
+on a stream of its own (as torch runs it; one for the process), after
+everything issued before on the legacy default stream, where the kernels
+run, and the default stream waits for it in turn: kernels after a collective
+run after it, and a pooled block freed after it (gpu_backend/pool.py) is
+reused only by work ordered after it. The host does not wait per call: each
 operation is marked as queued, and the next copy between host and device
-first waits for it, politely and boundedly (gpu_backend/pending.py), so that
-a rank that never joins ends the job within REFIR_MPI_TIMEOUT instead of
+first waits for it, politely and within REFIR_MPI_TIMEOUT
+(gpu_backend/pending.py), so a rank that never joins ends the job instead of
 hanging it, while the host goes on queueing the steps after a collective.
-Data moves as bytes (NCCL knows no bool or int16, and ignores strides: the
-arrays here are always contiguous).
+Calls go through nccl4py's bindings with raw pointers (its Communicator
+methods resolve each buffer through cuda.core, tens of µs a call). Data moves
+as bytes (NCCL knows no bool or int16, and ignores strides).
 NCCL reduces natively only where refir's numerics allow its order: integer
 sum, prod, max and min are exact in any order; float sum and prod come within
 the spec's bound (not bit-identical to spmd's team-order fold); float max/min
@@ -28,24 +37,28 @@ from typing import Any
 import numpy as np
 
 from gpu_backend import pending
-from gpu_backend.memory import Memory
+from gpu_backend.buffer import DeviceBuffer
 from interp.mpi_transport import MpiTransport
+from refir.errors import RunError
 from refir.mpi import COMMS, bcast_bytes, wait
 
-Arr = Any  # a 1-D contiguous device array
 DATA_TAG = 22
 
 
-def _host(a: Arr) -> np.ndarray:
-    """The bytes of a device array, on the host (never hand MPI a device array)."""
-    host = a.view(np.uint8).copy_to_host()
+def _host(b: DeviceBuffer) -> np.ndarray:
+    """The bytes of a dense buffer, on the host (never hand MPI a device array)."""
+    host = b.flat().view(np.uint8).copy_to_host()
     assert isinstance(host, np.ndarray)
     return host
 
 
-def _to_device(host: np.ndarray, a: Arr) -> None:
-    if a.size:
-        a.view(np.uint8).copy_to_device(host)
+def _to_device(host: np.ndarray, b: DeviceBuffer) -> None:
+    if b.size:
+        b.flat().view(np.uint8).copy_to_device(host)
+
+
+def _nbytes(b: DeviceBuffer) -> int:
+    return b.size * b.data.dtype.itemsize
 
 
 class MpiWire:
@@ -58,103 +71,70 @@ class MpiWire:
     def native(self, kind: str, dtype: np.dtype) -> bool:
         return False
 
-    def allgather(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None:
-        got = np.empty(recv.nbytes, np.uint8)
+    def allgather(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer) -> None:
+        got = np.empty(_nbytes(recv), np.uint8)
         wait(self.mpi.team_comm(team).Iallgather(_host(send), got), "an allgather")
         _to_device(got, recv)
 
-    def alltoall(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None:
-        got = np.empty(recv.nbytes, np.uint8)
+    def alltoall(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer) -> None:
+        got = np.empty(_nbytes(recv), np.uint8)
         wait(self.mpi.team_comm(team).Ialltoall(_host(send), got), "an all_to_all")
         _to_device(got, recv)
 
-    def broadcast(self, team: tuple[int, ...], buf: Arr, root: int) -> None:
+    def broadcast(self, team: tuple[int, ...], buf: DeviceBuffer, root: int) -> None:
         comm = self.mpi.team_comm(team)
-        host = _host(buf) if comm.rank == root else np.empty(buf.nbytes, np.uint8)
+        host = _host(buf) if comm.rank == root else np.empty(_nbytes(buf), np.uint8)
         wait(comm.Ibcast(host, root=root), "a broadcast")
         if comm.rank != root:
             _to_device(host, buf)
 
-    def allreduce(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None:
+    def allreduce(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer, kind: str) -> None:
         raise NotImplementedError("MpiWire never reduces: native() is False")
 
-    def reduce_scatter(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None:
+    def reduce_scatter(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer, kind: str) -> None:
         raise NotImplementedError("MpiWire never reduces: native() is False")
 
-    def p2p(self, sends: list[tuple[int, Arr]], recvs: list[tuple[int, Arr]]) -> None:
+    def p2p(self, sends: list[tuple[int, DeviceBuffer]], recvs: list[tuple[int, DeviceBuffer]]) -> None:
         comm = self.mpi.comm
-        got = [np.empty(a.nbytes, np.uint8) for _, a in recvs]
+        got = [np.empty(_nbytes(a), np.uint8) for _, a in recvs]
         requests = [comm.Irecv(g, source=peer, tag=DATA_TAG) for (peer, _), g in zip(recvs, got)]
         requests += [comm.Isend(_host(a), dest=peer, tag=DATA_TAG) for peer, a in sends]
         wait(requests, "a point-to-point exchange")
         for (_, a), g in zip(recvs, got):
             _to_device(g, a)
 
+    def start_p2p(self, sends: list[tuple[int, DeviceBuffer]], recvs: list[tuple[int, DeviceBuffer]]) -> None:
+        self.p2p(sends, recvs)  # staged through the host: done when it returns
+
+    def finish(self, what: str) -> None:
+        pass
+
+
+# NCCL's stream and the two events that order it, one set per CUDA context for
+# the process's life (a wire is made per run): context handle -> (stream, ready, done).
+_STREAMS: dict[int, tuple[Any, Any, Any]] = {}
 
 # NCCL's types, and the reductions whose result may come in NCCL's order.
 _NCCL_TYPES = {np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.int64, np.float16, np.float32, np.float64)}
 
 
-class _Direct:
-    """A team's nccl4py communicator whose four common collectives, on Memory
-    buffers (gpu_backend/memory.py), call NCCL's binding directly with the
-    same arguments nccl4py passes: nccl4py resolves every buffer anew (a torch
-    probe, a cupy probe, the array interface, a device query), tens of µs a
-    call at small sizes. Anything else, and every other method, is nccl4py's."""
-
-    def __init__(self, comm: Any, nccl: Any) -> None:
-        from nccl.bindings import nccl as binding
-
-        self.comm, self.binding, self.types = comm, binding, nccl.NcclDataType
-        self.handle, self.nranks = comm._comm, comm.nranks
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.comm, name)
-
-    def _type(self, a: Memory) -> int:
-        return int(self.types.from_numpy_dtype(a.dtype))
-
-    def allreduce(self, send: Arr, recv: Arr, op: Any) -> None:
-        if type(send) is Memory and type(recv) is Memory and send.dtype == recv.dtype and recv.size >= send.size:
-            self.binding.all_reduce(send.ptr, recv.ptr, send.size, self._type(send), int(op), self.handle, 0)
-        else:
-            self.comm.allreduce(send, recv, op)
-
-    def allgather(self, send: Arr, recv: Arr) -> None:
-        if type(send) is Memory and type(recv) is Memory and send.dtype == recv.dtype and \
-                recv.size >= self.nranks * send.size:
-            self.binding.all_gather(send.ptr, recv.ptr, send.size, self._type(send), self.handle, 0)
-        else:
-            self.comm.allgather(send, recv)
-
-    def reduce_scatter(self, send: Arr, recv: Arr, op: Any) -> None:
-        count = send.size // self.nranks
-        if type(send) is Memory and type(recv) is Memory and send.dtype == recv.dtype and recv.size >= count >= 1:
-            self.binding.reduce_scatter(send.ptr, recv.ptr, count, self._type(send), int(op), self.handle, 0)
-        else:
-            self.comm.reduce_scatter(send, recv, op)
-
-    def broadcast(self, send: Arr, recv: Arr, root: int) -> None:
-        if type(send) is Memory and type(recv) is Memory and send.dtype == recv.dtype and send.size == recv.size:
-            self.binding.broadcast(send.ptr, recv.ptr, recv.size, self._type(recv), root, self.handle, 0)
-        else:
-            self.comm.broadcast(send, recv, root)
-
-
 class NcclWire:
     def __init__(self, mpi: MpiTransport) -> None:
         import nccl.core as nccl
+        from cuda.bindings import driver
+        from nccl.bindings import nccl as raw
 
-        self.nccl = nccl
+        self.nccl, self.raw, self.driver = nccl, raw, driver
         self.mpi = mpi
         self.world: Any = None
+        self.stream: Any = None  # and its two events: the process's, found on first use
+        self.ready = self.done = None
 
     def _init(self, comm: Any) -> Any:
         """A NCCL communicator over the ranks of MPI communicator `comm` (collective)."""
         uid = np.frombuffer(bytes(self.nccl.get_unique_id()), np.uint8).copy() if comm.rank == 0 else None
         uid = bcast_bytes(comm, uid, 0, "a NCCL unique id")
-        made = self.nccl.Communicator.init(comm.size, comm.rank, self.nccl.UniqueId.from_bytes(uid.tobytes()))
-        return _Direct(made, self.nccl)
+        return self.nccl.Communicator.init(comm.size, comm.rank, self.nccl.UniqueId.from_bytes(uid.tobytes()))
 
     @staticmethod
     def _free(comm: Any) -> None:
@@ -166,48 +146,113 @@ class NcclWire:
     def team(self, devices: tuple[int, ...]) -> Any:
         return COMMS.other("nccl", devices, self._init, self._free)
 
+    def _comm(self, devices: tuple[int, ...]) -> Any:
+        """The team's communicator as the bindings take it (a handle, not owning it)."""
+        return self.raw.Comm(self.team(devices).ptr)
+
+    def _check(self, result: tuple[Any, ...]) -> tuple[Any, ...]:
+        if result[0] != self.driver.CUresult.CUDA_SUCCESS:
+            raise RunError(f"a CUDA driver call for NCCL failed: {result[0]!r}")
+        return result
+
+    def _begin(self) -> int:
+        """The wire's stream, made to wait for what the legacy default stream has queued."""
+        cu = self.driver
+        if self.stream is None:
+            context = int(self._check(cu.cuCtxGetCurrent())[1])
+            if context not in _STREAMS:  # the highest priority: its blocks go first where kernels run alongside
+                highest = self._check(cu.cuCtxGetStreamPriorityRange())[2]
+                flags = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+                _STREAMS[context] = (
+                    self._check(cu.cuStreamCreateWithPriority(int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
+                                                              highest))[1],
+                    self._check(cu.cuEventCreate(flags))[1], self._check(cu.cuEventCreate(flags))[1])
+            self.stream, self.ready, self.done = _STREAMS[context]
+        self._check(cu.cuEventRecord(self.ready, cu.CUstream(0)))
+        self._check(cu.cuStreamWaitEvent(self.stream, self.ready, 0))
+        return int(self.stream)
+
     def settle(self, what: str) -> None:
-        """`what` is queued: the host waits for it (bounded) before it next blocks on the GPU."""
+        """`what` is queued on the wire's stream: the kernels' stream waits for it
+        on the GPU, and the host (boundedly) before it next blocks on the GPU."""
+        cu = self.driver
+        self._check(cu.cuEventRecord(self.done, self.stream))
+        self._check(cu.cuStreamWaitEvent(cu.CUstream(0), self.done, 0))
         pending.queued(what)
 
     def native(self, kind: str, dtype: np.dtype) -> bool:
         exact = kind in ("sum", "prod") or (kind in ("max", "min") and dtype.kind in "iu")
         return exact and dtype in _NCCL_TYPES
 
-    def _op(self, kind: str) -> Any:
-        return {"sum": self.nccl.SUM, "prod": self.nccl.PROD, "max": self.nccl.MAX, "min": self.nccl.MIN}[kind]
+    def _op(self, kind: str) -> int:
+        return int({"sum": self.nccl.SUM, "prod": self.nccl.PROD, "max": self.nccl.MAX, "min": self.nccl.MIN}[kind])
 
-    def allgather(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None:
+    def _typed(self, b: DeviceBuffer) -> tuple[int, int, int]:
+        """Pointer, element count and NCCL type of a dense buffer's elements."""
+        return _pointer(b), b.size, int(self.nccl.NcclDataType.from_numpy_dtype(b.data.dtype))
+
+    def _bytes(self, b: DeviceBuffer) -> tuple[int, int, int]:
+        """Pointer, byte count and NCCL's uint8 type of a dense buffer's bytes."""
+        return _pointer(b), _nbytes(b), int(self.nccl.UINT8)
+
+    def allgather(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer) -> None:
         if recv.size:
-            self.team(team).allgather(send.view(np.uint8), recv.view(np.uint8))
+            stream = self._begin()
+            (s, count, u8), r = self._bytes(send), _pointer(recv)
+            self.raw.all_gather(s, r, count, u8, self._comm(team), stream)
             self.settle("an NCCL allgather")
 
-    def alltoall(self, team: tuple[int, ...], send: Arr, recv: Arr) -> None:
+    def alltoall(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer) -> None:
         if recv.size:
-            self.team(team).alltoall(send.view(np.uint8), recv.view(np.uint8))
+            stream = self._begin()
+            (s, count, u8), r = self._bytes(send), _pointer(recv)
+            self.raw.allto_all(s, r, count // len(team), u8, self._comm(team), stream)
             self.settle("an NCCL alltoall")
 
-    def broadcast(self, team: tuple[int, ...], buf: Arr, root: int) -> None:
+    def broadcast(self, team: tuple[int, ...], buf: DeviceBuffer, root: int) -> None:
         if buf.size:
-            self.team(team).broadcast(buf.view(np.uint8), buf.view(np.uint8), root)
+            stream = self._begin()
+            b, count, u8 = self._bytes(buf)
+            self.raw.broadcast(b, b, count, u8, root, self._comm(team), stream)
             self.settle("an NCCL broadcast")
 
-    def allreduce(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None:
+    def allreduce(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer, kind: str) -> None:
         if recv.size:
-            self.team(team).allreduce(send, recv, self._op(kind))
+            stream = self._begin()
+            (s, count, dtype), r = self._typed(send), _pointer(recv)
+            self.raw.all_reduce(s, r, count, dtype, self._op(kind), self._comm(team), stream)
             self.settle("an NCCL allreduce")
 
-    def reduce_scatter(self, team: tuple[int, ...], send: Arr, recv: Arr, kind: str) -> None:
+    def reduce_scatter(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer, kind: str) -> None:
         if recv.size:
-            self.team(team).reduce_scatter(send, recv, self._op(kind))
+            stream = self._begin()
+            s, (r, count, dtype) = _pointer(send), self._typed(recv)
+            self.raw.reduce_scatter(s, r, count, dtype, self._op(kind), self._comm(team), stream)
             self.settle("an NCCL reduce scatter")
 
-    def p2p(self, sends: list[tuple[int, Arr]], recvs: list[tuple[int, Arr]]) -> None:
-        with self.nccl.group():
+    def p2p(self, sends: list[tuple[int, DeviceBuffer]], recvs: list[tuple[int, DeviceBuffer]]) -> None:
+        self.start_p2p(sends, recvs)
+        self.finish("an NCCL point-to-point exchange")
+
+    def start_p2p(self, sends: list[tuple[int, DeviceBuffer]], recvs: list[tuple[int, DeviceBuffer]]) -> None:
+        """Queue an exchange after everything issued so far; `finish` waits for it.
+        Until then its buffers must stay alive and unwritten."""
+        stream, world = self._begin(), self.raw.Comm(self.world.ptr)
+        self.raw.group_start()
+        try:
             for peer, a in sends:
                 if a.size:
-                    self.world.send(a.view(np.uint8), peer)
+                    self.raw.send(*self._bytes(a), peer, world, stream)
             for peer, a in recvs:
                 if a.size:
-                    self.world.recv(a.view(np.uint8), peer)
-        self.settle("an NCCL point-to-point exchange")
+                    self.raw.recv(*self._bytes(a), peer, world, stream)
+        finally:
+            self.raw.group_end()
+
+    def finish(self, what: str) -> None:
+        self.settle(what)
+
+
+def _pointer(b: DeviceBuffer) -> int:
+    """The device address of a buffer's element [0, ..., 0]."""
+    return int(b.data.__cuda_array_interface__["data"][0]) + b.offset * b.data.dtype.itemsize

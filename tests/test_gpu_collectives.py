@@ -11,6 +11,7 @@ the MPI wire under the simulator, NCCL on GPUs.
 
 import os
 import sys
+from math import prod
 
 import numpy as np
 import pytest
@@ -95,6 +96,37 @@ def case(seed: int, world: int) -> Case:
     return op, src, dst, blocks
 
 
+def pinned(number: int, world: int) -> Case:
+    """Even all_to_alls, which move each piece straight into its place in the
+    result (gpu_backend/rank_transport.py): 0, pieces packed (columns of a
+    row-major block) into a column-major result; 1, pieces sent from where they
+    lie (dense in the result's order: one row of the split axis each) into a
+    result laid out (2, 0, 1); 2, a team of half the devices. Under MPI their
+    pieces go in two chunks."""
+    m = Mesh("m", (world,), tuple(range(world))[::-1])
+    half = Mesh("h", (world // 2,), tuple(range(world // 2)))
+    shapes = [(2 * world, 3 * world), (world, 2 * world, 2), (world, 2 * world)]
+    split, concat = [(1, 0), (0, 1), (1, 0)][number]
+    mesh = half if number == 2 else m
+    layouts = [((0, 1), (1, 0)), ((0, 1, 2), (2, 0, 1)), ((1, 0), (0, 1))][number]
+
+    def typed(shard: int, layout: tuple[int, ...]) -> TensorType:
+        axes = tuple(Axis(n, "DIDx" if a == shard else None) for a, n in enumerate(shapes[number]))
+        return TensorType("i32", axes, mesh, layout)
+
+    src, dst = typed(concat, layouts[0]), typed(split, layouts[1])
+    blocks = {}
+    for d in mesh.devices:
+        shape = local_shape(src, {}, d)
+        dense = np.arange(d * 1000, d * 1000 + prod(shape), dtype=np.int32)
+        order = layouts[0]
+        blocks[d] = dense.reshape([shape[a] for a in order]).transpose(np.argsort(order))
+    return ops.AllToAll("DIDx", split, concat), src, dst, blocks
+
+
+PINNED = 3
+
+
 def mismatches(got: dict[int, np.ndarray], want: dict[int, np.ndarray], dst: TensorType,
                exact: bool = True, kind: str = "") -> list[str]:
     """Bits equal (or, where NCCL folds in its own order, within the spec's
@@ -133,23 +165,59 @@ def test_in_one_process(seed):
     assert mismatches({d: download(x) for d, x in got.items()}, want, dst, kind=src.partial_kind) == []
 
 
+@pytest.mark.parametrize("number", range(PINNED))
+def test_pinned_in_one_process(number):
+    op, src, dst, blocks = pinned(number, 4)
+    got = LaidOut(DeviceInProcess(4)).communicate(op, src, dst, {d: upload(x) for d, x in blocks.items()})
+    want = expected(op, src, dst, blocks, 4)
+    assert mismatches({d: download(x) for d, x in got.items()}, want, dst) == []
+
+
+def test_pinned_cases_are_what_they_say():
+    """Case 0's pieces need packing and case 1's do not; results have the declared strides."""
+    (op, src, dst, blocks), (op1, _, _, blocks1) = pinned(0, 2), pinned(1, 2)
+    x, x1 = upload(blocks[0]), upload(blocks1[0])
+    assert x.strides == (6, 1) and not x.split(2, op.split_axis)[1].is_dense((0, 1))
+    assert x1.strides == (4, 2, 1) and x1.split(2, op1.split_axis)[1].is_dense((1, 0, 2))
+    want = expected(op, src, dst, blocks, 2)
+    assert want[0].shape == (4, 3) and want[0].strides == (4, 16)
+    assert want[0][:, 0].tolist() == [1003, 1009, 3, 9]  # mesh order [1, 0]: device 0 holds the second piece
+
+
 def test_under_mpi():
     done = run_mpi(4, ["-m", "mpi4py", "tests/test_gpu_collectives.py"], timeout=200, env={"PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stdout + done.stderr
-    assert sum(line.startswith("ok ") for line in done.stdout.splitlines()) == 4 * len(KINDS), done.stdout
+    lines = done.stdout.splitlines()
+    assert sum(line.startswith("ok ") for line in lines) == 4 * len(KINDS) + PINNED, done.stdout
+    assert [line for line in lines if "chunks" in line] == [f"ok {4 * len(KINDS) + k} all_to_all in 2 chunks"
+                                                           for k in range(PINNED)], done.stdout
 
 
 def main(cases: int = 4 * len(KINDS)) -> int:
     """Under mpiexec: every rank builds every case, runs its own part, and checks
-    what it received against the spec; rank 0 prints a line per case."""
+    what it received against the spec; rank 0 prints a line per case. The
+    pinned cases send their pieces in two chunks (the line says how many
+    exchanges rank 0 started)."""
+    from gpu_backend import rank_transport
     from gpu_backend.device import use_device
 
     world = mpi_world()
     assert world is not None, "run me under mpiexec with 2 or 4 ranks"
     use_device(world.comm)
     failed, transport = 0, transport_for(world)
-    for seed in range(cases):
-        op, src, dst, blocks = case(seed, world.size)
+    started = [0]
+    start_p2p = transport.wire.start_p2p
+
+    def counted(*args: object) -> None:
+        started[0] += 1
+        start_p2p(*args)
+
+    transport.wire.start_p2p = counted
+    default_chunks = rank_transport.CHUNKS
+    for seed in range(cases + PINNED):
+        op, src, dst, blocks = case(seed, world.size) if seed < cases else pinned(seed - cases, world.size)
+        rank_transport.CHUNKS = default_chunks if seed < cases else 2
+        started[0] = 0
         mine = {d: upload(x) for d, x in blocks.items() if d == world.rank}
         got = {d: download(x) for d, x in LaidOut(transport).communicate(op, src, dst, mine).items()}
         want = {d: x for d, x in expected(op, src, dst, blocks, world.size).items() if d == world.rank}
@@ -159,12 +227,14 @@ def main(cases: int = 4 * len(KINDS)) -> int:
         found = [p for part in world.comm.gather(mine, root=0) or [] for p in part]
         failed += bool(found)
         if world.is_root:
-            line = f"ok {seed} {ops.op_name(op)}" if not found else f"FAIL {seed} {ops.op_name(op)}: {found}"
+            chunks = f" in {started[0]} chunks" if seed >= cases else ""
+            line = f"ok {seed} {ops.op_name(op)}{chunks}" if not found else f"FAIL {seed} {ops.op_name(op)}: {found}"
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
+    rank_transport.CHUNKS = default_chunks
     transport.close()
     return 1 if failed else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # an argument: run only the first N random cases (and the pinned ones)
+    sys.exit(main(*(int(a) for a in sys.argv[1:2])))

@@ -186,38 +186,3 @@ def test_matmul_reuses_its_cupy_view_of_an_address_seen_before(monkeypatch):
     matmul._as_cupy(FakeCupy, DeviceBuffer(data, 0, (2, 3), (1, 4)))  # another address: another view
     matmul._as_cupy(FakeCupy, DeviceBuffer(data, 0, (3, 2), (4, 1)))  # the cache was full: dropped whole
     assert len(made) == 3 and len(matmul._views) == 1
-
-
-def test_nccl_collectives_on_memory_call_the_binding_directly():
-    from gpu_backend.memory import Memory
-    from gpu_backend.wires import _Direct
-
-    calls = []
-
-    class Binding:
-        def __getattr__(self, name):
-            return lambda *args: calls.append((name, *args))
-
-    class Types:
-        @staticmethod
-        def from_numpy_dtype(dtype):
-            return {np.dtype(np.float32): 7, np.dtype(np.uint8): 1}[np.dtype(dtype)]
-
-    class Comm:  # nccl4py's communicator: what the adapter hands anything else to
-        def __getattr__(self, name):
-            return lambda *args: calls.append(("nccl4py." + name, *args))
-
-    direct = object.__new__(_Direct)
-    direct.comm, direct.binding, direct.types, direct.handle, direct.nranks = Comm(), Binding(), Types, "h", 2
-    f32 = np.dtype(np.float32)
-    a, b = Memory(1000, 8, f32, None), Memory(2000, 8, f32, None)
-    direct.allreduce(a, b, 0)
-    direct.allgather(a[:4].view(np.uint8), b.view(np.uint8))
-    direct.reduce_scatter(a, b[:4], 0)
-    direct.broadcast(a, b, 1)
-    numba_like = np.zeros(8, np.float32)
-    direct.allreduce(numba_like, b, 0)  # not Memory: nccl4py resolves it
-    direct.alltoall(a, b)  # not one of the four: nccl4py's
-    assert calls == [("all_reduce", 1000, 2000, 8, 7, 0, "h", 0), ("all_gather", 1000, 2000, 16, 1, "h", 0),
-                     ("reduce_scatter", 1000, 2000, 4, 7, 0, "h", 0), ("broadcast", 1000, 2000, 8, 7, 1, "h", 0),
-                     ("nccl4py.allreduce", numba_like, b, 0), ("nccl4py.alltoall", a, b)]
