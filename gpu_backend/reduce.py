@@ -213,12 +213,17 @@ def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> Call
     return kernel
 
 
+# Launch geometry on a GPU (benchmarks/kernel_probe.py measures the choices):
+GROUP_VALUES = 8  # values each thread of a per-block group folds, at least
+THREAD_TARGET = 1  # chunks for one thread per output: enough for this many times max_blocks() full blocks
+
+
 def _group(n_red: int) -> int:
     """Threads folding one output in the per-block kernel: a power of two
-    within the block, about eight values each (a short reduced range leaves
-    the block's other threads to other outputs, not idle)."""
+    within the block, about GROUP_VALUES values each (a short reduced range
+    leaves the block's other threads to other outputs, not idle)."""
     width = 1
-    while width * 2 <= min(n_red // 8, THREADS):
+    while width * 2 <= min(n_red // GROUP_VALUES, THREADS):
         width *= 2
     return width
 
@@ -230,7 +235,13 @@ def _chunks(n_out: int, n_red: int, width: int) -> int:
         return 1
     if width:  # enough groups for the GPU, each thread folding a few dozen values
         return max(1, min(-(-max_blocks() * (THREADS // width) // n_out), n_red // (width * 16)))
-    return max(1, min(-(-max_blocks() * THREADS // n_out), n_red // 64))
+    return max(1, min(-(-THREAD_TARGET * max_blocks() * THREADS // n_out), n_red // 64))
+
+
+@cache
+def _unused(dtype: np.dtype) -> Any:
+    """The partials argument of a one-pass launch, which no thread touches."""
+    return cuda.device_array(1, dtype)
 
 
 def reduce_into(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str,
@@ -258,7 +269,7 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
     chunks = chunks or _chunks(n_out, n_red, width)
     chunk = -(-n_red // chunks) if n_red else 0
     acc_dtype, store = np.dtype(type(ident)), narrow(out.dtype)
-    part = cuda.device_array(n_out * chunks if chunks > 1 else 1, acc_dtype)
+    part = cuda.device_array(n_out * chunks, acc_dtype) if chunks > 1 else _unused(acc_dtype)
     if len(red_shape) == 1 and len(kept_shape) == 1:
         group = max(width, 1)
         threads = THREADS if width else fitted(n_out * chunks)

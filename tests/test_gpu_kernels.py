@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpu_backend import kernels
 from gpu_backend.buffer import DeviceBuffer, download, upload
 from gpu_backend.impls import compute
 from gpu_backend.kernels import copy_into
@@ -180,6 +181,27 @@ def test_permute_and_copy(permute, data, shape, name):
 def test_tiled_transpose_crosses_tile_edges(shape, perm):
     x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
     same(run(ops.Permute(perm), tuple(range(len(shape))), x), np.transpose(x, perm))
+
+
+@pytest.mark.parametrize("walk", [kernels.ALONG_A, kernels.ALONG_B, kernels.DIAGONAL])
+@pytest.mark.parametrize("shape, perm", [((5, 9), (1, 0)), ((3, 5, 6), (2, 1, 0)), ((2, 3, 5, 6), (2, 0, 3, 1))])
+def test_tiled_transpose_walks(monkeypatch, walk, shape, perm):
+    """Every order of visiting tiles, edge tiles included, with no batch axis,
+    one and two; values and the result's strides."""
+    monkeypatch.setattr(kernels, "TRANSPOSE_WALK", walk)
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    out = run(ops.Permute(perm), tuple(range(len(shape))), x)
+    same(out, np.transpose(x, perm))
+    assert out.strides == np.ascontiguousarray(np.transpose(x, perm)).strides
+
+
+def test_tiled_transpose_of_three_batch_axes():
+    """Five axes that no stride merges: the kernel that unravels its batch."""
+    x = np.arange(2 * 3 * 2 * 5 * 6, dtype=np.int16).reshape(2, 3, 2, 5, 6)
+    perm = (4, 2, 0, 3, 1)
+    out = run(ops.Permute(perm), tuple(range(5)), x)
+    same(out, np.transpose(x, perm))
+    assert out.strides == np.ascontiguousarray(np.transpose(x, perm)).strides
 
 
 @given(st.data(), shapes(0, 3), st.sampled_from(["u8", "f32"]))
