@@ -1,6 +1,6 @@
 """Kernel variants side by side on one GPU, to choose launch geometry (issue 10).
 
-    python -m benchmarks.kernel_probe      (one GPU; GPU_BENCH_MIB: the size, default 1024)
+    python -m benchmarks.kernel_probe [host]     (one GPU; GPU_BENCH_MIB: the size, default 1024)
 
 For the permutes, reductions, elementwise ops and casts of benchmarks/gpu_ops.py
 it prints, per variant of the knobs in gpu_backend/kernels.py and reduce.py,
@@ -18,7 +18,6 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from itertools import permutations
 from typing import Any
 
 import numpy as np
@@ -107,8 +106,10 @@ def main() -> int:
     ceil = {b: copy_ceiling(torch, b, NONE) for b in (8 * n, 4 * n, 12 * n, 6 * n)}
     say(f"{MIB} MiB f32; copy ceiling {8 * n / ceil[8 * n] / 1e9:.0f} GB/s at {8 * n >> 20} MiB moved")
 
-    with guarded("host"):
-        _host(torch, n, f32, ceil)
+    if "host" in sys.argv[1:]:  # where one call's time goes, and a bare numba sum
+        with guarded("host"):
+            _host(torch, n, f32, ceil)
+            _bare(n, _buffer(torch, torch.rand(n, device="cuda"), (n,)), ceil[4 * n])
     with guarded("permutes"):
         _permutes(torch, n, f32, ceil)
     with guarded("reductions"):
@@ -163,37 +164,62 @@ def _host(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
 
 
 
-def _permutes(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
-    say("permutes (tiled transpose variants: rows, walk, blocks x max_blocks)")
-    variants = [(4, 0, 1), (8, 0, 1), (8, 1, 1), (8, 2, 1), (4, 2, 1), (8, 0, 4), (8, 2, 4)]
-    for shp, perms in [(sides(n, 3), list(permutations(range(3)))), (sides(n, 4), [(2, 0, 3, 1)])]:
-        tx = torch.rand(shp, device="cuda")
-        x = _buffer(torch, tx, shp)
-        rank = len(shp)
-        for layout in [tuple(range(rank)), tuple(reversed(range(rank)))]:
-            for perm in perms:
-                out_shape = tuple(shp[p] for p in perm)
-                store, tout = _torch_in(torch, out_shape, layout)
-                o = DeviceBuffer.empty(out_shape, f32, layout)
-                view = x.transpose(perm)
-                label = f"{perm} {'row' if layout[0] == 0 else 'rev'}"
-                torch_t = median_time(lambda: tout.copy_(tx.permute(perm)), torch.cuda.synchronize, NONE)  # noqa: B023
-                say(f" {label}: torch {100 * ceil[8 * n] / torch_t:.0f}%")
-                for rows, walk, blocks in variants:
-                    with knobs(kernels, TRANSPOSE_ROWS=rows, TRANSPOSE_WALK=walk, TRANSPOSE_BLOCKS=blocks):
-                        row(f"rows {rows} walk {walk} blocks {blocks}", 8 * n, ceil[8 * n],
-                            lambda: copy_into(o, view))  # noqa: B023
-                        assert torch.equal(torch.as_tensor(o.data, device="cuda"), store.reshape(-1)), "differs"
-                    if not tiled(o, view):
-                        break  # a row copy: no transpose variants
-    for rows, walk, _ in variants:
-        say(f"  regs transpose rows {rows} walk {walk}: {regs(kernels._transpose(4, rows, walk))}")
-    say(f"  regs transpose_batched: {regs(kernels._transpose_batched(4))}")
+# Transpose variants: (side, rows, walk, blocks x max_blocks); the first is the default.
+TRANSPOSES = [(32, 4, 0, 1), (32, 2, 0, 1), (64, 4, 0, 1), (64, 8, 0, 1), (64, 2, 0, 1), (32, 4, 1, 1),
+              (32, 4, 0, 2)]
+# Permutes timed: 3-D orders (perm, reversed result) and the 4-D one.
+PERMUTES = [((0, 1, 2), False), ((0, 2, 1), False), ((2, 1, 0), False), ((1, 2, 0), True), ((2, 1, 0), True),
+            ((2, 0, 3, 1), False)]
 
+
+def _permutes(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
+    say("permutes (tiled transpose variants: side, rows, walk, blocks x max_blocks; row copies: DENSE1_BLOCKS)")
+    inputs = {rank: torch.rand(sides(n, rank), device="cuda") for rank in (3, 4)}
+    for perm, reverse in PERMUTES:
+        rank = len(perm)
+        tx = inputs[rank]
+        shp = tuple(tx.shape)
+        x = _buffer(torch, tx, shp)
+        layout = tuple(reversed(range(rank))) if reverse else tuple(range(rank))
+        out_shape = tuple(shp[p] for p in perm)
+        store, tout = _torch_in(torch, out_shape, layout)
+        o = DeviceBuffer.empty(out_shape, f32, layout)
+        view = x.transpose(perm)
+        torch_t = median_time(lambda: tout.copy_(tx.permute(perm)), torch.cuda.synchronize, NONE)  # noqa: B023
+        say(f" {perm} {'rev' if reverse else 'row'}: torch {100 * ceil[8 * n] / torch_t:.0f}%")
+        if tiled(o, view):
+            for side, rows, walk, blocks in TRANSPOSES:
+                with knobs(kernels, TRANSPOSE_SIDE=side, TRANSPOSE_ROWS=rows, TRANSPOSE_WALK=walk,
+                           TRANSPOSE_BLOCKS=blocks):
+                    row(f"side {side} rows {rows} walk {walk} blocks {blocks}", 8 * n, ceil[8 * n],
+                        lambda: copy_into(o, view))  # noqa: B023
+                    assert torch.equal(torch.as_tensor(o.data, device="cuda"), store.reshape(-1)), "differs"
+        else:
+            for blocks in (1, 4, 8, 16, 1 << 20):
+                with knobs(kernels, DENSE1_BLOCKS=blocks):
+                    row(f"row copy, dense blocks {blocks}", 8 * n, ceil[8 * n],
+                        lambda: copy_into(o, view))  # noqa: B023
+                    assert torch.equal(torch.as_tensor(o.data, device="cuda"), store.reshape(-1)), "differs"
+            hw = split(lambda: copy_into(o, view))  # noqa: B023
+            say(f"  host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs")
+    for side, rows, walk, _ in TRANSPOSES:
+        say(f"  regs transpose side {side} rows {rows} walk {walk}: {regs(kernels._transpose(4, side, rows, walk))}")
+
+
+# Reduction variants per case: (GROUP_VALUES, RUN_LOADS, COLUMNS_FROM, COLUMN_THREADS, chunks).
+BIG = 1 << 62
+REDUCTIONS = {
+    "inner": [(8, 8, BIG, 256, None), (32, 8, BIG, 256, None), (64, 8, BIG, 256, None), (128, 8, BIG, 256, None),
+              (64, 16, BIG, 256, None), (128, 16, BIG, 256, None), (32, 16, BIG, 256, None)],
+    "outer": [(8, 8, BIG, 256, None), (8, 16, BIG, 256, None), (8, 8, 1, 256, None), (8, 16, 1, 256, None),
+              (8, 16, 1, 128, None), (8, 8, 1, 128, None)],
+    "all": [(8, 8, BIG, 256, None), (8, 16, BIG, 256, None), (8, 8, BIG, 256, 4224), (8, 16, BIG, 256, 4224),
+            (8, 16, BIG, 256, 1056)],
+}
 
 
 def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
-    say("reductions (GROUP_VALUES, THREAD_TARGET, chunks)")
+    say("reductions (GROUP_VALUES, RUN_LOADS, COLUMNS_FROM, COLUMN_THREADS, chunks)")
     shape = sides(n, 3)
     tx = torch.rand(shape, device="cuda") - 0.5
     x = _buffer(torch, tx, shape)
@@ -202,21 +228,24 @@ def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> No
             o = DeviceBuffer.empty(tuple(m for d, m in enumerate(shape) if d not in dims), f32)
             torch_t = median_time(lambda: fn(tx, dim=dims), torch.cuda.synchronize, NONE)  # noqa: B023
             say(f" {kind} {label}: torch {100 * ceil[4 * n] / torch_t:.0f}%")
-            grid = {"inner": [(8, 1, None), (16, 1, None), (32, 1, None), (64, 1, None)],
-                    "outer": [(8, 1, None), (8, 1, 1), (8, 2, None), (8, 4, None)],
-                    "all": [(8, 1, None), (8, 1, 1056), (8, 1, 4224), (8, 1, 8448)]}[label]
-            for values, target, chunks in grid:
-                with knobs(reduce, GROUP_VALUES=values, THREAD_TARGET=target):
-                    row(f"values {values} target {target} chunks {chunks}", 4 * n, ceil[4 * n],
-                        lambda: reduce_into(o, x, dims, kind, chunks))  # noqa: B023
-                    want = fn(tx.double(), dim=dims).float()
+            want = fn(tx.double(), dim=dims).float()
+            for values, loads, columns, threads, chunks in REDUCTIONS[label]:
+                with knobs(reduce, GROUP_VALUES=values, RUN_LOADS=loads, COLUMNS_FROM=columns,
+                           COLUMN_THREADS=threads):
+                    row(f"values {values} loads {loads} columns {columns < BIG} x{threads} chunks {chunks}", 4 * n,
+                        ceil[4 * n], lambda: reduce_into(o, x, dims, kind, chunks))  # noqa: B023
                     got = torch.as_tensor(o.data, device="cuda")[:o.size].reshape(want.shape)
                     assert torch.allclose(got, want, rtol=1e-5, atol=1e-3), f"{kind} {label} differs"
+            hw = split(lambda: reduce_into(o, x, dims, kind))  # noqa: B023
+            say(f"  host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs")
     acc_dtype, to_acc = accumulator(f32)
+    store = narrow(f32)
     for kind in ("sum", "max"):
-        say(f"  regs _plane {kind}: {regs(reduce._plane(kind, to_acc, narrow(f32), acc_dtype.type))}")
-    _bare(n, x, ceil[4 * n])
-
+        for loads in (8, 16):
+            plane = reduce._plane(kind, to_acc, store, acc_dtype.type, loads)
+            columns = reduce._columns(kind, to_acc, store, loads)
+            total = reduce._total(kind, to_acc, store, acc_dtype.type, loads)
+            say(f"  regs {kind} loads {loads}: plane {regs(plane)}, columns {regs(columns)}, total {regs(total)}")
 
 
 def _elementwise(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
@@ -226,9 +255,9 @@ def _elementwise(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> N
     th = torch.empty(n, device="cuda", dtype=torch.float16)
     h = _buffer(torch, th, (n,))
     to_half = cast(f32, np.dtype(np.float16))
-    say("elementwise (DENSE_BLOCKS)")
-    for blocks in (1, 2, 4, 8, 1 << 20):
-        with knobs(kernels, DENSE_BLOCKS=blocks):
+    say("elementwise (DENSE2_BLOCKS, DENSE1_BLOCKS)")
+    for blocks in (1, 4, 8, 16, 1 << 20):
+        with knobs(kernels, DENSE2_BLOCKS=blocks, DENSE1_BLOCKS=blocks):
             row(f"add blocks {blocks}", 12 * n, ceil[12 * n], lambda: elementwise(add, c, a, b))
             row(f"cast blocks {blocks}", 6 * n, ceil[6 * n], lambda: elementwise(to_half, h, a))
     assert torch.equal(tc, ta + tb) and torch.equal(th, ta.half())

@@ -278,7 +278,10 @@ def _rows1(fn: Callable) -> Callable:
     return kernel
 
 
-DENSE_BLOCKS = 1  # the dense kernels' grid: at most this many times max_blocks() (benchmarks/kernel_probe.py)
+# The dense kernels' grids, one and two operands: at most this many times
+# max_blocks() (benchmarks/kernel_probe.py).
+DENSE1_BLOCKS = 1
+DENSE2_BLOCKS = 1
 
 
 def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: object = None) -> DeviceBuffer:
@@ -298,7 +301,8 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: obje
         n = shape[0]
         threads = fitted(-(-n // 4))
         args = [a for v in views for a in (v.data, v.offset)]
-        blocks = max(1, min(-(-n // (threads * 4)), DENSE_BLOCKS * max_blocks()))
+        cap = (DENSE1_BLOCKS if len(xs) == 1 else DENSE2_BLOCKS) * max_blocks()
+        blocks = max(1, min(-(-n // (threads * 4)), cap))
         launch((_dense1 if len(xs) == 1 else _dense2)(fn), blocks, threads, *args, n, *extra)
         return out
     if len(xs) == 1 and len(shape) <= 3 and all(st[-1] == 1 for st in strides):
@@ -341,13 +345,13 @@ ALONG_A, ALONG_B, DIAGONAL = 0, 1, 2
 
 
 @cache
-def _transpose(itemsize: int, rows: int, walk: int) -> Callable:
+def _transpose(itemsize: int, side: int, rows: int, walk: int) -> Callable:
     """The tiled transpose of up to two batch axes (c inner, e outer): a
-    block of TILE x `rows` threads moves a TILE x TILE tile, each thread
-    TILE / rows elements, all loaded before any is stored."""
+    block of `side` x `rows` threads moves a `side` x `side` tile, each thread
+    side / rows elements, all loaded before any is stored."""
     word = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
-    side, tile_shape = TILE, (TILE, TILE + 1)  # +1: no shared-memory bank conflicts
-    per = TILE // rows
+    tile_shape = (side, side + 1)  # +1: no shared-memory bank conflicts
+    per = side // rows
 
     @cuda.jit
     def kernel(dst: Arr, d_off: int, d_a: int, d_b: int, d_c: int, d_e: int, src: Arr, s_off: int, s_a: int,
@@ -513,7 +517,8 @@ def _widened(d: DeviceBuffer, s: DeviceBuffer, shape: list[int], ds: list[int],
 
 
 # The tiled transpose's geometry on a GPU (benchmarks/kernel_probe.py measures the choices).
-TRANSPOSE_ROWS = TILE_ROWS  # thread rows of a block: TILE / TRANSPOSE_ROWS elements a thread
+TRANSPOSE_SIDE = TILE  # of a tile
+TRANSPOSE_ROWS = TILE_ROWS  # thread rows of a block: TRANSPOSE_SIDE / TRANSPOSE_ROWS elements a thread
 TRANSPOSE_WALK = ALONG_A
 TRANSPOSE_BLOCKS = 1  # times max_blocks()
 
@@ -535,9 +540,10 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     rest = [a for a in range(len(shape)) if a not in (fast, last)]
     if len(rest) <= 2:  # a batch of at most two axes: c (inner) and e (outer)
         (nc, dc, sc), (ne, de, se) = [(shape[a], ds[a], ss[a]) for a in reversed(rest)] + [(1, 0, 0)] * (2 - len(rest))
-        total = nc * ne * -(-shape[fast] // TILE) * -(-shape[last] // TILE)
-        launch(_transpose(d.dtype.itemsize, TRANSPOSE_ROWS, TRANSPOSE_WALK),
-               min(total, TRANSPOSE_BLOCKS * max_blocks()), (TILE, TRANSPOSE_ROWS),
+        side = TRANSPOSE_SIDE
+        total = nc * ne * -(-shape[fast] // side) * -(-shape[last] // side)
+        launch(_transpose(d.dtype.itemsize, side, TRANSPOSE_ROWS, TRANSPOSE_WALK),
+               min(total, TRANSPOSE_BLOCKS * max_blocks()), (side, TRANSPOSE_ROWS),
                d.data, d.offset, ds[fast], ds[last], dc, de, s.data, s.offset, ss[fast], ss[last], sc, se,
                shape[fast], shape[last], nc, total)
         return dst

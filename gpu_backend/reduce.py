@@ -35,19 +35,23 @@ from interp.impls import identity
 
 
 @cache
-def _run(kind: str, to_acc: Callable) -> Callable:
+def _run(kind: str, to_acc: Callable, loads: int = 8) -> Callable:
     combine = BINARY[COMBINE[kind]]
+    assert loads in (8, 16), "the runs spell out eight or sixteen loads"
 
     @cuda.jit(device=True)
     def run(acc: Any, x: Arr, row: int, k: int, stop: int, step: int, stride: int) -> Any:
         """Fold x[row + j * stride] for j = k, k + step, ... below `stop`, in
-        that order. Eight loads go out before the first is folded (latency
+        that order. `loads` loads go out before the first is folded (latency
         hidden), and are folded in index order: the result of one at a time."""
         d = step * stride
-        while k + 7 * step < stop:
+        while k + (loads - 1) * step < stop:
             p = row + k * stride
             v0, v1, v2, v3 = x[p], x[p + d], x[p + 2 * d], x[p + 3 * d]
             v4, v5, v6, v7 = x[p + 4 * d], x[p + 5 * d], x[p + 6 * d], x[p + 7 * d]
+            if loads == 16:
+                w0, w1, w2, w3 = x[p + 8 * d], x[p + 9 * d], x[p + 10 * d], x[p + 11 * d]
+                w4, w5, w6, w7 = x[p + 12 * d], x[p + 13 * d], x[p + 14 * d], x[p + 15 * d]
             acc = combine(acc, to_acc(v0))
             acc = combine(acc, to_acc(v1))
             acc = combine(acc, to_acc(v2))
@@ -56,7 +60,16 @@ def _run(kind: str, to_acc: Callable) -> Callable:
             acc = combine(acc, to_acc(v5))
             acc = combine(acc, to_acc(v6))
             acc = combine(acc, to_acc(v7))
-            k += 8 * step
+            if loads == 16:
+                acc = combine(acc, to_acc(w0))
+                acc = combine(acc, to_acc(w1))
+                acc = combine(acc, to_acc(w2))
+                acc = combine(acc, to_acc(w3))
+                acc = combine(acc, to_acc(w4))
+                acc = combine(acc, to_acc(w5))
+                acc = combine(acc, to_acc(w6))
+                acc = combine(acc, to_acc(w7))
+            k += loads * step
         while k < stop:
             acc = combine(acc, to_acc(x[row + k * stride]))
             k += step
@@ -169,7 +182,7 @@ def _per_block(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> 
 
 
 @cache
-def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> Callable:
+def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: int = 8) -> Callable:
     """The common case, kept axes and reduced axes each one strided run: x[o, r]
     at x_off + o * x_out + r * x_red. A group of `width` threads per (output,
     chunk) item, as in _per_block (width 1: a thread per item, neighbouring
@@ -177,7 +190,7 @@ def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> Call
     indices c * width + tid + k * chunks * width: at each step the groups of an
     output read one contiguous stretch together. Few registers (no unravelling),
     so many threads per SM, each with eight loads in flight."""
-    run, tree, threads = _run(kind, to_acc), _tree(kind), THREADS
+    run, tree, threads = _run(kind, to_acc, loads), _tree(kind), THREADS
 
     @cuda.jit
     def kernel(out: Arr, o_off: int, o_step: int, x: Arr, x_off: int, x_out: int, x_red: int, n_out: int,
@@ -213,9 +226,76 @@ def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> Call
     return kernel
 
 
+@cache
+def _columns(kind: str, to_acc: Callable, store: Callable, loads: int) -> Callable:
+    """One thread per output, its whole range in one pass (no chunks): the
+    plane's width-1 case without the shared tree, so fewer registers and
+    every block of a large launch resident at once."""
+    run = _run(kind, to_acc, loads)
+
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, o_step: int, x: Arr, x_off: int, x_out: int, x_red: int, n_out: int,
+               n_red: int, ident: Any) -> None:
+        for o in range(cuda.grid(1), n_out, cuda.gridsize(1)):
+            out[o_off + o * o_step] = store(run(ident, x, x_off + o * x_out, 0, n_red, 1, x_red))
+
+    return kernel
+
+
+@cache
+def _total(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: int) -> Callable:
+    """One output from one strided run, in one launch: block c folds indices
+    c * THREADS + tid + k * chunks * THREADS (the plane's chunk c at full
+    width) into part[c]; the block that finishes last (an atomic count) folds
+    the chunks' partials, thread t taking part[t], part[t + THREADS], ..., then
+    the tree: the order of the plane followed by its second pass, bit for bit.
+    It leaves the count at zero for the next launch."""
+    run, fold, tree, threads = _run(kind, to_acc, loads), _run(kind, _same_acc, 8), _tree(kind), THREADS
+
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, x: Arr, x_off: int, x_red: int, n_red: int, ident: Any, part: Arr,
+               count: Arr) -> None:
+        for _ in range(SHARED_ASKS):
+            partial = cuda.shared.array(threads, acc_type)
+            last = cuda.shared.array(1, np.int32)
+            cuda.syncthreads()
+        tid, c, chunks = cuda.threadIdx.x, cuda.blockIdx.x, cuda.gridDim.x
+        partial[tid] = run(ident, x, x_off, c * threads + tid, n_red, chunks * threads, x_red)
+        cuda.syncthreads()
+        tree(partial, 0, tid, threads)
+        if tid == 0:
+            part[c] = partial[0]
+            cuda.threadfence()  # the partial is visible before the count says so
+            last[0] = cuda.atomic.add(count, 0, 1) == chunks - 1
+        cuda.syncthreads()
+        if last[0]:  # the same for every thread of the block
+            partial[tid] = fold(ident, part, 0, tid, chunks, threads, 1)
+            cuda.syncthreads()
+            tree(partial, 0, tid, threads)
+            if tid == 0:
+                out[o_off] = store(partial[0])
+                count[0] = 0
+
+    return kernel
+
+
+@cuda.jit(device=True)
+def _same_acc(a: object) -> object:
+    return a
+
+
+@cache
+def _counter() -> Any:
+    """The finishing count of _total's launches (one at a time: the legacy default stream orders them)."""
+    return cuda.to_device(np.zeros(1, np.int32))
+
+
 # Launch geometry on a GPU (benchmarks/kernel_probe.py measures the choices):
 GROUP_VALUES = 8  # values each thread of a per-block group folds, at least
 THREAD_TARGET = 1  # chunks for one thread per output: enough for this many times max_blocks() full blocks
+COLUMNS_FROM = 1 << 62  # one thread per output in one pass (no chunks) from this many outputs
+COLUMN_THREADS = THREADS  # the block of that kernel
+RUN_LOADS = 8  # loads in flight per thread in the plane kernels (8 or 16)
 
 
 def _group(n_red: int) -> int:
@@ -232,6 +312,8 @@ def _chunks(n_out: int, n_red: int, width: int) -> int:
     """How many pieces to cut each output's reduced range into (`width`: the
     threads of a per-block group, 0 for one thread per output)."""
     if SIMULATED:
+        return 1
+    if not width and n_out >= COLUMNS_FROM:
         return 1
     if width:  # enough groups for the GPU, each thread folding a few dozen values
         return max(1, min(-(-max_blocks() * (THREADS // width) // n_out), n_red // (width * 16)))
@@ -270,12 +352,22 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
     chunk = -(-n_red // chunks) if n_red else 0
     acc_dtype, store = np.dtype(type(ident)), narrow(out.dtype)
     part = cuda.device_array(n_out * chunks, acc_dtype) if chunks > 1 else _unused(acc_dtype)
-    if len(red_shape) == 1 and len(kept_shape) == 1:
+    plane = len(red_shape) == 1 and len(kept_shape) == 1
+    if plane and n_out == 1 and width == THREADS and chunks > 1:  # one launch: the last block folds the partials
+        launch(_total(kind, to_acc, store, acc_dtype.type, RUN_LOADS), chunks, THREADS, out.data, out.offset,
+               x.data, x.offset, red_x[0], n_red, ident, part, _counter())
+        return out
+    if plane and width == 0 and chunks == 1:
+        threads = fitted(n_out, COLUMN_THREADS)
+        launch(_columns(kind, to_acc, store, RUN_LOADS), blocks_for(n_out, threads), threads, out.data, out.offset,
+               kept_o[0], x.data, x.offset, kept_x[0], red_x[0], n_out, n_red, ident)
+        return out
+    if plane:
         group = max(width, 1)
         threads = THREADS if width else fitted(n_out * chunks)
-        launch(_plane(kind, to_acc, store, acc_dtype.type), blocks_for(n_out * chunks, threads // group), threads,
-               out.data, out.offset, kept_o[0], x.data, x.offset, kept_x[0], red_x[0], n_out, n_red, chunks, ident,
-               part, group)
+        launch(_plane(kind, to_acc, store, acc_dtype.type, RUN_LOADS), blocks_for(n_out * chunks, threads // group),
+               threads, out.data, out.offset, kept_o[0], x.data, x.offset, kept_x[0], red_x[0], n_out, n_red, chunks,
+               ident, part, group)
     elif per_block:
         args = (out.data, out.offset, padded(kept_o, 0), x.data, x.offset, padded(kept_x, 0), padded(kept_shape, 1),
                 n_out, red_shape[-1], red_x[-1], padded(red_shape[:-1], 1), padded(red_x[:-1], 0),

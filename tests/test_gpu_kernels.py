@@ -285,6 +285,24 @@ def test_reduction_per_block_and_chunked():
         assert np.isnan(top)
 
 
+@pytest.mark.parametrize("loads", [8, 16])
+def test_reduction_to_one_value_in_one_launch(monkeypatch, loads):
+    """All axes into one value over several chunks: one launch whose last block
+    folds the chunks' partials, and leaves its count at zero for the next."""
+    from gpu_backend import reduce
+
+    monkeypatch.setattr(reduce, "RUN_LOADS", loads)
+    x = (np.arange(5 * 61, dtype=np.float32).reshape(5, 61) % 11 - 5) * 0.25
+    for chunks in (2, 3):
+        for kind, want in [("sum", x.sum(dtype=np.float64)), ("max", x.max()), ("min", x.min())]:
+            out = download(reduce_into(DeviceBuffer.empty((), x.dtype), upload(x), (0, 1), kind, chunks))
+            same(out, np.float32(want))
+            assert download(DeviceBuffer.dense(reduce._counter(), (1,)))[0] == 0
+    # A column per thread, its whole range in one pass, 16 loads at a time where they fit.
+    y = np.arange(40 * 3, dtype=np.int64).reshape(40, 3) * 7919 % 1000 - 500
+    same(download(reduce_into(DeviceBuffer.empty((3,), y.dtype), upload(y), (0,), "sum")), y.sum(0))
+
+
 def test_reduction_groups_share_a_block():
     """A short reduced range: several outputs per block, each folded by its own
     group of threads, the last block's surplus groups folding nothing."""
