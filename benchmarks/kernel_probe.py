@@ -1,6 +1,7 @@
 """Kernel variants side by side on one GPU, to choose launch geometry (issue 10).
 
-    python -m benchmarks.kernel_probe [host]     (one GPU; GPU_BENCH_MIB: the size, default 1024)
+    python -m benchmarks.kernel_probe [host] [permutes] [reductions] [elementwise]
+                                  (one GPU; GPU_BENCH_MIB: the size, default 1024; no section named: the last three)
 
 For the permutes, reductions, elementwise ops and casts of benchmarks/gpu_ops.py
 it prints, per variant of the knobs in gpu_backend/kernels.py and reduce.py,
@@ -110,12 +111,11 @@ def main() -> int:
         with guarded("host"):
             _host(torch, n, f32, ceil)
             _bare(n, _buffer(torch, torch.rand(n, device="cuda"), (n,)), ceil[4 * n])
-    with guarded("permutes"):
-        _permutes(torch, n, f32, ceil)
-    with guarded("reductions"):
-        _reductions(torch, n, f32, ceil)
-    with guarded("elementwise"):
-        _elementwise(torch, n, f32, ceil)
+    picked = set(sys.argv[1:]) or {"permutes", "reductions", "elementwise"}
+    for name, section in [("permutes", _permutes), ("reductions", _reductions), ("elementwise", _elementwise)]:
+        if name in picked:
+            with guarded(name):
+                section(torch, n, f32, ceil)
     return 0
 
 
@@ -206,20 +206,17 @@ def _permutes(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None
         say(f"  regs transpose side {side} rows {rows} walk {walk}: {regs(kernels._transpose(4, side, rows, walk))}")
 
 
-# Reduction variants per case: (GROUP_VALUES, RUN_LOADS, COLUMNS_FROM, COLUMN_THREADS, chunks).
-BIG = 1 << 62
+# Reduction variants per case: (GROUP_VALUES, RUN_LOADS, WIDE_LOADS, PAIRS, chunks); the first is the default.
 REDUCTIONS = {
-    "inner": [(8, 8, BIG, 256, None), (32, 8, BIG, 256, None), (64, 8, BIG, 256, None), (128, 8, BIG, 256, None),
-              (64, 16, BIG, 256, None), (128, 16, BIG, 256, None), (32, 16, BIG, 256, None)],
-    "outer": [(8, 8, BIG, 256, None), (8, 16, BIG, 256, None), (8, 8, 1, 256, None), (8, 16, 1, 256, None),
-              (8, 16, 1, 128, None), (8, 8, 1, 128, None)],
-    "all": [(8, 8, BIG, 256, None), (8, 16, BIG, 256, None), (8, 8, BIG, 256, 4224), (8, 16, BIG, 256, 4224),
-            (8, 16, BIG, 256, 1056)],
+    "inner": [(64, 8, 16, False, None), (64, 8, 16, True, None), (128, 8, 16, True, None), (32, 8, 16, True, None),
+              (128, 16, 16, True, None), (64, 16, 16, True, None)],
+    "outer": [(64, 8, 16, False, None), (64, 8, 16, True, None), (64, 8, 8, True, None)],
+    "all": [(64, 8, 16, False, None), (64, 8, 16, True, None), (64, 8, 8, True, None)],
 }
 
 
 def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
-    say("reductions (GROUP_VALUES, RUN_LOADS, COLUMNS_FROM, COLUMN_THREADS, chunks)")
+    say("reductions (GROUP_VALUES, RUN_LOADS, WIDE_LOADS, PAIRS, chunks)")
     shape = sides(n, 3)
     tx = torch.rand(shape, device="cuda") - 0.5
     x = _buffer(torch, tx, shape)
@@ -229,10 +226,9 @@ def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> No
             torch_t = median_time(lambda: fn(tx, dim=dims), torch.cuda.synchronize, NONE)  # noqa: B023
             say(f" {kind} {label}: torch {100 * ceil[4 * n] / torch_t:.0f}%")
             want = fn(tx.double(), dim=dims).float()
-            for values, loads, columns, threads, chunks in REDUCTIONS[label]:
-                with knobs(reduce, GROUP_VALUES=values, RUN_LOADS=loads, COLUMNS_FROM=columns,
-                           COLUMN_THREADS=threads):
-                    row(f"values {values} loads {loads} columns {columns < BIG} x{threads} chunks {chunks}", 4 * n,
+            for values, loads, wide, pairs, chunks in REDUCTIONS[label]:
+                with knobs(reduce, GROUP_VALUES=values, RUN_LOADS=loads, WIDE_LOADS=wide, PAIRS=pairs):
+                    row(f"values {values} loads {loads} wide {wide} pairs {pairs} chunks {chunks}", 4 * n,
                         ceil[4 * n], lambda: reduce_into(o, x, dims, kind, chunks))  # noqa: B023
                     got = torch.as_tensor(o.data, device="cuda")[:o.size].reshape(want.shape)
                     assert torch.allclose(got, want, rtol=1e-5, atol=1e-3), f"{kind} {label} differs"
@@ -241,11 +237,12 @@ def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> No
     acc_dtype, to_acc = accumulator(f32)
     store = narrow(f32)
     for kind in ("sum", "max"):
-        for loads in (8, 16):
-            plane = reduce._plane(kind, to_acc, store, acc_dtype.type, loads)
-            columns = reduce._columns(kind, to_acc, store, loads)
-            total = reduce._total(kind, to_acc, store, acc_dtype.type, loads)
-            say(f"  regs {kind} loads {loads}: plane {regs(plane)}, columns {regs(columns)}, total {regs(total)}")
+        for loads, pairs in [(8, False), (8, True), (16, False), (16, True)]:
+            plane = reduce._plane(kind, to_acc, store, acc_dtype.type, loads, pairs)
+            columns = reduce._columns(kind, to_acc, store, loads, pairs)
+            total = reduce._total(kind, to_acc, store, acc_dtype.type, loads, pairs)
+            say(f"  regs {kind} loads {loads} pairs {pairs}: plane {regs(plane)}, columns {regs(columns)}, "
+                f"total {regs(total)}")
 
 
 def _elementwise(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:

@@ -280,8 +280,8 @@ def _rows1(fn: Callable) -> Callable:
 
 # The dense kernels' grids, one and two operands: at most this many times
 # max_blocks() (benchmarks/kernel_probe.py).
-DENSE1_BLOCKS = 1
-DENSE2_BLOCKS = 1
+DENSE1_BLOCKS = 16
+DENSE2_BLOCKS = 1 << 20
 
 
 def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: object = None) -> DeviceBuffer:

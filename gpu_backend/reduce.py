@@ -35,7 +35,7 @@ from interp.impls import identity
 
 
 @cache
-def _run(kind: str, to_acc: Callable, loads: int = 8) -> Callable:
+def _run(kind: str, to_acc: Callable, loads: int = 8, pairs: bool = False) -> Callable:
     combine = BINARY[COMBINE[kind]]
     assert loads in (8, 16), "the runs spell out eight or sixteen loads"
 
@@ -52,23 +52,32 @@ def _run(kind: str, to_acc: Callable, loads: int = 8) -> Callable:
             if loads == 16:
                 w0, w1, w2, w3 = x[p + 8 * d], x[p + 9 * d], x[p + 10 * d], x[p + 11 * d]
                 w4, w5, w6, w7 = x[p + 12 * d], x[p + 13 * d], x[p + 14 * d], x[p + 15 * d]
-            acc = combine(acc, to_acc(v0))
-            acc = combine(acc, to_acc(v1))
-            acc = combine(acc, to_acc(v2))
-            acc = combine(acc, to_acc(v3))
-            acc = combine(acc, to_acc(v4))
-            acc = combine(acc, to_acc(v5))
-            acc = combine(acc, to_acc(v6))
-            acc = combine(acc, to_acc(v7))
-            if loads == 16:
-                acc = combine(acc, to_acc(w0))
-                acc = combine(acc, to_acc(w1))
-                acc = combine(acc, to_acc(w2))
-                acc = combine(acc, to_acc(w3))
-                acc = combine(acc, to_acc(w4))
-                acc = combine(acc, to_acc(w5))
-                acc = combine(acc, to_acc(w6))
-                acc = combine(acc, to_acc(w7))
+            if pairs:  # eight values as a tree, then into acc: a chain of four folds, not eight
+                u0 = combine(combine(to_acc(v0), to_acc(v1)), combine(to_acc(v2), to_acc(v3)))
+                u1 = combine(combine(to_acc(v4), to_acc(v5)), combine(to_acc(v6), to_acc(v7)))
+                acc = combine(acc, combine(u0, u1))
+                if loads == 16:
+                    u2 = combine(combine(to_acc(w0), to_acc(w1)), combine(to_acc(w2), to_acc(w3)))
+                    u3 = combine(combine(to_acc(w4), to_acc(w5)), combine(to_acc(w6), to_acc(w7)))
+                    acc = combine(acc, combine(u2, u3))
+            else:
+                acc = combine(acc, to_acc(v0))
+                acc = combine(acc, to_acc(v1))
+                acc = combine(acc, to_acc(v2))
+                acc = combine(acc, to_acc(v3))
+                acc = combine(acc, to_acc(v4))
+                acc = combine(acc, to_acc(v5))
+                acc = combine(acc, to_acc(v6))
+                acc = combine(acc, to_acc(v7))
+                if loads == 16:
+                    acc = combine(acc, to_acc(w0))
+                    acc = combine(acc, to_acc(w1))
+                    acc = combine(acc, to_acc(w2))
+                    acc = combine(acc, to_acc(w3))
+                    acc = combine(acc, to_acc(w4))
+                    acc = combine(acc, to_acc(w5))
+                    acc = combine(acc, to_acc(w6))
+                    acc = combine(acc, to_acc(w7))
             k += loads * step
         while k < stop:
             acc = combine(acc, to_acc(x[row + k * stride]))
@@ -182,7 +191,8 @@ def _per_block(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> 
 
 
 @cache
-def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: int = 8) -> Callable:
+def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: int = 8,
+           pairs: bool = False) -> Callable:
     """The common case, kept axes and reduced axes each one strided run: x[o, r]
     at x_off + o * x_out + r * x_red. A group of `width` threads per (output,
     chunk) item, as in _per_block (width 1: a thread per item, neighbouring
@@ -190,7 +200,7 @@ def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: 
     indices c * width + tid + k * chunks * width: at each step the groups of an
     output read one contiguous stretch together. Few registers (no unravelling),
     so many threads per SM, each with eight loads in flight."""
-    run, tree, threads = _run(kind, to_acc, loads), _tree(kind), THREADS
+    run, tree, threads = _run(kind, to_acc, loads, pairs), _tree(kind), THREADS
 
     @cuda.jit
     def kernel(out: Arr, o_off: int, o_step: int, x: Arr, x_off: int, x_out: int, x_red: int, n_out: int,
@@ -227,11 +237,11 @@ def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: 
 
 
 @cache
-def _columns(kind: str, to_acc: Callable, store: Callable, loads: int) -> Callable:
+def _columns(kind: str, to_acc: Callable, store: Callable, loads: int, pairs: bool) -> Callable:
     """One thread per output, its whole range in one pass (no chunks): the
     plane's width-1 case without the shared tree, so fewer registers and
     every block of a large launch resident at once."""
-    run = _run(kind, to_acc, loads)
+    run = _run(kind, to_acc, loads, pairs)
 
     @cuda.jit
     def kernel(out: Arr, o_off: int, o_step: int, x: Arr, x_off: int, x_out: int, x_red: int, n_out: int,
@@ -243,14 +253,14 @@ def _columns(kind: str, to_acc: Callable, store: Callable, loads: int) -> Callab
 
 
 @cache
-def _total(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: int) -> Callable:
+def _total(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: int, pairs: bool) -> Callable:
     """One output from one strided run, in one launch: block c folds indices
     c * THREADS + tid + k * chunks * THREADS (the plane's chunk c at full
     width) into part[c]; the block that finishes last (an atomic count) folds
     the chunks' partials, thread t taking part[t], part[t + THREADS], ..., then
     the tree: the order of the plane followed by its second pass, bit for bit.
     It leaves the count at zero for the next launch."""
-    run, fold, tree, threads = _run(kind, to_acc, loads), _run(kind, _same_acc, 8), _tree(kind), THREADS
+    run, fold, tree, threads = _run(kind, to_acc, loads, pairs), _run(kind, _same_acc), _tree(kind), THREADS
 
     @cuda.jit
     def kernel(out: Arr, o_off: int, x: Arr, x_off: int, x_red: int, n_red: int, ident: Any, part: Arr,
@@ -285,17 +295,27 @@ def _same_acc(a: object) -> object:
 
 
 @cache
+def _scratch(n: int, dtype: np.dtype) -> Any:
+    """_total's partials, kept for the next launch of as many chunks (the
+    legacy default stream orders the launches, so one buffer serves them all)."""
+    return cuda.device_array(n, dtype)
+
+
+@cache
 def _counter() -> Any:
     """The finishing count of _total's launches (one at a time: the legacy default stream orders them)."""
     return cuda.to_device(np.zeros(1, np.int32))
 
 
 # Launch geometry on a GPU (benchmarks/kernel_probe.py measures the choices):
-GROUP_VALUES = 8  # values each thread of a per-block group folds, at least
+GROUP_VALUES = 64  # values each thread of a per-block group folds, at least
 THREAD_TARGET = 1  # chunks for one thread per output: enough for this many times max_blocks() full blocks
-COLUMNS_FROM = 1 << 62  # one thread per output in one pass (no chunks) from this many outputs
-COLUMN_THREADS = THREADS  # the block of that kernel
-RUN_LOADS = 8  # loads in flight per thread in the plane kernels (8 or 16)
+COLUMNS_FROM: int | None = None  # one thread per output, one pass (no chunks), from this many outputs (None: a
+# quarter of the threads of max_blocks() full blocks: then the kernel's blocks fit on the GPU at once)
+COLUMN_THREADS = min(THREADS, 128)  # the block of that kernel
+RUN_LOADS = 8  # loads in flight per thread in the plane kernel (8 or 16)
+WIDE_LOADS = 16  # the same in the column and one-output kernels
+PAIRS = False  # fold each thread's loads as a tree before adding them to its accumulator
 
 
 def _group(n_red: int) -> int:
@@ -313,7 +333,7 @@ def _chunks(n_out: int, n_red: int, width: int) -> int:
     threads of a per-block group, 0 for one thread per output)."""
     if SIMULATED:
         return 1
-    if not width and n_out >= COLUMNS_FROM:
+    if not width and n_out >= (COLUMNS_FROM or max_blocks() * THREADS // 4):
         return 1
     if width:  # enough groups for the GPU, each thread folding a few dozen values
         return max(1, min(-(-max_blocks() * (THREADS // width) // n_out), n_red // (width * 16)))
@@ -351,23 +371,23 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
     chunks = chunks or _chunks(n_out, n_red, width)
     chunk = -(-n_red // chunks) if n_red else 0
     acc_dtype, store = np.dtype(type(ident)), narrow(out.dtype)
-    part = cuda.device_array(n_out * chunks, acc_dtype) if chunks > 1 else _unused(acc_dtype)
     plane = len(red_shape) == 1 and len(kept_shape) == 1
     if plane and n_out == 1 and width == THREADS and chunks > 1:  # one launch: the last block folds the partials
-        launch(_total(kind, to_acc, store, acc_dtype.type, RUN_LOADS), chunks, THREADS, out.data, out.offset,
-               x.data, x.offset, red_x[0], n_red, ident, part, _counter())
+        launch(_total(kind, to_acc, store, acc_dtype.type, WIDE_LOADS, PAIRS), chunks, THREADS, out.data,
+               out.offset, x.data, x.offset, red_x[0], n_red, ident, _scratch(chunks, acc_dtype), _counter())
         return out
     if plane and width == 0 and chunks == 1:
         threads = fitted(n_out, COLUMN_THREADS)
-        launch(_columns(kind, to_acc, store, RUN_LOADS), blocks_for(n_out, threads), threads, out.data, out.offset,
-               kept_o[0], x.data, x.offset, kept_x[0], red_x[0], n_out, n_red, ident)
+        launch(_columns(kind, to_acc, store, WIDE_LOADS, PAIRS), blocks_for(n_out, threads), threads, out.data,
+               out.offset, kept_o[0], x.data, x.offset, kept_x[0], red_x[0], n_out, n_red, ident)
         return out
+    part = cuda.device_array(n_out * chunks, acc_dtype) if chunks > 1 else _unused(acc_dtype)
     if plane:
         group = max(width, 1)
         threads = THREADS if width else fitted(n_out * chunks)
-        launch(_plane(kind, to_acc, store, acc_dtype.type, RUN_LOADS), blocks_for(n_out * chunks, threads // group),
-               threads, out.data, out.offset, kept_o[0], x.data, x.offset, kept_x[0], red_x[0], n_out, n_red, chunks,
-               ident, part, group)
+        launch(_plane(kind, to_acc, store, acc_dtype.type, RUN_LOADS, PAIRS),
+               blocks_for(n_out * chunks, threads // group), threads, out.data, out.offset, kept_o[0], x.data,
+               x.offset, kept_x[0], red_x[0], n_out, n_red, chunks, ident, part, group)
     elif per_block:
         args = (out.data, out.offset, padded(kept_o, 0), x.data, x.offset, padded(kept_x, 0), padded(kept_shape, 1),
                 n_out, red_shape[-1], red_x[-1], padded(red_shape[:-1], 1), padded(red_x[:-1], 0),

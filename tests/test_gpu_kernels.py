@@ -285,13 +285,14 @@ def test_reduction_per_block_and_chunked():
         assert np.isnan(top)
 
 
-@pytest.mark.parametrize("loads", [8, 16])
-def test_reduction_to_one_value_in_one_launch(monkeypatch, loads):
+@pytest.mark.parametrize("loads, pairs", [(8, False), (16, True)])
+def test_reduction_to_one_value_in_one_launch(monkeypatch, loads, pairs):
     """All axes into one value over several chunks: one launch whose last block
     folds the chunks' partials, and leaves its count at zero for the next."""
     from gpu_backend import reduce
 
-    monkeypatch.setattr(reduce, "RUN_LOADS", loads)
+    monkeypatch.setattr(reduce, "WIDE_LOADS", loads)
+    monkeypatch.setattr(reduce, "PAIRS", pairs)
     x = (np.arange(5 * 61, dtype=np.float32).reshape(5, 61) % 11 - 5) * 0.25
     for chunks in (2, 3):
         for kind, want in [("sum", x.sum(dtype=np.float64)), ("max", x.max()), ("min", x.min())]:
