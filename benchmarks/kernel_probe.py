@@ -206,7 +206,7 @@ def _permutes(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None
         say(f"  regs transpose side {side} rows {rows} walk {walk}: {regs(kernels._transpose(4, side, rows, walk))}")
 
 
-# Reduction variants per case: (GROUP_VALUES, RUN_LOADS, WIDE_LOADS, PAIRS, chunks); the first is the default.
+# Reduction variants per case: (GROUP_VALUES, RUN_LOADS, WIDE_LOADS, pairs in PAIRED, chunks); the first is the default.
 REDUCTIONS = {
     "inner": [(64, 8, 16, False, None), (64, 8, 16, True, None), (128, 8, 16, True, None), (32, 8, 16, True, None),
               (128, 16, 16, True, None), (64, 16, 16, True, None)],
@@ -216,7 +216,7 @@ REDUCTIONS = {
 
 
 def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
-    say("reductions (GROUP_VALUES, RUN_LOADS, WIDE_LOADS, PAIRS, chunks)")
+    say("reductions (GROUP_VALUES, RUN_LOADS, WIDE_LOADS, pairs in PAIRED, chunks)")
     shape = sides(n, 3)
     tx = torch.rand(shape, device="cuda") - 0.5
     x = _buffer(torch, tx, shape)
@@ -227,7 +227,8 @@ def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> No
             say(f" {kind} {label}: torch {100 * ceil[4 * n] / torch_t:.0f}%")
             want = fn(tx.double(), dim=dims).float()
             for values, loads, wide, pairs, chunks in REDUCTIONS[label]:
-                with knobs(reduce, GROUP_VALUES=values, RUN_LOADS=loads, WIDE_LOADS=wide, PAIRS=pairs):
+                paired = frozenset({"sum", "max", "min"} if pairs else ())
+                with knobs(reduce, GROUP_VALUES=values, RUN_LOADS=loads, WIDE_LOADS=wide, PAIRED=paired):
                     row(f"values {values} loads {loads} wide {wide} pairs {pairs} chunks {chunks}", 4 * n,
                         ceil[4 * n], lambda: reduce_into(o, x, dims, kind, chunks))  # noqa: B023
                     got = torch.as_tensor(o.data, device="cuda")[:o.size].reshape(want.shape)

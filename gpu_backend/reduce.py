@@ -315,7 +315,10 @@ COLUMNS_FROM: int | None = None  # one thread per output, one pass (no chunks), 
 COLUMN_THREADS = min(THREADS, 128)  # the block of that kernel
 RUN_LOADS = 8  # loads in flight per thread in the plane kernel (8 or 16)
 WIDE_LOADS = 16  # the same in the column and one-output kernels
-PAIRS = False  # fold each thread's loads as a tree before adding them to its accumulator
+# The kinds whose runs fold each eight loads as a tree before adding them to the
+# accumulator (a chain of four folds, not eight): max and min, whose result is
+# the same in any order (a sum's inner fold measured slower so).
+PAIRED = frozenset({"max", "min"})
 
 
 def _group(n_red: int) -> int:
@@ -373,19 +376,19 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
     acc_dtype, store = np.dtype(type(ident)), narrow(out.dtype)
     plane = len(red_shape) == 1 and len(kept_shape) == 1
     if plane and n_out == 1 and width == THREADS and chunks > 1:  # one launch: the last block folds the partials
-        launch(_total(kind, to_acc, store, acc_dtype.type, WIDE_LOADS, PAIRS), chunks, THREADS, out.data,
+        launch(_total(kind, to_acc, store, acc_dtype.type, WIDE_LOADS, kind in PAIRED), chunks, THREADS, out.data,
                out.offset, x.data, x.offset, red_x[0], n_red, ident, _scratch(chunks, acc_dtype), _counter())
         return out
     if plane and width == 0 and chunks == 1:
         threads = fitted(n_out, COLUMN_THREADS)
-        launch(_columns(kind, to_acc, store, WIDE_LOADS, PAIRS), blocks_for(n_out, threads), threads, out.data,
+        launch(_columns(kind, to_acc, store, WIDE_LOADS, kind in PAIRED), blocks_for(n_out, threads), threads, out.data,
                out.offset, kept_o[0], x.data, x.offset, kept_x[0], red_x[0], n_out, n_red, ident)
         return out
     part = cuda.device_array(n_out * chunks, acc_dtype) if chunks > 1 else _unused(acc_dtype)
     if plane:
         group = max(width, 1)
         threads = THREADS if width else fitted(n_out * chunks)
-        launch(_plane(kind, to_acc, store, acc_dtype.type, RUN_LOADS, PAIRS),
+        launch(_plane(kind, to_acc, store, acc_dtype.type, RUN_LOADS, kind in PAIRED),
                blocks_for(n_out * chunks, threads // group), threads, out.data, out.offset, kept_o[0], x.data,
                x.offset, kept_x[0], red_x[0], n_out, n_red, chunks, ident, part, group)
     elif per_block:

@@ -292,7 +292,7 @@ def test_reduction_to_one_value_in_one_launch(monkeypatch, loads, pairs):
     from gpu_backend import reduce
 
     monkeypatch.setattr(reduce, "WIDE_LOADS", loads)
-    monkeypatch.setattr(reduce, "PAIRS", pairs)
+    monkeypatch.setattr(reduce, "PAIRED", frozenset({"sum", "max", "min"} if pairs else ()))
     x = (np.arange(5 * 61, dtype=np.float32).reshape(5, 61) % 11 - 5) * 0.25
     for chunks in (2, 3):
         for kind, want in [("sum", x.sum(dtype=np.float64)), ("max", x.max()), ("min", x.min())]:
