@@ -6,14 +6,16 @@ alike), unravelling the outer axes once per work item of many elements. Shapes
 and strides travel as int tuples, padded to a multiple of four axes so that
 each kernel compiles for few ranks. A copy between buffers whose fastest axes
 differ goes through a shared-memory tile instead (the tiled transpose), so
-both its reads and its writes are coalesced.
+both its reads and its writes are coalesced; up to two batch axes travel as
+plain arguments (most permutes of up to four axes), more as a padded tuple.
 
 Two common shapes get lean kernels (few registers, no division per element):
 operands that are one unit-stride run each (a plain grid-stride loop), and
 unit-stride rows at two strided outer axes (a permute that keeps the innermost
 axis; copies move such rows as 8-byte words where they align). Every kernel
 has each thread load several elements before it stores or uses any, so that
-the loads are in flight together.
+the loads are in flight together. Launch shapes (tile, threads, grids) were
+chosen by measurement: benchmarks/kernel_probe.py, benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -13,8 +13,15 @@ round or wrap once when stored (functions.narrow). Two ways to spread the work:
 Either way the reduced range may be cut into chunks to occupy the GPU when
 there are few outputs; the chunks' partials then go through a second pass.
 Where the kept axes and the reduced axes each coalesce to one strided run (a
-reduction over the inner axis, an outer one, or all), one lean kernel (_plane)
-does either job without unravelling indices; the general kernels take the rest.
+reduction over the inner axis, an outer one, or all), lean kernels do the job
+without unravelling indices: _columns (a thread per output, one pass, where
+the outputs alone fill the GPU), _total (one output: one launch whose last
+block folds the chunks' partials) and _plane (the rest); the general kernels
+take what does not coalesce so. The launch geometry below was chosen by
+measurement (benchmarks/kernel_probe.py, benchmarks/RESULTS.md).
+
+Each fixed shape folds in one fixed order (replicas agree bit for bit); the
+order differs between kernels and launch shapes, as spec §10 allows.
 """
 
 from __future__ import annotations
@@ -41,9 +48,10 @@ def _run(kind: str, to_acc: Callable, loads: int = 8, pairs: bool = False) -> Ca
 
     @cuda.jit(device=True)
     def run(acc: Any, x: Arr, row: int, k: int, stop: int, step: int, stride: int) -> Any:
-        """Fold x[row + j * stride] for j = k, k + step, ... below `stop`, in
-        that order. `loads` loads go out before the first is folded (latency
-        hidden), and are folded in index order: the result of one at a time."""
+        """Fold x[row + j * stride] for j = k, k + step, ... below `stop`.
+        `loads` loads go out before the first is folded (latency hidden), and
+        are folded in index order, one at a time, or with `pairs`, each eight
+        as a tree first (a shorter chain of dependent folds)."""
         d = step * stride
         while k + (loads - 1) * step < stop:
             p = row + k * stride
@@ -258,8 +266,8 @@ def _total(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: 
     c * THREADS + tid + k * chunks * THREADS (the plane's chunk c at full
     width) into part[c]; the block that finishes last (an atomic count) folds
     the chunks' partials, thread t taking part[t], part[t + THREADS], ..., then
-    the tree: the order of the plane followed by its second pass, bit for bit.
-    It leaves the count at zero for the next launch."""
+    the tree (whichever block is last, the same order). It leaves the count
+    at zero for the next launch."""
     run, fold, tree, threads = _run(kind, to_acc, loads, pairs), _run(kind, _same_acc), _tree(kind), THREADS
 
     @cuda.jit
