@@ -32,6 +32,7 @@ from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import (
     ITEM_ROWS,
     SHARED_ASKS,
+    SIMULATED,
     TILE,
     TILE_ROWS,
     UNROLL,
@@ -281,9 +282,10 @@ def _rows1(fn: Callable) -> Callable:
 
 
 # The dense kernels' grids, one and two operands: at most this many times
-# max_blocks() (benchmarks/kernel_probe.py).
-DENSE1_BLOCKS = 16
-DENSE2_BLOCKS = 1 << 20
+# max_blocks() (benchmarks/kernel_probe.py). The simulator, where every thread
+# is a Python thread, keeps its two small blocks.
+DENSE1_BLOCKS = 1 if SIMULATED else 16
+DENSE2_BLOCKS = 1 if SIMULATED else 1 << 20
 
 
 def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: object = None) -> DeviceBuffer:

@@ -237,6 +237,17 @@ def test_row_copies_widen_to_words_where_rows_align(name):
     assert np.array_equal(download(dst)[:, :, 1:], np.transpose(x, (1, 0, 2)))
 
 
+def test_word_views_are_made_once_per_array():
+    """A copy's reinterpreting view of an array is kept while the array lives
+    (numba takes tens of µs to make one); it shows the same bits."""
+    x = np.arange(8, dtype=np.float32) - 3.5
+    data = upload(x).data
+    words = kernels.as_words(data, np.dtype(np.uint32))
+    assert kernels.as_words(data, np.dtype(np.uint32)) is words
+    assert kernels.as_words(data, np.dtype(np.float32)) is data
+    assert np.array_equal(download(DeviceBuffer.dense(words, (8,))), x.view(np.uint32))
+
+
 def test_elementwise_unrolled_and_tail():
     """Rows long enough that each thread loads four elements at once, and a
     ragged tail that it takes one at a time."""
