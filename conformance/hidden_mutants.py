@@ -81,7 +81,7 @@ def gpu_tree_skips_last_level() -> Iterator[None]:
     import gpu_backend.reduce as reduce
 
     tree = reduce._tree
-    built = (reduce._per_block, reduce._plane)  # every kernel that folds through the tree
+    built = (reduce._per_block, reduce._plane, reduce._total)  # every kernel that folds through the tree
     for kernels in built:
         kernels.cache_clear()  # kernels built with the right tree must not be reused
     try:

@@ -108,8 +108,8 @@ def use_device(comm: Any = None) -> None:
 # each thread as a Python thread and each block in turn: it gets tiny launches.
 
 THREADS = 8 if SIMULATED else 256  # threads of a 1-D block; a power of two (tree reductions)
-TILE = 4 if SIMULATED else 32  # side of a transpose tile
-TILE_ROWS = 2 if SIMULATED else 4  # thread rows of a transpose block (each thread moves TILE / TILE_ROWS)
+TILE = 4 if SIMULATED else 64  # side of a transpose tile
+TILE_ROWS = 2  # thread rows of a transpose block (each thread moves TILE / TILE_ROWS)
 MATMUL_TILE = 4 if SIMULATED else 16
 UNROLL = 4  # elements a thread loads before it stores or folds any (loads in flight hide latency)
 ITEM_ROWS = UNROLL if SIMULATED else 4 * UNROLL  # an elementwise work item: this many block widths of elements

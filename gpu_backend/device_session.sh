@@ -20,6 +20,7 @@
 #   dtensor          redistributes through torch DTensor and through refir (gpu), every local block compared
 #   dtensor-uneven   uneven blocks next to torch DTensor's redistribute, on 2 GPUs (gpu_backend/dtensor_uneven_check.py)
 #   mpi-faults       REFIR_FAULT injected on either rank of a 2-GPU NCCL run: the job ends with an error, never hangs
+#   probe            benchmarks/kernel_probe.py $PROBE: launch-geometry variants of the kernels, one GPU
 #   bench            benchmarks/gpu_bench.py: permutes, reductions, elementwise, collectives at 1 MiB and 1 GiB next to torch and the copy ceiling
 #   bench-run        benchmarks/gpu_bench.py run: whole refir.run calls of the seed-2 pattern next to torch
 #   bench-uneven     benchmarks/gpu_bench.py uneven: allgather and reduce_scatter, even vs uneven (pad-and-slice), next to torch
@@ -125,6 +126,7 @@ stage bf16 100 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_bf16.p
 stage dtensor 150 bash -c 'ranks "$NGPU" -m mpi4py gpu_backend/dtensor_check.py'
 stage dtensor-uneven 150 bash -c 'ranks 2 -m mpi4py gpu_backend/dtensor_uneven_check.py'
 stage mpi-faults 200 bash -c faults
+stage probe 240 bash -c 'set -o pipefail; "$PY" -m benchmarks.kernel_probe $PROBE | tee "$OUT/probe.txt"'
 stage bench 300 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench | tee "$OUT/bench.txt"'
 stage bench-run 240 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench run | tee "$OUT/bench-run.txt"'
 stage bench-uneven 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench uneven | tee "$OUT/bench-uneven.txt"'

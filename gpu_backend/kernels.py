@@ -6,18 +6,21 @@ alike), unravelling the outer axes once per work item of many elements. Shapes
 and strides travel as int tuples, padded to a multiple of four axes so that
 each kernel compiles for few ranks. A copy between buffers whose fastest axes
 differ goes through a shared-memory tile instead (the tiled transpose), so
-both its reads and its writes are coalesced.
+both its reads and its writes are coalesced; up to two batch axes travel as
+plain arguments (most permutes of up to four axes), more as a padded tuple.
 
 Two common shapes get lean kernels (few registers, no division per element):
 operands that are one unit-stride run each (a plain grid-stride loop), and
 unit-stride rows at two strided outer axes (a permute that keeps the innermost
 axis; copies move such rows as 8-byte words where they align). Every kernel
 has each thread load several elements before it stores or uses any, so that
-the loads are in flight together.
+the loads are in flight together. Launch shapes (tile, threads, grids) were
+chosen by measurement: benchmarks/kernel_probe.py, benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from functools import cache
 from math import prod
@@ -29,6 +32,7 @@ from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import (
     ITEM_ROWS,
     SHARED_ASKS,
+    SIMULATED,
     TILE,
     TILE_ROWS,
     UNROLL,
@@ -277,6 +281,13 @@ def _rows1(fn: Callable) -> Callable:
     return kernel
 
 
+# The dense kernels' grids, one and two operands: at most this many times
+# max_blocks() (benchmarks/kernel_probe.py). The simulator, where every thread
+# is a Python thread, keeps its two small blocks.
+DENSE1_BLOCKS = 1 if SIMULATED else 16
+DENSE2_BLOCKS = 1 if SIMULATED else 1 << 20
+
+
 def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: object = None) -> DeviceBuffer:
     """out = fn(*xs) element by element; operands broadcast to out's shape. With
     `scalar` (one operand): out = fn(x, scalar), the scalar a kernel argument."""
@@ -294,7 +305,9 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: obje
         n = shape[0]
         threads = fitted(-(-n // 4))
         args = [a for v in views for a in (v.data, v.offset)]
-        launch((_dense1 if len(xs) == 1 else _dense2)(fn), blocks_for(n, threads * 4), threads, *args, n, *extra)
+        cap = (DENSE1_BLOCKS if len(xs) == 1 else DENSE2_BLOCKS) * max_blocks()
+        blocks = max(1, min(-(-n // (threads * 4)), cap))
+        launch((_dense1 if len(xs) == 1 else _dense2)(fn), blocks, threads, *args, n, *extra)
         return out
     if len(xs) == 1 and len(shape) <= 3 and all(st[-1] == 1 for st in strides):
         (ni, nj, inner), ((o_i, o_j, _), (a_i, a_j, _)) = [1] * (3 - len(shape)) + shape, [
@@ -327,11 +340,87 @@ def _same(a: object) -> object:
     return a
 
 
+# Which tile a block takes next (linear tile id r of an entry, tiles_a x tiles_b
+# tiles): along a (the source's fastest axis: neighbouring blocks read
+# neighbouring stretches), along b, or diagonally (neighbouring blocks in
+# different rows and columns, so that a power-of-two stride on either side
+# does not send every block's accesses to the same memory channels).
+ALONG_A, ALONG_B, DIAGONAL = 0, 1, 2
+
+
 @cache
-def _transpose(itemsize: int) -> Callable:
+def _transpose(itemsize: int, side: int, rows: int, walk: int) -> Callable:
+    """The tiled transpose of up to two batch axes (c inner, e outer): a
+    block of `side` x `rows` threads moves a `side` x `side` tile, each thread
+    side / rows elements, all loaded before any is stored."""
     word = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
-    side, rows, tile_shape = TILE, TILE_ROWS, (TILE, TILE + 1)  # +1: no shared-memory bank conflicts
-    per = TILE // TILE_ROWS  # elements a thread moves per tile: loaded together, then stored
+    tile_shape = (side, side + 1)  # +1: no shared-memory bank conflicts
+    per = side // rows
+
+    @cuda.jit
+    def kernel(dst: Arr, d_off: int, d_a: int, d_b: int, d_c: int, d_e: int, src: Arr, s_off: int, s_a: int,
+               s_b: int, s_c: int, s_e: int, na: int, nb: int, nc: int, total: int) -> None:
+        for _ in range(SHARED_ASKS):
+            tile = cuda.shared.array(tile_shape, word)
+            cuda.syncthreads()
+        held = cuda.local.array(per, word)
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        tiles_a = (na + side - 1) // side
+        tiles_b = (nb + side - 1) // side
+        tiles = tiles_a * tiles_b
+        for t in range(cuda.blockIdx.x, total, cuda.gridDim.x):
+            entry = t // tiles
+            r = t - entry * tiles
+            if walk == ALONG_A:
+                tb = r // tiles_a
+                ta = r - tb * tiles_a
+            elif walk == ALONG_B:
+                ta = r // tiles_b
+                tb = r - ta * tiles_b
+            else:
+                ta = r // tiles_b
+                tb = r - ta * tiles_b
+                ta = (ta + tb) % tiles_a
+            e = entry // nc
+            c = entry - e * nc
+            # Interior tiles (all but the edges) skip the bounds checks;
+            # each thread steps from one base address by a fixed stride.
+            full = (ta + 1) * side <= na and (tb + 1) * side <= nb
+            a, b = ta * side + tx, tb * side + ty  # read along the source's fastest axis
+            p, step = s_off + c * s_c + e * s_e + a * s_a + b * s_b, rows * s_b
+            if full:
+                for i in range(per):
+                    held[i] = src[p + i * step]
+            else:
+                for i in range(per):
+                    if a < na and b + i * rows < nb:
+                        held[i] = src[p + i * step]
+            for i in range(per):
+                tile[ty + i * rows, tx] = held[i]
+            cuda.syncthreads()
+            a, b = ta * side + ty, tb * side + tx  # write along the destination's fastest axis
+            q, step = d_off + c * d_c + e * d_e + a * d_a + b * d_b, rows * d_a
+            for i in range(per):
+                held[i] = tile[tx, ty + i * rows]
+            if full:
+                for i in range(per):
+                    dst[q + i * step] = held[i]
+            else:
+                for i in range(per):
+                    if b < nb and a + i * rows < na:
+                        dst[q + i * step] = held[i]
+            cuda.syncthreads()
+
+    return kernel
+
+
+@cache
+def _transpose_batched(itemsize: int) -> Callable:
+    """The tiled transpose of any number of batch axes (a padded tuple,
+    unravelled once per entry): what coalesces to more than four axes."""
+    word = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
+    side, rows, tile_shape = TILE, TILE_ROWS, (TILE, TILE + 1)
+    per = TILE // TILE_ROWS
 
     @cuda.jit
     def kernel(dst: Arr, d_off: int, d_batch: Ints, d_a: int, d_b: int, src: Arr, s_off: int, s_batch: Ints,
@@ -383,10 +472,33 @@ def _transpose(itemsize: int) -> Callable:
     return kernel
 
 
+# A reinterpreting view of a device array costs numba tens of µs (a new
+# DeviceNDArray, its layout checks): each array's views are made once and
+# kept while it lives.
+_views: dict[tuple[int, str], tuple[weakref.ref, Arr]] = {}
+
+
+def as_words(data: Arr, word: np.dtype) -> Arr:
+    """`data` (1-D) reinterpreted as `word`s (its size a multiple of them)."""
+    if data.dtype == word:
+        return data
+    key = (id(data), word.char)
+    hit = _views.get(key)
+    if hit is not None and hit[0]() is data:
+        return hit[1]
+    view = data.view(word)
+    try:
+        ref = weakref.ref(data, lambda _, k=key: _views.pop(k, None))  # type: ignore[misc]
+    except TypeError:  # an array type without weak references: no caching
+        return view
+    _views[key] = (ref, view)
+    return view
+
+
 def _bits(b: DeviceBuffer) -> DeviceBuffer:
     """The same buffer as unsigned words: a copy moves bits, never values."""
     word = np.dtype(f"u{b.dtype.itemsize}")
-    return b if b.dtype == word else DeviceBuffer(b.data.view(word), b.offset, b.shape, b.strides)
+    return b if b.data.dtype == word else DeviceBuffer(as_words(b.data, word), b.offset, b.shape, b.strides)
 
 
 def _widened(d: DeviceBuffer, s: DeviceBuffer, shape: list[int], ds: list[int],
@@ -399,12 +511,20 @@ def _widened(d: DeviceBuffer, s: DeviceBuffer, shape: list[int], ds: list[int],
     if any(v % f for v in [*ds[:-1], *ss[:-1], d.offset, s.offset]):
         return None
     new_shape = (*shape[:-1], shape[-1] // f)
+    u64 = np.dtype(np.uint64)
 
     def wide(b: DeviceBuffer, strides: list[int]) -> DeviceBuffer:
-        words = b.data[:b.data.size // f * f].view(np.uint64)
-        return DeviceBuffer(words, b.offset // f, new_shape, (*(v // f for v in strides[:-1]), 1))
+        data = b.data if b.data.size % f == 0 else b.data[:b.data.size // f * f]
+        return DeviceBuffer(as_words(data, u64), b.offset // f, new_shape, (*(v // f for v in strides[:-1]), 1))
 
     return wide(d, ds), wide(s, ss)
+
+
+# The tiled transpose's geometry on a GPU (benchmarks/kernel_probe.py measures the choices).
+TRANSPOSE_SIDE = TILE  # of a tile
+TRANSPOSE_ROWS = TILE_ROWS  # thread rows of a block: TRANSPOSE_SIDE / TRANSPOSE_ROWS elements a thread
+TRANSPOSE_WALK = ALONG_A
+TRANSPOSE_BLOCKS = 1  # times max_blocks()
 
 
 def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
@@ -413,16 +533,26 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     align); otherwise the tiled transpose."""
     if dst.size == 0:
         return dst
-    d, s = _bits(dst), _bits(src.broadcast_to(dst.shape))
-    shape, (ds, ss) = coalesce(d.shape, [d.strides, s.strides], d.strides)
+    src = src.broadcast_to(dst.shape)
+    shape, (ds, ss) = coalesce(dst.shape, [dst.strides, src.strides], dst.strides)
     fast = min(range(len(shape)), key=lambda a: (abs(ss[a]), -a))
     if fast == len(shape) - 1 or ss[fast] == 0:
-        elementwise(_same, *(_widened(d, s, shape, ds, ss) or (d, s)))
+        elementwise(_same, *(_widened(dst, src, shape, ds, ss) or (_bits(dst), _bits(src))))
         return dst
+    d, s = _bits(dst), _bits(src)
     last = len(shape) - 1
     rest = [a for a in range(len(shape)) if a not in (fast, last)]
+    if len(rest) <= 2:  # a batch of at most two axes: c (inner) and e (outer)
+        (nc, dc, sc), (ne, de, se) = [(shape[a], ds[a], ss[a]) for a in reversed(rest)] + [(1, 0, 0)] * (2 - len(rest))
+        side = TRANSPOSE_SIDE
+        total = nc * ne * -(-shape[fast] // side) * -(-shape[last] // side)
+        launch(_transpose(d.dtype.itemsize, side, TRANSPOSE_ROWS, TRANSPOSE_WALK),
+               min(total, TRANSPOSE_BLOCKS * max_blocks()), (side, TRANSPOSE_ROWS),
+               d.data, d.offset, ds[fast], ds[last], dc, de, s.data, s.offset, ss[fast], ss[last], sc, se,
+               shape[fast], shape[last], nc, total)
+        return dst
     batch = padded([shape[a] for a in rest], 1)
-    kernel = _transpose(d.dtype.itemsize)
+    kernel = _transpose_batched(d.dtype.itemsize)
     tiles = -(-shape[fast] // TILE) * -(-shape[last] // TILE)
     across = blocks_for(tiles, 1)
     launch(kernel, (across, min(prod(batch), max(1, max_blocks() // across), 65535)), (TILE, TILE_ROWS),

@@ -13,8 +13,15 @@ round or wrap once when stored (functions.narrow). Two ways to spread the work:
 Either way the reduced range may be cut into chunks to occupy the GPU when
 there are few outputs; the chunks' partials then go through a second pass.
 Where the kept axes and the reduced axes each coalesce to one strided run (a
-reduction over the inner axis, an outer one, or all), one lean kernel (_plane)
-does either job without unravelling indices; the general kernels take the rest.
+reduction over the inner axis, an outer one, or all), lean kernels do the job
+without unravelling indices: _columns (a thread per output, one pass, where
+the outputs alone fill the GPU), _total (one output: one launch whose last
+block folds the chunks' partials) and _plane (the rest); the general kernels
+take what does not coalesce so. The launch geometry below was chosen by
+measurement (benchmarks/kernel_probe.py, benchmarks/RESULTS.md).
+
+Each fixed shape folds in one fixed order (replicas agree bit for bit); the
+order differs between kernels and launch shapes, as spec §10 allows.
 """
 
 from __future__ import annotations
@@ -36,28 +43,51 @@ from interp.impls import identity
 
 
 @cache
-def _run(kind: str, to_acc: Callable) -> Callable:
+def _run(kind: str, to_acc: Callable, loads: int = 8, pairs: bool = False) -> Callable:
     combine = BINARY[COMBINE[kind]]
+    assert loads in (8, 16), "the runs spell out eight or sixteen loads"
 
     @cuda.jit(device=True)
     def run(acc: Any, x: Arr, row: int, k: int, stop: int, step: int, stride: int) -> Any:
-        """Fold x[row + j * stride] for j = k, k + step, ... below `stop`, in
-        that order. Eight loads go out before the first is folded (latency
-        hidden), and are folded in index order: the result of one at a time."""
+        """Fold x[row + j * stride] for j = k, k + step, ... below `stop`.
+        `loads` loads go out before the first is folded (latency hidden), and
+        are folded in index order, one at a time, or with `pairs`, each eight
+        as a tree first (a shorter chain of dependent folds)."""
         d = step * stride
-        while k + 7 * step < stop:
+        while k + (loads - 1) * step < stop:
             p = row + k * stride
             v0, v1, v2, v3 = x[p], x[p + d], x[p + 2 * d], x[p + 3 * d]
             v4, v5, v6, v7 = x[p + 4 * d], x[p + 5 * d], x[p + 6 * d], x[p + 7 * d]
-            acc = combine(acc, to_acc(v0))
-            acc = combine(acc, to_acc(v1))
-            acc = combine(acc, to_acc(v2))
-            acc = combine(acc, to_acc(v3))
-            acc = combine(acc, to_acc(v4))
-            acc = combine(acc, to_acc(v5))
-            acc = combine(acc, to_acc(v6))
-            acc = combine(acc, to_acc(v7))
-            k += 8 * step
+            if loads == 16:
+                w0, w1, w2, w3 = x[p + 8 * d], x[p + 9 * d], x[p + 10 * d], x[p + 11 * d]
+                w4, w5, w6, w7 = x[p + 12 * d], x[p + 13 * d], x[p + 14 * d], x[p + 15 * d]
+            if pairs:  # eight values as a tree, then into acc: a chain of four folds, not eight
+                u0 = combine(combine(to_acc(v0), to_acc(v1)), combine(to_acc(v2), to_acc(v3)))
+                u1 = combine(combine(to_acc(v4), to_acc(v5)), combine(to_acc(v6), to_acc(v7)))
+                acc = combine(acc, combine(u0, u1))
+                if loads == 16:
+                    u2 = combine(combine(to_acc(w0), to_acc(w1)), combine(to_acc(w2), to_acc(w3)))
+                    u3 = combine(combine(to_acc(w4), to_acc(w5)), combine(to_acc(w6), to_acc(w7)))
+                    acc = combine(acc, combine(u2, u3))
+            else:
+                acc = combine(acc, to_acc(v0))
+                acc = combine(acc, to_acc(v1))
+                acc = combine(acc, to_acc(v2))
+                acc = combine(acc, to_acc(v3))
+                acc = combine(acc, to_acc(v4))
+                acc = combine(acc, to_acc(v5))
+                acc = combine(acc, to_acc(v6))
+                acc = combine(acc, to_acc(v7))
+                if loads == 16:
+                    acc = combine(acc, to_acc(w0))
+                    acc = combine(acc, to_acc(w1))
+                    acc = combine(acc, to_acc(w2))
+                    acc = combine(acc, to_acc(w3))
+                    acc = combine(acc, to_acc(w4))
+                    acc = combine(acc, to_acc(w5))
+                    acc = combine(acc, to_acc(w6))
+                    acc = combine(acc, to_acc(w7))
+            k += loads * step
         while k < stop:
             acc = combine(acc, to_acc(x[row + k * stride]))
             k += step
@@ -170,7 +200,8 @@ def _per_block(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> 
 
 
 @cache
-def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> Callable:
+def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: int = 8,
+           pairs: bool = False) -> Callable:
     """The common case, kept axes and reduced axes each one strided run: x[o, r]
     at x_off + o * x_out + r * x_red. A group of `width` threads per (output,
     chunk) item, as in _per_block (width 1: a thread per item, neighbouring
@@ -178,7 +209,7 @@ def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> Call
     indices c * width + tid + k * chunks * width: at each step the groups of an
     output read one contiguous stretch together. Few registers (no unravelling),
     so many threads per SM, each with eight loads in flight."""
-    run, tree, threads = _run(kind, to_acc), _tree(kind), THREADS
+    run, tree, threads = _run(kind, to_acc, loads, pairs), _tree(kind), THREADS
 
     @cuda.jit
     def kernel(out: Arr, o_off: int, o_step: int, x: Arr, x_off: int, x_out: int, x_red: int, n_out: int,
@@ -214,12 +245,97 @@ def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type) -> Call
     return kernel
 
 
+@cache
+def _columns(kind: str, to_acc: Callable, store: Callable, loads: int, pairs: bool) -> Callable:
+    """One thread per output, its whole range in one pass (no chunks): the
+    plane's width-1 case without the shared tree, so fewer registers and
+    every block of a large launch resident at once."""
+    run = _run(kind, to_acc, loads, pairs)
+
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, o_step: int, x: Arr, x_off: int, x_out: int, x_red: int, n_out: int,
+               n_red: int, ident: Any) -> None:
+        for o in range(cuda.grid(1), n_out, cuda.gridsize(1)):
+            out[o_off + o * o_step] = store(run(ident, x, x_off + o * x_out, 0, n_red, 1, x_red))
+
+    return kernel
+
+
+@cache
+def _total(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: int, pairs: bool) -> Callable:
+    """One output from one strided run, in one launch: block c folds indices
+    c * THREADS + tid + k * chunks * THREADS (the plane's chunk c at full
+    width) into part[c]; the block that finishes last (an atomic count) folds
+    the chunks' partials, thread t taking part[t], part[t + THREADS], ..., then
+    the tree (whichever block is last, the same order). It leaves the count
+    at zero for the next launch."""
+    run, fold, tree, threads = _run(kind, to_acc, loads, pairs), _run(kind, _same_acc), _tree(kind), THREADS
+
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, x: Arr, x_off: int, x_red: int, n_red: int, ident: Any, part: Arr,
+               count: Arr) -> None:
+        for _ in range(SHARED_ASKS):
+            partial = cuda.shared.array(threads, acc_type)
+            last = cuda.shared.array(1, np.int32)
+            cuda.syncthreads()
+        tid, c, chunks = cuda.threadIdx.x, cuda.blockIdx.x, cuda.gridDim.x
+        partial[tid] = run(ident, x, x_off, c * threads + tid, n_red, chunks * threads, x_red)
+        cuda.syncthreads()
+        tree(partial, 0, tid, threads)
+        if tid == 0:
+            part[c] = partial[0]
+            cuda.threadfence()  # the partial is visible before the count says so
+            last[0] = cuda.atomic.add(count, 0, 1) == chunks - 1
+        cuda.syncthreads()
+        if last[0]:  # the same for every thread of the block
+            partial[tid] = fold(ident, part, 0, tid, chunks, threads, 1)
+            cuda.syncthreads()
+            tree(partial, 0, tid, threads)
+            if tid == 0:
+                out[o_off] = store(partial[0])
+                count[0] = 0
+
+    return kernel
+
+
+@cuda.jit(device=True)
+def _same_acc(a: object) -> object:
+    return a
+
+
+@cache
+def _scratch(n: int, dtype: np.dtype) -> Any:
+    """_total's partials, kept for the next launch of as many chunks (the
+    legacy default stream orders the launches, so one buffer serves them all)."""
+    return cuda.device_array(n, dtype)
+
+
+@cache
+def _counter() -> Any:
+    """The finishing count of _total's launches (one at a time: the legacy default stream orders them)."""
+    return cuda.to_device(np.zeros(1, np.int32))
+
+
+# Launch geometry on a GPU (benchmarks/kernel_probe.py measures the choices):
+GROUP_VALUES = 64  # values each thread of a per-block group folds, at least
+THREAD_TARGET = 1  # chunks for one thread per output: enough for this many times max_blocks() full blocks
+COLUMNS_FROM: int | None = None  # one thread per output, one pass (no chunks), from this many outputs (None: a
+# quarter of the threads of max_blocks() full blocks: then the kernel's blocks fit on the GPU at once)
+COLUMN_THREADS = min(THREADS, 128)  # the block of that kernel
+RUN_LOADS = 8  # loads in flight per thread in the plane kernel (8 or 16)
+WIDE_LOADS = 16  # the same in the column and one-output kernels
+# The kinds whose runs fold each eight loads as a tree before adding them to the
+# accumulator (a chain of four folds, not eight): max and min, whose result is
+# the same in any order (a sum's inner fold measured slower so).
+PAIRED = frozenset({"max", "min"})
+
+
 def _group(n_red: int) -> int:
     """Threads folding one output in the per-block kernel: a power of two
-    within the block, about eight values each (a short reduced range leaves
-    the block's other threads to other outputs, not idle)."""
+    within the block, about GROUP_VALUES values each (a short reduced range
+    leaves the block's other threads to other outputs, not idle)."""
     width = 1
-    while width * 2 <= min(n_red // 8, THREADS):
+    while width * 2 <= min(n_red // GROUP_VALUES, THREADS):
         width *= 2
     return width
 
@@ -229,9 +345,17 @@ def _chunks(n_out: int, n_red: int, width: int) -> int:
     threads of a per-block group, 0 for one thread per output)."""
     if SIMULATED:
         return 1
+    if not width and n_out >= (COLUMNS_FROM or max_blocks() * THREADS // 4):
+        return 1
     if width:  # enough groups for the GPU, each thread folding a few dozen values
         return max(1, min(-(-max_blocks() * (THREADS // width) // n_out), n_red // (width * 16)))
-    return max(1, min(-(-max_blocks() * THREADS // n_out), n_red // 64))
+    return max(1, min(-(-THREAD_TARGET * max_blocks() * THREADS // n_out), n_red // 64))
+
+
+@cache
+def _unused(dtype: np.dtype) -> Any:
+    """The partials argument of a one-pass launch, which no thread touches."""
+    return cuda.device_array(1, dtype)
 
 
 def reduce_into(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str,
@@ -259,13 +383,23 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
     chunks = chunks or _chunks(n_out, n_red, width)
     chunk = -(-n_red // chunks) if n_red else 0
     acc_dtype, store = np.dtype(type(ident)), narrow(out.dtype)
-    part = memory.empty(n_out * chunks if chunks > 1 else 1, acc_dtype)
-    if len(red_shape) == 1 and len(kept_shape) == 1:
+    plane = len(red_shape) == 1 and len(kept_shape) == 1
+    if plane and n_out == 1 and width == THREADS and chunks > 1:  # one launch: the last block folds the partials
+        launch(_total(kind, to_acc, store, acc_dtype.type, WIDE_LOADS, kind in PAIRED), chunks, THREADS, out.data,
+               out.offset, x.data, x.offset, red_x[0], n_red, ident, _scratch(chunks, acc_dtype), _counter())
+        return out
+    if plane and width == 0 and chunks == 1:
+        threads = fitted(n_out, COLUMN_THREADS)
+        launch(_columns(kind, to_acc, store, WIDE_LOADS, kind in PAIRED), blocks_for(n_out, threads), threads, out.data,
+               out.offset, kept_o[0], x.data, x.offset, kept_x[0], red_x[0], n_out, n_red, ident)
+        return out
+    part = memory.empty(n_out * chunks, acc_dtype) if chunks > 1 else _unused(acc_dtype)
+    if plane:
         group = max(width, 1)
         threads = THREADS if width else fitted(n_out * chunks)
-        launch(_plane(kind, to_acc, store, acc_dtype.type), blocks_for(n_out * chunks, threads // group), threads,
-               out.data, out.offset, kept_o[0], x.data, x.offset, kept_x[0], red_x[0], n_out, n_red, chunks, ident,
-               part, group)
+        launch(_plane(kind, to_acc, store, acc_dtype.type, RUN_LOADS, kind in PAIRED),
+               blocks_for(n_out * chunks, threads // group), threads, out.data, out.offset, kept_o[0], x.data,
+               x.offset, kept_x[0], red_x[0], n_out, n_red, chunks, ident, part, group)
     elif per_block:
         args = (out.data, out.offset, padded(kept_o, 0), x.data, x.offset, padded(kept_x, 0), padded(kept_shape, 1),
                 n_out, red_shape[-1], red_x[-1], padded(red_shape[:-1], 1), padded(red_x[:-1], 0),

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpu_backend import kernels
 from gpu_backend.buffer import DeviceBuffer, download, upload
 from gpu_backend.impls import compute
 from gpu_backend.kernels import copy_into
@@ -192,6 +193,27 @@ def test_tiled_transpose_crosses_tile_edges(shape, perm):
     same(run(ops.Permute(perm), tuple(range(len(shape))), x), np.transpose(x, perm))
 
 
+@pytest.mark.parametrize("walk", [kernels.ALONG_A, kernels.ALONG_B, kernels.DIAGONAL])
+@pytest.mark.parametrize("shape, perm", [((5, 9), (1, 0)), ((3, 5, 6), (2, 1, 0)), ((2, 3, 5, 6), (2, 0, 3, 1))])
+def test_tiled_transpose_walks(monkeypatch, walk, shape, perm):
+    """Every order of visiting tiles, edge tiles included, with no batch axis,
+    one and two; values and the result's strides."""
+    monkeypatch.setattr(kernels, "TRANSPOSE_WALK", walk)
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    out = run(ops.Permute(perm), tuple(range(len(shape))), x)
+    same(out, np.transpose(x, perm))
+    assert out.strides == np.ascontiguousarray(np.transpose(x, perm)).strides
+
+
+def test_tiled_transpose_of_three_batch_axes():
+    """Five axes that no stride merges: the kernel that unravels its batch."""
+    x = np.arange(2 * 3 * 2 * 5 * 6, dtype=np.int16).reshape(2, 3, 2, 5, 6)
+    perm = (4, 2, 0, 3, 1)
+    out = run(ops.Permute(perm), tuple(range(5)), x)
+    same(out, np.transpose(x, perm))
+    assert out.strides == np.ascontiguousarray(np.transpose(x, perm)).strides
+
+
 @given(st.data(), shapes(0, 3), st.sampled_from(["u8", "f32"]))
 def test_unsqueeze(data, shape, name):
     x = data.draw(views(shape, DTYPES[name]))
@@ -223,6 +245,17 @@ def test_row_copies_widen_to_words_where_rows_align(name):
     dst = DeviceBuffer.empty((5, 3, 33), x.dtype)
     copy_into(dst[(slice(None), slice(None), slice(1, None))], upload(x).transpose((1, 0, 2)))
     assert np.array_equal(download(dst)[:, :, 1:], np.transpose(x, (1, 0, 2)))
+
+
+def test_word_views_are_made_once_per_array():
+    """A copy's reinterpreting view of an array is kept while the array lives
+    (numba takes tens of µs to make one); it shows the same bits."""
+    x = np.arange(8, dtype=np.float32) - 3.5
+    data = upload(x).data
+    words = kernels.as_words(data, np.dtype(np.uint32))
+    assert kernels.as_words(data, np.dtype(np.uint32)) is words
+    assert kernels.as_words(data, np.dtype(np.float32)) is data
+    assert np.array_equal(download(DeviceBuffer.dense(words, (8,))), x.view(np.uint32))
 
 
 def test_elementwise_unrolled_and_tail():
@@ -271,6 +304,25 @@ def test_reduction_per_block_and_chunked():
         same(out, x.sum(1, dtype=np.float64).astype(np.float32))
         top = download(reduce_into(DeviceBuffer.empty((), x.dtype), upload(x), (0, 1), "max", chunks))
         assert np.isnan(top)
+
+
+@pytest.mark.parametrize("loads, pairs", [(8, False), (16, True)])
+def test_reduction_to_one_value_in_one_launch(monkeypatch, loads, pairs):
+    """All axes into one value over several chunks: one launch whose last block
+    folds the chunks' partials, and leaves its count at zero for the next."""
+    from gpu_backend import reduce
+
+    monkeypatch.setattr(reduce, "WIDE_LOADS", loads)
+    monkeypatch.setattr(reduce, "PAIRED", frozenset({"sum", "max", "min"} if pairs else ()))
+    x = (np.arange(5 * 61, dtype=np.float32).reshape(5, 61) % 11 - 5) * 0.25
+    for chunks in (2, 3):
+        for kind, want in [("sum", x.sum(dtype=np.float64)), ("max", x.max()), ("min", x.min())]:
+            out = download(reduce_into(DeviceBuffer.empty((), x.dtype), upload(x), (0, 1), kind, chunks))
+            same(out, np.float32(want))
+            assert download(DeviceBuffer.dense(reduce._counter(), (1,)))[0] == 0
+    # A column per thread, its whole range in one pass, 16 loads at a time where they fit.
+    y = np.arange(40 * 3, dtype=np.int64).reshape(40, 3) * 7919 % 1000 - 500
+    same(download(reduce_into(DeviceBuffer.empty((3,), y.dtype), upload(y), (0,), "sum")), y.sum(0))
 
 
 def test_reduction_groups_share_a_block():

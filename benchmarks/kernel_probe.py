@@ -1,0 +1,303 @@
+"""Kernel variants side by side on one GPU, to choose launch geometry (issue 10).
+
+    python -m benchmarks.kernel_probe [host] [permutes] [reductions] [elementwise]
+                                  (one GPU; GPU_BENCH_MIB: the size, default 1024; no section named: the last three)
+
+For the permutes, reductions, elementwise ops and casts of benchmarks/gpu_ops.py
+it prints, per variant of the knobs in gpu_backend/kernels.py and reduce.py,
+the time of one call (then a synchronize) and of ten back to back ("piped"),
+as % of a device-to-device copy of the same bytes, and the compiled kernels'
+registers per thread. First it splits one call into its host part (until
+the function returns) and the wait for the GPU, to find the per-call overhead.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from benchmarks.gpu_ops import _buffer, _torch_in, copy_ceiling, sides
+from benchmarks.gpu_timing import MIB, median_time, pipelined_time
+from gpu_backend import kernels, reduce
+from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.device import SIMULATED, cuda
+from gpu_backend.functions import accumulator, binary, cast, narrow
+from gpu_backend.kernels import copy_into, elementwise
+from gpu_backend.reduce import reduce_into
+
+NONE = lambda: None  # noqa: E731  (no barrier: one process)
+
+
+def say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+@contextmanager
+def knobs(module: Any, **values: Any) -> Iterator[None]:
+    old = {k: getattr(module, k) for k in values}
+    for k, v in values.items():
+        setattr(module, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(module, k, v)
+
+
+def split(fn: Callable[[], object], repeats: int = 10) -> tuple[float, float]:
+    """Median µs of one call's host part and of the wait for the GPU after it."""
+    fn()
+    cuda.synchronize()
+    host, wait = [], []
+    for _ in range(repeats):
+        cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        t1 = time.perf_counter()
+        cuda.synchronize()
+        t2 = time.perf_counter()
+        host.append(t1 - t0)
+        wait.append(t2 - t1)
+    return 1e6 * statistics.median(host), 1e6 * statistics.median(wait)
+
+
+def micro(fn: Callable[[], object], repeats: int = 200) -> float:
+    """Median µs of a host-only call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e6 * statistics.median(times)
+
+
+def regs(kernel: Any) -> str:
+    try:
+        return ",".join(str(r) for r in kernel.get_regs_per_thread().values())
+    except Exception as e:  # noqa: BLE001  (a probe: say what went wrong and go on)
+        return f"? ({type(e).__name__})"
+
+
+def row(name: str, nbytes: int, ceiling: float, fn: Callable[[], object], extra: str = "") -> tuple[float, float]:
+    one = median_time(fn, cuda.synchronize, NONE)
+    piped = pipelined_time(fn, cuda.synchronize, NONE)
+    roof = nbytes / ceiling
+    say(f"  {name:<44} call {100 * nbytes / one / roof:5.1f}%  piped {100 * nbytes / piped / roof:5.1f}%  "
+        f"({1e3 * one:.3f} / {1e3 * piped:.3f} ms) {extra}")
+    return one, piped
+
+
+def main() -> int:
+    if SIMULATED:
+        say("kernel_probe needs a real GPU")
+        return 1
+    import torch
+
+    n = MIB * (1 << 20) // 4
+    f32 = np.dtype(np.float32)
+    ceil = {b: copy_ceiling(torch, b, NONE) for b in (8 * n, 4 * n, 12 * n, 6 * n)}
+    say(f"{MIB} MiB f32; copy ceiling {8 * n / ceil[8 * n] / 1e9:.0f} GB/s at {8 * n >> 20} MiB moved")
+
+    if "host" in sys.argv[1:]:  # where one call's time goes, and a bare numba sum
+        with guarded("host"):
+            _host(torch, n, f32, ceil)
+            _bare(n, _buffer(torch, torch.rand(n, device="cuda"), (n,)), ceil[4 * n])
+    picked = set(sys.argv[1:]) or {"permutes", "reductions", "elementwise"}
+    for name, section in [("permutes", _permutes), ("reductions", _reductions), ("elementwise", _elementwise)]:
+        if name in picked:
+            with guarded(name):
+                section(torch, n, f32, ceil)
+    return 0
+
+
+@contextmanager
+def guarded(name: str) -> Iterator[None]:
+    """A failing section is reported and the next one runs."""
+    try:
+        yield
+    except Exception:  # noqa: BLE001
+        say(f"section {name} failed:\n{traceback.format_exc()}")
+
+
+def _host(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
+    """Where one call's time goes."""
+    shape = sides(n, 3)
+    tx = torch.rand(shape, device="cuda")
+    x = _buffer(torch, tx, shape)
+    out = DeviceBuffer.empty(shape, f32)
+    costs = [micro(lambda: x.data.view(np.uint32)), micro(lambda: kernels.as_words(x.data, np.dtype(np.uint32))),
+             micro(lambda: x.data[:n]), micro(torch.cuda.synchronize), micro(cuda.synchronize)]
+    say("host costs (µs): numba view {:.1f}, cached as_words {:.1f}, slice {:.1f}, torch sync idle {:.1f}, "
+        "numba sync idle {:.1f}".format(*costs))
+    uncached = lambda data, word: data if data.dtype == word else data.view(word)  # noqa: E731
+    ta, tb, tc = torch.rand(n, device="cuda"), torch.rand(n, device="cuda"), torch.empty(n, device="cuda")
+    a, b, c = (_buffer(torch, t, (n,)) for t in (ta, tb, tc))
+    add = binary("add", f32)
+    th = torch.empty(n, device="cuda", dtype=torch.float16)
+    h = _buffer(torch, th, (n,))
+    to_half = cast(f32, np.dtype(np.float16))
+    small = DeviceBuffer.empty((shape[0], shape[1]), f32)
+    cases = [("copy (0,1,2) row", lambda: copy_into(out, x)),
+             ("permute (2,0,1)", lambda: copy_into(DeviceBuffer.dense(out.data, (shape[2], shape[0], shape[1])),
+                                                   x.transpose((2, 0, 1)))),
+             ("add", lambda: elementwise(add, c, a, b)), ("cast", lambda: elementwise(to_half, h, a)),
+             ("sum inner", lambda: reduce_into(small, x, (2,), "sum")),
+             ("torch copy_", lambda: tc.copy_(ta))]
+    for name, fn in cases:
+        hw = split(fn)
+        say(f"  {name:<20} host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs")
+    with knobs(kernels, as_words=uncached):
+        hw = split(cases[0][1])
+        say(f"  {'copy, views uncached':<20} host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs")
+        row("copy (0,1,2) views uncached", 8 * n, ceil[8 * n], cases[0][1])
+    row("copy (0,1,2) views cached", 8 * n, ceil[8 * n], cases[0][1])
+    row("torch copy_", 8 * n, ceil[8 * n], cases[-1][1])
+
+
+
+# Transpose variants: (side, rows, walk, blocks x max_blocks); the first is the default.
+TRANSPOSES = [(32, 4, 0, 1), (32, 2, 0, 1), (64, 4, 0, 1), (64, 8, 0, 1), (64, 2, 0, 1), (32, 4, 1, 1),
+              (32, 4, 0, 2)]
+# Permutes timed: 3-D orders (perm, reversed result) and the 4-D one.
+PERMUTES = [((0, 1, 2), False), ((0, 2, 1), False), ((2, 1, 0), False), ((1, 2, 0), True), ((2, 1, 0), True),
+            ((2, 0, 3, 1), False)]
+
+
+def _permutes(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
+    say("permutes (tiled transpose variants: side, rows, walk, blocks x max_blocks; row copies: DENSE1_BLOCKS)")
+    inputs = {rank: torch.rand(sides(n, rank), device="cuda") for rank in (3, 4)}
+    for perm, reverse in PERMUTES:
+        rank = len(perm)
+        tx = inputs[rank]
+        shp = tuple(tx.shape)
+        x = _buffer(torch, tx, shp)
+        layout = tuple(reversed(range(rank))) if reverse else tuple(range(rank))
+        out_shape = tuple(shp[p] for p in perm)
+        store, tout = _torch_in(torch, out_shape, layout)
+        o = DeviceBuffer.empty(out_shape, f32, layout)
+        view = x.transpose(perm)
+        torch_t = median_time(lambda: tout.copy_(tx.permute(perm)), torch.cuda.synchronize, NONE)  # noqa: B023
+        say(f" {perm} {'rev' if reverse else 'row'}: torch {100 * ceil[8 * n] / torch_t:.0f}%")
+        if tiled(o, view):
+            for side, rows, walk, blocks in TRANSPOSES:
+                with knobs(kernels, TRANSPOSE_SIDE=side, TRANSPOSE_ROWS=rows, TRANSPOSE_WALK=walk,
+                           TRANSPOSE_BLOCKS=blocks):
+                    row(f"side {side} rows {rows} walk {walk} blocks {blocks}", 8 * n, ceil[8 * n],
+                        lambda: copy_into(o, view))  # noqa: B023
+                    assert torch.equal(torch.as_tensor(o.data, device="cuda"), store.reshape(-1)), "differs"
+        else:
+            for blocks in (1, 4, 8, 16, 1 << 20):
+                with knobs(kernels, DENSE1_BLOCKS=blocks):
+                    row(f"row copy, dense blocks {blocks}", 8 * n, ceil[8 * n],
+                        lambda: copy_into(o, view))  # noqa: B023
+                    assert torch.equal(torch.as_tensor(o.data, device="cuda"), store.reshape(-1)), "differs"
+            hw = split(lambda: copy_into(o, view))  # noqa: B023
+            say(f"  host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs")
+    for side, rows, walk, _ in TRANSPOSES:
+        say(f"  regs transpose side {side} rows {rows} walk {walk}: {regs(kernels._transpose(4, side, rows, walk))}")
+
+
+# Reduction variants per case: (GROUP_VALUES, RUN_LOADS, WIDE_LOADS, pairs in PAIRED, chunks); the first is the default.
+REDUCTIONS = {
+    "inner": [(64, 8, 16, False, None), (64, 8, 16, True, None), (128, 8, 16, True, None), (32, 8, 16, True, None),
+              (128, 16, 16, True, None), (64, 16, 16, True, None)],
+    "outer": [(64, 8, 16, False, None), (64, 8, 16, True, None), (64, 8, 8, True, None)],
+    "all": [(64, 8, 16, False, None), (64, 8, 16, True, None), (64, 8, 8, True, None)],
+}
+
+
+def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
+    say("reductions (GROUP_VALUES, RUN_LOADS, WIDE_LOADS, pairs in PAIRED, chunks)")
+    shape = sides(n, 3)
+    tx = torch.rand(shape, device="cuda") - 0.5
+    x = _buffer(torch, tx, shape)
+    for kind, fn in [("sum", torch.sum), ("max", torch.amax)]:
+        for dims, label in [((2,), "inner"), ((0,), "outer"), ((0, 1, 2), "all")]:
+            o = DeviceBuffer.empty(tuple(m for d, m in enumerate(shape) if d not in dims), f32)
+            torch_t = median_time(lambda: fn(tx, dim=dims), torch.cuda.synchronize, NONE)  # noqa: B023
+            say(f" {kind} {label}: torch {100 * ceil[4 * n] / torch_t:.0f}%")
+            want = fn(tx.double(), dim=dims).float()
+            for values, loads, wide, pairs, chunks in REDUCTIONS[label]:
+                paired = frozenset({"sum", "max", "min"} if pairs else ())
+                with knobs(reduce, GROUP_VALUES=values, RUN_LOADS=loads, WIDE_LOADS=wide, PAIRED=paired):
+                    row(f"values {values} loads {loads} wide {wide} pairs {pairs} chunks {chunks}", 4 * n,
+                        ceil[4 * n], lambda: reduce_into(o, x, dims, kind, chunks))  # noqa: B023
+                    got = torch.as_tensor(o.data, device="cuda")[:o.size].reshape(want.shape)
+                    assert torch.allclose(got, want, rtol=1e-5, atol=1e-3), f"{kind} {label} differs"
+            hw = split(lambda: reduce_into(o, x, dims, kind))  # noqa: B023
+            say(f"  host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs")
+    acc_dtype, to_acc = accumulator(f32)
+    store = narrow(f32)
+    for kind in ("sum", "max"):
+        for loads, pairs in [(8, False), (8, True), (16, False), (16, True)]:
+            plane = reduce._plane(kind, to_acc, store, acc_dtype.type, loads, pairs)
+            columns = reduce._columns(kind, to_acc, store, loads, pairs)
+            total = reduce._total(kind, to_acc, store, acc_dtype.type, loads, pairs)
+            say(f"  regs {kind} loads {loads} pairs {pairs}: plane {regs(plane)}, columns {regs(columns)}, "
+                f"total {regs(total)}")
+
+
+def _elementwise(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
+    ta, tb, tc = torch.rand(n, device="cuda"), torch.rand(n, device="cuda"), torch.empty(n, device="cuda")
+    a, b, c = (_buffer(torch, t, (n,)) for t in (ta, tb, tc))
+    add = binary("add", f32)
+    th = torch.empty(n, device="cuda", dtype=torch.float16)
+    h = _buffer(torch, th, (n,))
+    to_half = cast(f32, np.dtype(np.float16))
+    say("elementwise (DENSE2_BLOCKS, DENSE1_BLOCKS)")
+    for blocks in (1, 4, 8, 16, 1 << 20):
+        with knobs(kernels, DENSE2_BLOCKS=blocks, DENSE1_BLOCKS=blocks):
+            row(f"add blocks {blocks}", 12 * n, ceil[12 * n], lambda: elementwise(add, c, a, b))
+            row(f"cast blocks {blocks}", 6 * n, ceil[6 * n], lambda: elementwise(to_half, h, a))
+    assert torch.equal(tc, ta + tb) and torch.equal(th, ta.half())
+    t_add = median_time(lambda: torch.add(ta, tb, out=tc), torch.cuda.synchronize, NONE)
+    t_cast = median_time(lambda: th.copy_(ta), torch.cuda.synchronize, NONE)
+    say(f"  torch add {100 * ceil[12 * n] / t_add:.0f}%, torch cast {100 * ceil[6 * n] / t_cast:.0f}%")
+    half = kernels._dense1(kernels._ignoring_scalar(to_half))
+    say(f"  regs dense add {regs(kernels._dense2(add))}, cast {regs(half)}")
+
+
+def tiled(dst: DeviceBuffer, src: DeviceBuffer) -> bool:
+    """Whether copy_into takes the tiled transpose (its own test)."""
+    shape, (_, ss) = kernels.coalesce(dst.shape, [dst.strides, src.strides], dst.strides)
+    fast = min(range(len(shape)), key=lambda a: (abs(ss[a]), -a))
+    return not (fast == len(shape) - 1 or ss[fast] == 0)
+
+
+def _bare(n: int, x: DeviceBuffer, ceiling: float) -> None:
+    """A bare float32 sum with a float64 accumulator, atomics at the end: what numba can reach."""
+    @cuda.jit
+    def bare(a: Any, total: Any) -> None:
+        acc = 0.0
+        i = cuda.grid(1)
+        step = cuda.gridsize(1)
+        while i + 3 * step < a.size:
+            v0, v1, v2, v3 = a[i], a[i + step], a[i + 2 * step], a[i + 3 * step]
+            acc += v0
+            acc += v1
+            acc += v2
+            acc += v3
+            i += 4 * step
+        while i < a.size:
+            acc += a[i]
+            i += step
+        cuda.atomic.add(total, 0, acc)
+
+    total = cuda.device_array(1, np.float64)
+    flat = x.data
+    for blocks in (2112, 8448):
+        row(f"bare sum, {blocks} blocks of 256", 4 * n, ceiling, lambda: bare[blocks, 256](flat, total),  # noqa: B023
+            f"regs {regs(bare)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
