@@ -118,7 +118,11 @@ def _manager_class() -> type:
             self.pool = SizeClassPool(self._upstream)
 
         def initialize(self) -> None:
-            self.numba = driver.NumbaCUDAMemoryManager(context=self.context)
+            # numba calls this again whenever a thread finds the context anew
+            # (prepare_for_use): a second upstream manager would drop the
+            # first one's allocations, and with them every block of the pool.
+            if self.numba is None:
+                self.numba = driver.NumbaCUDAMemoryManager(context=self.context)
             self.numba.initialize()
 
         def _upstream(self, size: int) -> Any:
@@ -149,8 +153,11 @@ def _manager_class() -> type:
             return cuda.MemoryInfo(free=free, total=total)
 
         def reset(self) -> None:
+            from gpu_backend import memory
+
             super().reset()
             self.pool.trim()
+            memory.set_pool(None)  # the context is gone: raw allocations find the next one's pool
             if self.numba is not None:
                 self.numba.reset()
 

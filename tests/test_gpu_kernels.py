@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from gpu_backend import kernels
 from gpu_backend.buffer import DeviceBuffer, download, upload
+from gpu_backend.device import cuda
 from gpu_backend.impls import compute
 from gpu_backend.kernels import copy_into
 from gpu_backend.matmul import matmul_into
@@ -248,10 +249,11 @@ def test_row_copies_widen_to_words_where_rows_align(name):
 
 
 def test_word_views_are_made_once_per_array():
-    """A copy's reinterpreting view of an array is kept while the array lives
-    (numba takes tens of µs to make one); it shows the same bits."""
+    """A copy's reinterpreting view of a numba array is kept while the array
+    lives (numba takes tens of µs to make one; a pooled Memory's view is a
+    small object, made anew); it shows the same bits."""
     x = np.arange(8, dtype=np.float32) - 3.5
-    data = upload(x).data
+    data = cuda.to_device(x)  # numba's own array, whatever upload makes
     words = kernels.as_words(data, np.dtype(np.uint32))
     assert kernels.as_words(data, np.dtype(np.uint32)) is words
     assert kernels.as_words(data, np.dtype(np.float32)) is data
