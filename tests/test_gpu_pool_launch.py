@@ -186,3 +186,38 @@ def test_matmul_reuses_its_cupy_view_of_an_address_seen_before(monkeypatch):
     matmul._as_cupy(FakeCupy, DeviceBuffer(data, 0, (2, 3), (1, 4)))  # another address: another view
     matmul._as_cupy(FakeCupy, DeviceBuffer(data, 0, (3, 2), (4, 1)))  # the cache was full: dropped whole
     assert len(made) == 3 and len(matmul._views) == 1
+
+
+MANAGER_PROBE = """
+from numba.cuda.cudadrv import driver
+from gpu_backend import pool
+made = []
+class Upstream:  # numba's own manager, as far as the pool's manager uses it
+    def __init__(self, context):
+        made.append(self)
+    def initialize(self):
+        pass
+driver.NumbaCUDAMemoryManager = Upstream
+manager = pool._manager_class()(context=None)
+for _ in range(3):  # numba calls it whenever a thread finds the context anew
+    manager.initialize()
+print(len(made), manager.numba is made[0])
+"""
+
+
+def test_the_pool_manager_keeps_one_upstream_manager_however_often_numba_initializes_it():
+    """A second upstream manager would drop the first one's allocations, and
+    with them every pooled block (seen on the device as ReferenceErrors). The
+    manager needs numba's real driver module: a process without the simulator
+    (it touches no GPU)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", MANAGER_PROBE], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "True"]
