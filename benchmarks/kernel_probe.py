@@ -4,7 +4,7 @@
                                   (one GPU; GPU_BENCH_MIB: the size, default 1024; no section named: the last three)
 
 For the permutes, reductions, elementwise ops and casts of benchmarks/gpu_ops.py
-it prints, per variant of the knobs in gpu_backend/kernels.py and reduce.py,
+it prints, per variant of the knobs in gpu_backend/kernels.py, transpose.py and reduce.py,
 the time of one call (then a synchronize) and of ten back to back ("piped"),
 as % of a device-to-device copy of the same bytes, and the compiled kernels'
 registers per thread. First it splits one call into its host part (until
@@ -25,7 +25,7 @@ import numpy as np
 
 from benchmarks.gpu_ops import _buffer, _torch_in, copy_ceiling, sides
 from benchmarks.gpu_timing import MIB, median_time, pipelined_time
-from gpu_backend import kernels, reduce
+from gpu_backend import kernels, reduce, transpose
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED, cuda
 from gpu_backend.functions import accumulator, binary, cast, narrow
@@ -189,7 +189,7 @@ def _permutes(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None
         say(f" {perm} {'rev' if reverse else 'row'}: torch {100 * ceil[8 * n] / torch_t:.0f}%")
         if tiled(o, view):
             for side, rows, walk, blocks in TRANSPOSES:
-                with knobs(kernels, TRANSPOSE_SIDE=side, TRANSPOSE_ROWS=rows, TRANSPOSE_WALK=walk,
+                with knobs(transpose, TRANSPOSE_SIDE=side, TRANSPOSE_ROWS=rows, TRANSPOSE_WALK=walk,
                            TRANSPOSE_BLOCKS=blocks):
                     row(f"side {side} rows {rows} walk {walk} blocks {blocks}", 8 * n, ceil[8 * n],
                         lambda: copy_into(o, view))  # noqa: B023
@@ -203,7 +203,7 @@ def _permutes(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None
             hw = split(lambda: copy_into(o, view))  # noqa: B023
             say(f"  host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs")
     for side, rows, walk, _ in TRANSPOSES:
-        say(f"  regs transpose side {side} rows {rows} walk {walk}: {regs(kernels._transpose(4, side, rows, walk))}")
+        say(f"  regs transpose side {side} rows {rows} walk {walk}: {regs(transpose._transpose(4, side, rows, walk))}")
 
 
 # Reduction variants per case: (GROUP_VALUES, RUN_LOADS, WIDE_LOADS, pairs in PAIRED, chunks); the first is the default.

@@ -4,10 +4,9 @@ Elementwise kernels walk the result's memory order, its innermost axis along
 threadIdx.x (coalesced writes, and coalesced reads of operands laid out
 alike), unravelling the outer axes once per work item of many elements. Shapes
 and strides travel as int tuples, padded to a multiple of four axes so that
-each kernel compiles for few ranks. A copy between buffers whose fastest axes
-differ goes through a shared-memory tile instead (the tiled transpose), so
-both its reads and its writes are coalesced; up to two batch axes travel as
-plain arguments (most permutes of up to four axes), more as a padded tuple.
+each kernel compiles for few ranks (gpu_backend/strides.py). A copy between
+buffers whose fastest axes differ goes through gpu_backend/transpose.py's
+shared-memory tile instead, so both its reads and its writes are coalesced.
 
 Two common shapes get lean kernels (few registers, no division per element):
 operands that are one unit-stride run each (a plain grid-stride loop), and
@@ -21,20 +20,16 @@ chosen by measurement: benchmarks/kernel_probe.py, benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import cache
 from math import prod
-from typing import Any
 
 import numpy as np
 
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import (
     ITEM_ROWS,
-    SHARED_ASKS,
     SIMULATED,
-    TILE,
-    TILE_ROWS,
     UNROLL,
     blocks_for,
     cuda,
@@ -43,48 +38,8 @@ from gpu_backend.device import (
     rows_block,
 )
 from gpu_backend.launch import launch
-
-Ints = tuple[int, ...]  # shapes and strides travel to kernels as int tuples
-Arr = Any  # a 1-D device array
-
-
-@cuda.jit(device=True)
-def unravel(index: int, shape: Ints, strides: Ints) -> int:
-    """The offset of row-major `index` over `shape`, walked with `strides`."""
-    offset = 0
-    for d in range(len(shape) - 1, -1, -1):
-        if index == 0:  # the leading axes, padding included, add nothing
-            break
-        offset += (index % shape[d]) * strides[d]
-        index //= shape[d]
-    return offset
-
-
-def padded(values: Sequence[int], fill: int) -> tuple[int, ...]:
-    """Leading `fill`s up to a multiple of four entries (at least four)."""
-    n = max(4, -(-len(values) // 4) * 4)
-    return (fill,) * (n - len(values)) + tuple(values)
-
-
-def coalesce(shape: Sequence[int], strides: Sequence[Ints], lead: Sequence[int]) -> tuple[list[int], list[list[int]]]:
-    """Axes in order of decreasing |lead stride|, extent-1 axes dropped, and
-    neighbours merged where every buffer steps through them as through one axis."""
-    axes = sorted((a for a in range(len(shape)) if shape[a] != 1), key=lambda a: -abs(lead[a]))
-    out_shape: list[int] = []
-    out_strides: list[list[int]] = [[] for _ in strides]
-    for a in axes:
-        if out_shape and all(st[-1] == s[a] * shape[a] for st, s in zip(out_strides, strides)):
-            out_shape[-1] *= shape[a]
-            for st, s in zip(out_strides, strides):
-                st[-1] = s[a]
-        else:
-            out_shape.append(shape[a])
-            for st, s in zip(out_strides, strides):
-                st.append(s[a])
-    if not out_shape:
-        return [1], [[0] for _ in strides]
-    return out_shape, out_strides
-
+from gpu_backend.strides import Arr, Ints, coalesce, padded, unravel
+from gpu_backend.transpose import transpose_into
 
 # ---- elementwise: out[i] = fn(x[i], ...) --------------------------------------------
 # The walk: [outer..., mid, inner] in the result's memory order. A work item is
@@ -340,138 +295,6 @@ def _same(a: object) -> object:
     return a
 
 
-# Which tile a block takes next (linear tile id r of an entry, tiles_a x tiles_b
-# tiles): along a (the source's fastest axis: neighbouring blocks read
-# neighbouring stretches), along b, or diagonally (neighbouring blocks in
-# different rows and columns, so that a power-of-two stride on either side
-# does not send every block's accesses to the same memory channels).
-ALONG_A, ALONG_B, DIAGONAL = 0, 1, 2
-
-
-@cache
-def _transpose(itemsize: int, side: int, rows: int, walk: int) -> Callable:
-    """The tiled transpose of up to two batch axes (c inner, e outer): a
-    block of `side` x `rows` threads moves a `side` x `side` tile, each thread
-    side / rows elements, all loaded before any is stored."""
-    word = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
-    tile_shape = (side, side + 1)  # +1: no shared-memory bank conflicts
-    per = side // rows
-
-    @cuda.jit
-    def kernel(dst: Arr, d_off: int, d_a: int, d_b: int, d_c: int, d_e: int, src: Arr, s_off: int, s_a: int,
-               s_b: int, s_c: int, s_e: int, na: int, nb: int, nc: int, total: int) -> None:
-        for _ in range(SHARED_ASKS):
-            tile = cuda.shared.array(tile_shape, word)
-            cuda.syncthreads()
-        held = cuda.local.array(per, word)
-        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        tiles_a = (na + side - 1) // side
-        tiles_b = (nb + side - 1) // side
-        tiles = tiles_a * tiles_b
-        for t in range(cuda.blockIdx.x, total, cuda.gridDim.x):
-            entry = t // tiles
-            r = t - entry * tiles
-            if walk == ALONG_A:
-                tb = r // tiles_a
-                ta = r - tb * tiles_a
-            elif walk == ALONG_B:
-                ta = r // tiles_b
-                tb = r - ta * tiles_b
-            else:
-                ta = r // tiles_b
-                tb = r - ta * tiles_b
-                ta = (ta + tb) % tiles_a
-            e = entry // nc
-            c = entry - e * nc
-            # Interior tiles (all but the edges) skip the bounds checks;
-            # each thread steps from one base address by a fixed stride.
-            full = (ta + 1) * side <= na and (tb + 1) * side <= nb
-            a, b = ta * side + tx, tb * side + ty  # read along the source's fastest axis
-            p, step = s_off + c * s_c + e * s_e + a * s_a + b * s_b, rows * s_b
-            if full:
-                for i in range(per):
-                    held[i] = src[p + i * step]
-            else:
-                for i in range(per):
-                    if a < na and b + i * rows < nb:
-                        held[i] = src[p + i * step]
-            for i in range(per):
-                tile[ty + i * rows, tx] = held[i]
-            cuda.syncthreads()
-            a, b = ta * side + ty, tb * side + tx  # write along the destination's fastest axis
-            q, step = d_off + c * d_c + e * d_e + a * d_a + b * d_b, rows * d_a
-            for i in range(per):
-                held[i] = tile[tx, ty + i * rows]
-            if full:
-                for i in range(per):
-                    dst[q + i * step] = held[i]
-            else:
-                for i in range(per):
-                    if b < nb and a + i * rows < na:
-                        dst[q + i * step] = held[i]
-            cuda.syncthreads()
-
-    return kernel
-
-
-@cache
-def _transpose_batched(itemsize: int) -> Callable:
-    """The tiled transpose of any number of batch axes (a padded tuple,
-    unravelled once per entry): what coalesces to more than four axes."""
-    word = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
-    side, rows, tile_shape = TILE, TILE_ROWS, (TILE, TILE + 1)
-    per = TILE // TILE_ROWS
-
-    @cuda.jit
-    def kernel(dst: Arr, d_off: int, d_batch: Ints, d_a: int, d_b: int, src: Arr, s_off: int, s_batch: Ints,
-               s_a: int, s_b: int, batch: Ints, na: int, nb: int, nbatch: int) -> None:
-        for _ in range(SHARED_ASKS):
-            tile = cuda.shared.array(tile_shape, word)
-            cuda.syncthreads()
-        held = cuda.local.array(per, word)
-        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        tiles_a = (na + side - 1) // side
-        tiles = tiles_a * ((nb + side - 1) // side)
-        # Blocks stride over batch entries along y and over the tiles of one
-        # entry along x: the batch offset is unravelled once per entry, and a
-        # tile's corner costs one division.
-        for bi in range(cuda.blockIdx.y, nbatch, cuda.gridDim.y):
-            so = s_off + unravel(bi, batch, s_batch)
-            do = d_off + unravel(bi, batch, d_batch)
-            for t in range(cuda.blockIdx.x, tiles, cuda.gridDim.x):
-                tb = t // tiles_a
-                ta = t - tb * tiles_a
-                # Interior tiles (all but the edges) skip the bounds checks;
-                # each thread steps from one base address by a fixed stride.
-                full = (ta + 1) * side <= na and (tb + 1) * side <= nb
-                a, b = ta * side + tx, tb * side + ty  # read along the source's fastest axis
-                p, step = so + a * s_a + b * s_b, rows * s_b
-                if full:
-                    for r in range(per):
-                        held[r] = src[p + r * step]
-                else:
-                    for r in range(per):
-                        if a < na and b + r * rows < nb:
-                            held[r] = src[p + r * step]
-                for r in range(per):
-                    tile[ty + r * rows, tx] = held[r]
-                cuda.syncthreads()
-                a, b = ta * side + ty, tb * side + tx  # write along the destination's fastest axis
-                q, step = do + a * d_a + b * d_b, rows * d_a
-                for r in range(per):
-                    held[r] = tile[tx, ty + r * rows]
-                if full:
-                    for r in range(per):
-                        dst[q + r * step] = held[r]
-                else:
-                    for r in range(per):
-                        if b < nb and a + r * rows < na:
-                            dst[q + r * step] = held[r]
-                cuda.syncthreads()
-
-    return kernel
-
-
 # A reinterpreting view of a device array costs numba tens of µs (a new
 # DeviceNDArray, its layout checks): each array's views are made once and
 # kept while it lives.
@@ -520,13 +343,6 @@ def _widened(d: DeviceBuffer, s: DeviceBuffer, shape: list[int], ds: list[int],
     return wide(d, ds), wide(s, ss)
 
 
-# The tiled transpose's geometry on a GPU (benchmarks/kernel_probe.py measures the choices).
-TRANSPOSE_SIDE = TILE  # of a tile
-TRANSPOSE_ROWS = TILE_ROWS  # thread rows of a block: TRANSPOSE_SIDE / TRANSPOSE_ROWS elements a thread
-TRANSPOSE_WALK = ALONG_A
-TRANSPOSE_BLOCKS = 1  # times max_blocks()
-
-
 def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     """dst[...] = src, both of one shape and dtype, any strides. Where both
     keep one innermost axis, rows are copied (as 8-byte words where they
@@ -539,26 +355,7 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     if fast == len(shape) - 1 or ss[fast] == 0:
         elementwise(_same, *(_widened(dst, src, shape, ds, ss) or (_bits(dst), _bits(src))))
         return dst
-    d, s = _bits(dst), _bits(src)
-    last = len(shape) - 1
-    rest = [a for a in range(len(shape)) if a not in (fast, last)]
-    if len(rest) <= 2:  # a batch of at most two axes: c (inner) and e (outer)
-        (nc, dc, sc), (ne, de, se) = [(shape[a], ds[a], ss[a]) for a in reversed(rest)] + [(1, 0, 0)] * (2 - len(rest))
-        side = TRANSPOSE_SIDE
-        total = nc * ne * -(-shape[fast] // side) * -(-shape[last] // side)
-        launch(_transpose(d.dtype.itemsize, side, TRANSPOSE_ROWS, TRANSPOSE_WALK),
-               min(total, TRANSPOSE_BLOCKS * max_blocks()), (side, TRANSPOSE_ROWS),
-               d.data, d.offset, ds[fast], ds[last], dc, de, s.data, s.offset, ss[fast], ss[last], sc, se,
-               shape[fast], shape[last], nc, total)
-        return dst
-    batch = padded([shape[a] for a in rest], 1)
-    kernel = _transpose_batched(d.dtype.itemsize)
-    tiles = -(-shape[fast] // TILE) * -(-shape[last] // TILE)
-    across = blocks_for(tiles, 1)
-    launch(kernel, (across, min(prod(batch), max(1, max_blocks() // across), 65535)), (TILE, TILE_ROWS),
-           d.data, d.offset, padded([ds[a] for a in rest], 0), ds[fast], ds[last],
-           s.data, s.offset, padded([ss[a] for a in rest], 0), ss[fast], ss[last],
-           batch, shape[fast], shape[last], prod(batch))
+    transpose_into(_bits(dst), _bits(src), shape, ds, ss, fast)
     return dst
 
 

@@ -19,8 +19,8 @@ import numpy as np
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import MATMUL_TILE, SHARED_ASKS, SIMULATED, blocks_for, cuda
 from gpu_backend.functions import accumulator, narrow
-from gpu_backend.kernels import Arr, Ints, padded, unravel
 from gpu_backend.launch import launch
+from gpu_backend.strides import Arr, Ints, padded, unravel
 
 
 @cache

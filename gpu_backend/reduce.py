@@ -37,8 +37,8 @@ from gpu_backend import memory
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import SHARED_ASKS, SIMULATED, THREADS, blocks_for, cuda, fitted, max_blocks
 from gpu_backend.functions import BINARY, COMBINE, accumulator, narrow
-from gpu_backend.kernels import Arr, Ints, coalesce, padded, unravel
 from gpu_backend.launch import launch
+from gpu_backend.strides import Arr, Ints, coalesce, padded, unravel
 from interp.impls import identity
 
 

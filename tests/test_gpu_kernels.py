@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_backend import kernels
+from gpu_backend import kernels, transpose
 from gpu_backend.buffer import DeviceBuffer, download, upload
 from gpu_backend.device import cuda
 from gpu_backend.impls import compute
@@ -194,12 +194,12 @@ def test_tiled_transpose_crosses_tile_edges(shape, perm):
     same(run(ops.Permute(perm), tuple(range(len(shape))), x), np.transpose(x, perm))
 
 
-@pytest.mark.parametrize("walk", [kernels.ALONG_A, kernels.ALONG_B, kernels.DIAGONAL])
+@pytest.mark.parametrize("walk", [transpose.ALONG_A, transpose.ALONG_B, transpose.DIAGONAL])
 @pytest.mark.parametrize("shape, perm", [((5, 9), (1, 0)), ((3, 5, 6), (2, 1, 0)), ((2, 3, 5, 6), (2, 0, 3, 1))])
 def test_tiled_transpose_walks(monkeypatch, walk, shape, perm):
     """Every order of visiting tiles, edge tiles included, with no batch axis,
     one and two; values and the result's strides."""
-    monkeypatch.setattr(kernels, "TRANSPOSE_WALK", walk)
+    monkeypatch.setattr(transpose, "TRANSPOSE_WALK", walk)
     x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
     out = run(ops.Permute(perm), tuple(range(len(shape))), x)
     same(out, np.transpose(x, perm))
