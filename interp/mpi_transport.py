@@ -12,7 +12,6 @@ would otherwise busy-spin each other.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from math import prod
@@ -22,6 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 from interp.collectives import block_index, split
+from interp.host_copy import copy_into
 from interp.impls import COMBINE
 from interp.transport import rank_part
 from refir import ops
@@ -46,39 +46,11 @@ def to_bytes(x: np.ndarray, axis: int = 0) -> np.ndarray:
     return np.ascontiguousarray(front).reshape(-1).view(np.uint8)
 
 
-# Datatypes that walk a layout (shape, byte strides, item size), kept for later
-# calls of the same layout: a run in a loop builds none.
-_WALKS: OrderedDict[tuple[tuple[int, ...], tuple[int, ...], int], MPI.Datatype] = OrderedDict()
-
-
-def _walk(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> MPI.Datatype:
-    key = (shape, strides, itemsize)
-    if key not in _WALKS:
-        t = MPI.BYTE.Create_contiguous(itemsize)
-        for n, s in zip(reversed(shape), reversed(strides)):
-            outer = t.Create_hvector(n, 1, s)
-            t.Free()
-            t = outer
-        _WALKS[key] = t.Commit()
-        if len(_WALKS) > 64:
-            _WALKS.popitem(last=False)[1].Free()
-    _WALKS.move_to_end(key)
-    return _WALKS[key]
-
-
-def outgoing(x: np.ndarray, axis: int = 0) -> Any:
-    """What MPI sends for `x`: its elements in C order with `axis` first, as
-    to_bytes gives them, but read where they lie: the array's own bytes when it
-    is contiguous so, else its memory walked by a datatype (a packing copy only
-    for negative strides)."""
+def pack_into(buf: np.ndarray, x: np.ndarray, axis: int = 0) -> None:
+    """x's elements in C order with `axis` first (to_bytes's bytes), written into
+    the byte buffer `buf`: one copy, tiled where it changes the layout."""
     front = moved_first(x, axis)
-    if front.flags.c_contiguous:
-        return front.reshape(-1).view(np.uint8)
-    if any(s < 0 for s in front.strides):
-        return to_bytes(x, axis)
-    span = sum((n - 1) * s for n, s in zip(front.shape, front.strides)) + front.itemsize
-    memory = MPI.buffer.fromaddress(front.ctypes.data, span, readonly=True)
-    return [memory, 1, _walk(front.shape, front.strides, front.itemsize)]
+    copy_into(buf.view(x.dtype).reshape(front.shape), front)
 
 
 def fold(kind: str, parts: list[np.ndarray]) -> np.ndarray:
@@ -145,20 +117,29 @@ class MpiTransport:
         """Every member's block on every member; `shapes` gives each member's
         block shape where they differ (uneven blocks: MPI's v-variant)."""
         shapes = shapes or [x.shape] * comm.size
-        send = outgoing(x, axis)
         counts = [prod(s) * x.dtype.itemsize for s in shapes]
-        recv = np.empty(sum(counts), np.uint8)
+        recv = self._own_block_in_place(comm, x, axis, counts)
         if len(set(counts)) == 1:  # equal blocks (every rank sees the same counts): the plain collective
-            wait(comm.Iallgather(send, [recv, counts[0], MPI.BYTE]), "an allgather")
+            wait(comm.Iallgather(MPI.IN_PLACE, [recv, counts[0], MPI.BYTE]), "an allgather")
         else:
-            wait(comm.Iallgatherv(send, [recv, counts, _displs(counts), MPI.BYTE]), "an allgather")
+            wait(comm.Iallgatherv(MPI.IN_PLACE, [recv, counts, _displs(counts), MPI.BYTE]), "an allgather")
         return [from_bytes(p, s, x.dtype, axis) for p, s in zip(_cut(recv, counts), shapes)]
 
     def allgathered(self, comm: MPI.Comm, x: np.ndarray, axis: int) -> np.ndarray:
         """The members' blocks side by side, as bytes of the blocks concatenated
         along `axis` with that axis first (`from_bytes` of the whole shape)."""
-        recv = np.empty(x.nbytes * comm.size, np.uint8)
-        wait(comm.Iallgather(outgoing(x, axis), [recv, x.nbytes, MPI.BYTE]), "an allgather")
+        recv = self._own_block_in_place(comm, x, axis, [x.nbytes] * comm.size)
+        wait(comm.Iallgather(MPI.IN_PLACE, [recv, x.nbytes, MPI.BYTE]), "an allgather")
+        return recv
+
+    @staticmethod
+    def _own_block_in_place(comm: MPI.Comm, x: np.ndarray, axis: int, counts: list[int]) -> np.ndarray:
+        """The bytes an allgather receives into, this rank's block already in its
+        place (laid out there by one copy, the one MPI itself would make from a
+        contiguous send buffer), so that the others' blocks come in place."""
+        recv = np.empty(sum(counts), np.uint8)
+        start = sum(counts[:comm.rank])
+        pack_into(recv[start:start + counts[comm.rank]], x, axis)
         return recv
 
     def gather_to(self, comm: MPI.Comm, root: int, x: np.ndarray | None, shapes: Sequence[tuple[int, ...]],
@@ -173,37 +154,56 @@ class MpiTransport:
             return []
         return [from_bytes(p, s, dtype) for p, s in zip(_cut(recv, counts), shapes)]
 
-    def alltoall(self, comm: MPI.Comm, pieces: list[np.ndarray], shapes: Sequence[tuple[int, ...]],
-                 axis: int | None = None) -> np.ndarray:
-        """pieces[k] to member k; from member k, a piece of shapes[k]. Each piece
-        crosses as its elements in C order with `axis` first (as they lie, when
-        None), and the received ones lie side by side in the returned bytes:
-        with `axis` first, that is their concatenation."""
-        send, sent = _one_after_another(pieces, axis)
-        counts = [prod(s) * pieces[0].itemsize for s in shapes]
+    def alltoall(self, comm: MPI.Comm, x: np.ndarray, split_axis: int, shapes: Sequence[tuple[int, ...]],
+                 axis: int, even: bool) -> np.ndarray:
+        """x cut along `split_axis`, piece k to member k; from member k, a piece
+        of shapes[k]. Each piece crosses as its elements in C order with `axis`
+        first, and the received ones lie side by side in the returned bytes:
+        that is their concatenation along `axis`, with `axis` first. `even`: every
+        piece of every member has one size (the same answer on every rank, for
+        every rank must make the same call): MPI's plain all-to-all, which moves
+        equal pieces about twice as fast here as its v-variant."""
+        send, sent = _pieces(x, comm.size, split_axis, axis)
+        counts = [prod(s) * x.itemsize for s in shapes]
         recv = np.empty(sum(counts), np.uint8)
-        # Always the v-variant: whether pieces are equal differs from rank to rank,
-        # and every rank must make the same call.
-        wait(comm.Ialltoallv([send, sent, _displs(sent), MPI.BYTE], [recv, counts, _displs(counts), MPI.BYTE]),
-             "an all_to_all")
+        if even:
+            wait(comm.Ialltoall([send, sent[0], MPI.BYTE], [recv, counts[0], MPI.BYTE]), "an all_to_all")
+        else:
+            wait(comm.Ialltoallv([send, sent, _displs(sent), MPI.BYTE], [recv, counts, _displs(counts), MPI.BYTE]),
+                 "an all_to_all")
         return recv
 
 
-def _one_after_another(pieces: list[np.ndarray], axis: int | None) -> tuple[Any, list[int]]:
-    """The pieces' bytes (each in C order with `axis` first) one after another:
-    where they already lie so (a split along the outermost axis of a dense
-    array), their own memory; else packed into one buffer, one copy each
-    (MPI's datatype engine walks short runs far slower than numpy copies them)."""
-    fronts = [moved_first(p, axis) if axis is not None else p for p in pieces]
+def _pieces(x: np.ndarray, n: int, split_axis: int, axis: int) -> tuple[Any, list[int]]:
+    """The bytes of x's n pieces along `split_axis` (each in C order with `axis`
+    first) one after another, and each one's size: where they already lie so (a
+    split along the outermost axis of a dense array), x's own memory; else packed
+    into one buffer, by one copy of all pieces where they are equal (MPI's
+    datatype engine walks short runs far slower than numpy copies them)."""
+    pieces = split(x, n, split_axis)
+    fronts = [moved_first(p, axis) for p in pieces]
     sizes = [p.nbytes for p in pieces]
     starts = [f.ctypes.data for f in fronts]
     if all(f.flags.c_contiguous for f in fronts) and all(
-            b == a + n for a, b, n in zip(starts, starts[1:], sizes) if n):
+            b == a + size for a, b, size in zip(starts, starts[1:], sizes) if size):
         return MPI.buffer.fromaddress(starts[0], sum(sizes), readonly=True), sizes
     send = np.empty(sum(sizes), np.uint8)
-    for f, offset, n in zip(fronts, _displs(sizes), sizes):
-        send[offset:offset + n].view(f.dtype).reshape(f.shape)[...] = f
+    if x.shape[split_axis] % n == 0:
+        stacked = _stacked(x, n, split_axis, axis)
+        copy_into(send.view(x.dtype).reshape(stacked.shape), stacked)
+        return send, sizes
+    for f, offset, size in zip(fronts, _displs(sizes), sizes):
+        copy_into(send[offset:offset + size].view(f.dtype).reshape(f.shape), f)
     return send, sizes
+
+
+def _stacked(x: np.ndarray, n: int, split_axis: int, axis: int) -> np.ndarray:
+    """x's n equal pieces along `split_axis` as one view, the piece index first
+    and then each piece's axes with `axis` first (moved_first of each piece)."""
+    extent = x.shape[split_axis]
+    cut = x.reshape(x.shape[:split_axis] + (n, extent // n) + x.shape[split_axis + 1:])  # a view: one axis split
+    piece_axes = [a + (a >= split_axis) for a in range(x.ndim)]  # where x's axes are in `cut`
+    return cut.transpose((split_axis, *(piece_axes[a] for a in axis_first(x.ndim, axis))))
 
 
 def _displs(counts: list[int]) -> list[int]:
@@ -274,21 +274,24 @@ def _allreduce(t: MpiTransport, op: ops.Allreduce, team: Team, x: Arr, src: Tens
 def _reduce_scatter(t: MpiTransport, op: ops.ReduceScatter, team: Team, x: Arr, src: TensorType,
                     dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
-    pieces = split(x, comm.size, op.axis)  # piece k to team member k, which expects block k
-    mine = pieces[comm.rank].shape
-    got = t.alltoall(comm, pieces, [mine] * comm.size).view(x.dtype).reshape((comm.size, *mine))
-    return fold(op.kind, list(got))
+    mine = block_size(x.shape[op.axis], comm.size, comm.rank)
+    shape = tuple(mine if a == op.axis else n for a, n in enumerate(x.shape))
+    even = len(set(_blocks(src, team.devices))) == 1 and x.shape[op.axis] % comm.size == 0
+    got = t.alltoall(comm, x, op.axis, [shape] * comm.size, 0, even)  # piece k to member k, which folds block k
+    return fold(op.kind, list(got.view(x.dtype).reshape((comm.size, *shape))))
 
 
 @rule(ops.AllToAll)
 def _all_to_all(t: MpiTransport, op: ops.AllToAll, team: Team, x: Arr, src: TensorType,
                 dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
+    blocks = _blocks(src, team.devices)
     mine = block_size(src.axes[op.split_axis].extent, comm.size, comm.rank)
-    shapes = [tuple(mine if i == op.split_axis else n for i, n in enumerate(s)) for s in _blocks(src, team.devices)]
+    shapes = [tuple(mine if i == op.split_axis else n for i, n in enumerate(s)) for s in blocks]
     whole = tuple(sum(s[op.concat_axis] for s in shapes) if a == op.concat_axis else n
                   for a, n in enumerate(shapes[0]))
-    got = t.alltoall(comm, split(x, comm.size, op.split_axis), shapes, op.concat_axis)
+    even = len(set(blocks)) == 1 and src.axes[op.split_axis].extent % comm.size == 0
+    got = t.alltoall(comm, x, op.split_axis, shapes, op.concat_axis, even)
     return from_bytes(got, whole, x.dtype, op.concat_axis)  # the pieces side by side: no concatenating copy
 
 
