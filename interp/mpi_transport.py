@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from math import prod
-from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -27,7 +26,7 @@ from interp.transport import rank_part
 from refir import ops
 from refir.mpi import COMMS, fault, wait
 from refir.tables import registrar
-from refir.teams import Team
+from refir.teams import Team, by_identity
 from refir.types import TensorType, axis_first, block, block_size, local_shape
 
 HEADER_TAG, DATA_TAG = 11, 12  # point-to-point: a block's shape, then its bytes
@@ -154,7 +153,7 @@ class MpiTransport:
             return []
         return [from_bytes(p, s, dtype) for p, s in zip(_cut(recv, counts), shapes)]
 
-    def alltoall(self, comm: MPI.Comm, x: np.ndarray, split_axis: int, shapes: Sequence[tuple[int, ...]],
+    def alltoall(self, comm: MPI.Comm, x: np.ndarray, split_axis: int, shapes: tuple[tuple[int, ...], ...],
                  axis: int, even: bool) -> np.ndarray:
         """x cut along `split_axis`, piece k to member k; from member k, a piece
         of shapes[k]. Each piece crosses as its elements in C order with `axis`
@@ -163,8 +162,9 @@ class MpiTransport:
         piece of every member has one size (the same answer on every rank, for
         every rank must make the same call): MPI's plain all-to-all, which moves
         equal pieces about twice as fast here as its v-variant."""
-        send, sent = _pieces(x, comm.size, split_axis, axis)
-        counts = [prod(s) * x.itemsize for s in shapes]
+        sent = _piece_sizes(x.shape, x.itemsize, comm.size, split_axis)
+        send = _pieces(x, comm.size, split_axis, axis)
+        counts = _counts(shapes, x.itemsize)
         recv = np.empty(sum(counts), np.uint8)
         if even:
             wait(comm.Ialltoall([send, sent[0], MPI.BYTE], [recv, counts[0], MPI.BYTE]), "an all_to_all")
@@ -174,27 +174,46 @@ class MpiTransport:
         return recv
 
 
-def _pieces(x: np.ndarray, n: int, split_axis: int, axis: int) -> tuple[Any, list[int]]:
+@lru_cache(maxsize=256)  # asked at every all-to-all, of a few shapes
+def _piece_sizes(shape: tuple[int, ...], itemsize: int, n: int, split_axis: int) -> tuple[int, ...]:
+    """The bytes of each of n pieces of an array of `shape` cut along `split_axis`."""
+    row = itemsize * prod(shape) // shape[split_axis] if shape[split_axis] else 0
+    return tuple((hi - lo) * row for lo, hi in (block(shape[split_axis], n, k) for k in range(n)))
+
+
+@lru_cache(maxsize=256)
+def _counts(shapes: tuple[tuple[int, ...], ...], itemsize: int) -> tuple[int, ...]:
+    return tuple(prod(s) * itemsize for s in shapes)
+
+
+def _pieces(x: np.ndarray, n: int, split_axis: int, axis: int) -> np.ndarray:
     """The bytes of x's n pieces along `split_axis` (each in C order with `axis`
-    first) one after another, and each one's size: where they already lie so (a
-    split along the outermost axis of a dense array), x's own memory; else packed
-    into one buffer, by one copy of all pieces where they are equal (MPI's
-    datatype engine walks short runs far slower than numpy copies them)."""
-    pieces = split(x, n, split_axis)
-    fronts = [moved_first(p, axis) for p in pieces]
-    sizes = [p.nbytes for p in pieces]
-    starts = [f.ctypes.data for f in fronts]
-    if all(f.flags.c_contiguous for f in fronts) and all(
-            b == a + size for a, b, size in zip(starts, starts[1:], sizes) if size):
-        return MPI.buffer.fromaddress(starts[0], sum(sizes), readonly=True), sizes
-    send = np.empty(sum(sizes), np.uint8)
+    first) one after another: where they already lie so (a split along the
+    outermost long axis of a dense array), x's own memory; else packed into one
+    buffer, by one copy of all pieces where they are equal (MPI's datatype
+    engine walks short runs far slower than numpy copies them)."""
+    if _in_order(x, n, split_axis, axis):
+        return x.reshape(-1).view(np.uint8)
+    send = np.empty(x.nbytes, np.uint8)
     if x.shape[split_axis] % n == 0:
         stacked = _stacked(x, n, split_axis, axis)
         copy_into(send.view(x.dtype).reshape(stacked.shape), stacked)
-        return send, sizes
-    for f, offset, size in zip(fronts, _displs(sizes), sizes):
-        copy_into(send[offset:offset + size].view(f.dtype).reshape(f.shape), f)
-    return send, sizes
+        return send
+    sizes = _piece_sizes(x.shape, x.itemsize, n, split_axis)
+    for p, offset, size in zip(split(x, n, split_axis), _displs(sizes), sizes):
+        front = moved_first(p, axis)
+        copy_into(send[offset:offset + size].view(x.dtype).reshape(front.shape), front)
+    return send
+
+
+def _in_order(x: np.ndarray, n: int, split_axis: int, axis: int) -> bool:
+    """Whether x's memory already holds its pieces one after another, each with
+    `axis` first: x dense, the axes before the split one of extent 1, and those
+    before `axis` too within a piece (moving `axis` first then moves nothing)."""
+    if not x.flags.c_contiguous or any(x.shape[a] > 1 for a in range(split_axis)):
+        return False
+    longest = -(-x.shape[split_axis] // n)
+    return all((longest if a == split_axis else x.shape[a]) <= 1 for a in range(axis))
 
 
 def _stacked(x: np.ndarray, n: int, split_axis: int, axis: int) -> np.ndarray:
@@ -206,7 +225,7 @@ def _stacked(x: np.ndarray, n: int, split_axis: int, axis: int) -> np.ndarray:
     return cut.transpose((split_axis, *(piece_axes[a] for a in axis_first(x.ndim, axis))))
 
 
-def _displs(counts: list[int]) -> list[int]:
+def _displs(counts: Sequence[int]) -> list[int]:
     return [sum(counts[:i]) for i in range(len(counts))]
 
 
@@ -274,25 +293,43 @@ def _allreduce(t: MpiTransport, op: ops.Allreduce, team: Team, x: Arr, src: Tens
 def _reduce_scatter(t: MpiTransport, op: ops.ReduceScatter, team: Team, x: Arr, src: TensorType,
                     dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
-    mine = block_size(x.shape[op.axis], comm.size, comm.rank)
-    shape = tuple(mine if a == op.axis else n for a, n in enumerate(x.shape))
-    even = len(set(_blocks(src, team.devices))) == 1 and x.shape[op.axis] % comm.size == 0
-    got = t.alltoall(comm, x, op.axis, [shape] * comm.size, 0, even)  # piece k to member k, which folds block k
+    shape, even = _reduce_scatter_plan(op, src, team, comm.rank)
+    got = t.alltoall(comm, x, op.axis, (shape,) * comm.size, 0, even)  # piece k to member k, which folds block k
     return fold(op.kind, list(got.view(x.dtype).reshape((comm.size, *shape))))
+
+
+@by_identity  # types are frozen: a plan per collective, not per call
+def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team,
+                         rank: int) -> tuple[tuple[int, ...], bool]:
+    """This rank's block of the result, and whether every piece of every member is equal."""
+    n, blocks = len(team.devices), _blocks(src, team.devices)
+    shape = blocks[rank]  # the partial this rank holds
+    mine = tuple(block_size(extent, n, rank) if a == op.axis else extent for a, extent in enumerate(shape))
+    return mine, len(set(blocks)) == 1 and shape[op.axis] % n == 0
 
 
 @rule(ops.AllToAll)
 def _all_to_all(t: MpiTransport, op: ops.AllToAll, team: Team, x: Arr, src: TensorType,
                 dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
-    blocks = _blocks(src, team.devices)
-    mine = block_size(src.axes[op.split_axis].extent, comm.size, comm.rank)
-    shapes = [tuple(mine if i == op.split_axis else n for i, n in enumerate(s)) for s in blocks]
-    whole = tuple(sum(s[op.concat_axis] for s in shapes) if a == op.concat_axis else n
-                  for a, n in enumerate(shapes[0]))
-    even = len(set(blocks)) == 1 and src.axes[op.split_axis].extent % comm.size == 0
+    shapes, whole, even = _all_to_all_plan(op, src, team, comm.rank)
     got = t.alltoall(comm, x, op.split_axis, shapes, op.concat_axis, even)
     return from_bytes(got, whole, x.dtype, op.concat_axis)  # the pieces side by side: no concatenating copy
+
+
+@by_identity
+def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team,
+                     rank: int) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], bool]:
+    """The shape of the piece from each member, of the concatenated result, and
+    whether every piece of every member is equal."""
+    devices = team.devices
+    blocks = _blocks(src, devices)
+    extent = src.axes[op.split_axis].extent
+    mine = block_size(extent, len(devices), rank)
+    shapes = tuple(tuple(mine if a == op.split_axis else n for a, n in enumerate(s)) for s in blocks)
+    whole = tuple(sum(s[op.concat_axis] for s in shapes) if a == op.concat_axis else n
+                  for a, n in enumerate(shapes[0]))
+    return shapes, whole, len(set(blocks)) == 1 and extent % len(devices) == 0
 
 
 def _gathered(t: MpiTransport, team: Team, x: Arr, src: TensorType) -> list[np.ndarray]:

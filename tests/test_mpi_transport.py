@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 from interp import impls
 from interp import host_copy
-from interp.mpi_transport import _pieces, fold, pack_into, split, to_bytes
+from interp.mpi_transport import _piece_sizes, _pieces, fold, pack_into, split, to_bytes
 
 rng = np.random.default_rng(0)
 base = rng.standard_normal((4, 6, 5)).astype(np.float32)
@@ -35,10 +35,11 @@ for name, x in views.items():
         assert got.tobytes() == want.tobytes(), (name, axis)
         print("laid out", name, axis, x.strides)
         for split_axis in range(x.ndim):
-            send, sizes = _pieces(x, 4, split_axis, axis)
-            pieces = [to_bytes(p, axis) for p in split(x, 4, split_axis)]
-            assert bytes(send) == b"".join(p.tobytes() for p in pieces), (name, axis, split_axis)
-            assert sizes == [p.nbytes for p in pieces]
+            for n in (3, 4):
+                send = _pieces(x, n, split_axis, axis)
+                pieces = [to_bytes(p, axis) for p in split(x, n, split_axis)]
+                assert send.tobytes() == b"".join(p.tobytes() for p in pieces), (name, axis, split_axis, n)
+                assert _piece_sizes(x.shape, x.itemsize, n, split_axis) == tuple(p.nbytes for p in pieces)
 for kernel in (host_copy._tiled, host_copy._in_order):
     assert kernel.signatures, kernel  # the big views went through both compiled copies
 for dtype in (np.float16, ml_dtypes.bfloat16, np.float32, np.int8, np.bool_):
