@@ -92,8 +92,13 @@ def _formed(op: ops.Communication, src: TensorType, dst: TensorType) -> list[Tea
     raise TypeError(f"not a communication: {op!r}")
 
 
-@by_identity  # asked on every rank at every communication of every run
 def teams_of(device: int, op: ops.Communication, src: TensorType, dst: TensorType) -> tuple[Team, ...]:
     """The teams `device` takes part in (two at most: a send_recv may both send
     its block and receive another)."""
-    return tuple(t for t in _teams(op, src, dst) if device in t.devices)
+    return _teams_of(teams, device, op, src, dst)  # `teams` as it is now (conformance mutants replace it)
+
+
+@by_identity  # asked on every rank at every communication of every run
+def _teams_of(form: Callable[..., list[Team]], device: int, op: ops.Communication, src: TensorType,
+              dst: TensorType) -> tuple[Team, ...]:
+    return tuple(t for t in form(op, src, dst) if device in t.devices)
