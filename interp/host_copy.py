@@ -5,7 +5,7 @@ the source's contiguous axis is another one (a column-major block sent row-major
 an axis moved to the front), every read jumps a whole row of the source, and
 4 MiB take about 3 ms on a 2-core EPYC against 0.1 ms for a plain copy. A tiled
 copy reads a tile along the source's contiguous axis and writes it along the
-destination's while both stay in cache: about 0.45 ms for the same bytes. Only
+destination's while both stay in cache: about 0.5 ms for the same bytes. Only
 bytes move (elements as unsigned integers of their size), so any dtype keeps
 its bits.
 """
@@ -13,6 +13,7 @@ its bits.
 from __future__ import annotations
 
 from itertools import product
+from math import prod
 
 import numba
 import numpy as np
@@ -26,24 +27,28 @@ _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 @numba.njit(cache=True, nogil=True)
 def _tiled(dst: np.ndarray, src: np.ndarray) -> None:  # pragma: no cover - compiled
-    """dst[i, j] = src[i, j], where j is dst's contiguous axis and i src's: in
-    8 x 8 blocks (fixed trip counts, which LLVM turns into register transposes),
-    16 x 16 at a time, then the edges. About 0.45 ms for 4 MiB of float32 here."""
-    rows, cols = dst.shape
+    """dst[s, i, j] = src[s, i, j], where j is dst's contiguous axis and i src's,
+    slice s after slice s: in 8 x 8 blocks (fixed trip counts, which LLVM turns
+    into register transposes), down a strip of 8 columns of a band of 1024 rows,
+    strip after strip (eight sequential streams read; the band's rows stay in
+    cache while its strips are written), then the edges. On four ranks copying
+    at once on two cores this beat square 16 x 16 tiles by 15-35% (alone, 0.5 ms
+    against 0.45 for 4 MiB of float32)."""
+    slices, rows, cols = dst.shape
     r8, c8 = rows - rows % 8, cols - cols % 8
-    for i16 in range(0, r8, 16):
-        for j16 in range(0, c8, 16):
-            for i8 in range(i16, min(i16 + 16, r8), 8):
-                for j8 in range(j16, min(j16 + 16, c8), 8):
+    for s in range(slices):
+        for band in range(0, r8, 1024):
+            for j8 in range(0, c8, 8):
+                for i8 in range(band, min(band + 1024, r8), 8):
                     for i in range(i8, i8 + 8):
                         for j in range(j8, j8 + 8):
-                            dst[i, j] = src[i, j]
-    for i in range(r8, rows):
-        for j in range(cols):
-            dst[i, j] = src[i, j]
-    for i in range(r8):
-        for j in range(c8, cols):
-            dst[i, j] = src[i, j]
+                            dst[s, i, j] = src[s, i, j]
+        for i in range(r8, rows):
+            for j in range(cols):
+                dst[s, i, j] = src[s, i, j]
+        for i in range(r8):
+            for j in range(c8, cols):
+                dst[s, i, j] = src[s, i, j]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -68,7 +73,9 @@ def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
         others = [a for a in range(src.ndim) if a not in (across, last)]
         order = (*others, across, last)  # the two axes the tiles span, last
         to, frm = dst.view(bits).transpose(order), src.view(bits).transpose(order)
-        for index in product(*(range(src.shape[a]) for a in others)):
+        if not others:
+            to, frm = to[None], frm[None]
+        for index in product(*(range(src.shape[a]) for a in others[:-1])):  # the slices' axes, the last one compiled
             _tiled(to[index], frm[index])
         return
     # Runs along the last axis, but the others out of memory order (pieces of a
@@ -114,7 +121,7 @@ def _merged(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _across_axis(src: np.ndarray) -> int | None:
     """The source's contiguous axis, where a tiled copy beats numpy's: it is not
     the last (numpy reads runs along it then), both it and the last are long,
-    and the slices over the other axes are few and large."""
+    and the slices over the other axes but one are few (a Python loop)."""
     long = [a for a in range(src.ndim) if src.shape[a] > 1]  # an axis of one has no say in the layout
     across = min(long, key=lambda a: (abs(src.strides[a]), a))
     last = src.ndim - 1
@@ -122,5 +129,5 @@ def _across_axis(src: np.ndarray) -> int | None:
         return None
     if min(src.shape[across], src.shape[last]) < TILED_MIN_EXTENT:
         return None
-    slices = src.size // (src.shape[across] * src.shape[last])
-    return across if slices <= 64 else None
+    others = [n for a, n in enumerate(src.shape) if a not in (across, last)]
+    return across if prod(others[:-1]) <= 64 else None
