@@ -144,6 +144,7 @@ def main() -> None:
         return
     mesh = Mesh("m", (comm.size,), tuple(range(comm.size)))
     transport = MpiTransport()
+    measure(transport, mesh, 1 << 10)  # warm-up: the first calls of a process pay for imports, caches, communicators
     rows = [r for elems in (1 << 10, 1 << 14, 1 << 18, 1 << 20) for r in measure(transport, mesh, elems)]
     if comm.rank == 0:
         lines = [f"{comm.size} ranks, float32, ms per call, best and median of 9", "",
