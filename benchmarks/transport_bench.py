@@ -9,7 +9,9 @@ large ones a slice of every partial to each rank, folded there in team order,
 then an allgather of the folded slices. Each of refir's communications is timed
 next to the MPI collective that moves the same bytes from contiguous buffers:
 the column-major allgather row shows what reading a strided source costs.
-Rank 0 prints a table of times and ratios.
+Rank 0 prints a table of times and ratios, then the layout changes alone (every
+rank copying at once, as inside the collectives): what the column-major
+allgather and the all_to_all must add to MPI's collective of contiguous blocks.
 
 `runs` times whole `refir.run(..., backend="spmd")` calls of a small program
 (an allreduce and an allgather) in a loop: what a run costs beyond its
@@ -81,6 +83,26 @@ def measure(transport: MpiTransport, mesh: Mesh, elems: int) -> list[Row]:
     ]
 
 
+def layout_bounds(elems: int) -> list[tuple[str, tuple[float, float]]]:
+    """Copies of one rank's block, every rank at once: plain, the column-major
+    block into row-major order (numpy's copy and host_copy's tiled one), and the
+    all_to_all's packing of column pieces one after another (numpy's copy and the
+    transport's)."""
+    from interp.host_copy import copy_into
+    from interp.mpi_transport import _pieces
+
+    n, cols = MPI.COMM_WORLD.size, 64
+    block = np.random.default_rng(0).standard_normal((elems // cols, cols)).astype(np.float32)
+    strided, out = np.asfortranarray(block), np.empty_like(block)
+    stacked = block.reshape(block.shape[0], n, cols // n).transpose(1, 0, 2)
+    packed = np.empty(stacked.shape, np.float32)
+    return [("plain copy", timed(lambda: np.copyto(out, block))),
+            ("column-major to row-major, numpy", timed(lambda: np.copyto(out, strided))),
+            ("column-major to row-major, tiled", timed(lambda: copy_into(out, strided))),
+            ("all_to_all packing, numpy", timed(lambda: np.copyto(packed, stacked))),
+            ("all_to_all packing, refir", timed(lambda: _pieces(block, n, 1, 0)))]
+
+
 RUN_PROGRAM = """mesh m = [{devices}]
 func main(x: f32[R@DIDx, C]) {{
   s = sum(x, dims=[0])
@@ -122,6 +144,7 @@ def main() -> None:
         return
     mesh = Mesh("m", (comm.size,), tuple(range(comm.size)))
     transport = MpiTransport()
+    measure(transport, mesh, 1 << 10)  # warm-up: the first calls of a process pay for imports, caches, communicators
     rows = [r for elems in (1 << 10, 1 << 14, 1 << 18, 1 << 20) for r in measure(transport, mesh, elems)]
     if comm.rank == 0:
         lines = [f"{comm.size} ranks, float32, ms per call, best and median of 9", "",
@@ -131,6 +154,12 @@ def main() -> None:
             lines.append(f"{name:<31} {elems:>9} {a * 1e3:>8.3f} {b * 1e3:>8.3f} {a / b:>9.2f}"
                          f" {am * 1e3:>8.3f} {bm * 1e3:>8.3f} {am / bm:>6.2f}")
         sys.stdout.write("\n".join(lines) + "\n")
+    bounds = [(elems, name, t) for elems in (1 << 18, 1 << 20) for name, t in layout_bounds(elems)]
+    if comm.rank == 0:
+        lines = ["", "layout changes alone, every rank at once (ms, best and median of 9)", ""]
+        lines += [f"{name:<36} {elems:>9} {a * 1e3:>8.3f} {am * 1e3:>8.3f}" for elems, name, (a, am) in bounds]
+        sys.stdout.write("\n".join(lines) + "\n")
+
 
 if __name__ == "__main__":
     main()

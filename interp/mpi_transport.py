@@ -2,32 +2,35 @@
 
 Every buffer crosses MPI as the bytes of its elements in C order with the
 communicated axis moved to the front (mpi4py reads an F-ordered array as raw
-memory, and has no float16): a strided buffer is read in place through an MPI
-datatype that walks its strides, not packed first, and an allgather receives
-straight into the gathered result. Reductions never use MPI's own: partials are
-gathered and folded in team order, so the bits equal the in-process
-transport's. Every wait is a polite, bounded poll: four ranks on two cores
-would otherwise busy-spin each other.
+memory, and has no float16). A strided buffer is laid out so by one copy, where
+it is needed anyway: an allgather copies this rank's block into its place in the
+gathered result (tiled, interp/host_copy.py, where the layout changes) and
+gathers the others in place; all_to_all and reduce_scatter send their pieces
+from the array's own memory where they lie one after another, else pack them by
+one copy, and receive them side by side. MPI datatypes that walk the strides
+were measured several times slower than these copies (MPICH 4-5, 2-core EPYC).
+Reductions never use MPI's own: partials are gathered and folded in team order,
+so the bits equal the in-process transport's. Every wait is a polite, bounded
+poll: four ranks on two cores would otherwise busy-spin each other.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from math import prod
-from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
 from interp.collectives import block_index, split
+from interp.host_copy import copy_into
 from interp.impls import COMBINE
 from interp.transport import rank_part
 from refir import ops
 from refir.mpi import COMMS, fault, wait
 from refir.tables import registrar
-from refir.teams import Team
+from refir.teams import Team, by_identity
 from refir.types import TensorType, axis_first, block, block_size, local_shape
 
 HEADER_TAG, DATA_TAG = 11, 12  # point-to-point: a block's shape, then its bytes
@@ -46,39 +49,11 @@ def to_bytes(x: np.ndarray, axis: int = 0) -> np.ndarray:
     return np.ascontiguousarray(front).reshape(-1).view(np.uint8)
 
 
-# Datatypes that walk a layout (shape, byte strides, item size), kept for later
-# calls of the same layout: a run in a loop builds none.
-_WALKS: OrderedDict[tuple[tuple[int, ...], tuple[int, ...], int], MPI.Datatype] = OrderedDict()
-
-
-def _walk(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> MPI.Datatype:
-    key = (shape, strides, itemsize)
-    if key not in _WALKS:
-        t = MPI.BYTE.Create_contiguous(itemsize)
-        for n, s in zip(reversed(shape), reversed(strides)):
-            outer = t.Create_hvector(n, 1, s)
-            t.Free()
-            t = outer
-        _WALKS[key] = t.Commit()
-        if len(_WALKS) > 64:
-            _WALKS.popitem(last=False)[1].Free()
-    _WALKS.move_to_end(key)
-    return _WALKS[key]
-
-
-def outgoing(x: np.ndarray, axis: int = 0) -> Any:
-    """What MPI sends for `x`: its elements in C order with `axis` first, as
-    to_bytes gives them, but read where they lie: the array's own bytes when it
-    is contiguous so, else its memory walked by a datatype (a packing copy only
-    for negative strides)."""
+def pack_into(buf: np.ndarray, x: np.ndarray, axis: int = 0) -> None:
+    """x's elements in C order with `axis` first (to_bytes's bytes), written into
+    the byte buffer `buf`: one copy, tiled where it changes the layout."""
     front = moved_first(x, axis)
-    if front.flags.c_contiguous:
-        return front.reshape(-1).view(np.uint8)
-    if any(s < 0 for s in front.strides):
-        return to_bytes(x, axis)
-    span = sum((n - 1) * s for n, s in zip(front.shape, front.strides)) + front.itemsize
-    memory = MPI.buffer.fromaddress(front.ctypes.data, span, readonly=True)
-    return [memory, 1, _walk(front.shape, front.strides, front.itemsize)]
+    copy_into(buf.view(x.dtype).reshape(front.shape), front)
 
 
 def fold(kind: str, parts: list[np.ndarray]) -> np.ndarray:
@@ -145,20 +120,34 @@ class MpiTransport:
         """Every member's block on every member; `shapes` gives each member's
         block shape where they differ (uneven blocks: MPI's v-variant)."""
         shapes = shapes or [x.shape] * comm.size
-        send = outgoing(x, axis)
         counts = [prod(s) * x.dtype.itemsize for s in shapes]
-        recv = np.empty(sum(counts), np.uint8)
+        recv = self._own_block_in_place(comm, x, axis, counts)
         if len(set(counts)) == 1:  # equal blocks (every rank sees the same counts): the plain collective
-            wait(comm.Iallgather(send, [recv, counts[0], MPI.BYTE]), "an allgather")
+            wait(comm.Iallgather(MPI.IN_PLACE, [recv, counts[0], MPI.BYTE]), "an allgather")
         else:
-            wait(comm.Iallgatherv(send, [recv, counts, _displs(counts), MPI.BYTE]), "an allgather")
+            wait(comm.Iallgatherv(MPI.IN_PLACE, [recv, counts, _displs(counts), MPI.BYTE]), "an allgather")
         return [from_bytes(p, s, x.dtype, axis) for p, s in zip(_cut(recv, counts), shapes)]
 
     def allgathered(self, comm: MPI.Comm, x: np.ndarray, axis: int) -> np.ndarray:
         """The members' blocks side by side, as bytes of the blocks concatenated
         along `axis` with that axis first (`from_bytes` of the whole shape)."""
-        recv = np.empty(x.nbytes * comm.size, np.uint8)
-        wait(comm.Iallgather(outgoing(x, axis), [recv, x.nbytes, MPI.BYTE]), "an allgather")
+        front = moved_first(x, axis)
+        if front.flags.c_contiguous:  # already in order: sent from its own memory
+            recv = np.empty(x.nbytes * comm.size, np.uint8)
+            wait(comm.Iallgather(front.reshape(-1).view(np.uint8), [recv, x.nbytes, MPI.BYTE]), "an allgather")
+            return recv
+        recv = self._own_block_in_place(comm, x, axis, [x.nbytes] * comm.size)
+        wait(comm.Iallgather(MPI.IN_PLACE, [recv, x.nbytes, MPI.BYTE]), "an allgather")
+        return recv
+
+    @staticmethod
+    def _own_block_in_place(comm: MPI.Comm, x: np.ndarray, axis: int, counts: list[int]) -> np.ndarray:
+        """The bytes an allgather receives into, this rank's block already in its
+        place (laid out there by one copy, the one MPI itself would make from a
+        contiguous send buffer), so that the others' blocks come in place."""
+        recv = np.empty(sum(counts), np.uint8)
+        start = sum(counts[:comm.rank])
+        pack_into(recv[start:start + counts[comm.rank]], x, axis)
         return recv
 
     def gather_to(self, comm: MPI.Comm, root: int, x: np.ndarray | None, shapes: Sequence[tuple[int, ...]],
@@ -173,40 +162,79 @@ class MpiTransport:
             return []
         return [from_bytes(p, s, dtype) for p, s in zip(_cut(recv, counts), shapes)]
 
-    def alltoall(self, comm: MPI.Comm, pieces: list[np.ndarray], shapes: Sequence[tuple[int, ...]],
-                 axis: int | None = None) -> np.ndarray:
-        """pieces[k] to member k; from member k, a piece of shapes[k]. Each piece
-        crosses as its elements in C order with `axis` first (as they lie, when
-        None), and the received ones lie side by side in the returned bytes:
-        with `axis` first, that is their concatenation."""
-        send, sent = _one_after_another(pieces, axis)
-        counts = [prod(s) * pieces[0].itemsize for s in shapes]
+    def alltoall(self, comm: MPI.Comm, x: np.ndarray, split_axis: int, shapes: tuple[tuple[int, ...], ...],
+                 axis: int, even: bool) -> np.ndarray:
+        """x cut along `split_axis`, piece k to member k; from member k, a piece
+        of shapes[k]. Each piece crosses as its elements in C order with `axis`
+        first, and the received ones lie side by side in the returned bytes:
+        that is their concatenation along `axis`, with `axis` first. `even`: every
+        piece of every member has one size (the same answer on every rank, for
+        every rank must make the same call): MPI's plain all-to-all, which moves
+        equal pieces about twice as fast here as its v-variant."""
+        sent = _piece_sizes(x.shape, x.itemsize, comm.size, split_axis)
+        send = _pieces(x, comm.size, split_axis, axis)
+        counts = _counts(shapes, x.itemsize)
         recv = np.empty(sum(counts), np.uint8)
-        # Always the v-variant: whether pieces are equal differs from rank to rank,
-        # and every rank must make the same call.
-        wait(comm.Ialltoallv([send, sent, _displs(sent), MPI.BYTE], [recv, counts, _displs(counts), MPI.BYTE]),
-             "an all_to_all")
+        if even:
+            wait(comm.Ialltoall([send, sent[0], MPI.BYTE], [recv, counts[0], MPI.BYTE]), "an all_to_all")
+        else:
+            wait(comm.Ialltoallv([send, sent, _displs(sent), MPI.BYTE], [recv, counts, _displs(counts), MPI.BYTE]),
+                 "an all_to_all")
         return recv
 
 
-def _one_after_another(pieces: list[np.ndarray], axis: int | None) -> tuple[Any, list[int]]:
-    """The pieces' bytes (each in C order with `axis` first) one after another:
-    where they already lie so (a split along the outermost axis of a dense
-    array), their own memory; else packed into one buffer, one copy each
-    (MPI's datatype engine walks short runs far slower than numpy copies them)."""
-    fronts = [moved_first(p, axis) if axis is not None else p for p in pieces]
-    sizes = [p.nbytes for p in pieces]
-    starts = [f.ctypes.data for f in fronts]
-    if all(f.flags.c_contiguous for f in fronts) and all(
-            b == a + n for a, b, n in zip(starts, starts[1:], sizes) if n):
-        return MPI.buffer.fromaddress(starts[0], sum(sizes), readonly=True), sizes
-    send = np.empty(sum(sizes), np.uint8)
-    for f, offset, n in zip(fronts, _displs(sizes), sizes):
-        send[offset:offset + n].view(f.dtype).reshape(f.shape)[...] = f
-    return send, sizes
+@lru_cache(maxsize=256)  # asked at every all-to-all, of a few shapes
+def _piece_sizes(shape: tuple[int, ...], itemsize: int, n: int, split_axis: int) -> tuple[int, ...]:
+    """The bytes of each of n pieces of an array of `shape` cut along `split_axis`."""
+    row = itemsize * prod(shape) // shape[split_axis] if shape[split_axis] else 0
+    return tuple((hi - lo) * row for lo, hi in (block(shape[split_axis], n, k) for k in range(n)))
 
 
-def _displs(counts: list[int]) -> list[int]:
+@lru_cache(maxsize=256)
+def _counts(shapes: tuple[tuple[int, ...], ...], itemsize: int) -> tuple[int, ...]:
+    return tuple(prod(s) * itemsize for s in shapes)
+
+
+def _pieces(x: np.ndarray, n: int, split_axis: int, axis: int) -> np.ndarray:
+    """The bytes of x's n pieces along `split_axis` (each in C order with `axis`
+    first) one after another: where they already lie so (a split along the
+    outermost long axis of a dense array), x's own memory; else packed into one
+    buffer, by one copy of all pieces where they are equal (MPI's datatype
+    engine walks short runs far slower than numpy copies them)."""
+    if _in_order(x, n, split_axis, axis):
+        return x.reshape(-1).view(np.uint8)
+    send = np.empty(x.nbytes, np.uint8)
+    if x.shape[split_axis] % n == 0:
+        stacked = _stacked(x, n, split_axis, axis)
+        copy_into(send.view(x.dtype).reshape(stacked.shape), stacked)
+        return send
+    sizes = _piece_sizes(x.shape, x.itemsize, n, split_axis)
+    for p, offset, size in zip(split(x, n, split_axis), _displs(sizes), sizes):
+        front = moved_first(p, axis)
+        copy_into(send[offset:offset + size].view(x.dtype).reshape(front.shape), front)
+    return send
+
+
+def _in_order(x: np.ndarray, n: int, split_axis: int, axis: int) -> bool:
+    """Whether x's memory already holds its pieces one after another, each with
+    `axis` first: x dense, the axes before the split one of extent 1, and those
+    before `axis` too within a piece (moving `axis` first then moves nothing)."""
+    if not x.flags.c_contiguous or any(x.shape[a] > 1 for a in range(split_axis)):
+        return False
+    longest = -(-x.shape[split_axis] // n)
+    return all((longest if a == split_axis else x.shape[a]) <= 1 for a in range(axis))
+
+
+def _stacked(x: np.ndarray, n: int, split_axis: int, axis: int) -> np.ndarray:
+    """x's n equal pieces along `split_axis` as one view, the piece index first
+    and then each piece's axes with `axis` first (moved_first of each piece)."""
+    extent = x.shape[split_axis]
+    cut = x.reshape(x.shape[:split_axis] + (n, extent // n) + x.shape[split_axis + 1:])  # a view: one axis split
+    piece_axes = [a + (a >= split_axis) for a in range(x.ndim)]  # where x's axes are in `cut`
+    return cut.transpose((split_axis, *(piece_axes[a] for a in axis_first(x.ndim, axis))))
+
+
+def _displs(counts: Sequence[int]) -> list[int]:
     return [sum(counts[:i]) for i in range(len(counts))]
 
 
@@ -214,7 +242,7 @@ def _cut(buf: np.ndarray, counts: list[int]) -> list[np.ndarray]:
     return [buf[o:o + c] for o, c in zip(_displs(counts), counts)]
 
 
-@lru_cache(maxsize=256)  # asked at every call of a collective: types are frozen
+@by_identity  # asked at every call of a collective: types are frozen, and hashing one walks it all
 def _blocks(t: TensorType, devices: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     """Each device's block shape under a resolved (symbol-free) type."""
     return tuple(local_shape(t, {}, d) for d in devices)
@@ -274,22 +302,43 @@ def _allreduce(t: MpiTransport, op: ops.Allreduce, team: Team, x: Arr, src: Tens
 def _reduce_scatter(t: MpiTransport, op: ops.ReduceScatter, team: Team, x: Arr, src: TensorType,
                     dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
-    pieces = split(x, comm.size, op.axis)  # piece k to team member k, which expects block k
-    mine = pieces[comm.rank].shape
-    got = t.alltoall(comm, pieces, [mine] * comm.size).view(x.dtype).reshape((comm.size, *mine))
-    return fold(op.kind, list(got))
+    shape, even = _reduce_scatter_plan(op, src, team, comm.rank)
+    got = t.alltoall(comm, x, op.axis, (shape,) * comm.size, 0, even)  # piece k to member k, which folds block k
+    return fold(op.kind, list(got.view(x.dtype).reshape((comm.size, *shape))))
+
+
+@by_identity  # types are frozen: a plan per collective, not per call
+def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team,
+                         rank: int) -> tuple[tuple[int, ...], bool]:
+    """This rank's block of the result, and whether every piece of every member is equal."""
+    n, blocks = len(team.devices), _blocks(src, team.devices)
+    shape = blocks[rank]  # the partial this rank holds
+    mine = tuple(block_size(extent, n, rank) if a == op.axis else extent for a, extent in enumerate(shape))
+    return mine, len(set(blocks)) == 1 and shape[op.axis] % n == 0
 
 
 @rule(ops.AllToAll)
 def _all_to_all(t: MpiTransport, op: ops.AllToAll, team: Team, x: Arr, src: TensorType,
                 dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
-    mine = block_size(src.axes[op.split_axis].extent, comm.size, comm.rank)
-    shapes = [tuple(mine if i == op.split_axis else n for i, n in enumerate(s)) for s in _blocks(src, team.devices)]
+    shapes, whole, even = _all_to_all_plan(op, src, team, comm.rank)
+    got = t.alltoall(comm, x, op.split_axis, shapes, op.concat_axis, even)
+    return from_bytes(got, whole, x.dtype, op.concat_axis)  # the pieces side by side: no concatenating copy
+
+
+@by_identity
+def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team,
+                     rank: int) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], bool]:
+    """The shape of the piece from each member, of the concatenated result, and
+    whether every piece of every member is equal."""
+    devices = team.devices
+    blocks = _blocks(src, devices)
+    extent = src.axes[op.split_axis].extent
+    mine = block_size(extent, len(devices), rank)
+    shapes = tuple(tuple(mine if a == op.split_axis else n for a, n in enumerate(s)) for s in blocks)
     whole = tuple(sum(s[op.concat_axis] for s in shapes) if a == op.concat_axis else n
                   for a, n in enumerate(shapes[0]))
-    got = t.alltoall(comm, split(x, comm.size, op.split_axis), shapes, op.concat_axis)
-    return from_bytes(got, whole, x.dtype, op.concat_axis)  # the pieces side by side: no concatenating copy
+    return shapes, whole, len(set(blocks)) == 1 and extent % len(devices) == 0
 
 
 def _gathered(t: MpiTransport, team: Team, x: Arr, src: TensorType) -> list[np.ndarray]:

@@ -330,3 +330,22 @@ def test_exchange_scatter_reads_a_strided_buffer_logically():
     got = exchange(ops.Scatter(0, 0), Team((0, 1), (0,), (1, 0)), {0: buf}, src, dst)
     assert got[1].tolist() == [[0.5, 1.5, 2.5], [3.5, 4.5, 5.5]]
     assert got[0].tolist() == [[6.5, 7.5, 8.5], [9.5, 10.5, 11.5]]
+
+
+def test_teams_of_is_remembered_by_identity_and_follows_a_replaced_teams():
+    from unittest import mock
+
+    mesh = Mesh("m", (2, 2), (3, 1, 0, 2))
+    src = TensorType("f32", (Axis(4, "DIDy"), Axis(4, "DIDx")), mesh)
+    dst = TensorType("f32", (Axis(4, "DIDy"), Axis(4)), mesh)
+    op = ops.Allgather(1, "DIDx")
+    first = refir.teams.teams_of(0, op, src, dst)
+    assert [t.devices for t in first] == [(0, 2)]
+    assert refir.teams.teams_of(0, op, src, dst) is first  # the same objects: found again, not formed again
+    equal = TensorType("f32", (Axis(4, "DIDy"), Axis(4, "DIDx")), Mesh("m", (2, 2), (3, 1, 0, 2)))
+    again = refir.teams.teams_of(0, op, equal, dst)  # an equal type, another object: formed again, the same teams
+    assert again is not first and again == first
+    swapped = [Team((2, 0), (2, 0), (2, 0))]
+    with mock.patch.object(refir.teams, "teams", lambda *args: swapped):
+        assert refir.teams.teams_of(0, op, src, dst) == tuple(swapped)
+    assert refir.teams.teams_of(0, op, src, dst) is first

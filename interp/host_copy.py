@@ -1,0 +1,133 @@
+"""Copying a strided array into C order on the host, fast where numpy is slow.
+
+numpy copies element by element along the destination's contiguous axis; when
+the source's contiguous axis is another one (a column-major block sent row-major,
+an axis moved to the front), every read jumps a whole row of the source, and
+4 MiB take about 3 ms on a 2-core EPYC against 0.1 ms for a plain copy. A tiled
+copy reads a tile along the source's contiguous axis and writes it along the
+destination's while both stay in cache: about 0.5 ms for the same bytes. Only
+bytes move (elements as unsigned integers of their size), so any dtype keeps
+its bits.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from math import prod
+
+import numba
+import numpy as np
+
+# Below this many bytes, or with a short axis on either side, numpy's copy is as
+# good and a tiled copy is not worth a compilation.
+TILED_MIN_BYTES = 1 << 16
+TILED_MIN_EXTENT = 8
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+@numba.njit(cache=True, nogil=True)
+def _tiled(dst: np.ndarray, src: np.ndarray) -> None:  # pragma: no cover - compiled
+    """dst[s, i, j] = src[s, i, j], where j is dst's contiguous axis and i src's,
+    slice s after slice s: in 8 x 8 blocks (fixed trip counts, which LLVM turns
+    into register transposes), down a strip of 8 columns of a band of 1024 rows,
+    strip after strip (eight sequential streams read; the band's rows stay in
+    cache while its strips are written), then the edges. On four ranks copying
+    at once on two cores this beat square 16 x 16 tiles by 15-35% (alone, 0.5 ms
+    against 0.45 for 4 MiB of float32)."""
+    slices, rows, cols = dst.shape
+    r8, c8 = rows - rows % 8, cols - cols % 8
+    for s in range(slices):
+        for band in range(0, r8, 1024):
+            for j8 in range(0, c8, 8):
+                for i8 in range(band, min(band + 1024, r8), 8):
+                    for i in range(i8, i8 + 8):
+                        for j in range(j8, j8 + 8):
+                            dst[s, i, j] = src[s, i, j]
+        for i in range(r8, rows):
+            for j in range(cols):
+                dst[s, i, j] = src[s, i, j]
+        for i in range(r8):
+            for j in range(c8, cols):
+                dst[s, i, j] = src[s, i, j]
+
+
+@numba.njit(cache=True, nogil=True)
+def _in_order(dst: np.ndarray, src: np.ndarray) -> None:  # pragma: no cover - compiled
+    """dst[i, j, k] = src[i, j, k], in src's memory order (k its contiguous axis)."""
+    a, b, c = dst.shape
+    for i in range(a):
+        for j in range(b):
+            for k in range(c):
+                dst[i, j, k] = src[i, j, k]
+
+
+def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
+    """dst[...] = src for a C-contiguous `dst` of src's shape and dtype."""
+    if src.nbytes < TILED_MIN_BYTES or dst.itemsize not in _BITS or src.ndim < 2:
+        np.copyto(dst, src)
+        return
+    bits = _BITS[dst.itemsize]
+    across = _across_axis(src)
+    if across is not None:
+        last = src.ndim - 1
+        others = [a for a in range(src.ndim) if a not in (across, last)]
+        order = (*others, across, last)  # the two axes the tiles span, last
+        to, frm = dst.view(bits).transpose(order), src.view(bits).transpose(order)
+        if not others:
+            to, frm = to[None], frm[None]
+        for index in product(*(range(src.shape[a]) for a in others[:-1])):  # the slices' axes, the last one compiled
+            _tiled(to[index], frm[index])
+        return
+    # Runs along the last axis, but the others out of memory order (pieces of a
+    # split stacked one after another): numpy walks dst's order and jumps about
+    # src; reading src in its own order is about 1.6x faster on four busy ranks.
+    order = sorted(range(src.ndim), key=lambda a: -abs(src.strides[a]))
+    to, frm = _merged(dst.view(bits).transpose(order), src.view(bits).transpose(order))
+    if order != sorted(order) and to.ndim == 3:
+        _in_order(*_widened(to, frm))
+        return
+    np.copyto(dst, src)
+
+
+def _widened(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """a and b with their runs along the last axis read as 8-byte words where
+    runs, strides and addresses allow it: fewer, wider moves (about 1.4x faster
+    for 64-byte runs of float32)."""
+    words = (a.shape[-1] * a.itemsize, *a.strides[:-1], *b.strides[:-1], a.ctypes.data, b.ctypes.data)
+    if a.itemsize < 8 and a.strides[-1] == b.strides[-1] == a.itemsize and all(w % 8 == 0 for w in words):
+        return a.view(np.uint64), b.view(np.uint64)
+    return a, b
+
+
+def _merged(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """a and b (of one shape) with neighbouring axes merged where both lie so that
+    the outer one steps over the inner one exactly: the same elements, fewer axes."""
+    shape: list[int] = []
+    sa: list[int] = []
+    sb: list[int] = []
+    for n, x, y in zip(a.shape, a.strides, b.strides):
+        if n == 1:  # an axis of one steps nowhere
+            continue
+        if shape and sa[-1] == x * n and sb[-1] == y * n:
+            shape[-1], sa[-1], sb[-1] = shape[-1] * n, x, y
+        else:
+            shape.append(n)
+            sa.append(x)
+            sb.append(y)
+    view = np.lib.stride_tricks.as_strided
+    return view(a, shape, sa), view(b, shape, sb)
+
+
+def _across_axis(src: np.ndarray) -> int | None:
+    """The source's contiguous axis, where a tiled copy beats numpy's: it is not
+    the last (numpy reads runs along it then), both it and the last are long,
+    and the slices over the other axes but one are few (a Python loop)."""
+    long = [a for a in range(src.ndim) if src.shape[a] > 1]  # an axis of one has no say in the layout
+    across = min(long, key=lambda a: (abs(src.strides[a]), a))
+    last = src.ndim - 1
+    if across == last or abs(src.strides[across]) != src.itemsize:
+        return None
+    if min(src.shape[across], src.shape[last]) < TILED_MIN_EXTENT:
+        return None
+    others = [n for a, n in enumerate(src.shape) if a not in (across, last)]
+    return across if prod(others[:-1]) <= 64 else None
