@@ -105,6 +105,18 @@ def receiver(e: Entry) -> tuple[np.ndarray | None, np.ndarray | None]:
     return (None, None) if e[2] is None else receive_into(e[2], np.dtype(e[3]), e[4])
 
 
+def receive_on_root(comm: MPI.Comm, headers: dict[int, list[Entry]], merged: Shards) -> None:
+    """Rank 0 receives the buffers each rank k's `headers` announce into `merged`."""
+    reqs = []
+    for k, entries in headers.items():
+        for e in entries:
+            x, buf = receiver(e)
+            merged.setdefault(e[0], {})[e[1]] = x
+            if buf is not None:
+                reqs.append(comm.Irecv(buf, source=k, tag=RESULT_TAG))
+    wait(reqs, "the results on rank 0")
+
+
 def collect_results(shards: Shards, world: World) -> Shards:
     """Every rank's result buffers on rank 0, and then on every rank. Strides
     are kept; a rank's own buffers stay as they are; a buffer the backend did
@@ -114,14 +126,9 @@ def collect_results(shards: Shards, world: World) -> Shards:
     fault("gather")
     merged: Shards = {name: dict(bufs) for name, bufs in shards.items()}
     if world.is_root:
-        reqs = []
-        for k in range(1, comm.size):
-            for e in pickle.loads(recv_bytes(comm, k, HEADER_TAG, f"rank {k}'s results").tobytes()):
-                x, buf = receiver(e)
-                merged.setdefault(e[0], {})[e[1]] = x
-                if buf is not None:
-                    reqs.append(comm.Irecv(buf, source=k, tag=RESULT_TAG))
-        wait(reqs, "the results on rank 0")
+        headers = {k: pickle.loads(recv_bytes(comm, k, HEADER_TAG, f"rank {k}'s results").tobytes())
+                   for k in range(1, comm.size)}
+        receive_on_root(comm, headers, merged)
     else:
         sent = [(entry(name, d, x), x) for name, bufs in shards.items() for d, x in bufs.items()]
         reqs = [comm.Isend(np.frombuffer(pickle.dumps([e for e, _ in sent]), np.uint8), dest=0, tag=HEADER_TAG)]
@@ -147,15 +154,8 @@ def gather_to_root(shards: Shards, world: World, wanted: set[tuple[str, int]],
     if error is not None:
         raise as_agreed(error)
     merged: Shards = {name: dict(bufs) for name, bufs in shards.items()}
-    reqs = []
     if world.is_root:
-        for k in range(1, comm.size):
-            for e in every[k]:
-                x, buf = receiver(e)
-                merged.setdefault(e[0], {})[e[1]] = x
-                if buf is not None:
-                    reqs.append(comm.Irecv(buf, source=k, tag=RESULT_TAG))
-        wait(reqs, "the results on rank 0")
+        receive_on_root(comm, dict(enumerate(every[1:], 1)), merged)
     else:
         reqs = [comm.Isend(wire_bytes(x, e[4]), dest=0, tag=RESULT_TAG) for e, x in mine if e[2] is not None]
         wait(reqs, "rank 0 to take the results")
