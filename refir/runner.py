@@ -21,6 +21,7 @@ from refir.bindings import bind_inputs, check_world, devices_needed
 from refir.errors import InputError, MismatchError, RefirError, RunError
 from refir.limits import check_shape
 from refir.lower import Lowered, lower
+from refir.memo import Memo, shape_signature
 from refir.program import Program
 from refir.types import TensorType, block_slices, global_shape, local_shape, materialize
 from refir.verify import Checked, verify
@@ -103,15 +104,30 @@ def backend_world(world: World) -> World:
 
 
 def shard_inputs(checked: Checked, inputs: dict[str, np.ndarray], hosted: tuple[int, ...]) -> Shards:
-    shards: Shards = {}
-    for p in checked.func.params:
-        x = inputs[p.name]
-        shards[p.name] = {}
-        for d in hosted:
-            if d in p.type.mesh:
-                block = x[block_slices(p.type, d, x.shape) + (Ellipsis,)]  # a view, also of a 0-d array
-                shards[p.name][d] = block if p.type.layout is None else materialize(block, p.type.layout)
+    shards: Shards = {p.name: {} for p in checked.func.params}
+    for name, d, index, layout in input_blocks(checked, tuple(inputs[p.name].shape for p in checked.func.params),
+                                               hosted):
+        block = inputs[name][index]  # a view, also of a 0-d array
+        shards[name][d] = block if layout is None else materialize(block, layout)
     return shards
+
+
+def input_blocks(checked: Checked, shapes: tuple[tuple[int, ...], ...],
+                 hosted: tuple[int, ...]) -> list[tuple[str, int, tuple, tuple[int, ...] | None]]:
+    """(parameter, device, its block's index, the layout it is laid out in) for
+    every hosted device of each parameter's mesh, for inputs of these `shapes`."""
+
+    def work() -> list[tuple[str, int, tuple, tuple[int, ...] | None]]:
+        out: list[tuple[str, int, tuple, tuple[int, ...] | None]] = []
+        for p, shape in zip(checked.func.params, shapes):
+            out += [(p.name, d, block_slices(p.type, d, shape) + (Ellipsis,), p.type.layout)
+                    for d in hosted if d in p.type.mesh]
+        return out
+
+    return _BLOCKS.get(checked, (shapes, hosted), work)
+
+
+_BLOCKS: Memo[list[tuple[str, int, tuple, tuple[int, ...] | None]]] = Memo()
 
 
 @dataclass
@@ -357,11 +373,22 @@ def host_arrays(inputs: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def bind_and_check(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str, int]:
-    """The inputs' bindings, and every value's global shape within refir's limits."""
-    bindings = bind_inputs(checked, inputs)
-    for name, t in checked.types.items():  # intermediates too, before any is allocated
-        check_shape(global_shape(t, bindings), f"{name}: {t}")
-    return bindings
+    """The inputs' bindings, and every value's global shape within refir's limits
+    (worked out once per program and input shapes: refir.memo)."""
+    signature = shape_signature(inputs)
+
+    def work() -> dict[str, int]:
+        bindings = bind_inputs(checked, inputs)
+        for name, t in checked.types.items():  # intermediates too, before any is allocated
+            check_shape(global_shape(t, bindings), f"{name}: {t}")
+        return bindings
+
+    if signature is None:
+        return work()
+    return dict(_BOUND.get(checked, signature, work))  # a copy: the caller may change its bindings
+
+
+_BOUND: Memo[dict[str, int]] = Memo()
 
 
 # Programs are immutable: a program run again (refir.run in a loop) is verified
