@@ -88,9 +88,16 @@ def resolve_world(checked: Checked, world: int | None) -> World:
             raise InputError(f"--world {world} under an MPI launch of {mpi.size} ranks")
         check_world(checked, mpi.size)
         return mpi
-    size = world if world is not None else devices_needed(checked)
-    check_world(checked, size)
-    return local_world(size)
+
+    def work() -> World:
+        size = world if world is not None else devices_needed(checked)
+        check_world(checked, size)
+        return local_world(size)
+
+    return _WORLDS.get(checked, world, work)  # a frozen World: shared between runs
+
+
+_WORLDS: Memo[World] = Memo()
 
 
 def backend_world(world: World) -> World:
@@ -190,17 +197,46 @@ def blocks_of(t: TensorType, shape: tuple[int, ...]) -> set[tuple]:
     return {block_key(t, d, shape) for d in t.mesh.devices}
 
 
+@dataclass(frozen=True)
+class ResultBlocks:
+    """Where a result's blocks lie under some bindings: each device's block
+    (as block_key gives it) and its local shape, and every block there is."""
+
+    keys: dict[int, tuple]
+    shapes: dict[int, tuple[int, ...]]
+    every: frozenset[tuple]
+
+
+def result_blocks(checked: Checked, bindings: dict[str, int]) -> dict[str, ResultBlocks]:
+    """Every result's blocks under `bindings` (worked out once per program and bindings)."""
+    from refir.ranks import block_shape
+
+    def work() -> dict[str, ResultBlocks]:
+        out = {}
+        for r in checked.func.results:
+            t = checked.types[r]
+            shape = global_shape(t, bindings)
+            index = {d: block_slices(t, d, shape) for d in t.mesh.devices}
+            keys = {d: tuple((s.start, s.stop) for s in i) for d, i in index.items()}
+            out[r] = ResultBlocks(keys, {d: block_shape(shape, i) for d, i in index.items()},
+                                  frozenset(keys.values()))
+        return out
+
+    return _RESULT_BLOCKS.get(checked, tuple(sorted(bindings.items())), work)
+
+
+_RESULT_BLOCKS: Memo[dict[str, ResultBlocks]] = Memo()
+
+
 def root_blocks(checked: Checked, bindings: dict[str, int]) -> set[tuple[str, int]]:
     """The (result, device) buffers rank 0 lacks to assemble every result:
     each block device 0 does not hold, from the first device that holds it."""
     wanted = set()
-    for r in checked.func.results:
-        t = checked.types[r]
-        shape = global_shape(t, bindings)
-        held = {block_key(t, 0, shape)} if 0 in t.mesh else set()
-        for d in t.mesh.devices:
-            if block_key(t, d, shape) not in held:
-                held.add(block_key(t, d, shape))
+    for r, blocks in result_blocks(checked, bindings).items():
+        held = {blocks.keys[0]} if 0 in blocks.keys else set()
+        for d, key in blocks.keys.items():
+            if key not in held:
+                held.add(key)
                 wanted.add((r, d))
     return wanted
 
@@ -235,26 +271,22 @@ def vet_headers(checked: Checked, bindings: dict[str, int], every: list[list[tup
     """What assemble_outputs would find wrong on rank 0 (missing, misshapen or
     uncovered blocks), from every rank's result headers (refir.ranks.entry)
     alone, so that every rank finds the same."""
-    from refir.ranks import block_shape
-
     held: dict[str, dict[int, tuple]] = {}
     for entries in every:
         for e in entries:
             held.setdefault(e[0], {})[e[1]] = e
-    for r in checked.func.results:
+    for r, blocks in result_blocks(checked, bindings).items():
         t = checked.types[r]
-        shape = global_shape(t, bindings)
         got = held.get(r, {})
         devices = [d for d in t.mesh.devices if d in got]
         missing = [d for d in devices if got[d][2] is None]
         if missing:
             return RunError(f"the backend returned no buffer of {r!r} for device {missing[0]}")
         for d in devices:
-            want = block_shape(shape, block_slices(t, d, shape))
-            if tuple(got[d][2]) != want or np.dtype(got[d][3]) != t.np_dtype:
+            if tuple(got[d][2]) != blocks.shapes[d] or np.dtype(got[d][3]) != t.np_dtype:
                 return MismatchError(f"device {d} holds {r!r} with local shape {tuple(got[d][2])} and dtype "
                                      f"{np.dtype(got[d][3])}, expected {local_shape(t, bindings)} and {t.np_dtype}")
-        if {block_key(t, d, shape) for d in devices} != blocks_of(t, shape):
+        if {blocks.keys[d] for d in devices} != blocks.every:
             return RunError(f"no device returned every block of {r!r}")
     return None
 
@@ -338,7 +370,6 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
     inputs = {name: host_array(name, x) for name, x in (inputs or {}).items()}
     mpi = mpi_world()
     if mpi is None:
-        inputs = host_arrays(inputs)
         bindings = bind_and_check(checked, inputs)
         if backend == "global":
             from interp.global_eval import eval_global
