@@ -170,15 +170,18 @@ class NumpyLocal:
         return materialize(out, step.type.order)
 
 
-def fresh_in_order(x: np.ndarray, order: tuple[int, ...]) -> bool:
-    """Whether `x` owns its memory and has exactly the strides a materialized
+def fresh_in_order(x: Any, order: tuple[int, ...]) -> bool:
+    """Whether `x` is a numpy array (not a numpy scalar: a 0-d fold gives one)
+    that owns its memory and has exactly the strides a materialized
     copy in `order` would have (an empty one is always copied: its strides are
     refir's, not numpy's)."""
-    return x.flags.owndata and x.size > 0 and x.strides == dense_strides(x.shape, order, x.itemsize)
+    return (type(x) is np.ndarray and x.flags.owndata and x.size > 0
+            and x.strides == dense_strides(x.shape, order, x.itemsize))
 
 
 class NumpyTransport:
-    """Wraps a transport so received buffers land in the result's layout."""
+    """Wraps a transport so received buffers land in the result's layout, each
+    device's a buffer of its own."""
 
     def __init__(self, inner: Transport) -> None:
         self.inner = inner
@@ -187,4 +190,9 @@ class NumpyTransport:
     def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType,
                     buffers: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         got = self.inner.communicate(op, src, dst, buffers)
-        return {d: materialize(x, dst.order) for d, x in got.items()}
+        taken = {id(x) for x in buffers.values()}  # a buffer sent on, or handed to a second receiver, is copied
+        out = {}
+        for d, x in got.items():
+            out[d] = x if id(x) not in taken and fresh_in_order(x, dst.order) else materialize(x, dst.order)
+            taken.add(id(x))
+        return out

@@ -110,3 +110,13 @@ def test_a_signature_names_shapes_dtypes_and_strides_of_plain_arrays_only():
     assert shape_signature({"x": x}) == (("x", np.dtype(np.float32), (2, 3), (12, 4)),)
     assert shape_signature({"x": x.T})[0][3] == (4, 12)
     assert shape_signature({"x": np.ma.masked_array(x)}) is None and shape_signature({"x": [1.0]}) is None
+
+
+def test_received_buffers_are_each_devices_own():
+    program = refir.load("mesh m = [0, 1, 2]\nfunc main(x: f32[4, 6@DIDx]) {\n"
+                         "  s = sum(x, dims=[1])\n  g: f32[4] on m = set(s)\n  return s, g\n}\n")
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    r = refir.run(program, {"x": x}, keep="all")
+    for d, e in [(0, 1), (0, 2), (1, 2)]:
+        assert not np.shares_memory(r.kept["s"][d], r.kept["s"][e])
+    assert np.array_equal(r.outputs["s"], x.sum(1)) and r.kept["s"][0].strides == (4,)
