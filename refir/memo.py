@@ -35,7 +35,10 @@ class Memo(Generic[V]):
         key = (id(owner), signature)
         got = self.entries.get(key)
         if got is not None and got[0] is owner:
-            self.entries.move_to_end(key)
+            try:
+                self.entries.move_to_end(key)
+            except KeyError:  # another thread dropped it meanwhile: the value is still good
+                pass
             self.hits += 1
             return got[1]
         value = make()
