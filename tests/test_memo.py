@@ -120,3 +120,14 @@ def test_received_buffers_are_each_devices_own():
     for d, e in [(0, 1), (0, 2), (1, 2)]:
         assert not np.shares_memory(r.kept["s"][d], r.kept["s"][e])
     assert np.array_equal(r.outputs["s"], x.sum(1)) and r.kept["s"][0].strides == (4,)
+
+
+def test_replicas_are_compared_bit_for_bit_in_any_layout():
+    from refir.runner import same_bits
+
+    a = np.array([[np.nan, -0.0], [1.0, 2.0]], np.float32)
+    other_nan = a.copy()
+    other_nan.view(np.uint32)[0, 0] ^= 1
+    assert same_bits(a, np.asfortranarray(a)) and same_bits(a[:, ::-1], a[:, ::-1].copy())
+    assert not same_bits(a, np.abs(a)) and not same_bits(a, other_nan)
+    assert same_bits(np.array(True), np.array(True)) and not same_bits(np.zeros(2, np.int8), np.ones(2, np.int8))
