@@ -123,10 +123,14 @@ def copy(op: object, x: np.ndarray) -> np.ndarray:
 
 
 def fold(kind: str, parts: list[np.ndarray]) -> np.ndarray:
-    """Combine per-device partials left to right, in their own dtype."""
-    acc = np.array(parts[0], copy=True)
-    for p in parts[1:]:
-        acc = COMBINE[kind](acc, p).astype(acc.dtype)
+    """Combine per-device partials left to right, in their own dtype, into a
+    fresh array (each step's result is new: no copy of it is needed)."""
+    if len(parts) == 1:
+        return np.array(parts[0], copy=True)
+    dtype = parts[0].dtype
+    acc = COMBINE[kind](parts[0], parts[1]).astype(dtype, copy=False)
+    for p in parts[2:]:
+        acc = COMBINE[kind](acc, p).astype(dtype, copy=False)
     return acc
 
 

@@ -19,8 +19,19 @@ from refir import ops
 from refir.bindings import bind_local
 from refir.errors import RefirError, RunError
 from refir.lower import Lowered, Step
+from refir.memo import Memo
 from refir.program import Lit, Sym, Var
-from refir.types import SHARD_C1, SHARD_C2, Bindings, TensorType, block, local_shape, materialize, resolved
+from refir.types import (
+    SHARD_C1,
+    SHARD_C2,
+    Bindings,
+    TensorType,
+    block,
+    dense_strides,
+    local_shape,
+    materialize,
+    resolved,
+)
 from refir.where import describe_eqn
 
 Buffers = dict[int, Any]  # device -> local buffer
@@ -78,8 +89,7 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
                 if step.is_communication:
                     (src,) = step.tensor_args()
                     # Block sizes come from global extents, never from local buffers.
-                    scope[step.out] = transport.communicate(step.op, resolved(types[src], known),
-                                                            resolved(step.type, known), scope[src])
+                    scope[step.out] = transport.communicate(step.op, *_ends(lowered, step, known), scope[src])
                     if keep is not None:
                         keep[step.out] = scope[step.out]
                     for name in dropped:
@@ -109,6 +119,17 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
                 env[name] = scope[name]
         del scope
     return {r: env[lowered.source(r)] for r in lowered.results}
+
+
+_RESOLVED: Memo[tuple[TensorType, TensorType]] = Memo(256)
+
+
+def _ends(lowered: Lowered, step: Step, known: dict[str, int]) -> tuple[TensorType, TensorType]:
+    """A communication's source and result types with every symbol resolved
+    (once per lowered program, step and extents)."""
+    (src,) = step.tensor_args()
+    return _RESOLVED.get(lowered, (step.out, tuple(known.items())),
+                         lambda: (resolved(lowered.types[src], known), resolved(step.type, known)))
 
 
 def _what(step: Step, exc: Exception, kind: str = "") -> str:
@@ -143,11 +164,24 @@ class NumpyLocal:
         else:
             tensors = [a for a in args if isinstance(a, np.ndarray)]
             out = compute(step.op, args, tensors[0].dtype)
-        return materialize(np.asarray(out, step.type.np_dtype), step.type.order)
+        out = np.asarray(out, step.type.np_dtype)
+        if fresh_in_order(out, step.type.order) and not any(out is a for a in args):
+            return out  # already a new array of its own, laid out as materialize would lay it
+        return materialize(out, step.type.order)
+
+
+def fresh_in_order(x: Any, order: tuple[int, ...]) -> bool:
+    """Whether `x` is a numpy array (not a numpy scalar: a 0-d fold gives one)
+    that owns its memory and has exactly the strides a materialized
+    copy in `order` would have (an empty one is always copied: its strides are
+    refir's, not numpy's)."""
+    return (type(x) is np.ndarray and x.flags.owndata and x.size > 0
+            and x.strides == dense_strides(x.shape, order, x.itemsize))
 
 
 class NumpyTransport:
-    """Wraps a transport so received buffers land in the result's layout."""
+    """Wraps a transport so received buffers land in the result's layout, each
+    device's a buffer of its own."""
 
     def __init__(self, inner: Transport) -> None:
         self.inner = inner
@@ -156,4 +190,9 @@ class NumpyTransport:
     def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType,
                     buffers: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         got = self.inner.communicate(op, src, dst, buffers)
-        return {d: materialize(x, dst.order) for d, x in got.items()}
+        taken = {id(x) for x in buffers.values()}  # a buffer sent on, or handed to a second receiver, is copied
+        out = {}
+        for d, x in got.items():
+            out[d] = x if id(x) not in taken and fresh_in_order(x, dst.order) else materialize(x, dst.order)
+            taken.add(id(x))
+        return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from refir.errors import InputError
+from refir.memo import Memo, shape_signature
 from refir.types import (
     SHARD_C1,
     SHARD_C2,
@@ -69,7 +70,24 @@ def check_local_inputs(checked: Checked, inputs: dict[str, dict[int, np.ndarray]
     """Per-device input buffers handed straight to a backend: each of the declared
     dtype, rank and local extents (device d's block under the global `bindings`,
     shard_c1), and dense in its declared layout where the parameter has one
-    (InputError otherwise)."""
+    (InputError otherwise). Buffers of dtypes, shapes and strides found right
+    before (with the same bindings) are not checked again (refir.memo)."""
+    signatures = []
+    for p in checked.func.params:
+        signature = shape_signature(inputs.get(p.name, {}))
+        if signature is None:
+            _check_local_inputs(checked, inputs, bindings)
+            return
+        signatures.append(signature)
+    _LOCAL_OK.get(checked, (tuple(sorted(bindings.items())), tuple(signatures)),
+                  lambda: _check_local_inputs(checked, inputs, bindings))
+
+
+_LOCAL_OK: Memo[None] = Memo()
+
+
+def _check_local_inputs(checked: Checked, inputs: dict[str, dict[int, np.ndarray]],
+                        bindings: dict[str, int]) -> None:
     bound = dict(bindings)
     for p in checked.func.params:
         t = p.type

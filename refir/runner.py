@@ -21,6 +21,7 @@ from refir.bindings import bind_inputs, check_world, devices_needed
 from refir.errors import InputError, MismatchError, RefirError, RunError
 from refir.limits import check_shape
 from refir.lower import Lowered, lower
+from refir.memo import Memo, shape_signature
 from refir.program import Program
 from refir.types import TensorType, block_slices, global_shape, local_shape, materialize
 from refir.verify import Checked, verify
@@ -87,9 +88,16 @@ def resolve_world(checked: Checked, world: int | None) -> World:
             raise InputError(f"--world {world} under an MPI launch of {mpi.size} ranks")
         check_world(checked, mpi.size)
         return mpi
-    size = world if world is not None else devices_needed(checked)
-    check_world(checked, size)
-    return local_world(size)
+
+    def work() -> World:
+        size = world if world is not None else devices_needed(checked)
+        check_world(checked, size)
+        return local_world(size)
+
+    return _WORLDS.get(checked, world, work)  # a frozen World: shared between runs
+
+
+_WORLDS: Memo[World] = Memo()
 
 
 def backend_world(world: World) -> World:
@@ -103,15 +111,30 @@ def backend_world(world: World) -> World:
 
 
 def shard_inputs(checked: Checked, inputs: dict[str, np.ndarray], hosted: tuple[int, ...]) -> Shards:
-    shards: Shards = {}
-    for p in checked.func.params:
-        x = inputs[p.name]
-        shards[p.name] = {}
-        for d in hosted:
-            if d in p.type.mesh:
-                block = x[block_slices(p.type, d, x.shape) + (Ellipsis,)]  # a view, also of a 0-d array
-                shards[p.name][d] = block if p.type.layout is None else materialize(block, p.type.layout)
+    shards: Shards = {p.name: {} for p in checked.func.params}
+    for name, d, index, layout in input_blocks(checked, tuple(inputs[p.name].shape for p in checked.func.params),
+                                               hosted):
+        block = inputs[name][index]  # a view, also of a 0-d array
+        shards[name][d] = block if layout is None else materialize(block, layout)
     return shards
+
+
+def input_blocks(checked: Checked, shapes: tuple[tuple[int, ...], ...],
+                 hosted: tuple[int, ...]) -> list[tuple[str, int, tuple, tuple[int, ...] | None]]:
+    """(parameter, device, its block's index, the layout it is laid out in) for
+    every hosted device of each parameter's mesh, for inputs of these `shapes`."""
+
+    def work() -> list[tuple[str, int, tuple, tuple[int, ...] | None]]:
+        out: list[tuple[str, int, tuple, tuple[int, ...] | None]] = []
+        for p, shape in zip(checked.func.params, shapes):
+            out += [(p.name, d, block_slices(p.type, d, shape) + (Ellipsis,), p.type.layout)
+                    for d in hosted if d in p.type.mesh]
+        return out
+
+    return _BLOCKS.get(checked, (shapes, hosted), work)
+
+
+_BLOCKS: Memo[list[tuple[str, int, tuple, tuple[int, ...] | None]]] = Memo()
 
 
 @dataclass
@@ -125,6 +148,11 @@ class Assembled:
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bit for bit (NaN payloads, -0.0): as unsigned integers of the same width,
+    without copying either array."""
+    if a.shape == b.shape and a.dtype == b.dtype and a.itemsize in (1, 2, 4, 8):
+        bits = np.dtype(f"u{a.itemsize}")
+        return bool(np.array_equal(a.view(bits), b.view(bits)))
     return a.tobytes() == np.ascontiguousarray(b).tobytes()
 
 
@@ -135,7 +163,7 @@ def assemble(t: TensorType, buffers: dict[int, Any], bindings: dict[str, int],
     default all of the mesh); devices holding copies of one block must hold the
     `same` values. A single C-contiguous block that is the whole array is
     returned as it is, not copied."""
-    whole = np.zeros(global_shape(t, bindings), t.np_dtype)
+    whole = np.empty(global_shape(t, bindings), t.np_dtype)  # returned only once every block is written in
     out = Assembled(whole)
     owner: dict[tuple, int] = {}
     firsts: list[tuple[tuple[slice, ...], np.ndarray]] = []
@@ -174,17 +202,46 @@ def blocks_of(t: TensorType, shape: tuple[int, ...]) -> set[tuple]:
     return {block_key(t, d, shape) for d in t.mesh.devices}
 
 
+@dataclass(frozen=True)
+class ResultBlocks:
+    """Where a result's blocks lie under some bindings: each device's block
+    (as block_key gives it) and its local shape, and every block there is."""
+
+    keys: dict[int, tuple]
+    shapes: dict[int, tuple[int, ...]]
+    every: frozenset[tuple]
+
+
+def result_blocks(checked: Checked, bindings: dict[str, int]) -> dict[str, ResultBlocks]:
+    """Every result's blocks under `bindings` (worked out once per program and bindings)."""
+    from refir.ranks import block_shape
+
+    def work() -> dict[str, ResultBlocks]:
+        out = {}
+        for r in checked.func.results:
+            t = checked.types[r]
+            shape = global_shape(t, bindings)
+            index = {d: block_slices(t, d, shape) for d in t.mesh.devices}
+            keys = {d: tuple((s.start, s.stop) for s in i) for d, i in index.items()}
+            out[r] = ResultBlocks(keys, {d: block_shape(shape, i) for d, i in index.items()},
+                                  frozenset(keys.values()))
+        return out
+
+    return _RESULT_BLOCKS.get(checked, tuple(sorted(bindings.items())), work)
+
+
+_RESULT_BLOCKS: Memo[dict[str, ResultBlocks]] = Memo()
+
+
 def root_blocks(checked: Checked, bindings: dict[str, int]) -> set[tuple[str, int]]:
     """The (result, device) buffers rank 0 lacks to assemble every result:
     each block device 0 does not hold, from the first device that holds it."""
     wanted = set()
-    for r in checked.func.results:
-        t = checked.types[r]
-        shape = global_shape(t, bindings)
-        held = {block_key(t, 0, shape)} if 0 in t.mesh else set()
-        for d in t.mesh.devices:
-            if block_key(t, d, shape) not in held:
-                held.add(block_key(t, d, shape))
+    for r, blocks in result_blocks(checked, bindings).items():
+        held = {blocks.keys[0]} if 0 in blocks.keys else set()
+        for d, key in blocks.keys.items():
+            if key not in held:
+                held.add(key)
                 wanted.add((r, d))
     return wanted
 
@@ -219,26 +276,22 @@ def vet_headers(checked: Checked, bindings: dict[str, int], every: list[list[tup
     """What assemble_outputs would find wrong on rank 0 (missing, misshapen or
     uncovered blocks), from every rank's result headers (refir.ranks.entry)
     alone, so that every rank finds the same."""
-    from refir.ranks import block_shape
-
     held: dict[str, dict[int, tuple]] = {}
     for entries in every:
         for e in entries:
             held.setdefault(e[0], {})[e[1]] = e
-    for r in checked.func.results:
+    for r, blocks in result_blocks(checked, bindings).items():
         t = checked.types[r]
-        shape = global_shape(t, bindings)
         got = held.get(r, {})
         devices = [d for d in t.mesh.devices if d in got]
         missing = [d for d in devices if got[d][2] is None]
         if missing:
             return RunError(f"the backend returned no buffer of {r!r} for device {missing[0]}")
         for d in devices:
-            want = block_shape(shape, block_slices(t, d, shape))
-            if tuple(got[d][2]) != want or np.dtype(got[d][3]) != t.np_dtype:
+            if tuple(got[d][2]) != blocks.shapes[d] or np.dtype(got[d][3]) != t.np_dtype:
                 return MismatchError(f"device {d} holds {r!r} with local shape {tuple(got[d][2])} and dtype "
                                      f"{np.dtype(got[d][3])}, expected {local_shape(t, bindings)} and {t.np_dtype}")
-        if {block_key(t, d, shape) for d in devices} != blocks_of(t, shape):
+        if {blocks.keys[d] for d in devices} != blocks.every:
             return RunError(f"no device returned every block of {r!r}")
     return None
 
@@ -322,7 +375,6 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
     inputs = {name: host_array(name, x) for name, x in (inputs or {}).items()}
     mpi = mpi_world()
     if mpi is None:
-        inputs = host_arrays(inputs)
         bindings = bind_and_check(checked, inputs)
         if backend == "global":
             from interp.global_eval import eval_global
@@ -357,11 +409,22 @@ def host_arrays(inputs: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def bind_and_check(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str, int]:
-    """The inputs' bindings, and every value's global shape within refir's limits."""
-    bindings = bind_inputs(checked, inputs)
-    for name, t in checked.types.items():  # intermediates too, before any is allocated
-        check_shape(global_shape(t, bindings), f"{name}: {t}")
-    return bindings
+    """The inputs' bindings, and every value's global shape within refir's limits
+    (worked out once per program and input shapes: refir.memo)."""
+    signature = shape_signature(inputs)
+
+    def work() -> dict[str, int]:
+        bindings = bind_inputs(checked, inputs)
+        for name, t in checked.types.items():  # intermediates too, before any is allocated
+            check_shape(global_shape(t, bindings), f"{name}: {t}")
+        return bindings
+
+    if signature is None:
+        return work()
+    return dict(_BOUND.get(checked, signature, work))  # a copy: the caller may change its bindings
+
+
+_BOUND: Memo[dict[str, int]] = Memo()
 
 
 # Programs are immutable: a program run again (refir.run in a loop) is verified

@@ -6,7 +6,9 @@ BATCH.pkl is a list of jobs `{"name", "program" (text), "inputs" (global arrays)
 optionally `"root_inputs": True` (ranks other than 0 are given no inputs) and
 `"everywhere": False` (results on rank 0 only, refir.run's default; the driver
 otherwise asks for every buffer on every rank), `"close_before": True`
-(refir.close() first) and `"backend"` (a backend of this module's).
+(refir.close() first), `"backend"` (a backend of this module's) and `"again"`
+(a list of further global inputs for the very same program object, run after
+it: their outputs, or error messages, land in the job's "again").
 Each job runs on spmd, one rank per process. Rank 0 writes RESULT.pkl: per job,
 the global outputs, every device's result buffer with its strides, both as the
 runner returns it and as the rank that computed it held it, the input blocks
@@ -98,7 +100,14 @@ def main(batch_path, result_path):
             "created": {rank: part[2] for rank, part in enumerate(held or [])},
             "outputs_on": {rank: part[3] for rank, part in enumerate(held or [])},
             "failures": check_expects(program, job["inputs"], r.outputs) if world.is_root else [],
+            "again": [],
         }
+        for more in job.get("again", []):  # what refir.run kept from the run before must not be served stale
+            try:
+                got = run(program, more, everywhere=False).outputs
+            except RefirError as exc:
+                got = f"{type(exc).__name__}: {exc}"
+            results[job["name"]]["again"].append(got)
     ranks = world.comm.gather(world.hosted, root=0)
     if world.is_root:
         with open(result_path, "wb") as f:

@@ -125,6 +125,14 @@ COLLECTIVE_JOBS = [
 ]
 
 _BY_NAME = {j["name"]: j for j in COLLECTIVE_JOBS}
+SEED2 = ("mesh m = [2, 0, 3, 1]\nfunc main(x: f32[M, K@DIDx], w: f32[K@DIDx, N], bias: f32[N]) {\n"
+         "  c: f32[M, N] = matmul(x, w)\n  bb: f32[b, N] = unsqueeze(bias, dims=[0])\n  y = add(c, bb)\n"
+         "  out = relu(y)\n  return out\n}\n")
+
+
+def seed2_inputs(m, k, n, seed=0):
+    return {"x": f32(m, k, seed=seed), "w": f32(k, n, seed=seed + 10), "bias": f32(n, seed=seed + 20)}
+
 # Run after COLLECTIVE_JOBS, in the same processes: a team's communicators are
 # found again (by any mesh that forms the team), and ranks other than 0 may be
 # given no inputs at all.
@@ -141,6 +149,11 @@ LATER_JOBS = [
     *({**_BY_NAME["scatter"], "name": f"scatter:{bad}", "everywhere": False, "backend": bad}
       for bad in ("missing_on_rank_2", "misshapen_on_rank_2")),
     {**_BY_NAME["allreduce"], "name": "allreduce:after_bad_results"},
+    # The same program object again: other extents, other values of the same
+    # shapes, and a wrong dtype where a run of those shapes succeeded.
+    {**job("seed2", SEED2, **seed2_inputs(3, 8, 5)),
+     "again": [seed2_inputs(6, 12, 2, seed=1), seed2_inputs(3, 8, 5, seed=2),
+               {**seed2_inputs(3, 8, 5), "bias": np.zeros(5, np.float64)}]},
 ]
 
 
@@ -354,3 +367,15 @@ def test_small_messages_fit_a_slot_or_take_a_second_round():
     done = run_mpi(3, ["-c", SMALL_MESSAGES], timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(done.stdout.split()) == sorted("agreed 0 agreed 1 agreed 2".split())
+
+
+def test_a_program_run_again_is_never_served_what_an_earlier_run_kept(world4):
+    jobs, results = world4
+    first = results["seed2"]
+    assert "error" not in first, first.get("error")
+    same_bits(first, jobs["seed2"])
+    *good, bad = first["again"]
+    for inputs, got in zip(jobs["seed2"]["again"], good):
+        ref = refir.run(SEED2, inputs).outputs["out"]
+        assert got["out"].shape == ref.shape and got["out"].tobytes() == ref.tobytes()
+    assert isinstance(bad, str) and bad.startswith("InputError") and "dtype float64" in bad
