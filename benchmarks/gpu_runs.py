@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from benchmarks.gpu_timing import REPEATS, median_time, torch_group
+from benchmarks.phases import nested, phase_medians
 from gpu_backend import memory, pool
 from gpu_backend.buffer import DeviceBuffer, to_device, to_host
 from gpu_backend.device import cuda
@@ -60,36 +61,9 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
              (gb, "upload", "upload"), (gb, "execute", "steps"), (gi, "matmul_into", "(of which matmul"),
              (gi, "elementwise", "elementwise"), (gt.LaidOut, "communicate", "allreduce)"),
              (gb, "download", "download"), (gp, "settle", "(of which the wait for collectives)")]
-    spent: dict[str, list[float]] = {label: [] for _, _, label in spots}
-    total: list[float] = []
-    originals = [(module, name, getattr(module, name)) for module, name, _ in spots]
-
-    def timed(f: Callable, label: str) -> Callable:
-        def inner(*args: object, **kwargs: object) -> object:
-            start = time.perf_counter()
-            try:
-                return f(*args, **kwargs)
-            finally:
-                spent[label][-1] += time.perf_counter() - start
-        return inner
-
-    for (module, name, label), (_, _, f) in zip(spots, originals):
-        setattr(module, name, timed(f, label))
-    try:
-        for _ in range(REPEATS):
-            for times in spent.values():
-                times.append(0.0)
-            barrier()
-            start = time.perf_counter()
-            fn()
-            total.append(time.perf_counter() - start)
-    finally:
-        for module, name, f in originals:
-            setattr(module, name, f)
-    parts = {label: float(np.median(t)) for label, t in spent.items()}
-    parts["rest"] = float(np.median(total)) - sum(t for label, t in parts.items() if label[0] != "(" and
-                                                 label[-1] != ")" and label != "elementwise")
-    return ", ".join(f"{label} {t * 1e3:.2f}" for label, t in parts.items()) + f" (of {np.median(total) * 1e3:.2f} ms)"
+    parts, total = phase_medians(fn, barrier, spots, REPEATS)
+    parts["rest"] = total - sum(t for label, t in parts.items() if not nested(label) and label != "elementwise")
+    return ", ".join(f"{label} {t * 1e3:.2f}" for label, t in parts.items()) + f" (of {total * 1e3:.2f} ms)"
 
 
 def floor(barrier: Callable[[], object]) -> str:

@@ -25,6 +25,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from benchmarks.phases import nested, phase_medians
+
 PATTERN = """mesh m = [{devices}]
 func main(x: f32[M, K@DIDx], w: f32[K@DIDx, N], bias: f32[N]) {{
   c: f32[M, N] = matmul(x, w)
@@ -113,38 +115,11 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object], mpi: bool) -
     """Median ms of each phase of a run (see the module's docstring). Under MPI
     the inputs are bound inside the agreement."""
     spots = [(path, attr, "(of which bind)" if mpi and label == "bind" else label) for path, attr, label in SPOTS]
-    found = [(t, label) for path, attr, label in spots if (t := _target(path, attr)) is not None]
-    spent: dict[str, list[float]] = {label: [] for _, label in found}
-    originals = [(owner, attr, getattr(owner, attr)) for (owner, attr), _ in found]
-
-    def wrapped(f: Callable, label: str) -> Callable:
-        def inner(*args: object, **kwargs: object) -> object:
-            start = time.perf_counter()
-            try:
-                return f(*args, **kwargs)
-            finally:
-                spent[label][-1] += time.perf_counter() - start
-        return inner
-
+    found = [(*t, label) for path, attr, label in spots if (t := _target(path, attr)) is not None]
     fn()
-    for ((owner, attr), label), (_, _, f) in zip(found, originals):
-        setattr(owner, attr, wrapped(f, label))
-    total = []
-    try:
-        for _ in range(REPEATS):
-            for times in spent.values():
-                times.append(0.0)
-            barrier()
-            start = time.perf_counter()
-            fn()
-            total.append(time.perf_counter() - start)
-    finally:
-        for owner, attr, f in originals:
-            setattr(owner, attr, f)
-    parts = {label: float(np.median(t)) for label, t in spent.items()}
-    top = [t for label, t in parts.items() if not label.startswith("(") and not label.endswith(")")]
-    parts["rest"] = float(np.median(total)) - sum(top)
-    return ", ".join(f"{label} {t * 1e3:.3f}" for label, t in parts.items()) + f" (of {np.median(total) * 1e3:.3f} ms)"
+    parts, total = phase_medians(fn, barrier, found, REPEATS)
+    parts["rest"] = total - sum(t for label, t in parts.items() if not nested(label))
+    return ", ".join(f"{label} {t * 1e3:.3f}" for label, t in parts.items()) + f" (of {total * 1e3:.3f} ms)"
 
 
 def summary(times: list[float]) -> str:

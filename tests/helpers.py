@@ -22,6 +22,17 @@ needs_shared = pytest.mark.skipif(not EXAMPLES, reason=NO_SHARED)
 # The project's own examples (examples/), which the README uses.
 OWN_EXAMPLES = sorted((ROOT / "examples").glob("*.rir"))
 
+# The second seed bug's pattern (matmul over a sharded K, its allreduce, bias, relu).
+SEED2 = """mesh m = [0, 1]
+func main(x: f32[M, K@DIDx], w: f32[K@DIDx, N], bias: f32[N]) {
+  c: f32[M, N] = matmul(x, w)
+  bb: f32[b, N] = unsqueeze(bias, dims=[0])
+  y = add(c, bb)
+  out = relu(y)
+  return out
+}
+"""
+
 
 def shared_example(name: str) -> Path:
     """The path of a shared example (tests that use it are marked `needs_shared`)."""

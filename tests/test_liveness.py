@@ -13,16 +13,7 @@ from interp.transport import InProcess
 from refir.bindings import bind_inputs
 from refir.lower import lower
 from refir.runner import shard_inputs
-
-SEED2 = """mesh m = [0, 1]
-func main(x: f32[M, K@DIDx], w: f32[K@DIDx, N], bias: f32[N]) {
-  c: f32[M, N] = matmul(x, w)
-  bb: f32[b, N] = unsqueeze(bias, dims=[0])
-  y = add(c, bb)
-  out = relu(y)
-  return out
-}
-"""
+from tests.helpers import SEED2
 
 
 def _lowered(text):

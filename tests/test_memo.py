@@ -11,16 +11,7 @@ import refir.runner
 from interp import spmd
 from refir.errors import InputError
 from refir.memo import Memo, shape_signature
-
-PATTERN = """mesh m = [0, 1]
-func main(x: f32[M, K@DIDx], w: f32[K@DIDx, N], bias: f32[N]) {
-  c: f32[M, N] = matmul(x, w)
-  bb: f32[b, N] = unsqueeze(bias, dims=[0])
-  y = add(c, bb)
-  out = relu(y)
-  return out
-}
-"""
+from tests.helpers import SEED2
 
 
 def inputs(m: int, k: int, n: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -39,7 +30,7 @@ MEMOS = {"bindings": refir.runner._BOUND, "input blocks": refir.runner._BLOCKS,
 
 
 def test_a_second_run_of_one_signature_reuses_every_entry():
-    program, given = refir.load(PATTERN), inputs(4, 6, 3)
+    program, given = refir.load(SEED2), inputs(4, 6, 3)
     refir.run(program, given)
     before = {name: memo.hits for name, memo in MEMOS.items()}
     r = refir.run(program, given)
@@ -48,7 +39,7 @@ def test_a_second_run_of_one_signature_reuses_every_entry():
 
 
 def test_other_extents_dtypes_and_values_are_never_served_a_kept_entry():
-    program = refir.load(PATTERN)
+    program = refir.load(SEED2)
     first = inputs(4, 6, 3)
     refir.run(program, first)
     other = inputs(5, 8, 2, seed=1)  # other extents: other bindings, other blocks
@@ -64,8 +55,8 @@ def test_other_extents_dtypes_and_values_are_never_served_a_kept_entry():
 
 def test_another_program_of_the_same_text_is_bound_afresh():
     given = inputs(4, 6, 3)
-    refir.run(refir.load(PATTERN), given)
-    other = refir.load(PATTERN.replace("relu(y)", "neg(y)"))
+    refir.run(refir.load(SEED2), given)
+    other = refir.load(SEED2.replace("relu(y)", "neg(y)"))
     assert np.array_equal(refir.run(other, given).outputs["out"], -(given["x"] @ given["w"] + given["bias"]))
 
 
