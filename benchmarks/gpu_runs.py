@@ -9,22 +9,13 @@ from collections.abc import Callable
 import numpy as np
 
 from benchmarks.gpu_timing import REPEATS, median_time, torch_group
-from benchmarks.phases import nested, phase_medians
+from benchmarks.phases import PATTERN, nested, phase_medians
 from gpu_backend import memory, pool
 from gpu_backend.buffer import DeviceBuffer, to_device, to_host
 from gpu_backend.device import cuda
 from gpu_backend.kernels import copy_into
 from refir.world import World
 
-PATTERN = """mesh m = [{devices}]
-func main(x: f32[M, K@DIDx], w: f32[K@DIDx, N], bias: f32[N]) {{
-  c: f32[M, N] = matmul(x, w)
-  bb: f32[b, N] = unsqueeze(bias, dims=[0])
-  y = add(c, bb)
-  out = relu(y)
-  return out
-}}
-"""
 # Issue 15's three sizes, and issue 10's whole program at 1 MiB and 1 GiB (x: f32[M, K] of that size).
 SIZES = [tuple(int(n) for n in s.split(",")) for s in os.environ.get(
     "GPU_BENCH_SIZES", "256,512,256 512,512,512 4096,4096,4096 8192,8192,8192 16384,16384,16384").split()]

@@ -1,5 +1,6 @@
-"""Where a call's time goes: the functions it calls, each wrapped with a timer
-for the measurement only (the run_overhead and gpu_runs benchmarks share it)."""
+"""What the whole-run benchmarks (run_overhead, gpu_runs) share: the seed-2
+program, and where a call's time goes (the functions it calls, each wrapped
+with a timer for the measurement only)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,17 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+
+# The second seed bug's pattern: matmul over a sharded K, its allreduce, bias, relu.
+PATTERN = """mesh m = [{devices}]
+func main(x: f32[M, K@DIDx], w: f32[K@DIDx, N], bias: f32[N]) {{
+  c: f32[M, N] = matmul(x, w)
+  bb: f32[b, N] = unsqueeze(bias, dims=[0])
+  y = add(c, bb)
+  out = relu(y)
+  return out
+}}
+"""
 
 
 def phase_medians(fn: Callable[[], object], barrier: Callable[[], object], spots: list[tuple[object, str, str]],

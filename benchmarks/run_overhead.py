@@ -25,17 +25,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from benchmarks.phases import nested, phase_medians
+from benchmarks.phases import PATTERN, nested, phase_medians
 
-PATTERN = """mesh m = [{devices}]
-func main(x: f32[M, K@DIDx], w: f32[K@DIDx, N], bias: f32[N]) {{
-  c: f32[M, N] = matmul(x, w)
-  bb: f32[b, N] = unsqueeze(bias, dims=[0])
-  y = add(c, bb)
-  out = relu(y)
-  return out
-}}
-"""
 SIZES = [tuple(int(n) for n in s.split(",")) for s in os.environ.get("RUN_SIZES", "8,16,8 256,512,256").split()]
 REPEATS = int(os.environ.get("RUN_REPEATS", "300"))
 # (module, attribute, label); a label in parentheses is part of the phase before it
