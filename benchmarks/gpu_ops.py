@@ -15,6 +15,7 @@ serves reads and writes from the same pins).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import permutations
 from typing import Any
 
@@ -100,15 +101,32 @@ def single_gpu(torch: Any, elems: int, barrier: Callable[[], object]) -> list[Ro
             out = DeviceBuffer.empty(tuple(m for a, m in enumerate(shape) if a not in dims), f32)
             timed = time(lambda: reduce_into(out, x, dims, kind), lambda: fn(tx, dim=dims))  # noqa: B023
             rows.append((f"{kind} {label}", 4 * n, *timed))
-    ta, tb, tc = torch.rand(n, device="cuda"), torch.rand(n, device="cuda"), torch.empty(n, device="cuda")
-    a, b, c = (_buffer(torch, t, (n,)) for t in (ta, tb, tc))
-    add = binary("add", f32)
-    rows.append(("add f32", 12 * n, *time(lambda: elementwise(add, c, a, b), lambda: torch.add(ta, tb, out=tc))))
-    th = torch.empty(n, device="cuda", dtype=torch.float16)
-    h = _buffer(torch, th, (n,))
-    to_half = cast(f32, np.dtype(np.float16))
-    rows.append(("cast f32 -> f16", 6 * n, *time(lambda: elementwise(to_half, h, a), lambda: th.copy_(ta))))
+    e = ElementwiseCase.make(torch, n)
+    rows.append(("add f32", 12 * n, *time(e.add, lambda: torch.add(e.ta, e.tb, out=e.tc))))
+    rows.append(("cast f32 -> f16", 6 * n, *time(e.cast, lambda: e.th.copy_(e.ta))))
     return rows
+
+
+@dataclass
+class ElementwiseCase:
+    """The add and the cast the tables time: torch tensors of n float32 (ta,
+    tb in, tc out) and n float16 (th), and refir's calls on the same memory."""
+
+    ta: Any
+    tb: Any
+    tc: Any
+    th: Any
+    add: Callable[[], object]  # tc = ta + tb through refir
+    cast: Callable[[], object]  # th = ta as float16 through refir
+
+    @staticmethod
+    def make(torch: Any, n: int) -> ElementwiseCase:
+        f32 = np.dtype(np.float32)
+        ta, tb, tc = torch.rand(n, device="cuda"), torch.rand(n, device="cuda"), torch.empty(n, device="cuda")
+        th = torch.empty(n, device="cuda", dtype=torch.float16)
+        a, b, c, h = (_buffer(torch, t, (n,)) for t in (ta, tb, tc, th))
+        add, to_half = binary("add", f32), cast(f32, np.dtype(np.float16))
+        return ElementwiseCase(ta, tb, tc, th, lambda: elementwise(add, c, a, b), lambda: elementwise(to_half, h, a))
 
 
 Case = tuple[str, Any, Callable[[tuple[int, int]], TensorType], tuple[int, int], TensorType, float]

@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.gpu_ops import _buffer, _torch_in, copy_ceiling, sides
+from benchmarks.gpu_ops import ElementwiseCase, _buffer, _torch_in, copy_ceiling, sides
 from benchmarks.gpu_timing import MIB, median_time, pipelined_time
 from gpu_backend import kernels, reduce, transpose
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED, cuda
 from gpu_backend.functions import accumulator, binary, cast, narrow
-from gpu_backend.kernels import copy_into, elementwise
+from gpu_backend.kernels import copy_into
 from gpu_backend.reduce import reduce_into
 
 NONE = lambda: None  # noqa: E731  (no barrier: one process)
@@ -139,19 +139,14 @@ def _host(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
     say("host costs (µs): numba view {:.1f}, cached as_words {:.1f}, slice {:.1f}, torch sync idle {:.1f}, "
         "numba sync idle {:.1f}".format(*costs))
     uncached = lambda data, word: data if data.dtype == word else data.view(word)  # noqa: E731
-    ta, tb, tc = torch.rand(n, device="cuda"), torch.rand(n, device="cuda"), torch.empty(n, device="cuda")
-    a, b, c = (_buffer(torch, t, (n,)) for t in (ta, tb, tc))
-    add = binary("add", f32)
-    th = torch.empty(n, device="cuda", dtype=torch.float16)
-    h = _buffer(torch, th, (n,))
-    to_half = cast(f32, np.dtype(np.float16))
+    e = ElementwiseCase.make(torch, n)
     small = DeviceBuffer.empty((shape[0], shape[1]), f32)
     cases = [("copy (0,1,2) row", lambda: copy_into(out, x)),
              ("permute (2,0,1)", lambda: copy_into(DeviceBuffer.dense(out.data, (shape[2], shape[0], shape[1])),
                                                    x.transpose((2, 0, 1)))),
-             ("add", lambda: elementwise(add, c, a, b)), ("cast", lambda: elementwise(to_half, h, a)),
+             ("add", e.add), ("cast", e.cast),
              ("sum inner", lambda: reduce_into(small, x, (2,), "sum")),
-             ("torch copy_", lambda: tc.copy_(ta))]
+             ("torch copy_", lambda: e.tc.copy_(e.ta))]
     for name, fn in cases:
         hw = split(fn)
         say(f"  {name:<20} host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs")
@@ -247,23 +242,19 @@ def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> No
 
 
 def _elementwise(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
-    ta, tb, tc = torch.rand(n, device="cuda"), torch.rand(n, device="cuda"), torch.empty(n, device="cuda")
-    a, b, c = (_buffer(torch, t, (n,)) for t in (ta, tb, tc))
-    add = binary("add", f32)
-    th = torch.empty(n, device="cuda", dtype=torch.float16)
-    h = _buffer(torch, th, (n,))
-    to_half = cast(f32, np.dtype(np.float16))
+    e = ElementwiseCase.make(torch, n)
+    ta, tb, tc, th = e.ta, e.tb, e.tc, e.th
     say("elementwise (DENSE2_BLOCKS, DENSE1_BLOCKS)")
     for blocks in (1, 4, 8, 16, 1 << 20):
         with knobs(kernels, DENSE2_BLOCKS=blocks, DENSE1_BLOCKS=blocks):
-            row(f"add blocks {blocks}", 12 * n, ceil[12 * n], lambda: elementwise(add, c, a, b))
-            row(f"cast blocks {blocks}", 6 * n, ceil[6 * n], lambda: elementwise(to_half, h, a))
+            row(f"add blocks {blocks}", 12 * n, ceil[12 * n], e.add)
+            row(f"cast blocks {blocks}", 6 * n, ceil[6 * n], e.cast)
     assert torch.equal(tc, ta + tb) and torch.equal(th, ta.half())
     t_add = median_time(lambda: torch.add(ta, tb, out=tc), torch.cuda.synchronize, NONE)
     t_cast = median_time(lambda: th.copy_(ta), torch.cuda.synchronize, NONE)
     say(f"  torch add {100 * ceil[12 * n] / t_add:.0f}%, torch cast {100 * ceil[6 * n] / t_cast:.0f}%")
-    half = kernels._dense1(kernels._ignoring_scalar(to_half))
-    say(f"  regs dense add {regs(kernels._dense2(add))}, cast {regs(half)}")
+    half = kernels._dense1(kernels._ignoring_scalar(cast(f32, np.dtype(np.float16))))
+    say(f"  regs dense add {regs(kernels._dense2(binary('add', f32)))}, cast {regs(half)}")
 
 
 def tiled(dst: DeviceBuffer, src: DeviceBuffer) -> bool:
