@@ -28,9 +28,10 @@ from interp.host_copy import copy_into
 from interp.impls import COMBINE
 from interp.transport import rank_part
 from refir import ops
+from refir.memo import by_identity
 from refir.mpi import COMMS, fault, wait
 from refir.tables import registrar
-from refir.teams import Team, by_identity
+from refir.teams import Team
 from refir.types import TensorType, axis_first, block, block_size, local_shape
 
 HEADER_TAG, DATA_TAG = 11, 12  # point-to-point: a block's shape, then its bytes

@@ -9,36 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache, wraps
-from typing import Any, TypeVar
+from functools import lru_cache
 
 from refir import ops
+from refir.memo import by_identity
 from refir.types import TensorType
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def by_identity(fn: F) -> F:
-    """`fn` remembered by the identity of its arguments, for pure functions of
-    frozen values asked again and again with the very same objects (a run's ops
-    and types, at every communication): hashing a frozen type walks all its
-    fields, several µs a call, where comparing identities takes nanoseconds. The
-    arguments are kept with the value, so their ids cannot be reused meanwhile."""
-    memo: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
-
-    @wraps(fn)
-    def remembered(*args: Any) -> Any:
-        key = tuple(map(id, args))
-        hit = memo.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], args)):
-            return hit[1]
-        value = fn(*args)
-        if len(memo) >= 1024:  # a long-lived process runs many programs
-            memo.clear()
-        memo[key] = (args, value)
-        return value
-
-    return remembered  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
