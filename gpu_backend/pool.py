@@ -50,11 +50,17 @@ class SizeClassPool:
     """Free lists of blocks by size class over an upstream allocator.
 
     `upstream(nbytes)` returns an object that owns device memory for as long
-    as it lives; the pool keeps it while its block is in use or free."""
+    as it lives; the pool keeps it while its block is in use or free. Lent
+    blocks stay referenced here (`lent`), not only by their borrower: when a
+    borrower dies in a reference cycle, Python runs the weakref callbacks of
+    the cycle's objects before their `__del__`, so a block reachable from the
+    cycle alone would be freed by numba's finalizer before the borrower gives
+    it back, and the free list would hand out dead memory."""
 
     def __init__(self, upstream: Callable[[int], Any]) -> None:
         self.upstream = upstream
         self.free: dict[int, list[Any]] = {}
+        self.lent: dict[int, Any] = {}  # id -> block handed out and not yet given back
         self.lock = threading.RLock()  # finalizers may release from any thread
         self.in_use = self.peak = self.held = self.fresh = self.reused = 0
 
@@ -68,6 +74,7 @@ class SizeClassPool:
                 block = self._fresh(size)
             else:
                 self.reused += 1
+            self.lent[id(block)] = block
             self.in_use += size
             self.peak = max(self.peak, self.in_use)
         return block, size
@@ -86,6 +93,7 @@ class SizeClassPool:
     def give(self, block: Any, size: int) -> None:
         """Return a block taken with `take` (its last user is gone)."""
         with self.lock:
+            self.lent.pop(id(block), None)
             self.free.setdefault(size, []).append(block)
             self.in_use -= size
 

@@ -119,6 +119,37 @@ def test_memory_views_share_one_lease_and_the_last_gives_the_block_back():
         memory.set_pool(None)
 
 
+def test_a_memory_that_dies_in_a_reference_cycle_gives_back_a_live_block():
+    """numba frees an upstream block from a weakref callback once nothing
+    reaches it; in a collected cycle those callbacks run before `__del__`, so
+    the pool itself must keep lent blocks (seen on the device as ReferenceErrors)."""
+    import gc
+    import weakref
+
+    from gpu_backend import memory
+
+    freed: set[int] = set()
+
+    class Owned:  # numba's OwnedPointer: its memory goes when it is collected
+        def __init__(self, address):
+            self.device_pointer_value = address
+            weakref.finalize(self, freed.add, address)
+
+    addresses = iter(range(1 << 20, 1 << 30, 1 << 16))
+    pool = SizeClassPool(lambda nbytes: Owned(next(addresses)))
+    memory.set_pool(pool)
+    try:
+        m = memory.empty(10, np.dtype(np.float32))
+        cycle: list = [m]
+        cycle.append(cycle)
+        del m, cycle
+        gc.collect()
+        assert freed == set() and pool.stats().in_use == 0 and pool.lent == {}
+        assert [b.device_pointer_value for b in pool.free[512]] == [1 << 20]
+    finally:
+        memory.set_pool(None)
+
+
 def test_memory_falls_back_to_numba_arrays_without_a_pool():
     from gpu_backend import memory
     from gpu_backend.device import SIMULATED
