@@ -276,12 +276,14 @@ def _rows(kind: str, to_acc: Callable, store: Callable, dtype: type, rows: int, 
     (`ragged`=False drops a row's last, partial tile: a conformance mutant.)"""
     combine = BINARY[COMBINE[kind]]
     readers = rows // tile  # rows read at once: one per `tile` threads
+    pitch = tile + 1  # a stage row's length: a column's reads hit every bank once (a constant: numba types
+    # shared array shapes from closure values only)
 
     @cuda.jit
     def kernel(out: Arr, o_off: int, o_step: int, x: Arr, x_off: int, x_out: int, n_out: int, n_red: int,
                ident: Any) -> None:
         for _ in range(SHARED_ASKS):
-            stage = cuda.shared.array((rows, tile + 1), dtype)  # + 1: a column's reads hit every bank once
+            stage = cuda.shared.array((rows, pitch), dtype)
             cuda.syncthreads()
         me = cuda.threadIdx.x
         lane, reader = me % tile, me // tile
