@@ -92,20 +92,6 @@ def gpu_tree_skips_last_level() -> Iterator[None]:
             kernels.cache_clear()
 
 
-@mutant("the GPU reduction over contiguous rows staged through shared memory drops each row's last, partial tile",
-        by="values", backend="gpu", needs=(ops.Reduction,))
-def gpu_rows_drop_partial_tile() -> Iterator[None]:
-    import gpu_backend.reduce as reduce
-
-    rows = reduce._rows
-    rows.cache_clear()  # kernels built whole must not be reused
-    try:
-        with mock.patch.object(reduce, "_rows", lambda *args: rows(*args, ragged=False)):
-            yield
-    finally:
-        rows.cache_clear()
-
-
 def _mpi_transport() -> Any:
     """interp.mpi_transport under an MPI launch, else None: in one process these
     mutants have nothing to patch (the mutant table runs them under mpiexec)."""

@@ -17,10 +17,11 @@ reduction over the inner axis, an outer one, or all), lean kernels do the job
 without unravelling indices: _columns (a thread per output, one pass, where
 the outputs alone fill the GPU), _total (one output: one launch whose last
 block folds the chunks' partials) and _plane (the rest); the general kernels
-take what does not coalesce so. A reduction over the contiguous inner axis of
-many rows (`_rows`) stages tiles of the block's rows through shared memory:
-each warp reads whole row stretches side by side (as a copy does), then each
-thread folds its own row in index order, with no tree and no shuffles. The launch geometry below was chosen by
+take what does not coalesce so. On a GPU, a reduction over the contiguous inner axis of
+many rows (`_warp_rows`) gives each row a warp: its lanes read the row side by
+side (as a copy does) and fold their partials by warp shuffles, with no shared
+memory and no block barrier (the simulator has no shuffles: it takes the
+group kernel). The launch geometry below was chosen by
 measurement (benchmarks/kernel_probe.py, benchmarks/RESULTS.md).
 
 Each fixed shape folds in one fixed order (replicas agree bit for bit); the
@@ -37,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from gpu_backend import memory
-from gpu_backend.buffer import DeviceBuffer, storage
+from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import SHARED_ASKS, SIMULATED, THREADS, blocks_for, cuda, fitted, max_blocks
 from gpu_backend.functions import BINARY, COMBINE, accumulator, narrow
 from gpu_backend.launch import launch
@@ -265,48 +266,27 @@ def _columns(kind: str, to_acc: Callable, store: Callable, loads: int, pairs: bo
 
 
 @cache
-def _rows(kind: str, to_acc: Callable, store: Callable, dtype: type, rows: int, tile: int,
-          ragged: bool = True) -> Callable:
-    """One thread per output row of a plane whose rows are contiguous (x_red
-    == 1), `rows` rows a block: the block reads its rows `tile` columns at a
-    time into shared memory, each group of `tile` threads reading one row's
-    stretch (coalesced; `rows // tile` rows at once, `tile` turns with their
-    loads in flight), then each thread folds its own row's stretch in index
-    order. Row r's values fold in index order, whatever the launch.
-    (`ragged`=False drops a row's last, partial tile: a conformance mutant.)"""
-    combine = BINARY[COMBINE[kind]]
-    readers = rows // tile  # rows read at once: one per `tile` threads
-    pitch = tile + 1  # a stage row's length: a column's reads hit every bank once (a constant: numba types
-    # shared array shapes from closure values only)
+def _warp_rows(kind: str, to_acc: Callable, store: Callable, loads: int, pairs: bool) -> Callable:
+    """A warp per output row of a plane whose rows are contiguous (x_red == 1):
+    lane l folds the row's values l, l + 32, ... (`loads` in flight), then the
+    warp folds its 32 partials by shuffles, halving the live lanes each level;
+    lane 0 stores. A row's order is fixed by its length alone. GPU only."""
+    run, combine = _run(kind, to_acc, loads, pairs), BINARY[COMBINE[kind]]
 
     @cuda.jit
     def kernel(out: Arr, o_off: int, o_step: int, x: Arr, x_off: int, x_out: int, n_out: int, n_red: int,
                ident: Any) -> None:
-        for _ in range(SHARED_ASKS):
-            stage = cuda.shared.array((rows, pitch), dtype)
-            cuda.syncthreads()
-        me = cuda.threadIdx.x
-        lane, reader = me % tile, me // tile
-        for first in range(cuda.blockIdx.x * rows, n_out, cuda.gridDim.x * rows):
-            acc = ident
-            whole = first + rows <= n_out
-            for k in range(0, n_red, tile):
-                base = x_off + first * x_out + k + lane
-                if whole and k + tile <= n_red:  # a full tile: no bounds to check
-                    for t in range(tile):
-                        r = reader + t * readers
-                        stage[r, lane] = x[base + r * x_out]
-                elif k + lane < n_red:
-                    for t in range(tile):
-                        r = reader + t * readers
-                        if first + r < n_out:
-                            stage[r, lane] = x[base + r * x_out]
-                cuda.syncthreads()
-                for j in range(min(tile, n_red - k) if ragged or k + tile <= n_red else 0):
-                    acc = combine(acc, to_acc(stage[me, j]))
-                cuda.syncthreads()
-            if first + me < n_out:
-                out[o_off + (first + me) * o_step] = store(acc)
+        lane = cuda.threadIdx.x % WARP
+        first, step = cuda.grid(1) // WARP, cuda.gridsize(1) // WARP
+        for o in range(first, n_out, step):  # the same rows for every lane of a warp: all take the shuffles
+            acc = run(ident, x, x_off + o * x_out, lane, n_red, WARP, 1)
+            acc = combine(acc, cuda.shfl_down_sync(FULL, acc, 16))
+            acc = combine(acc, cuda.shfl_down_sync(FULL, acc, 8))
+            acc = combine(acc, cuda.shfl_down_sync(FULL, acc, 4))
+            acc = combine(acc, cuda.shfl_down_sync(FULL, acc, 2))
+            acc = combine(acc, cuda.shfl_down_sync(FULL, acc, 1))
+            if lane == 0:
+                out[o_off + o * o_step] = store(acc)
 
     return kernel
 
@@ -372,10 +352,9 @@ THREAD_TARGET = 1  # chunks for one thread per output: enough for this many time
 COLUMNS_FROM: int | None = None  # one thread per output, one pass (no chunks), from this many outputs (None: a
 # quarter of the threads of max_blocks() full blocks: then the kernel's blocks fit on the GPU at once)
 COLUMN_THREADS = min(THREADS, 128)  # the block of that kernel
-ROW_TILE = 4 if SIMULATED else 32  # columns of the block's rows staged at once by `_rows` (a warp's width)
-ROWS_FROM: int | None = None  # `_rows` from this many outputs (None: on a GPU an eighth of the threads of
-# max_blocks() full blocks, so that its blocks fill the GPU; under the simulator 32, which leaves the
-# tests' small row counts to the group kernel)
+WARP, FULL = 32, 0xFFFFFFFF  # a warp's lanes, and the mask of all of them
+WARP_ROWS_FROM: int | None = None  # `_warp_rows` from this many rows (None: a warp each for max_blocks()
+# full blocks); never under the simulator
 RUN_LOADS = 8  # loads in flight per thread in the plane kernel (8 or 16)
 WIDE_LOADS = 16  # the same in the column and one-output kernels
 # The kinds whose runs fold each eight loads as a tree before adding them to the
@@ -384,16 +363,10 @@ WIDE_LOADS = 16  # the same in the column and one-output kernels
 PAIRED = frozenset({"max", "min"})
 
 
-def _rows_from() -> int:
-    if ROWS_FROM is not None:
-        return ROWS_FROM
-    return 32 if SIMULATED else max_blocks() * THREADS // 8
-
-
-def _staged_rows(itemsize: int) -> int:
-    """Rows of a `_rows` block: a block's threads, fewer for 8-byte values
-    (a stage of 256 x 33 of them would pass the 48 KiB of static shared memory)."""
-    return THREADS if itemsize <= 4 else THREADS // 2
+def _warp_rows_from() -> int:
+    if SIMULATED:
+        return 1 << 62
+    return WARP_ROWS_FROM if WARP_ROWS_FROM is not None else max_blocks() * THREADS // WARP
 
 
 def _group(n_red: int) -> int:
@@ -454,11 +427,10 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
         launch(_total(kind, to_acc, store, acc_dtype.type, WIDE_LOADS, kind in PAIRED), chunks, THREADS, out.data,
                out.offset, x.data, x.offset, red_x[0], n_red, ident, _scratch(chunks, acc_dtype), _counter())
         return out
-    if asked is None and plane and red_x[0] == 1 and n_red >= ROW_TILE and n_out >= _rows_from():
-        held = storage(x.dtype)
-        rows = _staged_rows(held.itemsize)
-        launch(_rows(kind, to_acc, store, held.type, rows, ROW_TILE), blocks_for(n_out, rows), rows, out.data,
-               out.offset, kept_o[0], x.data, x.offset, kept_x[0], n_out, n_red, ident)
+    if asked is None and plane and per_block and red_x[0] == 1 and n_out >= _warp_rows_from():
+        threads = THREADS
+        launch(_warp_rows(kind, to_acc, store, WIDE_LOADS, kind in PAIRED), blocks_for(n_out, threads // WARP),
+               threads, out.data, out.offset, kept_o[0], x.data, x.offset, kept_x[0], n_out, n_red, ident)
         return out
     if plane and width == 0 and chunks == 1:
         threads = fitted(n_out, COLUMN_THREADS)

@@ -58,13 +58,6 @@ def test_gpu_tree_missing_its_last_level_is_killed_past_one_block():
     assert not _killed_by("gpu_tree_skips_last_level", "integer_reductions").killed
 
 
-def test_staged_rows_dropping_a_partial_tile_is_killed_by_its_program():
-    kill = _killed_by("gpu_rows_drop_partial_tile", "reduce_staged_rows")
-    assert kill.killed and kill.mutant.backend == "gpu" and "reduce_staged_rows" in kill.first
-    # ... and the tree's programs keep too few rows to be staged.
-    assert not _killed_by("gpu_rows_drop_partial_tile", "reduce_tree_sizes").killed
-
-
 def test_reduce_tree_sizes_cross_the_simulated_and_the_real_block():
     (case,) = cases_of(CORPUS / "reduce_tree_sizes.rir")
     extents = {p.name: p.type.axes[-1].extent for p in case.checked.func.params}

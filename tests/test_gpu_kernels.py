@@ -329,30 +329,32 @@ def test_reduction_to_one_value_in_one_launch(monkeypatch, loads, pairs):
 
 @pytest.mark.parametrize("name, kind", [("i64", "sum"), ("f32", "sum"), ("f32", "max"), ("f64", "min"),
                                         ("bool", "max"), ("bf16", "sum"), ("u8", "bxor")])
-def test_reduction_over_contiguous_rows_stages_them(monkeypatch, name, kind):
-    """Many rows reduced over their contiguous inner axis: one thread per row,
-    the block's rows staged through shared memory a tile of columns at a time;
-    a ragged last tile, a last block of fewer rows, rows apart by a gap, and
-    each row folded in index order (sums of floats match numpy's sequential sum)."""
+def test_reduction_over_contiguous_rows_takes_a_warp_a_row(monkeypatch, name, kind):
+    """Rows reduced over their contiguous inner axis, a warp each, folded by
+    shuffles (a GPU path: the simulator has no shuffles); row lengths no
+    multiple of the warp or of its loads, rows apart by a gap."""
     from gpu_backend import reduce
 
-    built, launched = reduce._rows, []
+    if reduce.SIMULATED:
+        pytest.skip("warp shuffles run on a GPU only (the simulator takes the group kernel)")
+    built, launched = reduce._warp_rows, []
 
     def spy(*args):
         launched.append(args)
         return built(*args)
 
-    monkeypatch.setattr(reduce, "_rows", spy)
+    monkeypatch.setattr(reduce, "_warp_rows", spy)
+    monkeypatch.setattr(reduce, "WARP_ROWS_FROM", 1)
     dtype = DTYPES[name]
     rng = np.random.default_rng(7)
-    whole = rng.integers(-40, 40, (37, 11)).astype(np.float64) * 0.375
-    x = (whole > 0 if name == "bool" else whole.astype(dtype))[:, :9]  # rows 11 apart, 9 values each
-    if name == "f32":
-        x[5, 3] = np.nan
-    out = download(reduce_into(DeviceBuffer.empty((37,), dtype), upload(x), (1,), kind))
-    want = reference(ops.Reduction(kind, (1,)), x)
-    same(out, want)
-    assert len(launched) == 1 and launched[0][-2] == reduce.THREADS // (2 if x.dtype.itemsize == 8 else 1)
+    whole = rng.integers(-40, 40, (37, 611)).astype(np.float64) * 0.375
+    for cols in (300, 599):
+        x = (whole > 0 if name == "bool" else whole.astype(dtype))[:, :cols]  # rows 611 apart
+        if name == "f32":
+            x[5, 3] = np.nan
+        out = download(reduce_into(DeviceBuffer.empty((37,), dtype), upload(x), (1,), kind))
+        same(out, reference(ops.Reduction(kind, (1,)), x))
+    assert len(launched) == 2
 
 
 def test_reduction_groups_share_a_block():
