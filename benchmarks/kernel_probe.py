@@ -201,17 +201,19 @@ def _permutes(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None
         say(f"  regs transpose side {side} rows {rows} walk {walk}: {regs(transpose._transpose(4, side, rows, walk))}")
 
 
-# Reduction variants per case: (GROUP_VALUES, RUN_LOADS, WIDE_LOADS, pairs in PAIRED, chunks); the first is the default.
+# Reduction variants per case: (GROUP_VALUES, RUN_LOADS, WIDE_LOADS, pairs in PAIRED, chunks, a warp a row);
+# the first is the default.
+NO_WARPS = 1 << 62  # WARP_ROWS_FROM that no plane reaches
 REDUCTIONS = {
-    "inner": [(64, 8, 16, False, None), (64, 8, 16, True, None), (128, 8, 16, True, None), (32, 8, 16, True, None),
-              (128, 16, 16, True, None), (64, 16, 16, True, None)],
-    "outer": [(64, 8, 16, False, None), (64, 8, 16, True, None), (64, 8, 8, True, None)],
-    "all": [(64, 8, 16, False, None), (64, 8, 16, True, None), (64, 8, 8, True, None)],
+    "inner": [(64, 8, 16, False, None, True), (64, 8, 16, True, None, True), (64, 8, 8, False, None, True),
+              (64, 8, 8, True, None, True), (64, 8, 16, False, None, False), (64, 8, 16, True, None, False)],
+    "outer": [(64, 8, 16, False, None, False), (64, 8, 16, True, None, False), (64, 8, 8, True, None, False)],
+    "all": [(64, 8, 16, False, None, False), (64, 8, 16, True, None, False), (64, 8, 8, True, None, False)],
 }
 
 
 def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
-    say("reductions (GROUP_VALUES, RUN_LOADS, WIDE_LOADS, pairs in PAIRED, chunks)")
+    say("reductions (GROUP_VALUES, RUN_LOADS, WIDE_LOADS, pairs in PAIRED, chunks, a warp a row)")
     shape = sides(n, 3)
     tx = torch.rand(shape, device="cuda") - 0.5
     x = _buffer(torch, tx, shape)
@@ -221,10 +223,11 @@ def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> No
             torch_t = median_time(lambda: fn(tx, dim=dims), torch.cuda.synchronize, NONE)  # noqa: B023
             say(f" {kind} {label}: torch {100 * ceil[4 * n] / torch_t:.0f}%")
             want = fn(tx.double(), dim=dims).float()
-            for values, loads, wide, pairs, chunks in REDUCTIONS[label]:
+            for values, loads, wide, pairs, chunks, warps in REDUCTIONS[label]:
                 paired = frozenset({"sum", "max", "min"} if pairs else ())
-                with knobs(reduce, GROUP_VALUES=values, RUN_LOADS=loads, WIDE_LOADS=wide, PAIRED=paired):
-                    row(f"values {values} loads {loads} wide {wide} pairs {pairs} chunks {chunks}", 4 * n,
+                with knobs(reduce, GROUP_VALUES=values, RUN_LOADS=loads, WIDE_LOADS=wide, PAIRED=paired,
+                           WARP_ROWS_FROM=None if warps else NO_WARPS):
+                    row(f"values {values} loads {loads} wide {wide} pairs {pairs} chunks {chunks} warps {warps}", 4 * n,
                         ceil[4 * n], lambda: reduce_into(o, x, dims, kind, chunks))  # noqa: B023
                     got = torch.as_tensor(o.data, device="cuda")[:o.size].reshape(want.shape)
                     assert torch.allclose(got, want, rtol=1e-5, atol=1e-3), f"{kind} {label} differs"
@@ -239,6 +242,9 @@ def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> No
             total = reduce._total(kind, to_acc, store, acc_dtype.type, loads, pairs)
             say(f"  regs {kind} loads {loads} pairs {pairs}: plane {regs(plane)}, columns {regs(columns)}, "
                 f"total {regs(total)}")
+        for loads, pairs in [(8, False), (8, True), (16, False), (16, True)]:
+            say(f"  regs {kind} a warp a row, loads {loads} pairs {pairs}: "
+                f"{regs(reduce._warp_rows(kind, to_acc, store, loads, pairs))}")
 
 
 def _elementwise(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:

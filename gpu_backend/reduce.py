@@ -17,7 +17,11 @@ reduction over the inner axis, an outer one, or all), lean kernels do the job
 without unravelling indices: _columns (a thread per output, one pass, where
 the outputs alone fill the GPU), _total (one output: one launch whose last
 block folds the chunks' partials) and _plane (the rest); the general kernels
-take what does not coalesce so. The launch geometry below was chosen by
+take what does not coalesce so. On a GPU, a reduction over the contiguous inner axis of
+many rows (`_warp_rows`) gives each row a warp: its lanes read the row side by
+side (as a copy does) and fold their partials by warp shuffles, with no shared
+memory and no block barrier (the simulator has no shuffles: it takes the
+group kernel). The launch geometry below was chosen by
 measurement (benchmarks/kernel_probe.py, benchmarks/RESULTS.md).
 
 Each fixed shape folds in one fixed order (replicas agree bit for bit); the
@@ -262,6 +266,32 @@ def _columns(kind: str, to_acc: Callable, store: Callable, loads: int, pairs: bo
 
 
 @cache
+def _warp_rows(kind: str, to_acc: Callable, store: Callable, loads: int, pairs: bool) -> Callable:
+    """A warp per output row of a plane whose rows are contiguous (x_red == 1):
+    lane l folds the row's values l, l + 32, ... (`loads` in flight), then the
+    warp folds its 32 partials by shuffles, halving the live lanes each level;
+    lane 0 stores. A row's order is fixed by its length alone. GPU only."""
+    run, combine = _run(kind, to_acc, loads, pairs), BINARY[COMBINE[kind]]
+
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, o_step: int, x: Arr, x_off: int, x_out: int, n_out: int, n_red: int,
+               ident: Any) -> None:
+        lane = cuda.threadIdx.x % WARP
+        first, step = cuda.grid(1) // WARP, cuda.gridsize(1) // WARP
+        for o in range(first, n_out, step):  # the same rows for every lane of a warp: all take the shuffles
+            acc = run(ident, x, x_off + o * x_out, lane, n_red, WARP, 1)
+            acc = combine(acc, cuda.shfl_down_sync(FULL, acc, 16))
+            acc = combine(acc, cuda.shfl_down_sync(FULL, acc, 8))
+            acc = combine(acc, cuda.shfl_down_sync(FULL, acc, 4))
+            acc = combine(acc, cuda.shfl_down_sync(FULL, acc, 2))
+            acc = combine(acc, cuda.shfl_down_sync(FULL, acc, 1))
+            if lane == 0:
+                out[o_off + o * o_step] = store(acc)
+
+    return kernel
+
+
+@cache
 def _total(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: int, pairs: bool) -> Callable:
     """One output from one strided run, in one launch: block c folds indices
     c * THREADS + tid + k * chunks * THREADS (the plane's chunk c at full
@@ -322,12 +352,21 @@ THREAD_TARGET = 1  # chunks for one thread per output: enough for this many time
 COLUMNS_FROM: int | None = None  # one thread per output, one pass (no chunks), from this many outputs (None: a
 # quarter of the threads of max_blocks() full blocks: then the kernel's blocks fit on the GPU at once)
 COLUMN_THREADS = min(THREADS, 128)  # the block of that kernel
+WARP, FULL = 32, 0xFFFFFFFF  # a warp's lanes, and the mask of all of them
+WARP_ROWS_FROM: int | None = None  # `_warp_rows` from this many rows (None: a warp each for max_blocks()
+# full blocks); never under the simulator
 RUN_LOADS = 8  # loads in flight per thread in the plane kernel (8 or 16)
 WIDE_LOADS = 16  # the same in the column and one-output kernels
 # The kinds whose runs fold each eight loads as a tree before adding them to the
 # accumulator (a chain of four folds, not eight): max and min, whose result is
 # the same in any order (a sum's inner fold measured slower so).
 PAIRED = frozenset({"max", "min"})
+
+
+def _warp_rows_from() -> int:
+    if SIMULATED:
+        return 1 << 62
+    return WARP_ROWS_FROM if WARP_ROWS_FROM is not None else max_blocks() * THREADS // WARP
 
 
 def _group(n_red: int) -> int:
@@ -380,13 +419,18 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
     kept_shape, (kept_x, kept_o) = coalesce(out.shape, [[x.strides[a] for a in kept], out.strides], lead)
     n_out = prod(kept_shape)
     width = _group(n_red) if per_block else 0
-    chunks = chunks or _chunks(n_out, n_red, width)
+    asked, chunks = chunks, chunks or _chunks(n_out, n_red, width)
     chunk = -(-n_red // chunks) if n_red else 0
     acc_dtype, store = np.dtype(type(ident)), narrow(out.dtype)
     plane = len(red_shape) == 1 and len(kept_shape) == 1
     if plane and n_out == 1 and width == THREADS and chunks > 1:  # one launch: the last block folds the partials
         launch(_total(kind, to_acc, store, acc_dtype.type, WIDE_LOADS, kind in PAIRED), chunks, THREADS, out.data,
                out.offset, x.data, x.offset, red_x[0], n_red, ident, _scratch(chunks, acc_dtype), _counter())
+        return out
+    if asked is None and plane and per_block and red_x[0] == 1 and n_out >= _warp_rows_from():
+        threads = THREADS
+        launch(_warp_rows(kind, to_acc, store, WIDE_LOADS, kind in PAIRED), blocks_for(n_out, threads // WARP),
+               threads, out.data, out.offset, kept_o[0], x.data, x.offset, kept_x[0], n_out, n_red, ident)
         return out
     if plane and width == 0 and chunks == 1:
         threads = fitted(n_out, COLUMN_THREADS)

@@ -327,6 +327,36 @@ def test_reduction_to_one_value_in_one_launch(monkeypatch, loads, pairs):
     same(download(reduce_into(DeviceBuffer.empty((3,), y.dtype), upload(y), (0,), "sum")), y.sum(0))
 
 
+@pytest.mark.parametrize("name, kind", [("i64", "sum"), ("f32", "sum"), ("f32", "max"), ("f64", "min"),
+                                        ("bool", "max"), ("bf16", "sum"), ("u8", "bxor")])
+def test_reduction_over_contiguous_rows_takes_a_warp_a_row(monkeypatch, name, kind):
+    """Rows reduced over their contiguous inner axis, a warp each, folded by
+    shuffles (a GPU path: the simulator has no shuffles); row lengths no
+    multiple of the warp or of its loads, rows apart by a gap."""
+    from gpu_backend import reduce
+
+    if reduce.SIMULATED:
+        pytest.skip("warp shuffles run on a GPU only (the simulator takes the group kernel)")
+    built, launched = reduce._warp_rows, []
+
+    def spy(*args):
+        launched.append(args)
+        return built(*args)
+
+    monkeypatch.setattr(reduce, "_warp_rows", spy)
+    monkeypatch.setattr(reduce, "WARP_ROWS_FROM", 1)
+    dtype = DTYPES[name]
+    rng = np.random.default_rng(7)
+    whole = rng.integers(-40, 40, (37, 611)).astype(np.float64) * 0.375
+    for cols in (300, 599):
+        x = (whole > 0 if name == "bool" else whole.astype(dtype))[:, :cols]  # rows 611 apart
+        if name == "f32":
+            x[5, 3] = np.nan
+        out = download(reduce_into(DeviceBuffer.empty((37,), dtype), upload(x), (1,), kind))
+        same(out, reference(ops.Reduction(kind, (1,)), x))
+    assert len(launched) == 2
+
+
 def test_reduction_groups_share_a_block():
     """A short reduced range: several outputs per block, each folded by its own
     group of threads, the last block's surplus groups folding nothing."""
