@@ -124,7 +124,8 @@ class DirectLaunch:
         self.layout = struct.Struct("<" + "".join(c + "x" * (SLOT - n) for c, n in codes))
         self.buffer = ctypes.create_string_buffer(SLOT * max(1, len(codes)))
         base = ctypes.addressof(self.buffer)
-        self.params = (ctypes.c_void_p * max(1, len(codes)))(*(base + SLOT * i for i in range(len(codes))))
+        self.slots = (ctypes.c_void_p * max(1, len(codes)))(*(base + SLOT * i for i in range(len(codes))))
+        self.params = ctypes.c_void_p(ctypes.addressof(self.slots))  # the void** the driver reads
         self.function = ctypes.c_void_p(function)
         self.stream = ctypes.c_void_p(stream)
         self.call = _libcuda().cuLaunchKernel

@@ -90,7 +90,8 @@ class _FakeDriver:
         return 0
 
     def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        read = [ctypes.string_at(params[i], n) for i, n in enumerate(self.sizes)]
+        slots = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        read = [ctypes.string_at(slots[i], n) for i, n in enumerate(self.sizes)]
         self.launches.append((function.value, (gx, gy, gz), (bx, by, bz), stream.value, read))
         return 0
 
