@@ -119,7 +119,8 @@ def launch_costs(one: DeviceBuffer, out: DeviceBuffer) -> list[str]:
     costs["buffer.to_device of 4 bytes"] = per_call(lambda: to_device(host))
     costs["buffer.to_host of 4 bytes"] = per_call(lambda: to_host(one.data))
     return ["per call, no synchronize, µs: " + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()),
-            f"launches so far: {gl.counts}; memory manager {type(manager).__name__}"]
+            f"launches so far: {gl.counts}; direct launch refused: {getattr(gl, 'refused', [])[:3]}; "
+            f"memory manager {type(manager).__name__}"]
 
 
 def memory_row(program: object, inputs: dict[str, np.ndarray], world: World) -> str:

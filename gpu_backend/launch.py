@@ -114,8 +114,11 @@ class _Signature:
         self.direct = None
         if plain:
             want, _ = self._numba_pack(args)
-            handle = kernel._codelibrary.get_cufunc().handle
-            self.direct = direct_launch(handle, want, _flatten(args)[1], int(_stream.handle))
+            try:
+                handle = kernel._codelibrary.get_cufunc().handle
+                self.direct = direct_launch(handle, want, _flatten(args)[1], int(_stream.handle))
+            except (AttributeError, TypeError, ValueError, OSError) as e:  # another numba or cuda.core
+                refused.append(f"{type(e).__name__}: {e}")
 
     def pack(self, args: tuple[Any, ...]) -> list[Any]:
         out: list[Any] = []
@@ -165,6 +168,7 @@ _signatures: dict[tuple[Any, ...], _Signature] = {}
 _configs: dict[tuple[Any, ...], Any] = {}
 _stream: Any = None
 counts = {"direct": 0, "fast": 0, "numba": 0}  # launches by path, for the benchmark
+refused: list[str] = []  # why a signature could not be launched directly, for the benchmark
 
 
 def _config(grid: tuple[int, int, int], block: tuple[int, int, int]) -> Any:
