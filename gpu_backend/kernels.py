@@ -254,6 +254,12 @@ _plans: dict[tuple[object, ...], Plan] = {}
 PLANS_KEPT = 4096  # then the cache starts again (programs of many shapes)
 
 
+def clear_plans() -> None:
+    """Forget the elementwise and copy plans (after the launch geometry knobs change)."""
+    _plans.clear()
+    _copies.clear()
+
+
 def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: object = None) -> DeviceBuffer:
     """out = fn(*xs) element by element; operands broadcast to out's shape. With
     `scalar` (one operand): out = fn(x, scalar), the scalar a kernel argument."""

@@ -297,6 +297,13 @@ def test_launch_plans_are_kept_by_layout_and_serve_other_data_and_offsets():
     assert [p[:2] for p in kernels._copies.values()] == [("rows", 2), ("rows", 1)]
     for start, got in zip((0, 8, 1), copies):
         same(got, base[:, start:start + 8])
+    from gpu_backend import reduce
+
+    reduce.clear_plans()
+    for start in (0, 5):  # a reduction: one plan (and one for its second pass over the chunks' partials)
+        out = reduce_into(DeviceBuffer.empty((4,), np.dtype(np.float32)), up.take(1, start, start + 8), (1,), "sum", 2)
+        same(download(out), base[:, start:start + 8].sum(1))
+    assert len(reduce._plans) == 2
 
 
 # ---- reductions ------------------------------------------------------------------------
