@@ -52,6 +52,10 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
              (gb, "upload", "upload"), (gb, "execute", "steps"), (gi, "matmul_into", "(of which matmul"),
              (gi, "elementwise", "elementwise"), (gt.LaidOut, "communicate", "allreduce)"),
              (gb, "download", "download"), (gp, "settle", "(of which the wait for collectives)")]
+    from gpu_backend.matmul import _cupy
+
+    if (cupy := _cupy()) is not None:  # cupy's own call, within matmul
+        spots.insert(spots.index((gi, "matmul_into", "(of which matmul")) + 1, (cupy, "matmul", "(cupy.matmul)"))
     parts, total = phase_medians(fn, barrier, spots, REPEATS)
     parts["rest"] = total - sum(t for label, t in parts.items() if not nested(label) and label != "elementwise")
     return ", ".join(f"{label} {t * 1e3:.2f}" for label, t in parts.items()) + f" (of {total * 1e3:.2f} ms)"

@@ -47,23 +47,28 @@ def _dims(d: Dims) -> tuple[int, int, int]:
 def _flatten(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[Any]]:
     """One pass over the arguments: the key of what numba's choice of overload
     and its packing depend on (array dtype and rank, tuple element types,
-    scalar types), and the values as the kernel's parameters take them, in order."""
+    scalar types), and the values as the kernel's parameters take them, in order.
+    A pooled Memory is keyed by its dtype's character (no other entry is a str)."""
     key: list[Any] = []
     values: list[Any] = []
     for a in args:
         t = type(a)
-        if t is Memory:  # typed by numba as a 1-D C-contiguous array, as numba's own
-            key += (_ARRAY, a.dtype, 1, True)
-            n, itemsize = a.size, a.dtype.itemsize
+        if t is int:
+            key.append(int)
+            values.append(a)
+        elif t is Memory:  # typed by numba as a 1-D C-contiguous array, as numba's own
+            dtype = a.dtype
+            key.append(dtype.char)
+            n, itemsize = a.size, dtype.itemsize
             values += (0, 0, n, itemsize, a.ptr, n, itemsize)
         elif t is tuple:
-            key += (tuple, len(a), *map(type, a))
+            key.append(tuple(map(type, a)))
             values += a
-        elif t is int or t is float or t is bool or isinstance(a, np.generic):
+        elif t is float or t is bool or isinstance(a, np.generic):
             key.append(t)
             values.append(a)
         else:  # a device array: 1-D and contiguous here, but let the key say so
-            key += (_ARRAY, a.dtype, a.ndim, a.is_c_contiguous())
+            key.append((_ARRAY, a.dtype, a.ndim, a.is_c_contiguous()))
             _pack_array(a, values)
     return tuple(key), values
 

@@ -64,10 +64,26 @@ def test_launch_keys_values_and_dimensions():
     assert _dims(4) == (4, 1, 1) and _dims((8, 2)) == (8, 2, 1)
     m = Memory(1 << 20, 10, np.dtype(np.float32), None)
     key, values = _flatten((m, 3, (1, 2, 3, 4), np.float64(1.0), 2.5, True))
-    assert key == (_ARRAY, np.dtype(np.float32), 1, True, int, tuple, 4, int, int, int, int, np.float64, float, bool)
+    assert key == ("f", int, (int, int, int, int), np.float64, float, bool)
     assert values == [0, 0, 10, 4, 1 << 20, 10, 4, 3, 1, 2, 3, 4, 1.0, 2.5, True]
     assert _key(((1, np.int64(2)),)) != _key(((1, 2),))
     assert _key((m.view(np.uint8),)) != _key((m,)) and _key((1,)) != _key((1.0,)) != _key((np.float32(1),))
+    assert _key((m,)) != _key((np.float32(1),)) and _key(((1, 2),)) != _key(((1, 2, 3),))
+
+    class Layout:
+        strides_in_bytes = (8,)
+
+    class View:  # numba's view of its array's memory, as _pack_array reads it
+        dtype, size, ptr, shape, _layout = np.dtype(np.float32), 5, 4096, (5,), Layout()
+
+    class Numba:  # a numba device array (every second element of one), as the key reads it
+        dtype, ndim, _strided_memory_view_shim = np.dtype(np.float32), 1, View()
+
+        def is_c_contiguous(self):
+            return False
+
+    key, values = _flatten((Numba(), 2))
+    assert key == ((_ARRAY, np.dtype(np.float32), 1, False), int) and values == [0, 0, 5, 4, 4096, 5, 8, 2]
     with pytest.raises(AttributeError):  # a host array: launch() leaves it to numba
         _flatten((np.zeros(3),))
 
@@ -172,7 +188,7 @@ def test_memory_views_share_one_lease_and_the_last_gives_the_block_back():
         out = []
         _pack_array(part, out)
         assert out == [0, 0, 4, 4, (1 << 20) + 8, 4, 4]
-        assert _key((part,)) == (_ARRAY, np.dtype(np.float32), 1, True)
+        assert _key((part,)) == ("f",)
         assert pool.stats().in_use == 512
         del m, part
         gc.collect()
