@@ -36,7 +36,7 @@ from benchmarks.gpu_runs import whole_runs
 from benchmarks.gpu_timing import REPEATS, SIZES_MIB, torch_group
 from benchmarks.gpu_uneven import uneven
 from gpu_backend.device import SIMULATED, cuda, use_device
-from refir.world import mpi_world
+from refir.world import local_world, mpi_world
 
 
 def main() -> int:
@@ -50,6 +50,9 @@ def main() -> int:
         use_device(world.comm)
         torch.cuda.set_device(cuda.get_current_device().id)
     barrier = world.comm.Barrier if world else (lambda: None)
+    if sys.argv[1:] == ["run"] and world is None:  # one GPU: the whole runs without an allreduce
+        sys.stdout.write("\n".join(whole_runs(torch, local_world(1))) + "\n")
+        return 0
     if sys.argv[1:] in (["run"], ["uneven"]):
         if world is None:
             sys.stderr.write(f"gpu_bench {sys.argv[1]} needs mpiexec with one rank per GPU\n")

@@ -52,6 +52,10 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
              (gb, "upload", "upload"), (gb, "execute", "steps"), (gi, "matmul_into", "(of which matmul"),
              (gi, "elementwise", "elementwise"), (gt.LaidOut, "communicate", "allreduce)"),
              (gb, "download", "download"), (gp, "settle", "(of which the wait for collectives)")]
+    from gpu_backend.matmul import _cupy
+
+    if (cupy := _cupy()) is not None:  # cupy's own call, within matmul
+        spots.insert(spots.index((gi, "matmul_into", "(of which matmul")) + 1, (cupy, "matmul", "(cupy.matmul)"))
     parts, total = phase_medians(fn, barrier, spots, REPEATS)
     parts["rest"] = total - sum(t for label, t in parts.items() if not nested(label) and label != "elementwise")
     return ", ".join(f"{label} {t * 1e3:.2f}" for label, t in parts.items()) + f" (of {total * 1e3:.2f} ms)"
@@ -97,6 +101,10 @@ def launch_costs(one: DeviceBuffer, out: DeviceBuffer) -> list[str]:
     costs = {"numba kernel[grid, block](*args)": per_call(lambda: kernel[1, (1, 256)](*args))}
     gl.FAST = True
     costs["launch(), cached signature"] = per_call(lambda: gl.launch(kernel, 1, (1, 256), *args))
+    if hasattr(gl, "DIRECT"):  # the same through cuda.core's launch, as before driver_launch.py
+        gl.DIRECT = False
+        costs["launch(), cached, through cuda.core"] = per_call(lambda: gl.launch(kernel, 1, (1, 256), *args))
+        gl.DIRECT = True
     costs["elementwise() of 1 element"] = per_call(lambda: elementwise(_same, out, one))
     costs["copy_into() of 1 element"] = per_call(lambda: copy_into(out, one))
     gl.FAST = False
@@ -115,7 +123,8 @@ def launch_costs(one: DeviceBuffer, out: DeviceBuffer) -> list[str]:
     costs["buffer.to_device of 4 bytes"] = per_call(lambda: to_device(host))
     costs["buffer.to_host of 4 bytes"] = per_call(lambda: to_host(one.data))
     return ["per call, no synchronize, µs: " + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()),
-            f"launches so far: {gl.counts}; memory manager {type(manager).__name__}"]
+            f"launches so far: {gl.counts}; direct launch refused: {getattr(gl, 'refused', [])[:3]}; "
+            f"memory manager {type(manager).__name__}"]
 
 
 def memory_row(program: object, inputs: dict[str, np.ndarray], world: World) -> str:
@@ -149,10 +158,13 @@ def whole_runs(torch: object, world: World) -> list[str]:
     import refir
     from refir.mpi import COMMS
 
-    torch_group(torch, world, 29600)
+    solo = world.comm is None  # one GPU in this process: no allreduce, for host costs where no two GPUs are lent
+    if not solo:
+        torch_group(torch, world, 29600)
     os.environ.setdefault("REFIR_MAX_ELEMENTS", str(1 << 29))  # the 1 GiB program's x has 2^28 elements
     program = refir.load(PATTERN.format(devices=", ".join(map(str, range(world.size)))))
-    barrier, sync = world.comm.Barrier, torch.cuda.synchronize
+    barrier, sync = (lambda: None) if solo else world.comm.Barrier, torch.cuda.synchronize
+    all_reduce = (lambda c: None) if solo else dist.all_reduce
     lines = [f"{'M, K, N':<18} {'refir first':>11} {'refir':>9} {'rank 0 in':>9} {'torch host':>10} "
              f"{'torch dev':>9} {'refir/host':>10} {'refir/dev':>9}  (ms, median of {REPEATS})"]
     notes: list[str] = []
@@ -177,14 +189,14 @@ def whole_runs(torch: object, world: World) -> list[str]:
 
         def torch_host() -> np.ndarray:
             c = torch.from_numpy(x[:, lo:hi]).cuda() @ torch.from_numpy(w[lo:hi]).cuda()  # noqa: B023
-            dist.all_reduce(c)
+            all_reduce(c)
             return torch.relu(c + torch.from_numpy(bias).cuda()).cpu().numpy()  # noqa: B023
 
         dev = {name: torch.from_numpy(a).cuda() for name, a in (("x", x[:, lo:hi]), ("w", w[lo:hi]), ("b", bias))}
 
         def torch_device() -> object:
             c = dev["x"] @ dev["w"]  # noqa: B023
-            dist.all_reduce(c)
+            all_reduce(c)
             return torch.relu(c + dev["b"])  # noqa: B023
 
         theirs = median_time(torch_host, sync, barrier)
@@ -210,6 +222,7 @@ def whole_runs(torch: object, world: World) -> list[str]:
         torch.cuda.empty_cache()
         if (held := pool.current()) is not None:
             held.trim()  # the next size's blocks are of other classes
-    dist.destroy_process_group()
+    if not solo:
+        dist.destroy_process_group()
     return memory + notes  # the table's rows were printed as they came
 

@@ -45,11 +45,20 @@ def knobs(module: Any, **values: Any) -> Iterator[None]:
     old = {k: getattr(module, k) for k in values}
     for k, v in values.items():
         setattr(module, k, v)
+    _forget_plans()  # launches worked out under the old knobs
     try:
         yield
     finally:
         for k, v in old.items():
             setattr(module, k, v)
+        _forget_plans()
+
+
+def _forget_plans() -> None:
+    from gpu_backend import kernels, reduce
+
+    kernels.clear_plans()
+    reduce.clear_plans()
 
 
 def split(fn: Callable[[], object], repeats: int = 10) -> tuple[float, float]:

@@ -38,6 +38,7 @@ from gpu_backend.device import (
     rows_block,
 )
 from gpu_backend.launch import launch
+from gpu_backend.memory import Memory
 from gpu_backend.strides import Arr, Ints, coalesce, padded, unravel
 from gpu_backend.transpose import transpose_into
 
@@ -243,27 +244,61 @@ DENSE1_BLOCKS = 1 if SIMULATED else 16
 DENSE2_BLOCKS = 1 if SIMULATED else 1 << 20
 
 
+# What elementwise launches for one call, by everything it depends on but the
+# data: the kernel, its grid and block, the arguments that follow each buffer's
+# data and offset, and the arguments after the last buffer's. Working it out
+# (coalescing axes, padding strides, the walk) costs more Python than the
+# launch itself; a program repeats its shapes run after run.
+Plan = tuple[Callable, object, object, tuple[tuple[object, ...], ...], tuple[object, ...]]
+_plans: dict[tuple[object, ...], Plan] = {}
+PLANS_KEPT = 4096  # then the cache starts again (programs of many shapes)
+
+
+def clear_plans() -> None:
+    """Forget the elementwise and copy plans (after the launch geometry knobs change)."""
+    _plans.clear()
+    _copies.clear()
+
+
 def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: object = None) -> DeviceBuffer:
     """out = fn(*xs) element by element; operands broadcast to out's shape. With
     `scalar` (one operand): out = fn(x, scalar), the scalar a kernel argument."""
-    if out.size == 0:
-        return out
-    views = [out] + [x.broadcast_to(out.shape) for x in xs]
-    if len(xs) == 1:
-        fn, extra = (fn, [scalar]) if scalar is not None else (_ignoring_scalar(fn), [0])
-    elif scalar is not None:
+    if len(xs) != 1 and scalar is not None:
         raise TypeError("a scalar goes with one operand")
+    key = (fn, scalar is None, out.shape, out.strides, *[v for x in xs for v in (x.shape, x.strides)])
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) >= PLANS_KEPT:
+            _plans.clear()
+        plan = _plans[key] = _plan(fn, out, xs, scalar is not None)
+    kernel, grid, block, per_buffer, tail = plan
+    if kernel is None:  # nothing to compute
+        return out
+    args: list[object] = []
+    for b, consts in zip((out, *xs), per_buffer):
+        args += (b.data, b.offset, *consts)
+    if len(xs) == 1:
+        args += (*tail, 0 if scalar is None else scalar)
     else:
-        extra = []
+        args += tail
+    launch(kernel, grid, block, *args)
+    return out
+
+
+def _plan(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], has_scalar: bool) -> Plan:
+    """elementwise's launch for these shapes and strides (see Plan)."""
+    if out.size == 0:
+        return None, 0, 0, (), ()  # type: ignore[return-value]
+    views = [out] + [x.broadcast_to(out.shape) for x in xs]
+    if len(xs) == 1 and not has_scalar:
+        fn = _ignoring_scalar(fn)  # the one-operand kernels take a scalar: an unused 0
     shape, strides = coalesce(out.shape, [v.strides for v in views], out.strides)
     if len(shape) == 1 and all(st == [1] for st in strides):
         n = shape[0]
         threads = fitted(-(-n // 4))
-        args = [a for v in views for a in (v.data, v.offset)]
         cap = (DENSE1_BLOCKS if len(xs) == 1 else DENSE2_BLOCKS) * max_blocks()
         blocks = max(1, min(-(-n // (threads * 4)), cap))
-        launch((_dense1 if len(xs) == 1 else _dense2)(fn), blocks, threads, *args, n, *extra)
-        return out
+        return (_dense1 if len(xs) == 1 else _dense2)(fn), blocks, threads, ((),) * len(views), (n,)
     if len(xs) == 1 and len(shape) <= 3 and all(st[-1] == 1 for st in strides):
         (ni, nj, inner), ((o_i, o_j, _), (a_i, a_j, _)) = [1] * (3 - len(shape)) + shape, [
             [0] * (3 - len(shape)) + st for st in strides]
@@ -271,20 +306,15 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: obje
         by = fitted(nj, by)
         gi = min(ni, max_blocks())
         gj = min(-(-nj // by), max(1, max_blocks() // gi), 65535)
-        launch(_rows1(fn), (gi, gj), (bx, by), out.data, out.offset, o_i, o_j, views[1].data, views[1].offset,
-               a_i, a_j, ni, nj, inner, *extra)
-        return out
+        return _rows1(fn), (gi, gj), (bx, by), ((o_i, o_j), (a_i, a_j)), (ni, nj, inner)
     shape, strides = [1] + shape, [[0] + st for st in strides]  # a mid axis, at worst of extent 1
     outer = padded(shape[:-2], 1)
-    args = []
-    for v, st in zip(views, strides):
-        args += [v.data, v.offset, padded(st[:-2], 0), st[-2], st[-1]]
     bx, by = rows_block(shape[-1])
     walk, items = _walk(prod(outer), shape[-2], shape[-1], bx)
     by = fitted(items, by)
     kernel = (_map1 if len(xs) == 1 else _map2)(fn)
-    launch(kernel, blocks_for(items, by), (bx, by), *args, outer, walk, items, *extra)
-    return out
+    per_buffer = tuple((padded(st[:-2], 0), st[-2], st[-1]) for st in strides)
+    return kernel, blocks_for(items, by), (bx, by), per_buffer, (outer, walk, items)
 
 
 # ---- data movement -------------------------------------------------------------------
@@ -305,6 +335,8 @@ def as_words(data: Arr, word: np.dtype) -> Arr:
     """`data` (1-D) reinterpreted as `word`s (its size a multiple of them)."""
     if data.dtype == word:
         return data
+    if type(data) is Memory:  # its views are cheap (an address, a length, a dtype)
+        return data.view(word)
     key = (id(data), word.char)
     hit = _views.get(key)
     if hit is not None and hit[0]() is data:
@@ -318,44 +350,69 @@ def as_words(data: Arr, word: np.dtype) -> Arr:
     return view
 
 
-def _bits(b: DeviceBuffer) -> DeviceBuffer:
-    """The same buffer as unsigned words: a copy moves bits, never values."""
-    word = np.dtype(f"u{b.dtype.itemsize}")
-    return b if b.data.dtype == word else DeviceBuffer(as_words(b.data, word), b.offset, b.shape, b.strides)
-
-
-def _widened(d: DeviceBuffer, s: DeviceBuffer, shape: list[int], ds: list[int],
-              ss: list[int]) -> tuple[DeviceBuffer, DeviceBuffer] | None:
-    """The copy as one of 8-byte words, where both innermost axes are unit
-    stride and every row starts and ends on a word: fewer, wider accesses."""
+def _widening(d: DeviceBuffer, s: DeviceBuffer, shape: list[int], ds: list[int], ss: list[int]) -> int:
+    """How many elements make one 8-byte word, where the copy can move words:
+    both innermost axes unit stride, every row starting and ending on a word
+    (fewer, wider accesses); else 1."""
     f = 8 // d.dtype.itemsize
     if f < 2 or ds[-1] != 1 or ss[-1] != 1 or shape[-1] % f:
-        return None
+        return 1
     if any(v % f for v in [*ds[:-1], *ss[:-1], d.offset, s.offset]):
-        return None
-    new_shape = (*shape[:-1], shape[-1] // f)
-    u64 = np.dtype(np.uint64)
+        return 1
+    return f
 
-    def wide(b: DeviceBuffer, strides: list[int]) -> DeviceBuffer:
-        data = b.data if b.data.size % f == 0 else b.data[:b.data.size // f * f]
-        return DeviceBuffer(as_words(data, u64), b.offset // f, new_shape, (*(v // f for v in strides[:-1]), 1))
 
-    return wide(d, ds), wide(s, ss)
+def _as_words(b: DeviceBuffer, f: int, word: np.dtype, shape: tuple[int, ...],
+              strides: tuple[int, ...]) -> DeviceBuffer:
+    """`b`'s memory as `word`s (f elements' bits each), seen with `shape` and `strides` (in words)."""
+    data = b.data if f == 1 or b.data.size % f == 0 else b.data[:b.data.size // f * f]
+    return DeviceBuffer(as_words(data, word), b.offset // f, shape, strides)
+
+
+# copy_into's choice for one pair of layouts (see _copy_plan), by shapes,
+# strides, element size and the offsets' alignment to a word.
+_copies: dict[tuple[object, ...], tuple[object, ...]] = {}
+
+
+def _copy_plan(dst: DeviceBuffer, src: DeviceBuffer) -> tuple[object, ...]:
+    """("none",); ("rows", f, word, shape, dst strides, src strides) in words
+    of f elements; or ("tiles", word, shape, dst strides, src strides, fast axis)."""
+    if dst.size == 0:
+        return ("none",)
+    src = src.broadcast_to(dst.shape)
+    shape, (ds, ss) = coalesce(dst.shape, [dst.strides, src.strides], dst.strides)
+    fast = min(range(len(shape)), key=lambda a: (abs(ss[a]), -a))
+    if fast == len(shape) - 1 or ss[fast] == 0:
+        f = _widening(dst, src, shape, ds, ss)
+        if f == 1:  # src broadcast to dst's shape
+            return ("rows", 1, _word(dst, 1), dst.shape, dst.strides, src.strides)
+        wide = (*shape[:-1], shape[-1] // f)
+        return ("rows", f, _word(dst, f), wide, (*(v // f for v in ds[:-1]), 1), (*(v // f for v in ss[:-1]), 1))
+    return ("tiles", _word(dst, 1), shape, ds, ss, fast)
+
+
+def _word(b: DeviceBuffer, f: int) -> np.dtype:
+    """The unsigned word of f elements of `b`: a copy moves bits, never values."""
+    return np.dtype(f"u{b.data.dtype.itemsize * f}")
 
 
 def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     """dst[...] = src, both of one shape and dtype, any strides. Where both
     keep one innermost axis, rows are copied (as 8-byte words where they
     align); otherwise the tiled transpose."""
-    if dst.size == 0:
-        return dst
-    src = src.broadcast_to(dst.shape)
-    shape, (ds, ss) = coalesce(dst.shape, [dst.strides, src.strides], dst.strides)
-    fast = min(range(len(shape)), key=lambda a: (abs(ss[a]), -a))
-    if fast == len(shape) - 1 or ss[fast] == 0:
-        elementwise(_same, *(_widened(dst, src, shape, ds, ss) or (_bits(dst), _bits(src))))
-        return dst
-    transpose_into(_bits(dst), _bits(src), shape, ds, ss, fast)
+    key = (dst.shape, dst.strides, src.shape, src.strides, dst.data.dtype.itemsize, dst.offset % 8, src.offset % 8)
+    plan = _copies.get(key)
+    if plan is None:
+        if len(_copies) >= PLANS_KEPT:
+            _copies.clear()
+        plan = _copies[key] = _copy_plan(dst, src)
+    if plan[0] == "rows":
+        _, f, word, shape, ds, ss = plan
+        elementwise(_same, _as_words(dst, f, word, shape, ds), _as_words(src, f, word, shape, ss))
+    elif plan[0] == "tiles":
+        _, word, shape, ds, ss, fast = plan
+        transpose_into(_as_words(dst, 1, word, dst.shape, dst.strides), _as_words(src, 1, word, src.shape, src.strides),
+                       shape, ds, ss, fast)
     return dst
 
 

@@ -6,11 +6,15 @@ driver one by one through its type, and build a cuda.core launch
 configuration: tens of microseconds of Python per launch, more than the small
 kernels themselves take. `launch(kernel, grid, block, *args)` does the same
 launch, but keeps, per kernel and per cheap key of the argument kinds (array
-dtype and rank, tuple length, scalar type), the compiled overload and a
-packing plan for its arguments, and per grid and block shape the launch
-configuration. The first launch of a signature goes through numba (compiling
-it) and checks that the plan packs exactly what numba's own conversion
-produces; a signature whose plan differs keeps numba's conversion.
+dtype and rank, tuple element types, scalar type), the compiled overload and
+a prebuilt argument block for cuLaunchKernel (gpu_backend/driver_launch.py):
+one pass over the arguments gives both the key and the parameter values,
+which one `pack_into` writes into the block before the driver call. The
+first launch of a signature goes through numba (compiling it), and the block
+is built only where its bytes equal what numba's own conversion packs and
+the kernel's declared parameters agree; otherwise the signature keeps a
+checked packing plan through cuda.core's launch (the path before), or
+numba's own conversion.
 
 Under the simulator, or with REFIR_FAST_LAUNCH=0, it is the plain numba launch.
 """
@@ -25,10 +29,14 @@ from typing import Any
 import numpy as np
 
 from gpu_backend.device import SIMULATED
+from gpu_backend.driver_launch import direct_launch
 from gpu_backend.memory import Memory
 
 Dims = int | tuple[int, ...]
 FAST = not SIMULATED and os.environ.get("REFIR_FAST_LAUNCH", "1") != "0"
+# The cached signatures' launches through cuLaunchKernel (gpu_backend/driver_launch.py);
+# off (REFIR_DIRECT_LAUNCH=0), through cuda.core's launch.
+DIRECT = os.environ.get("REFIR_DIRECT_LAUNCH", "1") != "0"
 
 
 def _dims(d: Dims) -> tuple[int, int, int]:
@@ -36,22 +44,40 @@ def _dims(d: Dims) -> tuple[int, int, int]:
     return (*t, *(1,) * (3 - len(t)))  # type: ignore[return-value]
 
 
-def _key(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """What numba's choice of overload and the argument packing depend on."""
+def _flatten(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[Any]]:
+    """One pass over the arguments: the key of what numba's choice of overload
+    and its packing depend on (array dtype and rank, tuple element types,
+    scalar types), and the values as the kernel's parameters take them, in order.
+    A pooled Memory is keyed by its dtype's character (no other entry is a str)."""
     key: list[Any] = []
+    values: list[Any] = []
     for a in args:
         t = type(a)
-        if t is Memory:  # typed by numba as a 1-D C-contiguous array, as numba's own
-            key.append((a.dtype, 1, True))
+        if t is int:
+            key.append(int)
+            values.append(a)
+        elif t is Memory:  # typed by numba as a 1-D C-contiguous array, as numba's own
+            dtype = a.dtype
+            key.append(dtype.char)
+            n, itemsize = a.size, dtype.itemsize
+            values += (0, 0, n, itemsize, a.ptr, n, itemsize)
         elif t is tuple:
-            key.append((tuple, *map(type, a)))
-        elif t is int or t is float or t is bool:
+            key.append(tuple(map(type, a)))
+            values += a
+        elif t is float or t is bool or isinstance(a, np.generic):
             key.append(t)
-        elif isinstance(a, np.generic):
-            key.append(a.dtype)
+            values.append(a)
         else:  # a device array: 1-D and contiguous here, but let the key say so
-            key.append((a.dtype, a.ndim, a.is_c_contiguous()))
-    return tuple(key)
+            key.append((_ARRAY, a.dtype, a.ndim, a.is_c_contiguous()))
+            _pack_array(a, values)
+    return tuple(key), values
+
+
+def _key(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return _flatten(args)[0]
+
+
+_ARRAY = object()  # marks an array's entries in a key
 
 
 class _Signature:
@@ -90,6 +116,14 @@ class _Signature:
         self.packers = packers if plain and all(p is not None for p in packers) else None
         if self.packers is not None and not self._agrees(args):
             self.packers = None
+        self.direct = None
+        if plain:
+            want, _ = self._numba_pack(args)
+            try:
+                handle = kernel._codelibrary.get_cufunc().handle
+                self.direct = direct_launch(handle, want, _flatten(args)[1], int(_stream.handle))
+            except (AttributeError, TypeError, ValueError, OSError) as e:  # another numba or cuda.core
+                refused.append(f"{type(e).__name__}: {e}")
 
     def pack(self, args: tuple[Any, ...]) -> list[Any]:
         out: list[Any] = []
@@ -138,7 +172,8 @@ def _pack_array(a: Any, out: list[Any]) -> None:
 _signatures: dict[tuple[Any, ...], _Signature] = {}
 _configs: dict[tuple[Any, ...], Any] = {}
 _stream: Any = None
-counts = {"fast": 0, "numba": 0}  # launches by path, for the benchmark
+counts = {"direct": 0, "fast": 0, "numba": 0}  # launches by path, for the benchmark
+refused: list[str] = []  # why a signature could not be launched directly, for the benchmark
 
 
 def _config(grid: tuple[int, int, int], block: tuple[int, int, int]) -> Any:
@@ -156,18 +191,28 @@ def launch(kernel: Any, grid: Dims, block: Dims, *args: Any) -> None:
     if not FAST:
         kernel[grid, block](*args)
         return
-    key = (kernel, _key(args))
+    try:
+        parts, values = _flatten(args)
+    except AttributeError:  # an argument that is no device array (a host array): numba's own launch
+        counts["numba"] += 1
+        kernel[grid, block](*args)
+        return
+    key = (kernel, parts)
     sig = _signatures.get(key)
-    if sig is not None and sig.packers is not None:
-        from cuda.core import launch as core_launch
+    if sig is not None:
+        if sig.direct is not None and DIRECT:
+            counts["direct"] += 1
+            sig.direct(grid, block, values)
+            return
+        counts["fast" if sig.packers is not None else "numba"] += 1
+        if sig.packers is not None:
+            from cuda.core import launch as core_launch
 
-        counts["fast"] += 1
-        core_launch(_stream, _config(_dims(grid), _dims(block)), sig.function, *sig.pack(args))
+            core_launch(_stream, _config(_dims(grid), _dims(block)), sig.function, *sig.pack(args))
+        else:  # its packing differs from ours: numba's, without the typing
+            sig.kernel.launch(args, _dims(grid), _dims(block), _stream, 0)
         return
     counts["numba"] += 1
-    if sig is not None:  # its packing differs from ours: numba's, without the typing
-        sig.kernel.launch(args, _dims(grid), _dims(block), _stream, 0)
-        return
     kernel[grid, block](*args)  # compiles the overload on first use
     if _stream is None:
         from numba.cuda.cudadrv import driver

@@ -33,12 +33,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 from math import prod
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from gpu_backend import memory
-from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.buffer import DeviceBuffer, to_device
 from gpu_backend.device import SHARED_ASKS, SIMULATED, THREADS, blocks_for, cuda, fitted, max_blocks
 from gpu_backend.functions import BINARY, COMBINE, accumulator, narrow
 from gpu_backend.launch import launch
@@ -337,13 +337,13 @@ def _same_acc(a: object) -> object:
 def _scratch(n: int, dtype: np.dtype) -> Any:
     """_total's partials, kept for the next launch of as many chunks (the
     legacy default stream orders the launches, so one buffer serves them all)."""
-    return cuda.device_array(n, dtype)
+    return memory.empty(n, dtype)
 
 
 @cache
 def _counter() -> Any:
     """The finishing count of _total's launches (one at a time: the legacy default stream orders them)."""
-    return cuda.to_device(np.zeros(1, np.int32))
+    return to_device(np.zeros(1, np.int32))
 
 
 # Launch geometry on a GPU (benchmarks/kernel_probe.py measures the choices):
@@ -394,7 +394,7 @@ def _chunks(n_out: int, n_red: int, width: int) -> int:
 @cache
 def _unused(dtype: np.dtype) -> Any:
     """The partials argument of a one-pass launch, which no thread touches."""
-    return cuda.device_array(1, dtype)
+    return memory.empty(1, dtype)
 
 
 def reduce_into(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str,
@@ -404,10 +404,37 @@ def reduce_into(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind:
     return _reduce(out, x, dims, kind, acc_dtype.type(identity(kind, x.dtype)), to_acc, chunks)
 
 
-def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str, ident: np.generic,
-            to_acc: Callable, chunks: int | None) -> DeviceBuffer:
+class _Plan(NamedTuple):
+    """_reduce's launch for one layout, all but the data: which kernel (`path`),
+    its grid and block, the arguments after out's data and offset and after
+    x's, and for a chunked launch the second pass's shape and strides."""
+
+    path: str  # "none", "total", "warp_rows", "columns", "plane", "per_block", "per_thread"
+    grid: Any
+    block: int
+    out_args: tuple[Any, ...]
+    x_args: tuple[Any, ...]
+    chunks: int
+    n_out: int
+    group: int  # the plane and per-block kernels' last argument
+    kept_shape: tuple[int, ...]
+    kept_o: tuple[int, ...]
+
+
+# Plans by out's and x's shapes and strides, the reduced dims and the chunks asked
+# for: working one out (coalescing, chunking) costs more Python than its launch.
+_plans: dict[tuple[Any, ...], _Plan] = {}
+PLANS_KEPT = 4096
+
+
+def clear_plans() -> None:
+    """Forget the plans (after the launch geometry knobs above change)."""
+    _plans.clear()
+
+
+def _plan(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], chunks: int | None) -> _Plan:
     if out.size == 0:
-        return out
+        return _Plan("none", 0, 0, (), (), 1, 0, 0, (), ())
     kept = [a for a in range(x.ndim) if a not in dims]
     red_shape, (red_x,) = coalesce([x.shape[d] for d in dims], [[x.strides[d] for d in dims]],
                                    [x.strides[d] for d in dims])
@@ -421,45 +448,68 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
     width = _group(n_red) if per_block else 0
     asked, chunks = chunks, chunks or _chunks(n_out, n_red, width)
     chunk = -(-n_red // chunks) if n_red else 0
-    acc_dtype, store = np.dtype(type(ident)), narrow(out.dtype)
     plane = len(red_shape) == 1 and len(kept_shape) == 1
+    kept_shape_t, kept_o_t = tuple(kept_shape), tuple(kept_o)
     if plane and n_out == 1 and width == THREADS and chunks > 1:  # one launch: the last block folds the partials
-        launch(_total(kind, to_acc, store, acc_dtype.type, WIDE_LOADS, kind in PAIRED), chunks, THREADS, out.data,
-               out.offset, x.data, x.offset, red_x[0], n_red, ident, _scratch(chunks, acc_dtype), _counter())
-        return out
+        return _Plan("total", chunks, THREADS, (), (red_x[0], n_red), chunks, n_out, 0, kept_shape_t, kept_o_t)
     if asked is None and plane and per_block and red_x[0] == 1 and n_out >= _warp_rows_from():
-        threads = THREADS
-        launch(_warp_rows(kind, to_acc, store, WIDE_LOADS, kind in PAIRED), blocks_for(n_out, threads // WARP),
-               threads, out.data, out.offset, kept_o[0], x.data, x.offset, kept_x[0], n_out, n_red, ident)
-        return out
+        return _Plan("warp_rows", blocks_for(n_out, THREADS // WARP), THREADS, (kept_o[0],), (kept_x[0], n_out, n_red),
+                     1, n_out, 0, kept_shape_t, kept_o_t)
     if plane and width == 0 and chunks == 1:
         threads = fitted(n_out, COLUMN_THREADS)
-        launch(_columns(kind, to_acc, store, WIDE_LOADS, kind in PAIRED), blocks_for(n_out, threads), threads, out.data,
-               out.offset, kept_o[0], x.data, x.offset, kept_x[0], red_x[0], n_out, n_red, ident)
-        return out
-    part = memory.empty(n_out * chunks, acc_dtype) if chunks > 1 else _unused(acc_dtype)
+        return _Plan("columns", blocks_for(n_out, threads), threads, (kept_o[0],),
+                     (kept_x[0], red_x[0], n_out, n_red), 1, n_out, 0, kept_shape_t, kept_o_t)
     if plane:
         group = max(width, 1)
         threads = THREADS if width else fitted(n_out * chunks)
-        launch(_plane(kind, to_acc, store, acc_dtype.type, RUN_LOADS, kind in PAIRED),
-               blocks_for(n_out * chunks, threads // group), threads, out.data, out.offset, kept_o[0], x.data,
-               x.offset, kept_x[0], red_x[0], n_out, n_red, chunks, ident, part, group)
-    elif per_block:
-        args = (out.data, out.offset, padded(kept_o, 0), x.data, x.offset, padded(kept_x, 0), padded(kept_shape, 1),
-                n_out, red_shape[-1], red_x[-1], padded(red_shape[:-1], 1), padded(red_x[:-1], 0),
-                n_red, chunks, chunk, ident, part)
-        launch(_per_block(kind, to_acc, store, acc_dtype.type), blocks_for(n_out * chunks, THREADS // width), THREADS,
-               *args, width)
+        return _Plan("plane", blocks_for(n_out * chunks, threads // group), threads, (kept_o[0],),
+                     (kept_x[0], red_x[0], n_out, n_red, chunks), chunks, n_out, group, kept_shape_t, kept_o_t)
+    x_args = (padded(kept_x, 0), padded(kept_shape, 1), n_out, red_shape[-1], red_x[-1], padded(red_shape[:-1], 1),
+              padded(red_x[:-1], 0), n_red, chunks, chunk)
+    if per_block:
+        return _Plan("per_block", blocks_for(n_out * chunks, THREADS // width), THREADS, (padded(kept_o, 0),),
+                     x_args, chunks, n_out, width, kept_shape_t, kept_o_t)
+    threads = fitted(n_out * chunks)
+    return _Plan("per_thread", blocks_for(n_out * chunks, threads), threads, (padded(kept_o, 0),), x_args, chunks,
+                 n_out, 0, kept_shape_t, kept_o_t)
+
+
+def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str, ident: np.generic,
+            to_acc: Callable, chunks: int | None) -> DeviceBuffer:
+    key = (out.shape, out.strides, x.shape, x.strides, dims, chunks)
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) >= PLANS_KEPT:
+            _plans.clear()
+        plan = _plans[key] = _plan(out, x, dims, chunks)
+    path = plan.path
+    if path == "none":
+        return out
+    acc_dtype, store = np.dtype(type(ident)), narrow(out.dtype)
+    head = (out.data, out.offset, *plan.out_args, x.data, x.offset, *plan.x_args, ident)
+    if path == "total":
+        launch(_total(kind, to_acc, store, acc_dtype.type, WIDE_LOADS, kind in PAIRED), plan.grid, plan.block,
+               *head, _scratch(plan.chunks, acc_dtype), _counter())
+        return out
+    if path == "warp_rows":
+        launch(_warp_rows(kind, to_acc, store, WIDE_LOADS, kind in PAIRED), plan.grid, plan.block, *head)
+        return out
+    if path == "columns":
+        launch(_columns(kind, to_acc, store, WIDE_LOADS, kind in PAIRED), plan.grid, plan.block, *head)
+        return out
+    chunks = plan.chunks
+    part = memory.empty(plan.n_out * chunks, acc_dtype) if chunks > 1 else _unused(acc_dtype)
+    if path == "plane":
+        launch(_plane(kind, to_acc, store, acc_dtype.type, RUN_LOADS, kind in PAIRED), plan.grid, plan.block,
+               *head, part, plan.group)
+    elif path == "per_block":
+        launch(_per_block(kind, to_acc, store, acc_dtype.type), plan.grid, plan.block, *head, part, plan.group)
     else:
-        args = (out.data, out.offset, padded(kept_o, 0), x.data, x.offset, padded(kept_x, 0), padded(kept_shape, 1),
-                n_out, red_shape[-1], red_x[-1], padded(red_shape[:-1], 1), padded(red_x[:-1], 0),
-                n_red, chunks, chunk, ident, part)
-        threads = fitted(n_out * chunks)
-        launch(_per_thread(kind, to_acc, store), blocks_for(n_out * chunks, threads), threads, *args)
+        launch(_per_thread(kind, to_acc, store), plan.grid, plan.block, *head, part)
     if chunks == 1:
         return out
     # Second pass: the partials, one row of `chunks` per output, into out.
-    partials = DeviceBuffer.dense(part, (*kept_shape, chunks))
-    target = DeviceBuffer(out.data, out.offset, tuple(kept_shape), tuple(kept_o))
-    _reduce(target, partials, (len(kept_shape),), kind, ident, accumulator(acc_dtype)[1], 1)
+    partials = DeviceBuffer.dense(part, (*plan.kept_shape, chunks))
+    target = DeviceBuffer(out.data, out.offset, plan.kept_shape, plan.kept_o)
+    _reduce(target, partials, (len(plan.kept_shape),), kind, ident, accumulator(acc_dtype)[1], 1)
     return out

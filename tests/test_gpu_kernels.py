@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_backend import kernels, transpose
+from gpu_backend import functions, kernels, transpose
 from gpu_backend.buffer import DeviceBuffer, download, upload
 from gpu_backend.device import cuda
 from gpu_backend.impls import compute
@@ -272,6 +272,40 @@ def test_elementwise_unrolled_and_tail():
     same(run(ops.Unary("neg"), (0, 1), a), -a)
 
 
+def test_launch_plans_are_kept_by_layout_and_serve_other_data_and_offsets():
+    """elementwise and copy_into work out a launch once per shapes and strides
+    (and, for copies, word alignment); a later call at other offsets into other
+    memory reuses it and computes its own values."""
+    kernels._plans.clear()
+    kernels._copies.clear()
+    base = np.arange(4 * 20, dtype=np.float32).reshape(4, 20)
+    up = upload(base)
+    outs = []
+    for start in (0, 3, 8):  # three column windows: one layout, three offsets
+        out = DeviceBuffer.empty((4, 8), np.dtype(np.float32))
+        kernels.elementwise(functions.binary("add", np.dtype(np.float32)), out, up.take(1, start, start + 8),
+                            up.take(1, 12, 20))
+        outs.append(download(out))
+    assert len(kernels._plans) == 1
+    for start, got in zip((0, 3, 8), outs):
+        same(got, base[:, start:start + 8] + base[:, 12:20])
+    copies = []
+    for start in (0, 8, 1):  # an even column offset moves 8-byte words, an odd one cannot
+        dst = DeviceBuffer.empty((4, 8), np.dtype(np.float32))
+        copy_into(dst, up.take(1, start, start + 8))
+        copies.append(download(dst))
+    assert [p[:2] for p in kernels._copies.values()] == [("rows", 2), ("rows", 1)]
+    for start, got in zip((0, 8, 1), copies):
+        same(got, base[:, start:start + 8])
+    from gpu_backend import reduce
+
+    reduce.clear_plans()
+    for start in (0, 5):  # a reduction: one plan (and one for its second pass over the chunks' partials)
+        out = reduce_into(DeviceBuffer.empty((4,), np.dtype(np.float32)), up.take(1, start, start + 8), (1,), "sum", 2)
+        same(download(out), base[:, start:start + 8].sum(1))
+    assert len(reduce._plans) == 2
+
+
 # ---- reductions ------------------------------------------------------------------------
 
 
@@ -345,6 +379,7 @@ def test_reduction_over_contiguous_rows_takes_a_warp_a_row(monkeypatch, name, ki
 
     monkeypatch.setattr(reduce, "_warp_rows", spy)
     monkeypatch.setattr(reduce, "WARP_ROWS_FROM", 1)
+    monkeypatch.setattr(reduce, "_plans", {})  # plans of the default threshold are not reused, nor these after
     dtype = DTYPES[name]
     rng = np.random.default_rng(7)
     whole = rng.integers(-40, 40, (37, 611)).astype(np.float64) * 0.375

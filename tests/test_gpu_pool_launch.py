@@ -1,9 +1,12 @@
 """The gpu backend's device memory pool and launch cache, as logic the simulator
 can check (gpu_backend/pool.py, launch.py; on a GPU the bench stage uses them)."""
 
-import numpy as np
+import ctypes
 
-from gpu_backend.launch import _dims, _key
+import numpy as np
+import pytest
+
+from gpu_backend.launch import _ARRAY, _dims, _flatten, _key
 from gpu_backend.pool import MIN_CLASS, SizeClassPool, size_class
 
 
@@ -55,19 +58,99 @@ def test_pool_trims_its_cache_when_the_upstream_fails_once():
     assert calls == [1024, 5120, 5120, 5120] and pool.stats().held == 10240
 
 
-def test_launch_keys_and_dimensions():
-    assert _dims(4) == (4, 1, 1) and _dims((8, 2)) == (8, 2, 1)
-    a = np.zeros(3, np.float32)
+def test_launch_keys_values_and_dimensions():
+    from gpu_backend.memory import Memory
 
-    class Dev:  # what the key reads of a device array
-        dtype, ndim = a.dtype, 1
+    assert _dims(4) == (4, 1, 1) and _dims((8, 2)) == (8, 2, 1)
+    m = Memory(1 << 20, 10, np.dtype(np.float32), None)
+    key, values = _flatten((m, 3, (1, 2, 3, 4), np.float64(1.0), 2.5, True))
+    assert key == ("f", int, (int, int, int, int), np.float64, float, bool)
+    assert values == [0, 0, 10, 4, 1 << 20, 10, 4, 3, 1, 2, 3, 4, 1.0, 2.5, True]
+    assert _key(((1, np.int64(2)),)) != _key(((1, 2),))
+    assert _key((m.view(np.uint8),)) != _key((m,)) and _key((1,)) != _key((1.0,)) != _key((np.float32(1),))
+    assert _key((m,)) != _key((np.float32(1),)) and _key(((1, 2),)) != _key(((1, 2, 3),))
+
+    class Layout:
+        strides_in_bytes = (8,)
+
+    class View:  # numba's view of its array's memory, as _pack_array reads it
+        dtype, size, ptr, shape, _layout = np.dtype(np.float32), 5, 4096, (5,), Layout()
+
+    class Numba:  # a numba device array (every second element of one), as the key reads it
+        dtype, ndim, _strided_memory_view_shim = np.dtype(np.float32), 1, View()
 
         def is_c_contiguous(self):
-            return True
+            return False
 
-    key = _key((Dev(), 3, (1, 2, 3, 4), np.float64(1.0), 2.5))
-    assert key == ((np.dtype(np.float32), 1, True), int, (tuple, int, int, int, int), np.dtype(np.float64), float)
-    assert _key(((1, np.int64(2)),)) != _key(((1, 2),))
+    key, values = _flatten((Numba(), 2))
+    assert key == ((_ARRAY, np.dtype(np.float32), 1, False), int) and values == [0, 0, 5, 4, 4096, 5, 8, 2]
+    with pytest.raises(AttributeError):  # a host array: launch() leaves it to numba
+        _flatten((np.zeros(3),))
+
+
+class _FakeDriver:
+    """libcuda's calls as driver_launch makes them: a kernel of declared
+    parameter sizes, and launches that read each parameter through its pointer."""
+
+    def __init__(self, sizes):
+        self.sizes, self.launches = sizes, []
+
+    def cuKernelGetFunction(self, out, kernel):
+        out._obj.value = kernel + 1
+        return 0
+
+    def cuFuncGetParamInfo(self, function, index, offset, size):
+        if index >= len(self.sizes):
+            return 1  # CUDA_ERROR_INVALID_VALUE
+        size._obj.value = self.sizes[index]
+        return 0
+
+    def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        slots = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        read = [ctypes.string_at(slots[i], n) for i, n in enumerate(self.sizes)]
+        self.launches.append((function.value, (gx, gy, gz), (bx, by, bz), stream.value, read))
+        return 0
+
+
+class CUkernel(int):  # cuda.core's kernel handle type, by name
+    pass
+
+
+def test_direct_launch_hands_the_driver_numba_s_bytes(monkeypatch):
+    """The parameter block holds each value as numba packs it (ints as intptr,
+    ctypes scalars at their width, bools as a byte), read through the pointer array."""
+    from gpu_backend import driver_launch as dl
+
+    numba_values = [0, 0, 10, 4, 1 << 20, ctypes.c_int32(-3), ctypes.c_float(1.5), ctypes.c_double(-2.25),
+                    ctypes.c_uint16(0xBEEF), True, -7]
+    ours = [0, 0, 10, 4, 1 << 20, np.int32(-3), np.float32(1.5), -2.25, np.uint16(0xBEEF), True, -7]
+    sizes = [8, 8, 8, 8, 8, 4, 4, 8, 2, 1, 8]
+    fake = _FakeDriver(sizes)
+    monkeypatch.setattr(dl, "_libcuda", lambda: fake)
+    direct = dl.direct_launch(CUkernel(4096), numba_values, ours, 0)
+    assert direct is not None
+    direct((3, 2), 128, ours)
+    function, grid, block, stream, read = fake.launches[0]
+    assert (function, grid, block, stream) == (4097, (3, 2, 1), (128, 1, 1), None)
+    assert read == [dl._raw(v, n) for v, n in zip(numba_values, sizes)]
+    assert read[5] == (-3).to_bytes(4, "little", signed=True) and read[9] == b"\x01"
+    direct(5, (32, 8), [0, 0, 12, 4, 1 << 21, np.int32(9), np.float32(0), 1.0, np.uint16(1), False, 2**40])
+    read = fake.launches[1][4]
+    assert read[4] == (1 << 21).to_bytes(8, "little") and read[10] == (2**40).to_bytes(8, "little")
+
+
+def test_direct_launch_refuses_what_does_not_agree(monkeypatch):
+    from gpu_backend import driver_launch as dl
+
+    monkeypatch.setattr(dl, "_libcuda", lambda: _FakeDriver([8, 4]))
+    assert dl.direct_launch(CUkernel(1), [5, ctypes.c_int32(1)], [5, 1], 0) is not None
+    assert dl.direct_launch(CUkernel(1), [5, ctypes.c_int64(1)], [5, 1], 0) is None  # declared 4 bytes, not 8
+    assert dl.direct_launch(CUkernel(1), [5], [5], 0) is None  # the kernel has a parameter more
+    assert dl.direct_launch(CUkernel(1), [5, ctypes.c_int32(1)], [5, 2], 0) is None  # our value differs
+    assert dl.direct_launch(CUkernel(1), [5, ctypes.c_int32(1)], [5, (1, 2)], 0) is None  # unpackable
+    assert dl.direct_launch(object(), [5, ctypes.c_int32(1)], [5, 1], 0) is None  # an unknown handle type
+    monkeypatch.setattr(dl, "_libcuda", lambda: None)
+    assert dl.direct_launch(CUkernel(1), [5, ctypes.c_int32(1)], [5, 1], 0) is None  # no driver
 
 
 class _Block:  # what the pool's upstream hands out on a GPU: numba's pointer, its address
@@ -105,7 +188,7 @@ def test_memory_views_share_one_lease_and_the_last_gives_the_block_back():
         out = []
         _pack_array(part, out)
         assert out == [0, 0, 4, 4, (1 << 20) + 8, 4, 4]
-        assert _key((part,)) == ((np.dtype(np.float32), 1, True),)
+        assert _key((part,)) == ("f",)
         assert pool.stats().in_use == 512
         del m, part
         gc.collect()

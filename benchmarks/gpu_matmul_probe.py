@@ -1,0 +1,67 @@
+"""Where the host time of a matmul through cupy goes, at the seed-2 run's shapes.
+
+    python -m benchmarks.gpu_matmul_probe      (one GPU)
+
+Rank 0 of a seed-2 run multiplies x's column block (rows with gaps: the block
+keeps the global row stride) by w's row block. cupy hands cuBLAS only C- or
+F-contiguous matrices and copies anything else first, so the probe times,
+per call (host µs, calls back to back): matmul_into on the gapped block and on
+a dense copy of it, our own copy to a dense block followed by matmul_into, and
+cupy.matmul alone on views made once; and checks that the result bits of the
+gapped path and of the copy-first path are the same.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from benchmarks.gpu_runs import per_call
+from gpu_backend.buffer import DeviceBuffer, download, upload
+from gpu_backend.device import SIMULATED
+from gpu_backend.kernels import laid_out
+from gpu_backend.matmul import _as_cupy, _cupy, matmul_into
+
+SHAPES = [(256, 512, 256), (512, 512, 512)]
+
+
+def main() -> int:
+    cupy = _cupy()
+    if SIMULATED or cupy is None:
+        sys.stderr.write("gpu_matmul_probe needs a GPU and cupy\n")
+        return 1
+    for m, k, n in SHAPES:
+        rng = np.random.default_rng(2)
+        x = rng.random((m, k), np.float32) - 0.5
+        w = rng.random((k, n), np.float32) - 0.5
+        half = k // 2
+        gapped = upload(x[:, :half])  # strides (k, 1), as the run's block
+        dense = upload(np.ascontiguousarray(x[:, :half]))
+        b = upload(w[:half])
+        out = DeviceBuffer.empty((m, n), np.dtype(np.float32))
+        views = [_as_cupy(cupy, v) for v in (gapped, b, out)]
+        costs = {
+            "matmul_into, gapped a": per_call(lambda: matmul_into(out, gapped, b)),  # noqa: B023
+            "matmul_into, dense a": per_call(lambda: matmul_into(out, dense, b)),  # noqa: B023
+            "laid_out(a) then matmul_into": per_call(
+                lambda: matmul_into(out, laid_out(gapped, (0, 1)), b)),  # noqa: B023
+            "cupy.matmul on views made once, gapped a": per_call(
+                lambda: cupy.matmul(views[0], views[1], out=views[2])),  # noqa: B023
+            "_as_cupy of the three buffers": per_call(
+                lambda: [_as_cupy(cupy, v) for v in (gapped, b, out)]),  # noqa: B023
+            "laid_out(a) alone": per_call(lambda: laid_out(gapped, (0, 1))),  # noqa: B023
+        }
+        matmul_into(out, gapped, b)
+        through_cupy = download(out).copy()
+        matmul_into(out, laid_out(gapped, (0, 1)), b)
+        copied_first = download(out)
+        same = through_cupy.view(np.uint32).tobytes() == copied_first.view(np.uint32).tobytes()
+        print(f"{m}, {k}, {n} (a: {m} x {half}), host µs per call: "
+              + ", ".join(f"{name} {t:.1f}" for name, t in costs.items())
+              + f"; bits of the gapped and copy-first results equal: {same}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
