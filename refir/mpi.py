@@ -58,7 +58,8 @@ def poll(done: Callable[[], bool], what: str) -> None:
 def wait(req: MPI.Request | list[MPI.Request], what: str = "a communication") -> None:
     """Wait for requests, politely and within the timeout."""
     reqs = req if isinstance(req, list) else [req]
-    poll(lambda: MPI.Request.Testall(reqs), what)
+    if not MPI.Request.Testall(reqs):  # done at once (a small message often is): no clock, no closure
+        poll(lambda: MPI.Request.Testall(reqs), what)
 
 
 def barrier(comm: MPI.Comm) -> None:
@@ -165,17 +166,16 @@ def _close_at_exit() -> None:  # registered after mpi4py's finalizer, so it runs
 SLOT = 256
 
 
-def _slotted(data: bytes | np.ndarray) -> np.ndarray:
-    """A slot holding the length of `data` (bytes, or a uint8 array) and its first bytes."""
-    slot = np.zeros(SLOT, np.uint8)
-    slot[:8] = np.frombuffer(np.int64(len(data)).tobytes(), np.uint8)
-    head = np.frombuffer(data[:SLOT - 8], np.uint8)
-    slot[8:8 + head.size] = head
-    return slot
+def _slotted(data: bytes | np.ndarray) -> bytes:
+    """A slot holding the length of `data` (bytes, or a uint8 array) and its
+    first bytes (plain bytes: numpy arrays of 256 bytes cost more to make than
+    to send)."""
+    head = bytes(data[:SLOT - 8])
+    return len(data).to_bytes(8, "little") + head + bytes(SLOT - 8 - len(head))
 
 
-def _length(slot: np.ndarray) -> int:
-    return int(slot[:8].view(np.int64)[0])
+def _length(slot: memoryview | bytes) -> int:
+    return int.from_bytes(slot[:8], "little")
 
 
 def allgather_obj(comm: MPI.Comm, obj: Any, what: str) -> list[Any]:
@@ -183,25 +183,27 @@ def allgather_obj(comm: MPI.Comm, obj: Any, what: str) -> list[Any]:
     one round where every value fits in a slot; else (every rank sees it) a
     second round with the whole values."""
     data = pickle.dumps(obj)
-    slots = np.empty((comm.size, SLOT), np.uint8)
+    slots = bytearray(comm.size * SLOT)
     wait(comm.Iallgather(_slotted(data), slots), what)
-    sizes = [_length(s) for s in slots]
+    view = memoryview(slots)
+    sizes = [_length(view[k * SLOT:]) for k in range(comm.size)]
     if max(sizes) <= SLOT - 8:
-        return [pickle.loads(s[8:8 + n].tobytes()) for s, n in zip(slots, sizes)]
-    recv = np.empty(sum(sizes), np.uint8)
-    wait(comm.Iallgatherv(np.frombuffer(data, np.uint8), [recv, sizes]), what)
+        return [pickle.loads(view[k * SLOT + 8:k * SLOT + 8 + n]) for k, n in enumerate(sizes)]
+    recv = bytearray(sum(sizes))
+    wait(comm.Iallgatherv(data, [recv, sizes]), what)
     bounds = np.cumsum([0, *sizes])
-    return [pickle.loads(recv[bounds[k]:bounds[k + 1]].tobytes()) for k in range(comm.size)]
+    view = memoryview(recv)
+    return [pickle.loads(view[bounds[k]:bounds[k + 1]]) for k in range(comm.size)]
 
 
 def bcast_bytes(comm: MPI.Comm, data: np.ndarray | None, root: int, what: str) -> np.ndarray:
     """`root`'s byte array (of a length the others do not know), on every rank:
     one round when it fits in a slot."""
-    slot = _slotted(data) if comm.rank == root else np.empty(SLOT, np.uint8)
+    slot = bytearray(_slotted(data) if comm.rank == root else SLOT)
     wait(comm.Ibcast(slot, root=root), what)
     size = _length(slot)
     if size <= SLOT - 8:
-        return data if comm.rank == root else slot[8:8 + size].copy()
+        return data if comm.rank == root else np.frombuffer(slot, np.uint8, size, 8)
     buf = data if comm.rank == root else np.empty(size, np.uint8)
     wait(comm.Ibcast(buf, root=root), what)
     return buf

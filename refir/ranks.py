@@ -64,9 +64,11 @@ def deliver_inputs(checked: Checked, inputs: dict[str, np.ndarray], bindings: di
     """Each needy rank's blocks, from rank 0; other ranks keep their own."""
     from refir.runner import shard_inputs
 
-    comm = COMMS.world()
     fault("inputs")
     shards: Shards = shard_inputs(checked, inputs, world.hosted) if inputs else {}
+    if not needy:  # every rank was given the inputs: nothing travels
+        return shards
+    comm = COMMS.world()
     reqs: list[MPI.Request] = []
     for p in checked.func.params:
         t = p.type
@@ -97,7 +99,20 @@ def entry(name: str, d: int, x: Any) -> Entry:
     """How a buffer travels: enough for the receiver to lay it out as it was."""
     if not isinstance(x, np.ndarray):
         return (name, d, None, None, None)
-    return (name, d, x.shape, x.dtype, memory_order(x))  # the dtype itself: bfloat16 has no .str of its own
+    return (name, d, x.shape, wire_dtype(x.dtype), memory_order(x))
+
+
+def wire_dtype(dtype: np.dtype) -> str | np.dtype:
+    """A dtype as a header carries it: its .str where that names it (a pickled
+    dtype object costs ten times more to send), else the dtype itself
+    (bfloat16's .str, '<V2', names no such type). np.dtype() reads either."""
+    got = _WIRE_DTYPES.get(dtype)
+    if got is None:
+        got = _WIRE_DTYPES[dtype] = dtype.str if np.dtype(dtype.str) == dtype else dtype
+    return got
+
+
+_WIRE_DTYPES: dict[np.dtype, str | np.dtype] = {}
 
 
 def receiver(e: Entry) -> tuple[np.ndarray | None, np.ndarray | None]:
