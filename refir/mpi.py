@@ -178,13 +178,20 @@ def _length(slot: memoryview | bytes) -> int:
     return int.from_bytes(slot[:8], "little")
 
 
-def allgather_obj(comm: MPI.Comm, obj: Any, what: str) -> list[Any]:
+def allgather_obj(comm: MPI.Comm, obj: Any, what: str, meanwhile: Callable[[], None] | None = None) -> list[Any]:
     """A small picklable value from every rank, on every rank, within the timeout:
     one round where every value fits in a slot; else (every rank sees it) a
-    second round with the whole values."""
+    second round with the whole values. `meanwhile()`, work of this rank's
+    own, runs while the first round travels; the round completes whatever it
+    raises (the others learn nothing of it: the caller agrees on errors)."""
     data = pickle.dumps(obj)
     slots = bytearray(comm.size * SLOT)
-    wait(comm.Iallgather(_slotted(data), slots), what)
+    req = comm.Iallgather(_slotted(data), slots)
+    try:
+        if meanwhile is not None:
+            meanwhile()
+    finally:
+        wait(req, what)
     view = memoryview(slots)
     sizes = [_length(view[k * SLOT:]) for k in range(comm.size)]
     if max(sizes) <= SLOT - 8:

@@ -12,7 +12,7 @@ bounded (refir.mpi.wait), and errors are agreed so that every rank stops alike.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
@@ -152,19 +152,21 @@ def collect_results(shards: Shards, world: World) -> Shards:
     return share_from_root(merged, comm)
 
 
-def gather_to_root(shards: Shards, world: World, wanted: set[tuple[str, int]],
-                   vet: Callable[[list[list[Entry]]], Exception | None]) -> Shards:
+def gather_to_root(shards: Shards, world: World, wanted: Collection[tuple[str, int]],
+                   vet: Callable[[list[list[Entry]]], Exception | None],
+                   meanwhile: Callable[[], None] | None = None) -> Shards:
     """The `wanted` (result, device) buffers of other ranks on rank 0, in one
     round of headers and then the buffers' bytes. Every rank's headers (its
     wanted buffers, rank 0's own, and every buffer the backend did not return)
     reach every rank, which `vet`s them alike: an error found there (a missing
     or misshapen block) stops every rank with it, so rank 0 needs no second
-    round to tell the others that it could assemble the results."""
+    round to tell the others that it could assemble the results. `meanwhile`
+    runs while the headers travel (it must not raise)."""
     comm = COMMS.world()
     fault("gather")
     mine = [(entry(name, d, x), x) for name, bufs in shards.items() for d, x in bufs.items()
             if world.is_root or (name, d) in wanted or not isinstance(x, np.ndarray)]
-    every = allgather_obj(comm, [e for e, _ in mine], "every rank's result headers")
+    every = allgather_obj(comm, [e for e, _ in mine], "every rank's result headers", meanwhile)
     error = vet(every)
     if error is not None:
         raise as_agreed(error)

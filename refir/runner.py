@@ -272,11 +272,24 @@ def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
     from refir.ranks import collect_results, gather_to_root
 
     if not everywhere:
-        shards = gather_to_root(shards, world, root_blocks(checked, bindings),
-                                lambda every: vet_headers(checked, bindings, every))
+        wanted = root_blocks(checked, bindings)
+        early: dict[str, dict[str, np.ndarray]] = {}
+
+        def assemble_own() -> None:
+            """Rank 0 lacking no block: its results, while the headers travel."""
+            try:
+                early["outputs"] = assemble_outputs(checked, shards, bindings, partial=True)
+            except RefirError:
+                pass  # vet_headers finds what is wrong, alike on every rank, once the headers are in
+
+        own = assemble_own if world.is_root and not wanted else None
+        shards = gather_to_root(shards, world, wanted, lambda every: vet_headers(checked, bindings, every), own)
+        if not world.is_root:
+            return {}, shards
+        if "outputs" in early:
+            return early["outputs"], shards
         # vet_headers found every block there and of its shape: this cannot fail
-        outputs = assemble_outputs(checked, shards, bindings, partial=True) if world.is_root else {}
-        return outputs, shards
+        return assemble_outputs(checked, shards, bindings, partial=True), shards
     shards = collect_results(shards, world)
     try:
         outputs = assemble_outputs(checked, shards, bindings)

@@ -359,6 +359,15 @@ comm = COMMS.world()
 for n in (0, 10, 240, 248, 249, 5000):  # one round within the slot (SLOT - 8 bytes of pickle), two past it
     assert allgather_obj(comm, "x" * (n + comm.rank), "t") == ["x" * (n + k) for k in range(comm.size)], n
     assert bcast_obj(comm, list(range(n)) if comm.rank == 1 else None, 1, "t") == list(range(n)), n
+done = []
+assert allgather_obj(comm, comm.rank, "t", lambda: done.append(1)) == list(range(comm.size)) and done == [1]
+def fails():
+    raise ValueError("own work failed")
+try:  # work done while a round travels may fail: the round completes all the same, on every rank
+    allgather_obj(comm, comm.rank, "t", fails if comm.rank == 1 else None)
+except ValueError:
+    assert comm.rank == 1
+assert allgather_obj(comm, -comm.rank, "t") == [-k for k in range(comm.size)]  # still in step
 print("agreed", comm.rank)
 """
 
