@@ -51,12 +51,12 @@ def settle(checked: Checked, inputs: dict[str, Any],
         return (bind_and_check(checked, arrays) if arrays else None), arrays, step()
 
     (_, arrays, value), every = agreed(comm, "every rank to check the program and its inputs", check,
-                                       lambda v: v[0])
+                                       lambda v: v[0], reuse=True)
     differ = [k for k, b in enumerate(every) if b is not None and b != every[0]]
     if differ:
         raise as_agreed(InputError(f"rank {differ[0]} was given inputs of other extents than rank 0's "
                                    f"({every[differ[0]]} against {every[0]})"))
-    return value, arrays, every[0], [k for k, b in enumerate(every) if b is None]
+    return value, arrays, dict(every[0]), [k for k, b in enumerate(every) if b is None]  # a copy: the caller's
 
 
 def deliver_inputs(checked: Checked, inputs: dict[str, np.ndarray], bindings: dict[str, int], world: World,
@@ -166,7 +166,7 @@ def gather_to_root(shards: Shards, world: World, wanted: Collection[tuple[str, i
     fault("gather")
     mine = [(entry(name, d, x), x) for name, bufs in shards.items() for d, x in bufs.items()
             if world.is_root or (name, d) in wanted or not isinstance(x, np.ndarray)]
-    every = allgather_obj(comm, [e for e, _ in mine], "every rank's result headers", meanwhile)
+    every = allgather_obj(comm, [e for e, _ in mine], "every rank's result headers", meanwhile, reuse=True)
     error = vet(every)
     if error is not None:
         raise as_agreed(error)

@@ -368,6 +368,11 @@ try:  # work done while a round travels may fail: the round completes all the sa
 except ValueError:
     assert comm.rank == 1
 assert allgather_obj(comm, -comm.rank, "t") == [-k for k in range(comm.size)]  # still in step
+first = allgather_obj(comm, {"M": 4}, "r", reuse=True)
+assert allgather_obj(comm, {"M": 4}, "r", reuse=True) is first  # the same bytes: the same values, kept
+changed = allgather_obj(comm, {"M": 5 if comm.rank == 2 else 4}, "r", reuse=True)  # one rank's value differs
+assert changed is not first and changed == [{"M": 4}, {"M": 4}, {"M": 5}]
+assert allgather_obj(comm, {"M": 4}, "r") is not first  # without reuse, always unpickled afresh
 print("agreed", comm.rank)
 """
 
@@ -424,6 +429,8 @@ def attempt(what, inputs, backend="spmd"):
 
 for _ in range(2):
     attempt("good", given)  # the second run is served from what the first kept
+refir.run(program, given).bindings["M"] = -1  # the caller's to change: never what the next run agrees on
+assert refir.run(program, given).bindings == {"M": 4, "K": 6, "N": 3}
 attempt("list", {**given, "x": [[1.0]]} if rank == 1 else given)
 attempt("extents", {**given, "x": given["x"][:2]} if rank == 1 else given)
 attempt("dtype", {**given, "bias": given["bias"].astype(np.float64)} if rank == 1 else given)
