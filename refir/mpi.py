@@ -68,10 +68,15 @@ def barrier(comm: MPI.Comm) -> None:
 
 # ---- faults, for tests only ------------------------------------------------------------
 
+# Read once, at import (a launch's environment): fault() runs a few times in every run.
+FAULT = os.environ.get("REFIR_FAULT", "")
+
+
 def fault(stage: str) -> None:
-    """REFIR_FAULT=RANK:STAGE:KIND makes that rank fail at `stage` (inputs, comm,
-    collective, gather): `kill` (SIGKILL), `stall` (sleep for an hour) or `raise`."""
-    spec = os.environ.get("REFIR_FAULT", "")
+    """REFIR_FAULT=RANK:STAGE:KIND in the launch's environment makes that rank
+    fail at `stage` (inputs, comm, collective, gather): `kill` (SIGKILL),
+    `stall` (sleep for an hour) or `raise`."""
+    spec = FAULT
     if not spec:
         return
     rank, where, kind = spec.split(":")
