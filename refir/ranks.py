@@ -20,16 +20,13 @@ from mpi4py import MPI
 
 from refir.errors import InputError
 from refir.mpi import COMMS, agreed, allgather_obj, as_agreed, bcast_obj, fault, recv_bytes, wait
+from refir.runner import block_shape
 from refir.types import block_slices, global_shape, memory_order, receive_into, wire_bytes
 from refir.verify import Checked
 from refir.world import World
 
 Shards = dict[str, dict[int, np.ndarray]]
 INPUT_TAG, HEADER_TAG, RESULT_TAG = 41, 42, 43
-
-
-def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, ...]:
-    return tuple(len(range(*s.indices(n))) for s, n in zip(index, shape)) + shape[len(index):]
 
 
 # ---- inputs ----------------------------------------------------------------------------
@@ -161,7 +158,7 @@ def gather_to_root(shards: Shards, world: World, wanted: Collection[tuple[str, i
     reach every rank, which `vet`s them alike: an error found there (a missing
     or misshapen block) stops every rank with it, so rank 0 needs no second
     round to tell the others that it could assemble the results. `meanwhile`
-    runs while the headers travel (it must not raise)."""
+    runs while the headers travel (allgather_obj)."""
     comm = COMMS.world()
     fault("gather")
     mine = [(entry(name, d, x), x) for name, bufs in shards.items() for d, x in bufs.items()

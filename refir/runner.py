@@ -219,9 +219,12 @@ class ResultBlocks:
     every: frozenset[tuple]
 
 
-def blocks_of(t: TensorType, shape: tuple[int, ...]) -> ResultBlocks:
-    from refir.ranks import block_shape
+def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, ...]:
+    """The shape of `index` (block_slices) in an array of `shape`."""
+    return tuple(len(range(*s.indices(n))) for s, n in zip(index, shape)) + shape[len(index):]
 
+
+def blocks_of(t: TensorType, shape: tuple[int, ...]) -> ResultBlocks:
     index = {d: block_slices(t, d, shape) for d in t.mesh.devices}
     keys = {d: tuple((s.start, s.stop) for s in i) for d, i in index.items()}
     return ResultBlocks(keys, {d: block_shape(shape, i) for d, i in index.items()}, frozenset(keys.values()))
