@@ -9,11 +9,12 @@ The program is issue 15's seed-2 pattern (benchmarks/gpu_runs.py), built once
 and run again and again. Per size: the median ms of a run, its spread (the
 25th and 75th percentiles), the numpy peer's median (refir's numerics: each
 device's matmul in float64 rounded to float32, partials folded in device
-order, bias, relu) and their ratio, then the median ms of each phase of a run
-(the functions refir.run calls, timed by wrapping them for the measurement
-only; "rest" is what no phase covers). It uses only names that older versions
-of refir have too, so it measures them alike (a phase that is missing there is
-left out).
+order, bias, relu) and their ratio; under MPI also two bare rounds of
+refir's small messages (the floor of a run's agreement and result headers);
+then the median ms of each phase of a run (the functions refir.run calls,
+timed by wrapping them for the measurement only; "rest" is what no phase
+covers). It uses only names that older versions of refir have too, so it
+measures them alike (a phase that is missing there is left out).
 """
 
 from __future__ import annotations
@@ -77,6 +78,15 @@ def mpi_peers(given: dict[str, np.ndarray], comm) -> tuple[Callable[[], object],
         return np.maximum(out + bias, np.float32(0))
 
     return peer, lambda: comm.Allreduce(partial, whole, op=MPI.SUM)
+
+
+def two_rounds() -> Callable[[], object]:
+    """The floor of a run's own MPI rounds: two of refir's small allgathers
+    (the agreement on the inputs, the result headers), with nothing to check."""
+    from refir.mpi import COMMS, allgather_obj
+
+    comm = COMMS.world()
+    return lambda: (allgather_obj(comm, (None, {"M": 1}), "a round"), allgather_obj(comm, [], "a round"))
 
 
 def timed(fn: Callable[[], object], barrier: Callable[[], object], repeats: int = REPEATS) -> list[float]:
@@ -151,9 +161,10 @@ def report(devices: int, comm=None, with_profile: bool = False) -> list[str]:  #
                          f"refir/numpy {np.median(ours) / np.median(peer):.1f}")
         else:
             with_mpi, allreduce = mpi_peers(given, comm)
-            peer, alone = timed(with_mpi, barrier), timed(allreduce, barrier)
+            peer, alone, rounds = timed(with_mpi, barrier), timed(allreduce, barrier), timed(two_rounds(), barrier)
             lines.append(f"  {m},{k},{n}: refir {summary(ours)}, numpy + MPI allreduce {summary(peer)} "
-                         f"(the allreduce alone {summary(alone)}), refir/peer {np.median(ours) / np.median(peer):.1f}")
+                         f"(the allreduce alone {summary(alone)}), refir/peer {np.median(ours) / np.median(peer):.1f}; "
+                         f"two of refir's small rounds alone (a run's agreement and result headers) {summary(rounds)}")
         lines.append("    phases (rank 0): " + phases(run, barrier, comm is not None))
         if with_profile and (m, k, n) == SIZES[0]:
             lines.append(profile(run))

@@ -45,10 +45,21 @@ class Memo(Generic[V]):
             self.hits += 1
             return got[1]
         value = make()
-        self.entries[key] = (owner, value)
+        self.put(owner, signature, value)
+        return value
+
+    def has(self, owner: object, signature: Hashable) -> bool:
+        """Whether a value is kept for (owner, signature) (counted as a hit if so)."""
+        got = self.entries.get((id(owner), signature))
+        if got is not None and got[0] is owner:
+            self.hits += 1
+            return True
+        return False
+
+    def put(self, owner: object, signature: Hashable, value: V) -> None:
+        self.entries[(id(owner), signature)] = (owner, value)
         while len(self.entries) > self.size:
             self.entries.popitem(last=False)
-        return value
 
     def clear(self) -> None:
         self.entries.clear()

@@ -58,7 +58,8 @@ def poll(done: Callable[[], bool], what: str) -> None:
 def wait(req: MPI.Request | list[MPI.Request], what: str = "a communication") -> None:
     """Wait for requests, politely and within the timeout."""
     reqs = req if isinstance(req, list) else [req]
-    poll(lambda: MPI.Request.Testall(reqs), what)
+    if not MPI.Request.Testall(reqs):  # done at once (a small message often is): no clock, no closure
+        poll(lambda: MPI.Request.Testall(reqs), what)
 
 
 def barrier(comm: MPI.Comm) -> None:
@@ -67,10 +68,15 @@ def barrier(comm: MPI.Comm) -> None:
 
 # ---- faults, for tests only ------------------------------------------------------------
 
+# Read once, at import (a launch's environment): fault() runs a few times in every run.
+FAULT = os.environ.get("REFIR_FAULT", "")
+
+
 def fault(stage: str) -> None:
-    """REFIR_FAULT=RANK:STAGE:KIND makes that rank fail at `stage` (inputs, comm,
-    collective, gather): `kill` (SIGKILL), `stall` (sleep for an hour) or `raise`."""
-    spec = os.environ.get("REFIR_FAULT", "")
+    """REFIR_FAULT=RANK:STAGE:KIND in the launch's environment makes that rank
+    fail at `stage` (inputs, comm, collective, gather): `kill` (SIGKILL),
+    `stall` (sleep for an hour) or `raise`."""
+    spec = FAULT
     if not spec:
         return
     rank, where, kind = spec.split(":")
@@ -165,43 +171,64 @@ def _close_at_exit() -> None:  # registered after mpi4py's finalizer, so it runs
 SLOT = 256
 
 
-def _slotted(data: bytes | np.ndarray) -> np.ndarray:
-    """A slot holding the length of `data` (bytes, or a uint8 array) and its first bytes."""
-    slot = np.zeros(SLOT, np.uint8)
-    slot[:8] = np.frombuffer(np.int64(len(data)).tobytes(), np.uint8)
-    head = np.frombuffer(data[:SLOT - 8], np.uint8)
-    slot[8:8 + head.size] = head
-    return slot
+def _slotted(data: bytes | np.ndarray) -> bytes:
+    """A slot holding the length of `data` (bytes, or a uint8 array) and its
+    first bytes (plain bytes: numpy arrays of 256 bytes cost more to make than
+    to send)."""
+    head = bytes(data[:SLOT - 8])
+    return len(data).to_bytes(8, "little") + head + bytes(SLOT - 8 - len(head))
 
 
-def _length(slot: np.ndarray) -> int:
-    return int(slot[:8].view(np.int64)[0])
+def _length(slot: memoryview | bytes) -> int:
+    return int.from_bytes(slot[:8], "little")
 
 
-def allgather_obj(comm: MPI.Comm, obj: Any, what: str) -> list[Any]:
+def allgather_obj(comm: MPI.Comm, obj: Any, what: str, meanwhile: Callable[[], None] | None = None,
+                  reuse: bool = False) -> list[Any]:
     """A small picklable value from every rank, on every rank, within the timeout:
     one round where every value fits in a slot; else (every rank sees it) a
-    second round with the whole values."""
+    second round with the whole values. `meanwhile()`, work of this rank's
+    own, runs while the first round travels; the round completes whatever it
+    raises (the others learn nothing of it: the caller agrees on errors).
+    With `reuse` (for callers that never change what they get), slots of the
+    very bytes the last such round of `what` brought give its very values
+    back, not unpickled again: a run repeated agrees on the same bytes."""
     data = pickle.dumps(obj)
-    slots = np.empty((comm.size, SLOT), np.uint8)
-    wait(comm.Iallgather(_slotted(data), slots), what)
-    sizes = [_length(s) for s in slots]
+    slots = bytearray(comm.size * SLOT)
+    req = comm.Iallgather(_slotted(data), slots)
+    try:
+        if meanwhile is not None:
+            meanwhile()
+    finally:
+        wait(req, what)
+    last = _LAST_ROUND.get(what) if reuse else None
+    if last is not None and last[0] == slots:
+        return last[1]
+    view = memoryview(slots)
+    sizes = [_length(view[k * SLOT:]) for k in range(comm.size)]
     if max(sizes) <= SLOT - 8:
-        return [pickle.loads(s[8:8 + n].tobytes()) for s, n in zip(slots, sizes)]
-    recv = np.empty(sum(sizes), np.uint8)
-    wait(comm.Iallgatherv(np.frombuffer(data, np.uint8), [recv, sizes]), what)
+        values = [pickle.loads(view[k * SLOT + 8:k * SLOT + 8 + n]) for k, n in enumerate(sizes)]
+        if reuse:
+            _LAST_ROUND[what] = (slots, values)
+        return values
+    recv = bytearray(sum(sizes))
+    wait(comm.Iallgatherv(data, [recv, sizes]), what)
     bounds = np.cumsum([0, *sizes])
-    return [pickle.loads(recv[bounds[k]:bounds[k + 1]].tobytes()) for k in range(comm.size)]
+    view = memoryview(recv)
+    return [pickle.loads(view[bounds[k]:bounds[k + 1]]) for k in range(comm.size)]
+
+
+_LAST_ROUND: dict[str, tuple[bytearray, list[Any]]] = {}  # what -> the slots and values of its last round
 
 
 def bcast_bytes(comm: MPI.Comm, data: np.ndarray | None, root: int, what: str) -> np.ndarray:
     """`root`'s byte array (of a length the others do not know), on every rank:
     one round when it fits in a slot."""
-    slot = _slotted(data) if comm.rank == root else np.empty(SLOT, np.uint8)
+    slot = bytearray(_slotted(data) if comm.rank == root else SLOT)
     wait(comm.Ibcast(slot, root=root), what)
     size = _length(slot)
     if size <= SLOT - 8:
-        return data if comm.rank == root else slot[8:8 + size].copy()
+        return data if comm.rank == root else np.frombuffer(slot, np.uint8, size, 8)
     buf = data if comm.rank == root else np.empty(size, np.uint8)
     wait(comm.Ibcast(buf, root=root), what)
     return buf
@@ -214,17 +241,19 @@ def bcast_obj(comm: MPI.Comm, obj: Any, root: int, what: str) -> Any:
 
 
 def agreed(comm: MPI.Comm, what: str, step: Callable[[], Any],
-           public: Callable[[Any], Any] = lambda _: None) -> tuple[Any, list[Any]]:
+           public: Callable[[Any], Any] = lambda _: None, reuse: bool = False) -> tuple[Any, list[Any]]:
     """`step()` on every rank, then one exchange: if any rank met a RefirError,
     every rank raises (its own error, or an OtherRankError with the first
     failing rank's message), marked `agreed`: every rank stops alike, so rank 0
-    alone need say why. Returns this rank's value and every rank's `public(value)`."""
+    alone need say why. Returns this rank's value and every rank's `public(value)`
+    (with `reuse`, perhaps the very objects an earlier call returned:
+    allgather_obj)."""
     try:
         value, error = step(), None
     except RefirError as exc:
         value, error = None, exc
     every = allgather_obj(comm, (None, public(value)) if error is None else ((type(error).__name__, str(error)), None),
-                          what)
+                          what, reuse=reuse)
     failed = [(k, e) for k, (e, _) in enumerate(every) if e is not None]
     if failed:
         if error is None:

@@ -12,7 +12,7 @@ bounded (refir.mpi.wait), and errors are agreed so that every rank stops alike.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
@@ -20,16 +20,13 @@ from mpi4py import MPI
 
 from refir.errors import InputError
 from refir.mpi import COMMS, agreed, allgather_obj, as_agreed, bcast_obj, fault, recv_bytes, wait
+from refir.runner import block_shape
 from refir.types import block_slices, global_shape, memory_order, receive_into, wire_bytes
 from refir.verify import Checked
 from refir.world import World
 
 Shards = dict[str, dict[int, np.ndarray]]
 INPUT_TAG, HEADER_TAG, RESULT_TAG = 41, 42, 43
-
-
-def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, ...]:
-    return tuple(len(range(*s.indices(n))) for s, n in zip(index, shape)) + shape[len(index):]
 
 
 # ---- inputs ----------------------------------------------------------------------------
@@ -51,12 +48,12 @@ def settle(checked: Checked, inputs: dict[str, Any],
         return (bind_and_check(checked, arrays) if arrays else None), arrays, step()
 
     (_, arrays, value), every = agreed(comm, "every rank to check the program and its inputs", check,
-                                       lambda v: v[0])
+                                       lambda v: v[0], reuse=True)
     differ = [k for k, b in enumerate(every) if b is not None and b != every[0]]
     if differ:
         raise as_agreed(InputError(f"rank {differ[0]} was given inputs of other extents than rank 0's "
                                    f"({every[differ[0]]} against {every[0]})"))
-    return value, arrays, every[0], [k for k, b in enumerate(every) if b is None]
+    return value, arrays, dict(every[0]), [k for k, b in enumerate(every) if b is None]  # a copy: the caller's
 
 
 def deliver_inputs(checked: Checked, inputs: dict[str, np.ndarray], bindings: dict[str, int], world: World,
@@ -64,9 +61,11 @@ def deliver_inputs(checked: Checked, inputs: dict[str, np.ndarray], bindings: di
     """Each needy rank's blocks, from rank 0; other ranks keep their own."""
     from refir.runner import shard_inputs
 
-    comm = COMMS.world()
     fault("inputs")
     shards: Shards = shard_inputs(checked, inputs, world.hosted) if inputs else {}
+    if not needy:  # every rank was given the inputs: nothing travels
+        return shards
+    comm = COMMS.world()
     reqs: list[MPI.Request] = []
     for p in checked.func.params:
         t = p.type
@@ -97,7 +96,20 @@ def entry(name: str, d: int, x: Any) -> Entry:
     """How a buffer travels: enough for the receiver to lay it out as it was."""
     if not isinstance(x, np.ndarray):
         return (name, d, None, None, None)
-    return (name, d, x.shape, x.dtype, memory_order(x))  # the dtype itself: bfloat16 has no .str of its own
+    return (name, d, x.shape, wire_dtype(x.dtype), memory_order(x))
+
+
+def wire_dtype(dtype: np.dtype) -> str | np.dtype:
+    """A dtype as a header carries it: its .str where that names it (a pickled
+    dtype object costs ten times more to send), else the dtype itself
+    (bfloat16's .str, '<V2', names no such type). np.dtype() reads either."""
+    got = _WIRE_DTYPES.get(dtype)
+    if got is None:
+        got = _WIRE_DTYPES[dtype] = dtype.str if np.dtype(dtype.str) == dtype else dtype
+    return got
+
+
+_WIRE_DTYPES: dict[np.dtype, str | np.dtype] = {}
 
 
 def receiver(e: Entry) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -137,19 +149,21 @@ def collect_results(shards: Shards, world: World) -> Shards:
     return share_from_root(merged, comm)
 
 
-def gather_to_root(shards: Shards, world: World, wanted: set[tuple[str, int]],
-                   vet: Callable[[list[list[Entry]]], Exception | None]) -> Shards:
+def gather_to_root(shards: Shards, world: World, wanted: Collection[tuple[str, int]],
+                   vet: Callable[[list[list[Entry]]], Exception | None],
+                   meanwhile: Callable[[], None] | None = None) -> Shards:
     """The `wanted` (result, device) buffers of other ranks on rank 0, in one
     round of headers and then the buffers' bytes. Every rank's headers (its
     wanted buffers, rank 0's own, and every buffer the backend did not return)
     reach every rank, which `vet`s them alike: an error found there (a missing
     or misshapen block) stops every rank with it, so rank 0 needs no second
-    round to tell the others that it could assemble the results."""
+    round to tell the others that it could assemble the results. `meanwhile`
+    runs while the headers travel (allgather_obj)."""
     comm = COMMS.world()
     fault("gather")
     mine = [(entry(name, d, x), x) for name, bufs in shards.items() for d, x in bufs.items()
             if world.is_root or (name, d) in wanted or not isinstance(x, np.ndarray)]
-    every = allgather_obj(comm, [e for e, _ in mine], "every rank's result headers")
+    every = allgather_obj(comm, [e for e, _ in mine], "every rank's result headers", meanwhile, reuse=True)
     error = vet(every)
     if error is not None:
         raise as_agreed(error)

@@ -82,11 +82,17 @@ def _reported(name: str, backend: Backend) -> Backend:
 
 
 def resolve_world(checked: Checked, world: int | None) -> World:
-    mpi = mpi_world()
+    """The world a run of `checked` runs in: the MPI launch's, or in one
+    process `world` ranks (by default as many as the program needs)."""
+    return world_for(checked, world, mpi_world())
+
+
+def world_for(checked: Checked, world: int | None, mpi: World | None) -> World:
+    """resolve_world, given what mpi_world() found."""
     if mpi is not None:
         if world is not None and world != mpi.size:
             raise InputError(f"--world {world} under an MPI launch of {mpi.size} ranks")
-        check_world(checked, mpi.size)
+        _WORLD_CHECKED.get(checked, mpi.size, lambda: check_world(checked, mpi.size))
         return mpi
 
     def work() -> World:
@@ -98,6 +104,7 @@ def resolve_world(checked: Checked, world: int | None) -> World:
 
 
 _WORLDS: Memo[World] = Memo()
+_WORLD_CHECKED: Memo[None] = Memo()  # under MPI: every device a mesh names is a rank
 
 
 def backend_world(world: World) -> World:
@@ -107,7 +114,14 @@ def backend_world(world: World) -> World:
         return world
     from refir.mpi import COMMS
 
-    return replace(world, comm=COMMS.world())
+    comm = COMMS.world()
+    kept = _BACKEND_WORLD[0]
+    if kept is None or kept.comm is not comm or (kept.size, kept.hosted) != (world.size, world.hosted):
+        kept = _BACKEND_WORLD[0] = replace(world, comm=comm)  # again after refir.close(): a new communicator
+    return kept
+
+
+_BACKEND_WORLD: list[World | None] = [None]  # the last world handed to a backend (frozen, so shared)
 
 
 def shard_inputs(checked: Checked, inputs: dict[str, np.ndarray], hosted: tuple[int, ...]) -> Shards:
@@ -158,74 +172,70 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 def assemble(t: TensorType, buffers: dict[int, Any], bindings: dict[str, int],
              same: Callable[[np.ndarray, np.ndarray], bool] = same_bits,
-             devices: Collection[int] | None = None) -> Assembled:
+             devices: Collection[int] | None = None, blocks: ResultBlocks | None = None) -> Assembled:
     """The global array of type `t` from each device's block (of `devices`, by
     default all of the mesh); devices holding copies of one block must hold the
-    `same` values. A single C-contiguous block that is the whole array is
-    returned as it is, not copied."""
-    whole = np.empty(global_shape(t, bindings), t.np_dtype)  # returned only once every block is written in
-    out = Assembled(whole)
+    `same` values. `blocks`: where they lie, if the caller has it at hand. A
+    single C-contiguous block that is the whole array is returned as it is,
+    not copied."""
+    shape, dtype = global_shape(t, bindings), t.np_dtype
+    blocks = blocks or blocks_of(t, shape)
+    out = Assembled(None)
     owner: dict[tuple, int] = {}
-    firsts: list[tuple[tuple[slice, ...], np.ndarray]] = []
+    firsts: list[tuple[int, np.ndarray]] = []
     for d in t.mesh.devices:
         if devices is not None and d not in devices:
             continue
-        index = block_slices(t, d, whole.shape)
-        key = tuple((s.start, s.stop) for s in index)
+        key = blocks.keys[d]
         block = buffers.get(d)
         if not isinstance(block, np.ndarray):
             out.missing.append(d)
-        elif block.shape != whole[index].shape or block.dtype != whole.dtype:
+        elif block.shape != blocks.shapes[d] or block.dtype != dtype:
             out.misshapen.append(d)
         elif key in owner:
             if not same(block, buffers[owner[key]]):
                 out.disagree.append((owner[key], d))
         else:
             owner[key] = d
-            firsts.append((index, block))
-    if len(owner) < len(blocks_of(t, whole.shape)):
-        out.whole = None
-    elif len(firsts) == 1 and firsts[0][1].flags.c_contiguous:
+            firsts.append((d, block))
+    if len(owner) < len(blocks.every):
+        return out  # whole stays None: a block is missing
+    if len(firsts) == 1 and firsts[0][1].flags.c_contiguous:
         out.whole = firsts[0][1]
     else:
-        for index, block in firsts:
-            whole[index] = block
+        out.whole = np.empty(shape, dtype)
+        for d, block in firsts:
+            out.whole[block_slices(t, d, shape)] = block
     return out
-
-
-def block_key(t: TensorType, d: int, shape: tuple[int, ...]) -> tuple:
-    """Which block of a global array of type `t` device `d` holds, as (start, stop) per axis."""
-    return tuple((s.start, s.stop) for s in block_slices(t, d, shape))
-
-
-def blocks_of(t: TensorType, shape: tuple[int, ...]) -> set[tuple]:
-    return {block_key(t, d, shape) for d in t.mesh.devices}
 
 
 @dataclass(frozen=True)
 class ResultBlocks:
-    """Where a result's blocks lie under some bindings: each device's block
-    (as block_key gives it) and its local shape, and every block there is."""
+    """Where a value's blocks lie in a global array of some shape: each device's
+    block (as (start, stop) per axis) and its local shape, and every block there is."""
 
     keys: dict[int, tuple]
     shapes: dict[int, tuple[int, ...]]
     every: frozenset[tuple]
 
 
+def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, ...]:
+    """The shape of `index` (block_slices) in an array of `shape`."""
+    return tuple(len(range(*s.indices(n))) for s, n in zip(index, shape)) + shape[len(index):]
+
+
+def blocks_of(t: TensorType, shape: tuple[int, ...]) -> ResultBlocks:
+    index = {d: block_slices(t, d, shape) for d in t.mesh.devices}
+    keys = {d: tuple((s.start, s.stop) for s in i) for d, i in index.items()}
+    return ResultBlocks(keys, {d: block_shape(shape, i) for d, i in index.items()}, frozenset(keys.values()))
+
+
 def result_blocks(checked: Checked, bindings: dict[str, int]) -> dict[str, ResultBlocks]:
     """Every result's blocks under `bindings` (worked out once per program and bindings)."""
-    from refir.ranks import block_shape
 
     def work() -> dict[str, ResultBlocks]:
-        out = {}
-        for r in checked.func.results:
-            t = checked.types[r]
-            shape = global_shape(t, bindings)
-            index = {d: block_slices(t, d, shape) for d in t.mesh.devices}
-            keys = {d: tuple((s.start, s.stop) for s in i) for d, i in index.items()}
-            out[r] = ResultBlocks(keys, {d: block_shape(shape, i) for d, i in index.items()},
-                                  frozenset(keys.values()))
-        return out
+        return {r: blocks_of(checked.types[r], global_shape(checked.types[r], bindings))
+                for r in checked.func.results}
 
     return _RESULT_BLOCKS.get(checked, tuple(sorted(bindings.items())), work)
 
@@ -233,17 +243,24 @@ def result_blocks(checked: Checked, bindings: dict[str, int]) -> dict[str, Resul
 _RESULT_BLOCKS: Memo[dict[str, ResultBlocks]] = Memo()
 
 
-def root_blocks(checked: Checked, bindings: dict[str, int]) -> set[tuple[str, int]]:
+def root_blocks(checked: Checked, bindings: dict[str, int]) -> frozenset[tuple[str, int]]:
     """The (result, device) buffers rank 0 lacks to assemble every result:
     each block device 0 does not hold, from the first device that holds it."""
-    wanted = set()
-    for r, blocks in result_blocks(checked, bindings).items():
-        held = {blocks.keys[0]} if 0 in blocks.keys else set()
-        for d, key in blocks.keys.items():
-            if key not in held:
-                held.add(key)
-                wanted.add((r, d))
-    return wanted
+
+    def work() -> frozenset[tuple[str, int]]:
+        wanted = set()
+        for r, blocks in result_blocks(checked, bindings).items():
+            held = {blocks.keys[0]} if 0 in blocks.keys else set()
+            for d, key in blocks.keys.items():
+                if key not in held:
+                    held.add(key)
+                    wanted.add((r, d))
+        return frozenset(wanted)
+
+    return _ROOT_BLOCKS.get(checked, tuple(sorted(bindings.items())), work)
+
+
+_ROOT_BLOCKS: Memo[frozenset[tuple[str, int]]] = Memo()
 
 
 def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
@@ -258,11 +275,24 @@ def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
     from refir.ranks import collect_results, gather_to_root
 
     if not everywhere:
-        shards = gather_to_root(shards, world, root_blocks(checked, bindings),
-                                lambda every: vet_headers(checked, bindings, every))
+        wanted = root_blocks(checked, bindings)
+        early: dict[str, dict[str, np.ndarray]] = {}
+
+        def assemble_own() -> None:
+            """Rank 0 lacking no block: its results, while the headers travel."""
+            try:
+                early["outputs"] = assemble_outputs(checked, shards, bindings, partial=True)
+            except RefirError:
+                pass  # vet_headers finds what is wrong, alike on every rank, once the headers are in
+
+        own = assemble_own if world.is_root and not wanted else None
+        shards = gather_to_root(shards, world, wanted, lambda every: vet_headers(checked, bindings, every), own)
+        if not world.is_root:
+            return {}, shards
+        if "outputs" in early:
+            return early["outputs"], shards
         # vet_headers found every block there and of its shape: this cannot fail
-        outputs = assemble_outputs(checked, shards, bindings, partial=True) if world.is_root else {}
-        return outputs, shards
+        return assemble_outputs(checked, shards, bindings, partial=True), shards
     shards = collect_results(shards, world)
     try:
         outputs = assemble_outputs(checked, shards, bindings)
@@ -275,7 +305,25 @@ def gather_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
 def vet_headers(checked: Checked, bindings: dict[str, int], every: list[list[tuple]]) -> RefirError | None:
     """What assemble_outputs would find wrong on rank 0 (missing, misshapen or
     uncovered blocks), from every rank's result headers (refir.ranks.entry)
-    alone, so that every rank finds the same."""
+    alone, so that every rank finds the same. Headers found good before (for
+    this program and these bindings) are not vetted again."""
+    try:
+        signature = (tuple(sorted(bindings.items())), tuple(map(tuple, every)))
+        hash(signature)
+    except TypeError:  # a header the backend made of something unhashable: vet it afresh
+        return _vet_headers(checked, bindings, every)
+    if _GOOD_HEADERS.has(checked, signature):
+        return None
+    error = _vet_headers(checked, bindings, every)
+    if error is None:  # only good headers are kept: an error is made afresh each time
+        _GOOD_HEADERS.put(checked, signature, None)
+    return error
+
+
+_GOOD_HEADERS: Memo[None] = Memo()
+
+
+def _vet_headers(checked: Checked, bindings: dict[str, int], every: list[list[tuple]]) -> RefirError | None:
     held: dict[str, dict[int, tuple]] = {}
     for entries in every:
         for e in entries:
@@ -301,9 +349,11 @@ def assemble_outputs(checked: Checked, shards: Shards, bindings: dict[str, int],
     """Every result from `shards`: every device's buffer, or where `partial`
     those at hand (at least one of each block)."""
     outputs = {}
+    where = result_blocks(checked, bindings)
     for r in checked.func.results:
         t = checked.types[r]
-        got = assemble(t, shards.get(r, {}), bindings, devices=set(shards.get(r, {})) if partial else None)
+        got = assemble(t, shards.get(r, {}), bindings, devices=set(shards.get(r, {})) if partial else None,
+                       blocks=where[r])
         if got.missing:
             raise RunError(f"the backend returned no buffer of {r!r} for device {got.missing[0]}")
         if got.misshapen:
@@ -372,23 +422,24 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
     if keep and backend != "spmd":
         raise InputError(f"keep='all' needs the spmd backend, not {backend!r}")
     checked = verified(program, func)
-    inputs = {name: host_array(name, x) for name, x in (inputs or {}).items()}
     mpi = mpi_world()
     if mpi is None:
+        inputs = host_arrays(inputs or {})
         bindings = bind_and_check(checked, inputs)
         if backend == "global":
             from interp.global_eval import eval_global
 
             return RunResult(eval_global(checked, inputs, bindings), {}, "global", None, bindings)
-        w, lowered = resolve_world(checked, world), lowered_of(checked)
+        w, lowered = world_for(checked, world, None), lowered_of(checked)
         local = shard_inputs(checked, inputs, w.hosted)
     else:
         from refir.ranks import deliver_inputs, settle
 
+        inputs = inputs or {}  # made numpy arrays inside the agreement: a bad one on any rank stops every rank
         if backend == "global":
             _, inputs, bindings, _ = settle(checked, inputs, lambda: None)
             return RunResult(_global_on_root(checked, inputs, bindings, everywhere), {}, "global", None, bindings)
-        (w, lowered), inputs, bindings, needy = settle(checked, inputs, lambda: (resolve_world(checked, world),
+        (w, lowered), inputs, bindings, needy = settle(checked, inputs, lambda: (world_for(checked, world, mpi),
                                                                                  lowered_of(checked)))
         local = deliver_inputs(checked, inputs, bindings, w, needy)
     kept: Shards = {}

@@ -122,3 +122,27 @@ def test_replicas_are_compared_bit_for_bit_in_any_layout():
     assert same_bits(a, np.asfortranarray(a)) and same_bits(a[:, ::-1], a[:, ::-1].copy())
     assert not same_bits(a, np.abs(a)) and not same_bits(a, other_nan)
     assert same_bits(np.array(True), np.array(True)) and not same_bits(np.zeros(2, np.int8), np.ones(2, np.int8))
+
+
+def test_has_and_put_keep_a_value_only_for_its_owner():
+    memo: Memo[None] = Memo(size=2)
+    a, b = object(), object()
+    assert not memo.has(a, "s")
+    memo.put(a, "s", None)  # a kept None is still a value: has() tells it from none kept
+    assert memo.has(a, "s") and not memo.has(b, "s") and memo.hits == 1
+    memo.put(b, "s", None)
+    memo.put(b, "t", None)  # three entries in a memo of two: a's, the oldest, goes
+    assert not memo.has(a, "s") and memo.has(b, "t")
+
+
+def test_result_headers_name_dtypes_by_their_str_where_it_names_them():
+    import ml_dtypes
+
+    from refir.ranks import entry, wire_dtype
+
+    for dtype in (np.float32, np.dtype(">f8"), np.bool_, np.int8, np.float16, ml_dtypes.bfloat16):
+        dtype = np.dtype(dtype)
+        assert np.dtype(wire_dtype(dtype)) == dtype
+    assert wire_dtype(np.dtype(np.float32)) == "<f4" and wire_dtype(np.dtype(ml_dtypes.bfloat16)) is not None
+    assert not isinstance(wire_dtype(np.dtype(ml_dtypes.bfloat16)), str)  # '<V2' would come back as void
+    assert entry("y", 1, np.zeros((2, 3), np.float32).T) == ("y", 1, (3, 2), "<f4", (1, 0))

@@ -359,6 +359,20 @@ comm = COMMS.world()
 for n in (0, 10, 240, 248, 249, 5000):  # one round within the slot (SLOT - 8 bytes of pickle), two past it
     assert allgather_obj(comm, "x" * (n + comm.rank), "t") == ["x" * (n + k) for k in range(comm.size)], n
     assert bcast_obj(comm, list(range(n)) if comm.rank == 1 else None, 1, "t") == list(range(n)), n
+done = []
+assert allgather_obj(comm, comm.rank, "t", lambda: done.append(1)) == list(range(comm.size)) and done == [1]
+def fails():
+    raise ValueError("own work failed")
+try:  # work done while a round travels may fail: the round completes all the same, on every rank
+    allgather_obj(comm, comm.rank, "t", fails if comm.rank == 1 else None)
+except ValueError:
+    assert comm.rank == 1
+assert allgather_obj(comm, -comm.rank, "t") == [-k for k in range(comm.size)]  # still in step
+first = allgather_obj(comm, {"M": 4}, "r", reuse=True)
+assert allgather_obj(comm, {"M": 4}, "r", reuse=True) is first  # the same bytes: the same values, kept
+changed = allgather_obj(comm, {"M": 5 if comm.rank == 2 else 4}, "r", reuse=True)  # one rank's value differs
+assert changed is not first and changed == [{"M": 4}, {"M": 4}, {"M": 5}]
+assert allgather_obj(comm, {"M": 4}, "r") is not first  # without reuse, always unpickled afresh
 print("agreed", comm.rank)
 """
 
@@ -379,3 +393,68 @@ def test_a_program_run_again_is_never_served_what_an_earlier_run_kept(world4):
         ref = refir.run(SEED2, inputs).outputs["out"]
         assert got["out"].shape == ref.shape and got["out"].tobytes() == ref.tobytes()
     assert isinstance(bad, str) and bad.startswith("InputError") and "dtype float64" in bad
+
+
+# A run memoised on every rank, then each way one rank can differ from the
+# others: every rank must stop with the same error, within seconds (the
+# timeout is 5 s; the checks below allow well under it).
+MEMOISED_THEN_BAD = r"""
+import time
+import numpy as np
+import refir
+from interp.backend import run_spmd
+from refir.errors import RefirError
+from tests.helpers import SEED2
+
+rank = refir.world.mpi_world().rank
+program = refir.load(SEED2)
+rng = np.random.default_rng(0)
+given = {"x": rng.standard_normal((4, 6)).astype(np.float32), "w": rng.standard_normal((6, 3)).astype(np.float32),
+         "bias": rng.standard_normal(3).astype(np.float32)}
+
+
+def short_on_rank_0(lowered, inputs, scalars, world):
+    out = run_spmd(lowered, inputs, scalars, world)
+    return {r: {d: x[:-1] if world.rank == 0 else x for d, x in bufs.items()} for r, bufs in out.items()}
+
+
+def attempt(what, inputs, backend="spmd"):
+    start = time.monotonic()
+    try:
+        got = refir.run(program, inputs, backend=backend).outputs
+        print(f"{what} rank {rank}: ok {sorted(got)}", flush=True)
+    except RefirError as exc:
+        print(f"{what} rank {rank}: {type(exc).__name__}: {exc} in {time.monotonic() - start:.1f} s", flush=True)
+
+
+for _ in range(2):
+    attempt("good", given)  # the second run is served from what the first kept
+refir.run(program, given).bindings["M"] = -1  # the caller's to change: never what the next run agrees on
+assert refir.run(program, given).bindings == {"M": 4, "K": 6, "N": 3}
+attempt("list", {**given, "x": [[1.0]]} if rank == 1 else given)
+attempt("extents", {**given, "x": given["x"][:2]} if rank == 1 else given)
+attempt("dtype", {**given, "bias": given["bias"].astype(np.float64)} if rank == 1 else given)
+attempt("short", given, "__main__:short_on_rank_0")  # results only: rank 0's block one row short
+attempt("after", given)
+"""
+
+
+def test_a_bad_input_or_result_on_one_rank_after_memoised_runs_stops_every_rank_alike():
+    done = run_mpi(2, ["-c", MEMOISED_THEN_BAD], timeout=60, env={"REFIR_MPI_TIMEOUT": "5", "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = sorted(done.stdout.splitlines())
+    said = {line.split(":")[0]: line.split(": ", 1)[1] for line in lines}
+    assert said["good rank 0"] == "ok ['out']" and said["good rank 1"] == "ok []"
+    assert said["after rank 0"] == "ok ['out']"  # every rank still in step
+    for what, kind, message in [
+            ("list", "InputError", "input 'x' is a list, not a numpy array"),
+            ("extents", "InputError", "rank 1 was given inputs of other extents than rank 0's"),
+            ("dtype", "InputError", "input 'bias' has dtype float64"),
+            ("short", "MismatchError", "device 0 holds 'out' with local shape (3, 3)")]:
+        mine, other = said[f"{what} rank 1"], said[f"{what} rank 0"]
+        if what in ("list", "dtype"):  # rank 1 found it; rank 0 hears of it from rank 1
+            assert mine.startswith(f"{kind}: {message}"), mine
+            assert other.startswith(f"OtherRankError: rank 1 stopped with {kind}: {message}"), other
+        else:  # every rank found it alike from what the round brought
+            assert mine.startswith(f"{kind}: {message}") and other.startswith(f"{kind}: {message}"), (mine, other)
+        assert float(mine.split(" in ")[-1][:-2]) < 3 and float(other.split(" in ")[-1][:-2]) < 3
