@@ -17,6 +17,7 @@ poll: four ranks on two cores would otherwise busy-spin each other.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from math import prod
 
@@ -28,10 +29,11 @@ from interp.host_copy import copy_into
 from interp.impls import COMBINE
 from interp.transport import rank_part
 from refir import ops
+from refir import teams as team_forming
 from refir.memo import by_identity
-from refir.mpi import COMMS, fault, wait
+from refir.mpi import COMMS, fault, poll, wait
 from refir.tables import registrar
-from refir.teams import Team
+from refir.teams import Team, teams_of
 from refir.types import TensorType, axis_first, block, block_size, local_shape
 
 HEADER_TAG, DATA_TAG = 11, 12  # point-to-point: a block's shape, then its bytes
@@ -57,14 +59,23 @@ def pack_into(buf: np.ndarray, x: np.ndarray, axis: int = 0) -> None:
     copy_into(buf.view(x.dtype).reshape(front.shape), front)
 
 
-def fold(kind: str, parts: list[np.ndarray]) -> np.ndarray:
+def fold(kind: str, parts: Sequence[np.ndarray]) -> np.ndarray:
     """interp.impls.fold's left-to-right combination (the same bits), into one
     fresh array instead of a copy per step."""
-    combine, first = COMBINE[kind], parts[0]
-    acc = np.array(first, copy=True) if len(parts) == 1 else np.empty(first.shape, first.dtype)
-    for i, p in enumerate(parts[1:]):
-        combine(first if i == 0 else acc, p, out=acc, casting="unsafe")  # cast back as there (`astype`)
-    return acc
+    return fold_into(np.empty(parts[0].shape, parts[0].dtype), kind, parts)
+
+
+def fold_into(out: np.ndarray, kind: str, parts: Sequence[np.ndarray]) -> np.ndarray:
+    """`fold` written into `out` (of the parts' shape and dtype; the parts may be
+    the rows of one array)."""
+    combine = COMBINE[kind]
+    if len(parts) == 1:
+        np.copyto(out, parts[0])
+        return out
+    combine(parts[0], parts[1], out=out, casting="unsafe")  # cast back as interp.impls.fold does (`astype`)
+    for p in parts[2:]:
+        combine(out, p, out=out, casting="unsafe")
+    return out
 
 
 def from_bytes(buf: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, axis: int = 0) -> np.ndarray:
@@ -77,6 +88,25 @@ def from_bytes(buf: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, axis: i
     return whole if axis == 0 else whole.transpose(back)
 
 
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One communication as this rank makes it: the objects it was worked out
+    for (kept, so that their ids stay theirs; matched by identity), the rule and
+    team forming then in force (conformance mutants replace either), and the
+    plan where one serves (with the team it runs in)."""
+    op: ops.Communication
+    src: TensorType
+    dst: TensorType
+    rule: Callable[..., object]
+    form: Callable[..., object]
+    devices: tuple[int, ...]
+    run: Callable[[MPI.Comm, np.ndarray], np.ndarray] | None
+
+    def serves(self, op: ops.Communication, src: TensorType, dst: TensorType, rule: Callable[..., object]) -> bool:
+        return self.op is op and self.src is src and self.dst is dst and self.rule is rule \
+            and self.form is team_forming.teams
+
+
 class MpiTransport:
     """Communications of this process's rank, on the process's communicators
     (refir.mpi.COMMS: made once per team, kept for every later run)."""
@@ -85,6 +115,7 @@ class MpiTransport:
         self.comm = COMMS.world()
         self.rank = self.comm.rank
         self.hosted = (self.rank,)
+        self.calls: dict[tuple[int, int, int], _Call] = {}
 
     def team_comm(self, devices: tuple[int, ...]) -> MPI.Comm:
         """A communicator whose ranks are the team's devices in team order."""
@@ -97,7 +128,25 @@ class MpiTransport:
                     buffers: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         fault("collective")
         rule = MPI_RULES[type(op)]
+        call = self.calls.get((id(op), id(src), id(dst)))
+        if call is None or not call.serves(op, src, dst, rule):
+            call = self._call(op, src, dst, rule)
+        if call.run is not None:  # a planned collective under its own rule: straight to the plan
+            return {self.rank: call.run(self.team_comm(call.devices), buffers[self.rank])}
         return rank_part(self.rank, op, src, dst, buffers, lambda team, x: rule(self, op, team, x, src, dst))
+
+    def _call(self, op: ops.Communication, src: TensorType, dst: TensorType, rule: Rule) -> _Call:
+        """How this rank makes the communication, kept for its next calls."""
+        mine = teams_of(self.rank, op, src, dst)
+        run = None
+        if rule is PLANNED_RULES.get(type(op)) and len(mine) == 1 and self.rank in mine[0].senders \
+                and self.rank in mine[0].receivers:
+            run = planned(op, src, mine[0], self.rank)
+        call = _Call(op, src, dst, rule, team_forming.teams, mine[0].devices if run else (), run)
+        if len(self.calls) >= 256:  # a long-lived process runs many programs
+            self.calls.clear()
+        self.calls[(id(op), id(src), id(dst))] = call
+        return call
 
     # ---- building blocks ---------------------------------------------------------------
 
@@ -128,18 +177,6 @@ class MpiTransport:
         else:
             wait(comm.Iallgatherv(MPI.IN_PLACE, [recv, counts, _displs(counts), MPI.BYTE]), "an allgather")
         return [from_bytes(p, s, x.dtype, axis) for p, s in zip(_cut(recv, counts), shapes)]
-
-    def allgathered(self, comm: MPI.Comm, x: np.ndarray, axis: int) -> np.ndarray:
-        """The members' blocks side by side, as bytes of the blocks concatenated
-        along `axis` with that axis first (`from_bytes` of the whole shape)."""
-        front = moved_first(x, axis)
-        if front.flags.c_contiguous:  # already in order: sent from its own memory
-            recv = np.empty(x.nbytes * comm.size, np.uint8)
-            wait(comm.Iallgather(front.reshape(-1).view(np.uint8), [recv, x.nbytes, MPI.BYTE]), "an allgather")
-            return recv
-        recv = self._own_block_in_place(comm, x, axis, [x.nbytes] * comm.size)
-        wait(comm.Iallgather(MPI.IN_PLACE, [recv, x.nbytes, MPI.BYTE]), "an allgather")
-        return recv
 
     @staticmethod
     def _own_block_in_place(comm: MPI.Comm, x: np.ndarray, axis: int, counts: list[int]) -> np.ndarray:
@@ -249,6 +286,167 @@ def _blocks(t: TensorType, devices: tuple[int, ...]) -> tuple[tuple[int, ...], .
     return tuple(local_shape(t, {}, d) for d in devices)
 
 
+# ---- allgather, allreduce, reduce_scatter, all_to_all: planned once per team ---------------
+#
+# What a call of these needs beyond its buffer (shapes, byte counts, where this
+# rank's piece goes, whether the pieces already lie in order) follows from the
+# op, the type and the team: a plan works it out once, and a call is then a few
+# numpy and MPI calls. At 1K elements the Python around the MPI call was most of
+# a call's time, and four ranks sharing two cores pay for it about twice over.
+# Results are fresh arrays of their own, in C order where the result's axes
+# keep their order, so refir.spmd's NumpyTransport need not copy them again.
+# Uneven blocks are not planned: the rules below handle them as before.
+
+Run = Callable[[MPI.Comm, np.ndarray], np.ndarray]  # (the team's communicator, this rank's buffer) -> result
+PLANS: dict[type, Callable[..., Run | None]] = {}
+plan = registrar(PLANS)
+
+
+def _waited(req: MPI.Request, what: str) -> None:
+    """refir.mpi.wait for one request (its polite, bounded poll), without a list per poll."""
+    poll(req.Test, what)
+
+
+@by_identity  # types, ops and teams are frozen and asked again and again: a plan per collective, not per call
+def planned(op: ops.Communication, src: TensorType, team: Team, rank: int) -> Run | None:
+    """This world rank's call of `op` in `team`, or None where it is not planned."""
+    make = PLANS.get(type(op))
+    return None if make is None or rank not in team.devices else make(op, src, team, team.index(rank))
+
+
+@plan(ops.Allgather)
+def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -> Run | None:
+    shapes = _blocks(src, team.devices)
+    if len(set(shapes)) > 1:
+        return None
+    axis, shape, n = op.axis, shapes[0], len(team.devices)
+    front, back = _front_first((*shape[:axis], shape[axis] * n, *shape[axis + 1:]), axis)
+    mine = slice(rank * shape[axis], (rank + 1) * shape[axis])
+    count = prod(shape) * src.np_dtype.itemsize
+
+    def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
+        whole = np.empty(front, x.dtype)
+        sent = moved_first(x, axis)
+        if sent.flags.c_contiguous:  # already in order: sent from its own memory
+            _waited(comm.Iallgather([sent, count, MPI.BYTE], [whole, count, MPI.BYTE]), "an allgather")
+        else:  # laid out by one copy in its own place (as MPI would copy it there), the others' come in place
+            copy_into(whole[mine], sent)
+            _waited(comm.Iallgather(MPI.IN_PLACE, [whole, count, MPI.BYTE]), "an allgather")
+        return whole if back is None else whole.transpose(back)
+
+    return run
+
+
+# Above this many bytes an allreduce moves slices rather than whole partials.
+SLICED_ALLREDUCE_BYTES = 1 << 16
+
+
+@plan(ops.Allreduce)
+def _allreduce_plan(op: ops.Allreduce, src: TensorType, team: Team, rank: int) -> Run:
+    """Small: every partial to every member, each folds the whole. Large: member
+    k gathers slice k of every partial, folds it, and the folded slices are
+    gathered (as a ring allreduce moves its bytes, and a fold of 1/n each).
+    The fold is elementwise and in team order either way: the same bits."""
+    n, kind = len(team.devices), op.kind
+
+    def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
+        sent = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+        if x.nbytes >= SLICED_ALLREDUCE_BYTES and n > 1:
+            return _sliced_allreduce(comm, sent, kind)
+        every = np.empty((n, x.size), x.dtype)
+        _waited(comm.Iallgather([sent, x.nbytes, MPI.BYTE], [every, x.nbytes, MPI.BYTE]), "an allreduce")
+        out = np.empty(x.shape, x.dtype)
+        fold_into(out.reshape(-1), kind, every)
+        return out
+
+    return run
+
+
+def _sliced_allreduce(comm: MPI.Comm, x: np.ndarray, kind: str) -> np.ndarray:
+    """The large allreduce of a C-contiguous partial (see _allreduce_plan)."""
+    flat, n = x.reshape(-1), comm.size
+    counts = _slice_counts(flat.size, x.itemsize, n)
+    displs = _displs(counts)
+    mine = np.empty((n, counts[comm.rank] // x.itemsize), x.dtype)  # slice `rank` of every member's partial
+    got = [mine[0].nbytes] * n
+    _waited(comm.Ialltoallv([flat, counts, displs, MPI.BYTE], [mine, got, _displs(got), MPI.BYTE]),
+            "an allreduce")
+    folded = fold(kind, mine)
+    whole = np.empty(x.shape, x.dtype)
+    _waited(comm.Iallgatherv([folded, counts[comm.rank], MPI.BYTE], [whole, counts, displs, MPI.BYTE]),
+            "an allreduce")
+    return whole
+
+
+@lru_cache(maxsize=256)
+def _slice_counts(size: int, itemsize: int, n: int) -> tuple[int, ...]:
+    """The bytes of each of n slices of a flat buffer of `size` elements."""
+    return tuple((hi - lo) * itemsize for lo, hi in (block(size, n, k) for k in range(n)))
+
+
+@plan(ops.ReduceScatter)
+def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, rank: int) -> Run | None:
+    """Piece k of every partial to member k, which folds them in team order."""
+    n, blocks = len(team.devices), _blocks(src, team.devices)
+    shape = blocks[rank]
+    if len(set(blocks)) > 1 or shape[op.axis] % n:
+        return None
+    mine = tuple(extent // n if a == op.axis else extent for a, extent in enumerate(shape))
+    count, kind = prod(mine) * src.np_dtype.itemsize, op.kind
+    pieces = _sender(shape, n, op.axis, 0)
+
+    def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
+        got = np.empty((n, *mine), x.dtype)
+        _waited(comm.Ialltoall([pieces(x), count, MPI.BYTE], [got, count, MPI.BYTE]), "a reduce_scatter")
+        return fold_into(np.empty(mine, x.dtype), kind, got)
+
+    return run
+
+
+@plan(ops.AllToAll)
+def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -> Run | None:
+    """Piece k to member k; the received pieces lie side by side, concatenation
+    axis first, which is the result (no concatenating copy)."""
+    n, blocks = len(team.devices), _blocks(src, team.devices)
+    shape, extent = blocks[rank], src.axes[op.split_axis].extent
+    if len(set(blocks)) > 1 or extent % n:
+        return None
+    axis, split_axis = op.concat_axis, op.split_axis
+    piece = tuple(extent // n if a == split_axis else e for a, e in enumerate(shape))
+    front, back = _front_first(tuple(e * n if a == axis else e for a, e in enumerate(piece)), axis)
+    count = prod(piece) * src.np_dtype.itemsize
+    pieces = _sender(shape, n, split_axis, axis)
+
+    def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
+        whole = np.empty(front, x.dtype)
+        _waited(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
+        return whole if back is None else whole.transpose(back)
+
+    return run
+
+
+def _front_first(shape: tuple[int, ...], axis: int) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """The shape with `axis` moved to the front, and the transpose that moves it
+    back (None where nothing moves)."""
+    if axis == 0:
+        return shape, None
+    return (shape[axis], *shape[:axis], *shape[axis + 1:]), (*range(1, axis + 1), 0, *range(axis + 1, len(shape)))
+
+
+def _sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> Callable[[np.ndarray], np.ndarray]:
+    """What sends the n pieces of a buffer of `shape` (see _pieces): its own
+    memory when it is dense and they lie there in order (decided from the shape
+    once), else _pieces's packing."""
+    longest = -(-shape[split_axis] // n)
+    in_order = all(shape[a] <= 1 for a in range(split_axis)) and \
+        all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
+
+    def pieces(x: np.ndarray) -> np.ndarray:
+        return x if in_order and x.flags.c_contiguous else _pieces(x, n, split_axis, axis)
+
+    return pieces
+
+
 Arr = np.ndarray | None  # None where this rank sends or receives nothing
 Rule = Callable[[MpiTransport, object, Team, Arr, TensorType, TensorType], Arr]
 MPI_RULES: dict[type, Rule] = {}
@@ -260,86 +458,65 @@ rule = registrar(MPI_RULES)
 @rule(ops.Allgather)
 def _allgather(t: MpiTransport, op: ops.Allgather, team: Team, x: Arr, src: TensorType,
                dst: TensorType) -> Arr:
-    comm = t.team_comm(team.devices)
-    shapes = _blocks(src, team.devices)
-    if len(set(shapes)) > 1:  # uneven blocks: MPI's v-variant, then one concatenation
-        return np.concatenate(t.allgather(comm, x, op.axis, shapes), axis=op.axis)
-    whole = tuple(n * comm.size if a == op.axis else n for a, n in enumerate(x.shape))
-    return from_bytes(t.allgathered(comm, x, op.axis), whole, x.dtype, op.axis)  # no concatenating copy
-
-
-# Above this many bytes an allreduce moves slices rather than whole partials.
-SLICED_ALLREDUCE_BYTES = 1 << 16
+    run = planned(op, src, team, t.rank)
+    if run is not None:
+        return run(t.team_comm(team.devices), x)
+    shapes = _blocks(src, team.devices)  # uneven blocks: MPI's v-variant, then one concatenation
+    return np.concatenate(t.allgather(t.team_comm(team.devices), x, op.axis, shapes), axis=op.axis)
 
 
 @rule(ops.Allreduce)
 def _allreduce(t: MpiTransport, op: ops.Allreduce, team: Team, x: Arr, src: TensorType,
                dst: TensorType) -> Arr:
-    """Small: every partial to every member, each folds the whole. Large: member
-    k gathers slice k of every partial, folds it, and the folded slices are
-    gathered (as a ring allreduce moves its bytes, and a fold of 1/n each).
-    The fold is elementwise and in team order either way: the same bits."""
-    comm = t.team_comm(team.devices)
-    flat = np.ascontiguousarray(x).reshape(-1)
-    if flat.nbytes < SLICED_ALLREDUCE_BYTES or comm.size == 1:
-        every = np.empty((comm.size, flat.size), x.dtype)
-        wait(comm.Iallgather(flat.view(np.uint8), every.view(np.uint8)), "an allreduce")
-        return fold(op.kind, list(every)).reshape(x.shape)
-    bounds = [block(flat.size, comm.size, k) for k in range(comm.size)]
-    counts = [(hi - lo) * x.itemsize for lo, hi in bounds]
-    lo, hi = bounds[comm.rank]
-    mine = np.empty((comm.size, hi - lo), x.dtype)  # slice `rank` of every member's partial
-    got = [mine[0].nbytes] * comm.size
-    wait(comm.Ialltoallv([flat.view(np.uint8), counts, _displs(counts), MPI.BYTE],
-                         [mine.view(np.uint8), got, _displs(got), MPI.BYTE]), "an allreduce")
-    folded = fold(op.kind, list(mine))
-    whole = np.empty(flat.size, x.dtype)
-    wait(comm.Iallgatherv(folded.view(np.uint8), [whole.view(np.uint8), counts, _displs(counts), MPI.BYTE]),
-         "an allreduce")
-    return whole.reshape(x.shape)
+    return planned(op, src, team, t.rank)(t.team_comm(team.devices), x)
 
 
 @rule(ops.ReduceScatter)
 def _reduce_scatter(t: MpiTransport, op: ops.ReduceScatter, team: Team, x: Arr, src: TensorType,
                     dst: TensorType) -> Arr:
+    run = planned(op, src, team, t.rank)
     comm = t.team_comm(team.devices)
-    shape, even = _reduce_scatter_plan(op, src, team, comm.rank)
-    got = t.alltoall(comm, x, op.axis, (shape,) * comm.size, 0, even)  # piece k to member k, which folds block k
-    return fold(op.kind, list(got.view(x.dtype).reshape((comm.size, *shape))))
+    if run is not None:
+        return run(comm, x)
+    shape = _reduce_scatter_block(op, src, team, comm.rank)  # uneven: MPI's v-variant
+    got = t.alltoall(comm, x, op.axis, (shape,) * comm.size, 0, False)  # piece k to member k, which folds block k
+    return fold(op.kind, got.view(x.dtype).reshape((comm.size, *shape)))
 
 
-@by_identity  # types are frozen: a plan per collective, not per call
-def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team,
-                         rank: int) -> tuple[tuple[int, ...], bool]:
-    """This rank's block of the result, and whether every piece of every member is equal."""
-    n, blocks = len(team.devices), _blocks(src, team.devices)
-    shape = blocks[rank]  # the partial this rank holds
-    mine = tuple(block_size(extent, n, rank) if a == op.axis else extent for a, extent in enumerate(shape))
-    return mine, len(set(blocks)) == 1 and shape[op.axis] % n == 0
+@by_identity
+def _reduce_scatter_block(op: ops.ReduceScatter, src: TensorType, team: Team, rank: int) -> tuple[int, ...]:
+    """This rank's block of the result."""
+    shape = _blocks(src, team.devices)[rank]  # the partial this rank holds
+    return tuple(block_size(extent, len(team.devices), rank) if a == op.axis else extent
+                 for a, extent in enumerate(shape))
 
 
 @rule(ops.AllToAll)
 def _all_to_all(t: MpiTransport, op: ops.AllToAll, team: Team, x: Arr, src: TensorType,
                 dst: TensorType) -> Arr:
+    run = planned(op, src, team, t.rank)
     comm = t.team_comm(team.devices)
-    shapes, whole, even = _all_to_all_plan(op, src, team, comm.rank)
-    got = t.alltoall(comm, x, op.split_axis, shapes, op.concat_axis, even)
+    if run is not None:
+        return run(comm, x)
+    shapes, whole = _all_to_all_shapes(op, src, team, comm.rank)  # uneven: MPI's v-variant
+    got = t.alltoall(comm, x, op.split_axis, shapes, op.concat_axis, False)
     return from_bytes(got, whole, x.dtype, op.concat_axis)  # the pieces side by side: no concatenating copy
 
 
 @by_identity
-def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team,
-                     rank: int) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], bool]:
-    """The shape of the piece from each member, of the concatenated result, and
-    whether every piece of every member is equal."""
-    devices = team.devices
-    blocks = _blocks(src, devices)
-    extent = src.axes[op.split_axis].extent
-    mine = block_size(extent, len(devices), rank)
+def _all_to_all_shapes(op: ops.AllToAll, src: TensorType, team: Team,
+                       rank: int) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """The shape of the piece from each member, and of the concatenated result."""
+    blocks = _blocks(src, team.devices)
+    mine = block_size(src.axes[op.split_axis].extent, len(team.devices), rank)
     shapes = tuple(tuple(mine if a == op.split_axis else n for a, n in enumerate(s)) for s in blocks)
     whole = tuple(sum(s[op.concat_axis] for s in shapes) if a == op.concat_axis else n
                   for a, n in enumerate(shapes[0]))
-    return shapes, whole, len(set(blocks)) == 1 and extent % len(devices) == 0
+    return shapes, whole
+
+
+# The rules the plans stand for: a call whose rule is still one of these skips them.
+PLANNED_RULES = {op: MPI_RULES[op] for op in PLANS}
 
 
 def _gathered(t: MpiTransport, team: Team, x: Arr, src: TensorType) -> list[np.ndarray]:
