@@ -409,7 +409,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
     axis first, which is the result (no concatenating copy)."""
     n, blocks = len(team.devices), _blocks(src, team.devices)
     shape, extent = blocks[rank], src.axes[op.split_axis].extent
-    if len(set(blocks)) > 1 or extent % n:
+    if len(set(blocks)) > 1 or extent % n or shape[op.split_axis] % n:
         return None
     axis, split_axis = op.concat_axis, op.split_axis
     piece = tuple(extent // n if a == split_axis else e for a, e in enumerate(shape))
@@ -434,15 +434,25 @@ def _front_first(shape: tuple[int, ...], axis: int) -> tuple[tuple[int, ...], tu
 
 
 def _sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> Callable[[np.ndarray], np.ndarray]:
-    """What sends the n pieces of a buffer of `shape` (see _pieces): its own
-    memory when it is dense and they lie there in order (decided from the shape
-    once), else _pieces's packing."""
-    longest = -(-shape[split_axis] // n)
+    """What sends the n equal pieces of a buffer of `shape` along `split_axis`,
+    each in C order with `axis` first, one after another (_pieces's bytes): the
+    buffer's own memory where it is dense and they lie there so (decided from
+    the shape, once), else one copy through _stacked's view, its shapes worked
+    out here."""
+    longest = shape[split_axis] // n
     in_order = all(shape[a] <= 1 for a in range(split_axis)) and \
         all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
+    cut = (*shape[:split_axis], n, longest, *shape[split_axis + 1:])  # one axis split: a view of any buffer
+    piece_axes = [a + (a >= split_axis) for a in range(len(shape))]  # where the buffer's axes are in `cut`
+    order = (split_axis, *(piece_axes[a] for a in axis_first(len(shape), axis)))
+    stacked = tuple(cut[a] for a in order)
 
     def pieces(x: np.ndarray) -> np.ndarray:
-        return x if in_order and x.flags.c_contiguous else _pieces(x, n, split_axis, axis)
+        if in_order and x.flags.c_contiguous:
+            return x
+        send = np.empty(stacked, x.dtype)
+        copy_into(send, x.reshape(cut).transpose(order))
+        return send
 
     return pieces
 
