@@ -363,16 +363,22 @@ def _allreduce_plan(op: ops.Allreduce, src: TensorType, team: Team, rank: int) -
 
 
 def _sliced_allreduce(comm: MPI.Comm, x: np.ndarray, kind: str) -> np.ndarray:
-    """The large allreduce of a C-contiguous partial (see _allreduce_plan)."""
+    """The large allreduce of a C-contiguous partial (see _allreduce_plan). Equal
+    slices (the size a multiple of the team's) go through MPI's plain all-to-all
+    and allgather, which move them faster here than the v-variants."""
     flat, n = x.reshape(-1), comm.size
     counts = _slice_counts(flat.size, x.itemsize, n)
-    displs = _displs(counts)
     mine = np.empty((n, counts[comm.rank] // x.itemsize), x.dtype)  # slice `rank` of every member's partial
-    got = [mine[0].nbytes] * n
+    whole = np.empty(x.shape, x.dtype)
+    if flat.size % n == 0:
+        _waited(comm.Ialltoall([flat, counts[0], MPI.BYTE], [mine, counts[0], MPI.BYTE]), "an allreduce")
+        folded = fold(kind, mine)
+        _waited(comm.Iallgather([folded, counts[0], MPI.BYTE], [whole, counts[0], MPI.BYTE]), "an allreduce")
+        return whole
+    displs, got = _displs(counts), [mine[0].nbytes] * n
     _waited(comm.Ialltoallv([flat, counts, displs, MPI.BYTE], [mine, got, _displs(got), MPI.BYTE]),
             "an allreduce")
     folded = fold(kind, mine)
-    whole = np.empty(x.shape, x.dtype)
     _waited(comm.Iallgatherv([folded, counts[comm.rank], MPI.BYTE], [whole, counts, displs, MPI.BYTE]),
             "an allreduce")
     return whole
