@@ -108,7 +108,7 @@ def layout_bounds(elems: int) -> list[tuple[str, tuple[float, float]]]:
     all_to_all's packing of column pieces one after another (numpy's copy and the
     transport's)."""
     from interp.host_copy import copy_into
-    from interp.mpi_transport import _pieces
+    from interp.mpi_transport import _sender
 
     n, cols = MPI.COMM_WORLD.size, 64
     block = np.random.default_rng(0).standard_normal((elems // cols, cols)).astype(np.float32)
@@ -119,7 +119,7 @@ def layout_bounds(elems: int) -> list[tuple[str, tuple[float, float]]]:
             ("column-major to row-major, numpy", timed(lambda: np.copyto(out, strided))),
             ("column-major to row-major, tiled", timed(lambda: copy_into(out, strided))),
             ("all_to_all packing, numpy", timed(lambda: np.copyto(packed, stacked))),
-            ("all_to_all packing, refir", timed(lambda: _pieces(block, n, 1, 0)))]
+            ("all_to_all packing, refir", timed(lambda: _sender(block.shape, n, 1, 0)(block)))]
 
 
 RUN_PROGRAM = """mesh m = [{devices}]

@@ -25,7 +25,7 @@ import numpy as np
 from mpi4py import MPI
 
 from interp.collectives import block_index, split
-from interp.host_copy import copy_into
+from interp.host_copy import copy_into, pieces_into
 from interp.impls import COMBINE
 from interp.transport import rank_part
 from refir import ops
@@ -446,16 +446,22 @@ def _sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> Calla
     the shape, once), else one copy through _stacked's view, its shapes worked
     out here."""
     longest = shape[split_axis] // n
-    in_order = all(shape[a] <= 1 for a in range(split_axis)) and \
-        all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
+    axis_first_moves_nothing = all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
+    in_order = all(shape[a] <= 1 for a in range(split_axis)) and axis_first_moves_nothing
     cut = (*shape[:split_axis], n, longest, *shape[split_axis + 1:])  # one axis split: a view of any buffer
     piece_axes = [a + (a >= split_axis) for a in range(len(shape))]  # where the buffer's axes are in `cut`
     order = (split_axis, *(piece_axes[a] for a in axis_first(len(shape), axis)))
     stacked = tuple(cut[a] for a in order)
+    # A dense buffer whose pieces go in their own C order: (outer, n, run) -> (n, outer, run).
+    outer, run = prod(shape[:split_axis]), longest * prod(shape[split_axis + 1:])
 
     def pieces(x: np.ndarray) -> np.ndarray:
         if in_order and x.flags.c_contiguous:
             return x
+        if axis_first_moves_nothing and x.flags.c_contiguous:
+            send = np.empty((n, outer, run), x.dtype)
+            pieces_into(send, x.reshape(outer, n, run))
+            return send
         send = np.empty(stacked, x.dtype)
         copy_into(send, x.reshape(cut).transpose(order))
         return send

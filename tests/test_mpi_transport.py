@@ -93,8 +93,9 @@ print("planned where blocks are equal")
 
 # A planned reduce_scatter's or all_to_all's pieces are _pieces's bytes, packed
 # or (dense, in order) the buffer itself, small and past host_copy's threshold.
+from interp import host_copy
 rng = np.random.default_rng(1)
-for shape in ((4, 6, 8), (1, 8, 5), (16, 40, 72)):
+for shape in ((4, 6, 8), (1, 8, 5), (16, 40, 72), (2048, 4, 3)):
     base = rng.standard_normal(shape).astype(np.float32)
     for x in (base, np.asfortranarray(base), base[::-1]):
         for split_axis in range(3):
@@ -106,6 +107,7 @@ for shape in ((4, 6, 8), (1, 8, 5), (16, 40, 72)):
                 assert got.tobytes() == want.tobytes(), (shape, x.strides, split_axis, axis)
                 if shape[0] == 1 and split_axis == 1 and axis <= 1 and x.flags.c_contiguous:
                     assert got is x  # in order already: sent from its own memory
+assert len(host_copy._pieces_of.signatures) == 2  # the big dense buffers: runs of 8-byte words and of elements
 print("pieces agree")
 
 # One rank: a call goes to its plan while the rule is the transport's own; a
