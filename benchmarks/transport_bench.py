@@ -108,7 +108,7 @@ def layout_bounds(elems: int) -> list[tuple[str, tuple[float, float]]]:
     all_to_all's packing of column pieces one after another (numpy's copy and the
     transport's)."""
     from interp.host_copy import copy_into
-    from interp.mpi_transport import _sender
+    from interp.mpi_plans import _sender
 
     n, cols = MPI.COMM_WORLD.size, 64
     block = np.random.default_rng(0).standard_normal((elems // cols, cols)).astype(np.float32)
