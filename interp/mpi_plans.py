@@ -94,10 +94,9 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
     axis, shape, n = op.axis, shapes[0], len(team.devices)
     front, back = _front_first((*shape[:axis], shape[axis] * n, *shape[axis + 1:]), axis)
     mine = slice(rank * shape[axis], (rank + 1) * shape[axis])
-    count = prod(shape) * src.np_dtype.itemsize
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
-        whole = np.empty(front, x.dtype)
+        whole, count = np.empty(front, x.dtype), x.nbytes  # counts from the buffer: its dtype's bytes
         sent = moved_first(x, axis)
         if sent.flags.c_contiguous:  # already in order: sent from its own memory
             _waited(comm.Iallgather([sent, count, MPI.BYTE], [whole, count, MPI.BYTE]), "an allgather")
@@ -170,11 +169,11 @@ def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, ran
     if len(set(blocks)) > 1 or shape[op.axis] % n:
         return None
     mine = tuple(extent // n if a == op.axis else extent for a, extent in enumerate(shape))
-    count, kind = prod(mine) * src.np_dtype.itemsize, op.kind
+    kind = op.kind
     pieces = _sender(shape, n, op.axis, 0)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
-        got = np.empty((n, *mine), x.dtype)
+        got, count = np.empty((n, *mine), x.dtype), x.nbytes // n
         _waited(comm.Ialltoall([pieces(x), count, MPI.BYTE], [got, count, MPI.BYTE]), "a reduce_scatter")
         return fold_into(np.empty(mine, x.dtype), kind, got)
 
@@ -192,11 +191,10 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
     axis, split_axis = op.concat_axis, op.split_axis
     piece = tuple(extent // n if a == split_axis else e for a, e in enumerate(shape))
     front, back = _front_first(tuple(e * n if a == axis else e for a, e in enumerate(piece)), axis)
-    count = prod(piece) * src.np_dtype.itemsize
     pieces = _sender(shape, n, split_axis, axis)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
-        whole = np.empty(front, x.dtype)
+        whole, count = np.empty(front, x.dtype), x.nbytes // n
         _waited(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
         return whole if back is None else whole.transpose(back)
 
