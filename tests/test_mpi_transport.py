@@ -95,7 +95,7 @@ print("planned where blocks are equal")
 # or (dense, in order) the buffer itself, small and past host_copy's threshold.
 from interp import host_copy
 rng = np.random.default_rng(1)
-for shape in ((4, 6, 8), (1, 8, 5), (16, 40, 72), (2048, 4, 3)):
+for shape in ((4, 6, 8), (1, 8, 5), (16, 40, 72), (2048, 4, 3), (64, 40, 128)):
     base = rng.standard_normal(shape).astype(np.float32)
     for x in (base, np.asfortranarray(base), base[::-1]):
         for split_axis in range(3):
@@ -109,6 +109,18 @@ for shape in ((4, 6, 8), (1, 8, 5), (16, 40, 72), (2048, 4, 3)):
                     assert got is x  # in order already: sent from its own memory
 assert len(host_copy._pieces_of.signatures) == 2  # the big dense buffers: runs of 8-byte words and of elements
 print("pieces agree")
+
+# Scratch buffers: kept per role between the bounds (the next call of the role
+# reuses the memory), fresh outside them.
+a = mpi_plans.scratch("test", (1 << 15,), np.float32)
+b = mpi_plans.scratch("test", (3, 1 << 14), np.float16)
+assert np.shares_memory(a, b) and b.shape == (3, 1 << 14) and b.dtype == np.float16 and b.flags.c_contiguous
+assert not np.shares_memory(a, mpi_plans.scratch("other", (1 << 15,), np.float32))
+small = mpi_plans.scratch("test", (8,), np.float32)
+assert not np.shares_memory(small, mpi_plans.scratch("test", (8,), np.float32))
+big = mpi_plans.scratch("test", (mpi_plans.SCRATCH_MAX_BYTES + 1,), np.uint8)
+assert not np.shares_memory(big, mpi_plans.scratch("test", (1 << 15,), np.float32))
+print("scratch kept")
 
 # One rank: a call goes to its plan while the rule is the transport's own; a
 # rule replaced (as conformance mutants do) is called instead, through the teams.
@@ -135,4 +147,5 @@ print("rules replaced are called")
 def test_plans_equal_blocks_only_and_yield_to_replaced_rules():
     done = subprocess.run([sys.executable, "-c", PLANS_CHILD], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.splitlines() == ["planned where blocks are equal", "pieces agree", "rules replaced are called"]
+    assert done.stdout.splitlines() == ["planned where blocks are equal", "pieces agree", "scratch kept",
+                                        "rules replaced are called"]
