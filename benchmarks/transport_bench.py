@@ -1,13 +1,14 @@
 """refir's MPI transport next to MPI's own collectives, in one run.
 
-    mpiexec -n 4 python -m benchmarks.transport_bench
+    mpiexec -n 4 python -m benchmarks.transport_bench [--sizes 1024,1048576] [--repeats 9] [--no-bounds]
     mpiexec -n 4 python -m benchmarks.transport_bench runs    (whole refir.run calls only)
 
 refir never lets MPI reduce (the fold order would be MPI's): an allreduce is,
 for small buffers, an allgather of partials and a fold in team order, and for
 large ones a slice of every partial to each rank, folded there in team order,
 then an allgather of the folded slices. Each of refir's communications is timed
-next to the MPI collective that moves the same bytes from contiguous buffers:
+next to the MPI collective that moves the same bytes from contiguous buffers,
+their calls alternating (a burst of load on a shared machine falls on both):
 the column-major allgather row shows what reading a strided source costs.
 Rank 0 prints a table of times and ratios, then the layout changes alone (every
 rank copying at once, as inside the collectives): what the column-major
@@ -21,6 +22,7 @@ public API, so it measures older versions of refir as well.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -45,10 +47,27 @@ def timed(fn, repeats: int = 9) -> tuple[float, float]:
     return min(times), float(np.median(times))
 
 
+def timed_pair(ours, theirs, repeats: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """`timed` of both, their calls alternating: a burst of load from elsewhere
+    on a shared machine falls on both, not on one side of the ratio."""
+    comm = MPI.COMM_WORLD
+    times: tuple[list[float], list[float]] = ([], [])
+    ours(), theirs()  # the first call of a plan or a communicator is not timed
+    for _ in range(repeats):
+        for fn, out in zip((ours, theirs), times):
+            comm.Barrier()
+            start = time.perf_counter()
+            fn()
+            comm.Barrier()
+            out.append(time.perf_counter() - start)
+    a, b = times
+    return (min(a), float(np.median(a))), (min(b), float(np.median(b)))
+
+
 Row = tuple[str, int, tuple[float, float], tuple[float, float]]
 
 
-def measure(transport: MpiTransport, mesh: Mesh, elems: int) -> list[Row]:
+def measure(transport: MpiTransport, mesh: Mesh, elems: int, repeats: int = 9) -> list[Row]:
     """refir's communication next to the MPI collective that moves the same bytes."""
     comm = transport.comm
     n, cols = comm.size, 64
@@ -66,20 +85,20 @@ def measure(transport: MpiTransport, mesh: Mesh, elems: int) -> list[Row]:
     piece = np.empty(block.size // n, np.float32)
     strided = np.asfortranarray(block)  # column-major: refir sends it through a datatype, MPI would misread it
 
-    def ours(op: ops.Communication, src: TensorType, dst: TensorType, x: np.ndarray) -> tuple[float, float]:
-        return timed(lambda: transport.communicate(op, src, dst, {comm.rank: x}))
+    def row(name: str, op: ops.Communication, src: TensorType, dst: TensorType, x: np.ndarray, theirs) -> Row:
+        return (name, elems, *timed_pair(lambda: transport.communicate(op, src, dst, {comm.rank: x}), theirs,
+                                         repeats))
 
     return [
-        ("allreduce", elems, ours(ops.Allreduce("sum", ("DIDx",)), partial, whole, block),
-         timed(lambda: comm.Allreduce(block, out, op=MPI.SUM))),
-        ("allgather", elems, ours(ops.Allgather(0, "DIDx"), by_rows, gathered, block),
-         timed(lambda: comm.Allgather(block, recv))),
-        ("allgather, column-major source", elems, ours(ops.Allgather(0, "DIDx"), by_rows_f, gathered, strided),
-         timed(lambda: comm.Allgather(block, recv))),
-        ("reduce_scatter", elems, ours(ops.ReduceScatter("sum", "DIDx", 0), partial, scattered, block),
-         timed(lambda: comm.Reduce_scatter_block(block, piece, op=MPI.SUM))),
-        ("all_to_all", elems, ours(ops.AllToAll("DIDx", 1, 0), by_rows, cols_split, block),
-         timed(lambda: comm.Alltoall(block, out))),
+        row("allreduce", ops.Allreduce("sum", ("DIDx",)), partial, whole, block,
+            lambda: comm.Allreduce(block, out, op=MPI.SUM)),
+        row("allgather", ops.Allgather(0, "DIDx"), by_rows, gathered, block, lambda: comm.Allgather(block, recv)),
+        row("allgather, column-major source", ops.Allgather(0, "DIDx"), by_rows_f, gathered, strided,
+            lambda: comm.Allgather(block, recv)),
+        row("reduce_scatter", ops.ReduceScatter("sum", "DIDx", 0), partial, scattered, block,
+            lambda: comm.Reduce_scatter_block(block, piece, op=MPI.SUM)),
+        row("all_to_all", ops.AllToAll("DIDx", 1, 0), by_rows, cols_split, block,
+            lambda: comm.Alltoall(block, out)),
     ]
 
 
@@ -89,7 +108,7 @@ def layout_bounds(elems: int) -> list[tuple[str, tuple[float, float]]]:
     all_to_all's packing of column pieces one after another (numpy's copy and the
     transport's)."""
     from interp.host_copy import copy_into
-    from interp.mpi_transport import _pieces
+    from interp.mpi_plans import _sender
 
     n, cols = MPI.COMM_WORLD.size, 64
     block = np.random.default_rng(0).standard_normal((elems // cols, cols)).astype(np.float32)
@@ -100,7 +119,7 @@ def layout_bounds(elems: int) -> list[tuple[str, tuple[float, float]]]:
             ("column-major to row-major, numpy", timed(lambda: np.copyto(out, strided))),
             ("column-major to row-major, tiled", timed(lambda: copy_into(out, strided))),
             ("all_to_all packing, numpy", timed(lambda: np.copyto(packed, stacked))),
-            ("all_to_all packing, refir", timed(lambda: _pieces(block, n, 1, 0)))]
+            ("all_to_all packing, refir", timed(lambda: _sender(block.shape, n, 1, 0)(block)))]
 
 
 RUN_PROGRAM = """mesh m = [{devices}]
@@ -135,9 +154,20 @@ def repeated_runs(runs: int = 30) -> list[str]:
     return lines
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.transport_bench", description=__doc__.split("\n")[0])
+    parser.add_argument("what", nargs="?", choices=["collectives", "runs"], default="collectives")
+    parser.add_argument("--sizes", default="1024,16384,262144,1048576",
+                        help="elements per rank, comma-separated (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=9, help="timed calls of each side (default: %(default)s)")
+    parser.add_argument("--no-bounds", action="store_true", help="skip the layout changes timed alone")
+    return parser.parse_args(argv)
+
+
 def main() -> None:
     comm = MPI.COMM_WORLD
-    if sys.argv[1:] == ["runs"]:
+    args = parse_args(sys.argv[1:])
+    if args.what == "runs":
         lines = repeated_runs()
         if comm.rank == 0:
             sys.stdout.write(f"{comm.size} ranks, spmd\n" + "\n".join(lines) + "\n")
@@ -145,15 +175,19 @@ def main() -> None:
     mesh = Mesh("m", (comm.size,), tuple(range(comm.size)))
     transport = MpiTransport()
     measure(transport, mesh, 1 << 10)  # warm-up: the first calls of a process pay for imports, caches, communicators
-    rows = [r for elems in (1 << 10, 1 << 14, 1 << 18, 1 << 20) for r in measure(transport, mesh, elems)]
+    sizes = [int(n) for n in args.sizes.split(",")]
+    rows = [r for elems in sizes for r in measure(transport, mesh, elems, args.repeats)]
     if comm.rank == 0:
-        lines = [f"{comm.size} ranks, float32, ms per call, best and median of 9", "",
+        lines = [f"{comm.size} ranks, float32, ms per call, best and median of {args.repeats}"
+                 " (refir's and MPI's calls alternating)", "",
                  f"{'collective':<31} {'elements':>9} {'refir':>8} {'MPI':>8} {'refir/MPI':>9}"
                  f" {'median':>8} {'median':>8} {'ratio':>6}"]
         for name, elems, (a, am), (b, bm) in rows:
             lines.append(f"{name:<31} {elems:>9} {a * 1e3:>8.3f} {b * 1e3:>8.3f} {a / b:>9.2f}"
                          f" {am * 1e3:>8.3f} {bm * 1e3:>8.3f} {am / bm:>6.2f}")
         sys.stdout.write("\n".join(lines) + "\n")
+    if args.no_bounds:
+        return
     bounds = [(elems, name, t) for elems in (1 << 18, 1 << 20) for name, t in layout_bounds(elems)]
     if comm.rank == 0:
         lines = ["", "layout changes alone, every rank at once (ms, best and median of 9)", ""]

@@ -8,15 +8,25 @@ gathered result (tiled, interp/host_copy.py, where the layout changes) and
 gathers the others in place; all_to_all and reduce_scatter send their pieces
 from the array's own memory where they lie one after another, else pack them by
 one copy, and receive them side by side. MPI datatypes that walk the strides
-were measured several times slower than these copies (MPICH 4-5, 2-core EPYC).
-Reductions never use MPI's own: partials are gathered and folded in team order,
-so the bits equal the in-process transport's. Every wait is a polite, bounded
-poll: four ranks on two cores would otherwise busy-spin each other.
+were measured several times slower than these copies (MPICH 4-5, 2-core EPYC;
+a vector type for 4 MiB all_to_all pieces: 60 ms against 8 for the contiguous
+call, 2026-12-01). Reductions never use MPI's own: partials are gathered and
+folded in team order, so the bits equal the in-process transport's. Every wait
+is a polite, bounded poll: four ranks on two cores would otherwise busy-spin
+each other.
+
+allgather, allreduce, reduce_scatter and all_to_all of equal blocks are planned
+once per (op, type, team, rank) (interp/mpi_plans.py): a call goes from
+`communicate` straight to its plan while the op's rule and refir.teams.teams
+are the ones it was planned under (conformance mutants replace either; the
+call then takes the rules, which use the same plans). Uneven blocks take the
+rules' v-variant paths.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from math import prod
 
@@ -25,24 +35,17 @@ from mpi4py import MPI
 
 from interp.collectives import block_index, split
 from interp.host_copy import copy_into
-from interp.impls import COMBINE
+from interp.mpi_plans import PLANS, block_shapes, displacements, fold, moved_first, planned
 from interp.transport import rank_part
 from refir import ops
+from refir import teams as team_forming
 from refir.memo import by_identity
 from refir.mpi import COMMS, fault, wait
 from refir.tables import registrar
-from refir.teams import Team
+from refir.teams import Team, teams_of
 from refir.types import TensorType, axis_first, block, block_size, local_shape
 
 HEADER_TAG, DATA_TAG = 11, 12  # point-to-point: a block's shape, then its bytes
-
-
-def moved_first(x: np.ndarray, axis: int) -> np.ndarray:
-    """x with `axis` moved to the front, as np.moveaxis (a view; a few µs
-    cheaper, which counts on every call of a small collective)."""
-    if axis == 0 or x.ndim < 2:  # nothing to move (a 0-d buffer has no axis)
-        return x
-    return x.transpose(axis_first(x.ndim, axis))
 
 
 def to_bytes(x: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -57,16 +60,6 @@ def pack_into(buf: np.ndarray, x: np.ndarray, axis: int = 0) -> None:
     copy_into(buf.view(x.dtype).reshape(front.shape), front)
 
 
-def fold(kind: str, parts: list[np.ndarray]) -> np.ndarray:
-    """interp.impls.fold's left-to-right combination (the same bits), into one
-    fresh array instead of a copy per step."""
-    combine, first = COMBINE[kind], parts[0]
-    acc = np.array(first, copy=True) if len(parts) == 1 else np.empty(first.shape, first.dtype)
-    for i, p in enumerate(parts[1:]):
-        combine(first if i == 0 else acc, p, out=acc, casting="unsafe")  # cast back as there (`astype`)
-    return acc
-
-
 def from_bytes(buf: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, axis: int = 0) -> np.ndarray:
     """Bytes of a C-contiguous array whose `axis` was moved to the front."""
     if not shape:
@@ -77,6 +70,25 @@ def from_bytes(buf: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, axis: i
     return whole if axis == 0 else whole.transpose(back)
 
 
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One communication as this rank makes it: the objects it was worked out
+    for (kept, so that their ids stay theirs; matched by identity), the rule and
+    team forming then in force (conformance mutants replace either), and the
+    plan where one serves (with the team it runs in)."""
+    op: ops.Communication
+    src: TensorType
+    dst: TensorType
+    rule: Callable[..., object]
+    form: Callable[..., object]
+    devices: tuple[int, ...]
+    run: Callable[[MPI.Comm, np.ndarray], np.ndarray] | None
+
+    def serves(self, op: ops.Communication, src: TensorType, dst: TensorType, rule: Callable[..., object]) -> bool:
+        return self.op is op and self.src is src and self.dst is dst and self.rule is rule \
+            and self.form is team_forming.teams
+
+
 class MpiTransport:
     """Communications of this process's rank, on the process's communicators
     (refir.mpi.COMMS: made once per team, kept for every later run)."""
@@ -85,6 +97,7 @@ class MpiTransport:
         self.comm = COMMS.world()
         self.rank = self.comm.rank
         self.hosted = (self.rank,)
+        self.calls: dict[tuple[int, int, int], _Call] = {}
 
     def team_comm(self, devices: tuple[int, ...]) -> MPI.Comm:
         """A communicator whose ranks are the team's devices in team order."""
@@ -97,7 +110,25 @@ class MpiTransport:
                     buffers: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         fault("collective")
         rule = MPI_RULES[type(op)]
+        call = self.calls.get((id(op), id(src), id(dst)))
+        if call is None or not call.serves(op, src, dst, rule):
+            call = self._call(op, src, dst, rule)
+        if call.run is not None:  # a planned collective under its own rule: straight to the plan
+            return {self.rank: call.run(self.team_comm(call.devices), buffers[self.rank])}
         return rank_part(self.rank, op, src, dst, buffers, lambda team, x: rule(self, op, team, x, src, dst))
+
+    def _call(self, op: ops.Communication, src: TensorType, dst: TensorType, rule: Rule) -> _Call:
+        """How this rank makes the communication, kept for its next calls."""
+        mine = teams_of(self.rank, op, src, dst)
+        run = None
+        if rule is PLANNED_RULES.get(type(op)) and len(mine) == 1 and self.rank in mine[0].senders \
+                and self.rank in mine[0].receivers:
+            run = planned(op, src, mine[0], self.rank)
+        call = _Call(op, src, dst, rule, team_forming.teams, mine[0].devices if run else (), run)
+        if len(self.calls) >= 256:  # a long-lived process runs many programs
+            self.calls.clear()
+        self.calls[(id(op), id(src), id(dst))] = call
+        return call
 
     # ---- building blocks ---------------------------------------------------------------
 
@@ -126,20 +157,8 @@ class MpiTransport:
         if len(set(counts)) == 1:  # equal blocks (every rank sees the same counts): the plain collective
             wait(comm.Iallgather(MPI.IN_PLACE, [recv, counts[0], MPI.BYTE]), "an allgather")
         else:
-            wait(comm.Iallgatherv(MPI.IN_PLACE, [recv, counts, _displs(counts), MPI.BYTE]), "an allgather")
+            wait(comm.Iallgatherv(MPI.IN_PLACE, [recv, counts, displacements(counts), MPI.BYTE]), "an allgather")
         return [from_bytes(p, s, x.dtype, axis) for p, s in zip(_cut(recv, counts), shapes)]
-
-    def allgathered(self, comm: MPI.Comm, x: np.ndarray, axis: int) -> np.ndarray:
-        """The members' blocks side by side, as bytes of the blocks concatenated
-        along `axis` with that axis first (`from_bytes` of the whole shape)."""
-        front = moved_first(x, axis)
-        if front.flags.c_contiguous:  # already in order: sent from its own memory
-            recv = np.empty(x.nbytes * comm.size, np.uint8)
-            wait(comm.Iallgather(front.reshape(-1).view(np.uint8), [recv, x.nbytes, MPI.BYTE]), "an allgather")
-            return recv
-        recv = self._own_block_in_place(comm, x, axis, [x.nbytes] * comm.size)
-        wait(comm.Iallgather(MPI.IN_PLACE, [recv, x.nbytes, MPI.BYTE]), "an allgather")
-        return recv
 
     @staticmethod
     def _own_block_in_place(comm: MPI.Comm, x: np.ndarray, axis: int, counts: list[int]) -> np.ndarray:
@@ -157,7 +176,7 @@ class MpiTransport:
         counts = [prod(shapes[i]) * dtype.itemsize if i < len(shapes) else 0 for i in range(comm.size)]
         send = to_bytes(x) if x is not None else np.empty(0, np.uint8)
         recv = np.empty(sum(counts), np.uint8) if comm.rank == root else None
-        spec = [recv, counts, _displs(counts), MPI.BYTE]
+        spec = [recv, counts, displacements(counts), MPI.BYTE]
         wait(comm.Igatherv(send, spec if comm.rank == root else None, root=root), "a gather")
         if comm.rank != root:
             return []
@@ -179,8 +198,8 @@ class MpiTransport:
         if even:
             wait(comm.Ialltoall([send, sent[0], MPI.BYTE], [recv, counts[0], MPI.BYTE]), "an all_to_all")
         else:
-            wait(comm.Ialltoallv([send, sent, _displs(sent), MPI.BYTE], [recv, counts, _displs(counts), MPI.BYTE]),
-                 "an all_to_all")
+            wait(comm.Ialltoallv([send, sent, displacements(sent), MPI.BYTE],
+                                 [recv, counts, displacements(counts), MPI.BYTE]), "an all_to_all")
         return recv
 
 
@@ -210,7 +229,7 @@ def _pieces(x: np.ndarray, n: int, split_axis: int, axis: int) -> np.ndarray:
         copy_into(send.view(x.dtype).reshape(stacked.shape), stacked)
         return send
     sizes = _piece_sizes(x.shape, x.itemsize, n, split_axis)
-    for p, offset, size in zip(split(x, n, split_axis), _displs(sizes), sizes):
+    for p, offset, size in zip(split(x, n, split_axis), displacements(sizes), sizes):
         front = moved_first(p, axis)
         copy_into(send[offset:offset + size].view(x.dtype).reshape(front.shape), front)
     return send
@@ -235,18 +254,8 @@ def _stacked(x: np.ndarray, n: int, split_axis: int, axis: int) -> np.ndarray:
     return cut.transpose((split_axis, *(piece_axes[a] for a in axis_first(x.ndim, axis))))
 
 
-def _displs(counts: Sequence[int]) -> list[int]:
-    return [sum(counts[:i]) for i in range(len(counts))]
-
-
 def _cut(buf: np.ndarray, counts: list[int]) -> list[np.ndarray]:
-    return [buf[o:o + c] for o, c in zip(_displs(counts), counts)]
-
-
-@by_identity  # asked at every call of a collective: types are frozen, and hashing one walks it all
-def _blocks(t: TensorType, devices: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-    """Each device's block shape under a resolved (symbol-free) type."""
-    return tuple(local_shape(t, {}, d) for d in devices)
+    return [buf[o:o + c] for o, c in zip(displacements(counts), counts)]
 
 
 Arr = np.ndarray | None  # None where this rank sends or receives nothing
@@ -260,92 +269,71 @@ rule = registrar(MPI_RULES)
 @rule(ops.Allgather)
 def _allgather(t: MpiTransport, op: ops.Allgather, team: Team, x: Arr, src: TensorType,
                dst: TensorType) -> Arr:
-    comm = t.team_comm(team.devices)
-    shapes = _blocks(src, team.devices)
-    if len(set(shapes)) > 1:  # uneven blocks: MPI's v-variant, then one concatenation
-        return np.concatenate(t.allgather(comm, x, op.axis, shapes), axis=op.axis)
-    whole = tuple(n * comm.size if a == op.axis else n for a, n in enumerate(x.shape))
-    return from_bytes(t.allgathered(comm, x, op.axis), whole, x.dtype, op.axis)  # no concatenating copy
-
-
-# Above this many bytes an allreduce moves slices rather than whole partials.
-SLICED_ALLREDUCE_BYTES = 1 << 16
+    run = planned(op, src, team, t.rank)
+    if run is not None:
+        return run(t.team_comm(team.devices), x)
+    shapes = block_shapes(src, team.devices)  # uneven blocks: MPI's v-variant, then one concatenation
+    return np.concatenate(t.allgather(t.team_comm(team.devices), x, op.axis, shapes), axis=op.axis)
 
 
 @rule(ops.Allreduce)
 def _allreduce(t: MpiTransport, op: ops.Allreduce, team: Team, x: Arr, src: TensorType,
                dst: TensorType) -> Arr:
-    """Small: every partial to every member, each folds the whole. Large: member
-    k gathers slice k of every partial, folds it, and the folded slices are
-    gathered (as a ring allreduce moves its bytes, and a fold of 1/n each).
-    The fold is elementwise and in team order either way: the same bits."""
-    comm = t.team_comm(team.devices)
-    flat = np.ascontiguousarray(x).reshape(-1)
-    if flat.nbytes < SLICED_ALLREDUCE_BYTES or comm.size == 1:
-        every = np.empty((comm.size, flat.size), x.dtype)
-        wait(comm.Iallgather(flat.view(np.uint8), every.view(np.uint8)), "an allreduce")
-        return fold(op.kind, list(every)).reshape(x.shape)
-    bounds = [block(flat.size, comm.size, k) for k in range(comm.size)]
-    counts = [(hi - lo) * x.itemsize for lo, hi in bounds]
-    lo, hi = bounds[comm.rank]
-    mine = np.empty((comm.size, hi - lo), x.dtype)  # slice `rank` of every member's partial
-    got = [mine[0].nbytes] * comm.size
-    wait(comm.Ialltoallv([flat.view(np.uint8), counts, _displs(counts), MPI.BYTE],
-                         [mine.view(np.uint8), got, _displs(got), MPI.BYTE]), "an allreduce")
-    folded = fold(op.kind, list(mine))
-    whole = np.empty(flat.size, x.dtype)
-    wait(comm.Iallgatherv(folded.view(np.uint8), [whole.view(np.uint8), counts, _displs(counts), MPI.BYTE]),
-         "an allreduce")
-    return whole.reshape(x.shape)
+    return planned(op, src, team, t.rank)(t.team_comm(team.devices), x)
 
 
 @rule(ops.ReduceScatter)
 def _reduce_scatter(t: MpiTransport, op: ops.ReduceScatter, team: Team, x: Arr, src: TensorType,
                     dst: TensorType) -> Arr:
+    run = planned(op, src, team, t.rank)
     comm = t.team_comm(team.devices)
-    shape, even = _reduce_scatter_plan(op, src, team, comm.rank)
-    got = t.alltoall(comm, x, op.axis, (shape,) * comm.size, 0, even)  # piece k to member k, which folds block k
-    return fold(op.kind, list(got.view(x.dtype).reshape((comm.size, *shape))))
+    if run is not None:
+        return run(comm, x)
+    shape = _reduce_scatter_block(op, src, team, comm.rank)  # uneven: MPI's v-variant
+    got = t.alltoall(comm, x, op.axis, (shape,) * comm.size, 0, False)  # piece k to member k, which folds block k
+    return fold(op.kind, got.view(x.dtype).reshape((comm.size, *shape)))
 
 
-@by_identity  # types are frozen: a plan per collective, not per call
-def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team,
-                         rank: int) -> tuple[tuple[int, ...], bool]:
-    """This rank's block of the result, and whether every piece of every member is equal."""
-    n, blocks = len(team.devices), _blocks(src, team.devices)
-    shape = blocks[rank]  # the partial this rank holds
-    mine = tuple(block_size(extent, n, rank) if a == op.axis else extent for a, extent in enumerate(shape))
-    return mine, len(set(blocks)) == 1 and shape[op.axis] % n == 0
+@by_identity
+def _reduce_scatter_block(op: ops.ReduceScatter, src: TensorType, team: Team, rank: int) -> tuple[int, ...]:
+    """This rank's block of the result."""
+    shape = block_shapes(src, team.devices)[rank]  # the partial this rank holds
+    return tuple(block_size(extent, len(team.devices), rank) if a == op.axis else extent
+                 for a, extent in enumerate(shape))
 
 
 @rule(ops.AllToAll)
 def _all_to_all(t: MpiTransport, op: ops.AllToAll, team: Team, x: Arr, src: TensorType,
                 dst: TensorType) -> Arr:
+    run = planned(op, src, team, t.rank)
     comm = t.team_comm(team.devices)
-    shapes, whole, even = _all_to_all_plan(op, src, team, comm.rank)
-    got = t.alltoall(comm, x, op.split_axis, shapes, op.concat_axis, even)
+    if run is not None:
+        return run(comm, x)
+    shapes, whole = _all_to_all_shapes(op, src, team, comm.rank)  # uneven: MPI's v-variant
+    got = t.alltoall(comm, x, op.split_axis, shapes, op.concat_axis, False)
     return from_bytes(got, whole, x.dtype, op.concat_axis)  # the pieces side by side: no concatenating copy
 
 
 @by_identity
-def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team,
-                     rank: int) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], bool]:
-    """The shape of the piece from each member, of the concatenated result, and
-    whether every piece of every member is equal."""
-    devices = team.devices
-    blocks = _blocks(src, devices)
-    extent = src.axes[op.split_axis].extent
-    mine = block_size(extent, len(devices), rank)
+def _all_to_all_shapes(op: ops.AllToAll, src: TensorType, team: Team,
+                       rank: int) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """The shape of the piece from each member, and of the concatenated result."""
+    blocks = block_shapes(src, team.devices)
+    mine = block_size(src.axes[op.split_axis].extent, len(team.devices), rank)
     shapes = tuple(tuple(mine if a == op.split_axis else n for a, n in enumerate(s)) for s in blocks)
     whole = tuple(sum(s[op.concat_axis] for s in shapes) if a == op.concat_axis else n
                   for a, n in enumerate(shapes[0]))
-    return shapes, whole, len(set(blocks)) == 1 and extent % len(devices) == 0
+    return shapes, whole
+
+
+# The rules the plans stand for: a call whose rule is still one of these skips them.
+PLANNED_RULES = {op: MPI_RULES[op] for op in PLANS}
 
 
 def _gathered(t: MpiTransport, team: Team, x: Arr, src: TensorType) -> list[np.ndarray]:
     """Every receiver collects the senders' blocks (team ranks 0..senders-1)."""
     comm = t.team_comm(team.devices)
-    shapes = _blocks(src, team.senders)
+    shapes = block_shapes(src, team.senders)
     mine: list[np.ndarray] = []
     for r in team.receivers:
         got = t.gather_to(comm, team.index(r), x, shapes, src.np_dtype)
@@ -385,7 +373,7 @@ def _scatter(t: MpiTransport, op: ops.Scatter, team: Team, x: Arr, src: TensorTy
     n = len(team.receivers)
     counts = [prod(local_shape(dst, {}, d)) * src.np_dtype.itemsize if d in team.receivers else 0
               for d in team.devices]
-    displs = _displs(counts)
+    displs = displacements(counts)
     spec = None
     if comm.rank == 0:
         parts = split(x, n, op.axis)

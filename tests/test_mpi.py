@@ -77,6 +77,10 @@ COLLECTIVE_JOBS = [
     job("allreduce_sliced", "mesh m = [3, 1, 0, 2]\nfunc main(x: f32[4@DIDx, 6001, 3], h: f16[4@DIDx, 12001, 3]) {\n"
         "  s = sum(x, dims=[0])\n  hi: f32[6001, 3] layout[1, 0] = max(x, dims=[0])\n  p = prod(h, dims=[0])\n"
         "  return s, hi, p\n}\n", x=f32(4, 6001, 3), h=f32(4, 12001, 3, seed=5).astype(np.float16)),
+    job("allreduce_sliced_equal", "mesh m = [3, 1, 0, 2]\n"
+        "func main(x: f32[4@DIDx, 4000, 8], h: f16[4@DIDx, 8000, 8]) {\n"
+        "  s = sum(x, dims=[0])\n  lo: f32[4000, 8] layout[1, 0] = min(x, dims=[0])\n  p = sum(h, dims=[0])\n"
+        "  return s, lo, p\n}\n", x=f32(4, 4000, 8), h=f32(4, 8000, 8, seed=6).astype(np.float16)),
     job("allreduce_nan", "mesh m = [1, 0]\nfunc main(x: f32[4@DIDx, 2]) {\n  hi = max(x, dims=[0])\n"
         "  s = sum(x, dims=[0])\n  return hi, s\n}\n",
         x=np.array([[1.0, 2.0], [np.nan, 0.0], [3.0, -1.0], [0.5, 9.0]], np.float32)),

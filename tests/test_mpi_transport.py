@@ -61,3 +61,91 @@ def test_datatype_sends_and_fold_keep_the_bits():
     assert "laid out f 0 (4, 16, 96)" in lines and "laid out negative 2 (-120, 20, 4)" in lines
     assert "laid out big f 2 (4, 64, 2560)" in lines
     assert lines[-1] == "folds agree"
+
+
+PLANS_CHILD = r"""
+from unittest import mock
+
+import numpy as np
+
+from interp import mpi_plans, mpi_transport as mt
+from refir import ops
+from refir.teams import Team
+from refir.types import Axis, Mesh, TensorType
+
+# Plans are worked out from types alone: equal blocks are planned, uneven ones
+# are left to the rules' v-variant paths.
+mesh4 = Mesh("m", (4,), (0, 1, 2, 3))
+team = Team((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))
+def typ(*axes, partial=()):
+    return TensorType("f32", axes, mesh4, None, partial, "sum" if partial else "")
+gather = ops.Allgather(0, "DIDx")
+assert mt.planned(gather, typ(Axis(8, "DIDx"), Axis(6)), team, 2) is not None
+assert mt.planned(gather, typ(Axis(7, "DIDx"), Axis(6)), team, 2) is None
+scatter = ops.ReduceScatter("sum", "DIDx", 1)
+assert mt.planned(scatter, typ(Axis(3), Axis(8), partial=("DIDx",)), team, 0) is not None
+assert mt.planned(scatter, typ(Axis(3), Axis(6), partial=("DIDx",)), team, 0) is None
+swap = ops.AllToAll("DIDx", 1, 0)
+assert mt.planned(swap, typ(Axis(8, "DIDx"), Axis(12)), team, 1) is not None
+assert mt.planned(swap, typ(Axis(8, "DIDx"), Axis(10)), team, 1) is None
+assert mt.planned(ops.Allreduce("sum", ("DIDx",)), typ(Axis(5), partial=("DIDx",)), team, 3) is not None
+print("planned where blocks are equal")
+
+# A planned reduce_scatter's or all_to_all's pieces are _pieces's bytes, packed
+# or (dense, in order) the buffer itself, small and past host_copy's threshold.
+from interp import host_copy
+rng = np.random.default_rng(1)
+for shape in ((4, 6, 8), (1, 8, 5), (16, 40, 72), (2048, 4, 3), (64, 40, 128)):
+    base = rng.standard_normal(shape).astype(np.float32)
+    for x in (base, np.asfortranarray(base), base[::-1]):
+        for split_axis in range(3):
+            for axis in range(3):
+                if shape[split_axis] % 4:
+                    continue
+                got = mpi_plans._sender(shape, 4, split_axis, axis)(x)
+                want = mt._pieces(x, 4, split_axis, axis)
+                assert got.tobytes() == want.tobytes(), (shape, x.strides, split_axis, axis)
+                if shape[0] == 1 and split_axis == 1 and axis <= 1 and x.flags.c_contiguous:
+                    assert got is x  # in order already: sent from its own memory
+assert len(host_copy._pieces_of.signatures) == 2  # the big dense buffers: runs of 8-byte words and of elements
+print("pieces agree")
+
+# Scratch buffers: kept per role between the bounds (the next call of the role
+# reuses the memory), fresh outside them.
+a = mpi_plans.scratch("test", (1 << 15,), np.float32)
+b = mpi_plans.scratch("test", (3, 1 << 14), np.float16)
+assert np.shares_memory(a, b) and b.shape == (3, 1 << 14) and b.dtype == np.float16 and b.flags.c_contiguous
+assert not np.shares_memory(a, mpi_plans.scratch("other", (1 << 15,), np.float32))
+small = mpi_plans.scratch("test", (8,), np.float32)
+assert not np.shares_memory(small, mpi_plans.scratch("test", (8,), np.float32))
+big = mpi_plans.scratch("test", (mpi_plans.SCRATCH_MAX_BYTES + 1,), np.uint8)
+assert not np.shares_memory(big, mpi_plans.scratch("test", (1 << 15,), np.float32))
+print("scratch kept")
+
+# One rank: a call goes to its plan while the rule is the transport's own; a
+# rule replaced (as conformance mutants do) is called instead, through the teams.
+mesh1 = Mesh("m", (1,), (0,))
+src = TensorType("f32", (Axis(4, "DIDx"), Axis(3)), mesh1)
+dst = TensorType("f32", (Axis(4), Axis(3)), mesh1)
+t = mt.MpiTransport()
+x = np.arange(12, dtype=np.float32).reshape(4, 3)
+out = t.communicate(gather, src, dst, {0: x})[0]
+assert out.tobytes() == x.tobytes() and out.flags.owndata and out.flags.c_contiguous
+assert t.calls[(id(gather), id(src), id(dst))].run is not None
+seen = []
+def replaced(tr, op, tm, buf, s, d):
+    seen.append(tm.devices)
+    return buf * 2
+with mock.patch.dict(mt.MPI_RULES, {ops.Allgather: replaced}):
+    assert (t.communicate(gather, src, dst, {0: x})[0] == x * 2).all()
+assert seen == [(0,)]
+assert t.communicate(gather, src, dst, {0: x})[0].tobytes() == x.tobytes()  # the plan again
+print("rules replaced are called")
+"""
+
+
+def test_plans_equal_blocks_only_and_yield_to_replaced_rules():
+    done = subprocess.run([sys.executable, "-c", PLANS_CHILD], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == ["planned where blocks are equal", "pieces agree", "scratch kept",
+                                        "rules replaced are called"]

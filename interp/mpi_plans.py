@@ -1,0 +1,262 @@
+"""allgather, allreduce, reduce_scatter and all_to_all of equal blocks, as one
+rank makes them under MPI, planned once per (op, type, team, rank).
+
+What a call needs beyond its buffer (shapes, byte counts, where this rank's
+piece goes, whether the pieces already lie in order and the view that packs
+them) follows from the op, the type and the team: a plan works it out once, and
+a call is then a few numpy and MPI calls. At 1K elements the Python around the
+MPI call was most of a call's time, and four ranks sharing two cores pay for
+it about twice over (benchmarks/RESULTS.md, "third pass"). Results are fresh
+arrays of their own, in C order where the result's axes keep their order, so
+that spmd's NumpyTransport need not copy them again. Uneven blocks are not
+planned: interp/mpi_transport.py's rules move them with MPI's v-variants.
+Reductions fold in team order (`fold`: interp.impls.fold's bits), never MPI's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from math import prod
+
+import numpy as np
+from mpi4py import MPI
+
+from interp.host_copy import copy_into, pieces_into
+from interp.impls import COMBINE
+from refir import ops
+from refir.memo import by_identity
+from refir.mpi import poll
+from refir.tables import registrar
+from refir.teams import Team
+from refir.types import TensorType, axis_first, block, local_shape
+
+
+def moved_first(x: np.ndarray, axis: int) -> np.ndarray:
+    """x with `axis` moved to the front, as np.moveaxis (a view; a few µs
+    cheaper, which counts on every call of a small collective)."""
+    if axis == 0 or x.ndim < 2:  # nothing to move (a 0-d buffer has no axis)
+        return x
+    return x.transpose(axis_first(x.ndim, axis))
+
+
+def fold(kind: str, parts: Sequence[np.ndarray]) -> np.ndarray:
+    """interp.impls.fold's left-to-right combination (the same bits), into one
+    fresh array instead of a copy per step."""
+    return fold_into(np.empty(parts[0].shape, parts[0].dtype), kind, parts)
+
+
+def fold_into(out: np.ndarray, kind: str, parts: Sequence[np.ndarray]) -> np.ndarray:
+    """`fold` written into `out` (of the parts' shape and dtype; the parts may be
+    the rows of one array)."""
+    combine = COMBINE[kind]
+    if len(parts) == 1:
+        np.copyto(out, parts[0])
+        return out
+    combine(parts[0], parts[1], out=out, casting="unsafe")  # cast back as interp.impls.fold does (`astype`)
+    for p in parts[2:]:
+        combine(out, p, out=out, casting="unsafe")
+    return out
+
+
+def displacements(counts: Sequence[int]) -> list[int]:
+    return [sum(counts[:i]) for i in range(len(counts))]
+
+
+@by_identity  # asked at every call of a collective: types are frozen, and hashing one walks it all
+def block_shapes(t: TensorType, devices: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Each device's block shape under a resolved (symbol-free) type."""
+    return tuple(local_shape(t, {}, d) for d in devices)
+
+
+# Buffers a call uses only while it runs (packed pieces to send, partials
+# received to fold) are kept between calls, one per role, from this size up to
+# the largest: a fresh 4 MiB send buffer each call made a 1M all_to_all's MPI
+# part about 15% slower (four ranks on two cores; pages faulted anew or cold
+# in the TLB), where results, which callers keep, must be fresh arrays.
+SCRATCH_MIN_BYTES, SCRATCH_MAX_BYTES = 1 << 16, 1 << 26
+_SCRATCH: dict[str, np.ndarray] = {}
+
+
+def scratch(role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialized C-contiguous array for `role` within one call: the
+    buffer kept for the role where the size is in range (the next call with that
+    role overwrites it: a call's MPI requests are complete when it returns, and
+    one rank makes one call at a time), else a fresh one."""
+    nbytes = prod(shape) * np.dtype(dtype).itemsize
+    if not SCRATCH_MIN_BYTES <= nbytes <= SCRATCH_MAX_BYTES:
+        return np.empty(shape, dtype)
+    kept = _SCRATCH.get(role)
+    if kept is None or kept.nbytes < nbytes:
+        kept = _SCRATCH[role] = np.empty(nbytes, np.uint8)
+    return kept[:nbytes].view(dtype).reshape(shape)
+
+
+Run = Callable[[MPI.Comm, np.ndarray], np.ndarray]  # (the team's communicator, this rank's buffer) -> result
+PLANS: dict[type, Callable[..., Run | None]] = {}
+plan = registrar(PLANS)
+
+
+def _waited(req: MPI.Request, what: str) -> None:
+    """refir.mpi.wait for one request (its polite, bounded poll), without a list per poll."""
+    poll(req.Test, what)
+
+
+@by_identity  # types, ops and teams are frozen and asked again and again: a plan per collective, not per call
+def planned(op: ops.Communication, src: TensorType, team: Team, rank: int) -> Run | None:
+    """This world rank's call of `op` in `team`, or None where it is not planned."""
+    make = PLANS.get(type(op))
+    return None if make is None or rank not in team.devices else make(op, src, team, team.index(rank))
+
+
+@plan(ops.Allgather)
+def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -> Run | None:
+    shapes = block_shapes(src, team.devices)
+    if len(set(shapes)) > 1:
+        return None
+    axis, shape, n = op.axis, shapes[0], len(team.devices)
+    front, back = _front_first((*shape[:axis], shape[axis] * n, *shape[axis + 1:]), axis)
+    mine = slice(rank * shape[axis], (rank + 1) * shape[axis])
+
+    def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
+        whole, count = np.empty(front, x.dtype), x.nbytes  # counts from the buffer: its dtype's bytes
+        sent = moved_first(x, axis)
+        if sent.flags.c_contiguous:  # already in order: sent from its own memory
+            _waited(comm.Iallgather([sent, count, MPI.BYTE], [whole, count, MPI.BYTE]), "an allgather")
+        else:  # laid out by one copy in its own place (as MPI would copy it there), the others' come in place
+            copy_into(whole[mine], sent)
+            _waited(comm.Iallgather(MPI.IN_PLACE, [whole, count, MPI.BYTE]), "an allgather")
+        return whole if back is None else whole.transpose(back)
+
+    return run
+
+
+# Above this many bytes an allreduce moves slices rather than whole partials.
+SLICED_ALLREDUCE_BYTES = 1 << 16
+
+
+@plan(ops.Allreduce)
+def _allreduce_plan(op: ops.Allreduce, src: TensorType, team: Team, rank: int) -> Run:
+    """Small: every partial to every member, each folds the whole. Large: member
+    k gathers slice k of every partial, folds it, and the folded slices are
+    gathered (as a ring allreduce moves its bytes, and a fold of 1/n each).
+    The fold is elementwise and in team order either way: the same bits."""
+    n, kind = len(team.devices), op.kind
+
+    def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
+        sent = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+        if x.nbytes >= SLICED_ALLREDUCE_BYTES and n > 1:
+            return _sliced_allreduce(comm, sent, kind)
+        every = np.empty((n, x.size), x.dtype)
+        _waited(comm.Iallgather([sent, x.nbytes, MPI.BYTE], [every, x.nbytes, MPI.BYTE]), "an allreduce")
+        out = np.empty(x.shape, x.dtype)
+        fold_into(out.reshape(-1), kind, every)
+        return out
+
+    return run
+
+
+def _sliced_allreduce(comm: MPI.Comm, x: np.ndarray, kind: str) -> np.ndarray:
+    """The large allreduce of a C-contiguous partial (see _allreduce_plan). Equal
+    slices (the size a multiple of the team's) go through MPI's plain all-to-all
+    and allgather, which move them faster here than the v-variants."""
+    flat, n = x.reshape(-1), comm.size
+    counts = _slice_counts(flat.size, x.itemsize, n)
+    mine = scratch("received", (n, counts[comm.rank] // x.itemsize), x.dtype)  # slice `rank` of every partial
+    whole = np.empty(x.shape, x.dtype)
+    if flat.size % n == 0:
+        _waited(comm.Ialltoall([flat, counts[0], MPI.BYTE], [mine, counts[0], MPI.BYTE]), "an allreduce")
+        folded = fold_into(scratch("folded", mine.shape[1:], x.dtype), kind, mine)
+        _waited(comm.Iallgather([folded, counts[0], MPI.BYTE], [whole, counts[0], MPI.BYTE]), "an allreduce")
+        return whole
+    displs, got = displacements(counts), [mine[0].nbytes] * n
+    _waited(comm.Ialltoallv([flat, counts, displs, MPI.BYTE], [mine, got, displacements(got), MPI.BYTE]),
+            "an allreduce")
+    folded = fold_into(scratch("folded", mine.shape[1:], x.dtype), kind, mine)
+    _waited(comm.Iallgatherv([folded, counts[comm.rank], MPI.BYTE], [whole, counts, displs, MPI.BYTE]),
+            "an allreduce")
+    return whole
+
+
+@lru_cache(maxsize=256)
+def _slice_counts(size: int, itemsize: int, n: int) -> tuple[int, ...]:
+    """The bytes of each of n slices of a flat buffer of `size` elements."""
+    return tuple((hi - lo) * itemsize for lo, hi in (block(size, n, k) for k in range(n)))
+
+
+@plan(ops.ReduceScatter)
+def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, rank: int) -> Run | None:
+    """Piece k of every partial to member k, which folds them in team order."""
+    n, blocks = len(team.devices), block_shapes(src, team.devices)
+    shape = blocks[rank]
+    if len(set(blocks)) > 1 or shape[op.axis] % n:
+        return None
+    mine = tuple(extent // n if a == op.axis else extent for a, extent in enumerate(shape))
+    kind = op.kind
+    pieces = _sender(shape, n, op.axis, 0)
+
+    def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
+        got, count = scratch("received", (n, *mine), x.dtype), x.nbytes // n
+        _waited(comm.Ialltoall([pieces(x), count, MPI.BYTE], [got, count, MPI.BYTE]), "a reduce_scatter")
+        return fold_into(np.empty(mine, x.dtype), kind, got)
+
+    return run
+
+
+@plan(ops.AllToAll)
+def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -> Run | None:
+    """Piece k to member k; the received pieces lie side by side, concatenation
+    axis first, which is the result (no concatenating copy)."""
+    n, blocks = len(team.devices), block_shapes(src, team.devices)
+    shape, extent = blocks[rank], src.axes[op.split_axis].extent
+    if len(set(blocks)) > 1 or extent % n or shape[op.split_axis] % n:
+        return None
+    axis, split_axis = op.concat_axis, op.split_axis
+    piece = tuple(extent // n if a == split_axis else e for a, e in enumerate(shape))
+    front, back = _front_first(tuple(e * n if a == axis else e for a, e in enumerate(piece)), axis)
+    pieces = _sender(shape, n, split_axis, axis)
+
+    def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
+        whole, count = np.empty(front, x.dtype), x.nbytes // n
+        _waited(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
+        return whole if back is None else whole.transpose(back)
+
+    return run
+
+
+def _front_first(shape: tuple[int, ...], axis: int) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """The shape with `axis` moved to the front, and the transpose that moves it
+    back (None where nothing moves)."""
+    if axis == 0:
+        return shape, None
+    return (shape[axis], *shape[:axis], *shape[axis + 1:]), (*range(1, axis + 1), 0, *range(axis + 1, len(shape)))
+
+
+def _sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> Callable[[np.ndarray], np.ndarray]:
+    """What sends the n equal pieces of a buffer of `shape` along `split_axis`,
+    each in C order with `axis` first, one after another (_pieces's bytes): the
+    buffer's own memory where it is dense and they lie there so (decided from
+    the shape, once), else one copy through _stacked's view, its shapes worked
+    out here."""
+    longest = shape[split_axis] // n
+    axis_first_moves_nothing = all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
+    in_order = all(shape[a] <= 1 for a in range(split_axis)) and axis_first_moves_nothing
+    cut = (*shape[:split_axis], n, longest, *shape[split_axis + 1:])  # one axis split: a view of any buffer
+    piece_axes = [a + (a >= split_axis) for a in range(len(shape))]  # where the buffer's axes are in `cut`
+    order = (split_axis, *(piece_axes[a] for a in axis_first(len(shape), axis)))
+    stacked = tuple(cut[a] for a in order)
+    # A dense buffer whose pieces go in their own C order: (outer, n, run) -> (n, outer, run).
+    outer, run = prod(shape[:split_axis]), longest * prod(shape[split_axis + 1:])
+
+    def pieces(x: np.ndarray) -> np.ndarray:
+        if in_order and x.flags.c_contiguous:
+            return x
+        if axis_first_moves_nothing and x.flags.c_contiguous:
+            send = scratch("send", (n, outer, run), x.dtype)
+            pieces_into(send, x.reshape(outer, n, run))
+            return send
+        send = scratch("send", stacked, x.dtype)
+        copy_into(send, x.reshape(cut).transpose(order))
+        return send
+
+    return pieces
