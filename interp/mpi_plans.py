@@ -26,7 +26,7 @@ from interp.host_copy import copy_into, pieces_into
 from interp.impls import COMBINE
 from refir import ops
 from refir.memo import by_identity
-from refir.mpi import poll
+from refir.mpi import wait
 from refir.tables import registrar
 from refir.teams import Team
 from refir.types import TensorType, axis_first, block, local_shape
@@ -97,11 +97,6 @@ PLANS: dict[type, Callable[..., Run | None]] = {}
 plan = registrar(PLANS)
 
 
-def _waited(req: MPI.Request, what: str) -> None:
-    """refir.mpi.wait for one request (its polite, bounded poll), without a list per poll."""
-    poll(req.Test, what)
-
-
 @by_identity  # types, ops and teams are frozen and asked again and again: a plan per collective, not per call
 def planned(op: ops.Communication, src: TensorType, team: Team, rank: int) -> Run | None:
     """This world rank's call of `op` in `team`, or None where it is not planned."""
@@ -122,10 +117,10 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
         whole, count = np.empty(front, x.dtype), x.nbytes  # counts from the buffer: its dtype's bytes
         sent = moved_first(x, axis)
         if sent.flags.c_contiguous:  # already in order: sent from its own memory
-            _waited(comm.Iallgather([sent, count, MPI.BYTE], [whole, count, MPI.BYTE]), "an allgather")
+            wait(comm.Iallgather([sent, count, MPI.BYTE], [whole, count, MPI.BYTE]), "an allgather")
         else:  # laid out by one copy in its own place (as MPI would copy it there), the others' come in place
             copy_into(whole[mine], sent)
-            _waited(comm.Iallgather(MPI.IN_PLACE, [whole, count, MPI.BYTE]), "an allgather")
+            wait(comm.Iallgather(MPI.IN_PLACE, [whole, count, MPI.BYTE]), "an allgather")
         return whole if back is None else whole.transpose(back)
 
     return run
@@ -148,7 +143,7 @@ def _allreduce_plan(op: ops.Allreduce, src: TensorType, team: Team, rank: int) -
         if x.nbytes >= SLICED_ALLREDUCE_BYTES and n > 1:
             return _sliced_allreduce(comm, sent, kind)
         every = np.empty((n, x.size), x.dtype)
-        _waited(comm.Iallgather([sent, x.nbytes, MPI.BYTE], [every, x.nbytes, MPI.BYTE]), "an allreduce")
+        wait(comm.Iallgather([sent, x.nbytes, MPI.BYTE], [every, x.nbytes, MPI.BYTE]), "an allreduce")
         out = np.empty(x.shape, x.dtype)
         fold_into(out.reshape(-1), kind, every)
         return out
@@ -165,15 +160,15 @@ def _sliced_allreduce(comm: MPI.Comm, x: np.ndarray, kind: str) -> np.ndarray:
     mine = scratch("received", (n, counts[comm.rank] // x.itemsize), x.dtype)  # slice `rank` of every partial
     whole = np.empty(x.shape, x.dtype)
     if flat.size % n == 0:
-        _waited(comm.Ialltoall([flat, counts[0], MPI.BYTE], [mine, counts[0], MPI.BYTE]), "an allreduce")
+        wait(comm.Ialltoall([flat, counts[0], MPI.BYTE], [mine, counts[0], MPI.BYTE]), "an allreduce")
         folded = fold_into(scratch("folded", mine.shape[1:], x.dtype), kind, mine)
-        _waited(comm.Iallgather([folded, counts[0], MPI.BYTE], [whole, counts[0], MPI.BYTE]), "an allreduce")
+        wait(comm.Iallgather([folded, counts[0], MPI.BYTE], [whole, counts[0], MPI.BYTE]), "an allreduce")
         return whole
     displs, got = displacements(counts), [mine[0].nbytes] * n
-    _waited(comm.Ialltoallv([flat, counts, displs, MPI.BYTE], [mine, got, displacements(got), MPI.BYTE]),
+    wait(comm.Ialltoallv([flat, counts, displs, MPI.BYTE], [mine, got, displacements(got), MPI.BYTE]),
             "an allreduce")
     folded = fold_into(scratch("folded", mine.shape[1:], x.dtype), kind, mine)
-    _waited(comm.Iallgatherv([folded, counts[comm.rank], MPI.BYTE], [whole, counts, displs, MPI.BYTE]),
+    wait(comm.Iallgatherv([folded, counts[comm.rank], MPI.BYTE], [whole, counts, displs, MPI.BYTE]),
             "an allreduce")
     return whole
 
@@ -197,7 +192,7 @@ def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, ran
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         got, count = scratch("received", (n, *mine), x.dtype), x.nbytes // n
-        _waited(comm.Ialltoall([pieces(x), count, MPI.BYTE], [got, count, MPI.BYTE]), "a reduce_scatter")
+        wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [got, count, MPI.BYTE]), "a reduce_scatter")
         return fold_into(np.empty(mine, x.dtype), kind, got)
 
     return run
@@ -218,7 +213,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         whole, count = np.empty(front, x.dtype), x.nbytes // n
-        _waited(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
+        wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
         return whole if back is None else whole.transpose(back)
 
     return run
