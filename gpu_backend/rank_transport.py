@@ -30,6 +30,7 @@ import numpy as np
 
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.kernels import copy_into, laid_out
+from gpu_backend.packing import peer_pieces
 from gpu_backend.transports import Buffers, DeviceArrays
 from interp.collectives import block_index
 from interp.mpi_transport import MpiTransport
@@ -209,8 +210,9 @@ def _pieces_in_place(t: RankTransport, op: ops.AllToAll, team: Team, x: DeviceBu
     """Even pieces, each straight to its place. The result, concat axis
     outermost, holds the pieces side by side in team order, so each is a
     contiguous slice of it: a peer's piece is received into its slice, mine is
-    copied into mine, and a piece I send goes from where it lies when it is
-    dense in `order`, packed otherwise. My own piece is copied while the wire
+    copied into mine, and the pieces I send go from where they lie when they
+    are dense in `order`, else packed into one send buffer
+    (gpu_backend/packing.py: one copy launch with two ranks, at most two). My own piece is copied while the wire
     sends the others; in CHUNKS chunks along the concat axis (the same on
     every rank), the wire sends chunk c while the kernels pack chunk c + 1."""
     n, me, axis = len(team.devices), team.index(t.rank), op.concat_axis
@@ -222,8 +224,8 @@ def _pieces_in_place(t: RankTransport, op: ops.AllToAll, team: Team, x: DeviceBu
     kept = []  # the packed chunks, alive until the wire is done with them
     for c in range(chunks):
         lo, hi = block(extent, chunks, c)
-        sends = [(peer, laid_out(part.take(axis, lo, hi), order))
-                 for peer, part in zip(team.devices, parts) if peer != t.rank]
+        peers = peer_pieces([part.take(axis, lo, hi) for part in parts], me, order)
+        sends = list(zip(team.devices[:me] + team.devices[me + 1:], peers))
         recvs = [(peer, place.take(axis, lo, hi)) for peer, place in zip(team.devices, places) if peer != t.rank]
         t.wire.start_p2p(sends, recvs)
         kept.append(sends)
