@@ -10,7 +10,9 @@ collective table (16384 x 16384, row-major or column-major), next to torch's
 copy of the same bytes (the ceiling) and torch doing the same re-layout, in
 one process. Per row: one call then a synchronize (`call`), ten back to back
 (`piped`: the kernels' own time), the call's host part (until it returns),
-and the copy launches it made. Where the wire would be in a two-GPU run is
+and the copy launches it made; the rules also in 2 and 4 chunks
+(rank_transport.CHUNKS, RS_CHUNKS), where the two-GPU run overlaps each
+chunk's packing with the wire's work on the one before. Where the wire would be in a two-GPU run is
 stated in benchmarks/RESULTS.md, from that run's wire times.
 """
 
@@ -19,7 +21,8 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
@@ -98,6 +101,19 @@ def row(name: str, moved: int, ceiling: float, fn: Callable[[], object], theirs:
         f"({2 * moved / one / 1e9:.0f} GB/s){peer}")
 
 
+@contextmanager
+def chunked(**values: int) -> Iterator[None]:
+    """rank_transport's chunk counts set for a while."""
+    old = {k: getattr(rank_transport, k) for k in values}
+    for k, v in values.items():
+        setattr(rank_transport, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(rank_transport, k, v)
+
+
 def main() -> int:
     if SIMULATED:
         say("collective_packing needs a real GPU")
@@ -134,6 +150,9 @@ def main() -> int:
             lambda: copy_into(place, pieces[0]), torch_half)  # noqa: B023
         row("the path before: laid_out of the peer's piece", nbytes // 2, ceiling[nbytes // 2],
             lambda: laid_out(pieces[1], order))  # noqa: B023
+        for chunks in (2, 4):
+            with chunked(CHUNKS=chunks):
+                row(f"whole rule in {chunks} chunks", nbytes, ceiling[nbytes], whole)
         four = x.split(4, op.split_axis)
         row("4 ranks, rank 1: 3 peers' pieces (2 launches)", 3 * nbytes // 4, 0.75 * ceiling[nbytes],
             lambda: packing.peer_pieces(four, 1, order))  # noqa: B023
@@ -148,6 +167,9 @@ def main() -> int:
             torch_pack if layout != (0, 1) else None)
         if layout == (0, 1):
             continue
+        for chunks in (2, 4):
+            with chunked(RS_CHUNKS=chunks):
+                row(f"whole rule in {chunks} chunks", nbytes, ceiling[nbytes], rule)
         for side, rows, walk, blocks in [(64, 2, 0, 1), (32, 4, 0, 1), (32, 2, 0, 1), (64, 4, 0, 1), (64, 8, 0, 1),
                                          (64, 2, 2, 1), (64, 2, 0, 2)]:
             with knobs(transpose, TRANSPOSE_SIDE=side, TRANSPOSE_ROWS=rows, TRANSPOSE_WALK=walk,

@@ -30,7 +30,7 @@ import numpy as np
 
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.kernels import copy_into, laid_out
-from gpu_backend.packing import peer_pieces
+from gpu_backend.packing import peer_pieces, slot_rows
 from gpu_backend.transports import Buffers, DeviceArrays
 from interp.collectives import block_index
 from interp.mpi_transport import MpiTransport
@@ -48,7 +48,7 @@ Dense = DeviceBuffer  # one whose elements fill data[offset:offset+size]: the wi
 class Wire(Protocol):
     """Moves dense device buffers; teams are world ranks in team order. Each
     call is ordered before every kernel issued after it returns, but
-    start_p2p, whose exchange is queued after every kernel issued so far:
+    start_p2p and start_reduce_scatter, each queued after every kernel issued so far:
     kernels issued next may run meanwhile, until finish orders the rest after
     it (its buffers kept alive till then)."""
 
@@ -59,6 +59,7 @@ class Wire(Protocol):
     def broadcast(self, team: tuple[int, ...], buf: Dense, root: int) -> None: ...
     def allreduce(self, team: tuple[int, ...], send: Dense, recv: Dense, kind: str) -> None: ...
     def reduce_scatter(self, team: tuple[int, ...], send: Dense, recv: Dense, kind: str) -> None: ...
+    def start_reduce_scatter(self, team: tuple[int, ...], send: Dense, recv: Dense, kind: str) -> None: ...
     def p2p(self, sends: list[tuple[int, Dense]], recvs: list[tuple[int, Dense]]) -> None: ...
     def start_p2p(self, sends: list[tuple[int, Dense]], recvs: list[tuple[int, Dense]]) -> None: ...
     def finish(self, what: str) -> None: ...
@@ -153,21 +154,51 @@ def _allreduce(t: RankTransport, op: ops.Allreduce, team: Team, x: Buf, src: Ten
     return DeviceArrays(dst.order).fold(op.kind, pieces(every.flat(), len(team.devices), x.shape, dst.order))
 
 
+# A native reduce_scatter whose declared source layout is not the wire's order
+# (so its block is re-laid out on the way) can go in RS_CHUNKS chunks of every
+# slot, each packed while the one before is reduced. The choice depends only on
+# the types and extents, the same on every rank (NCCL calls must match). Not
+# measured on two GPUs yet (benchmarks/RESULTS.md): one chunk by default; the
+# `phases` device stage times 1, 2 and 4.
+RS_CHUNKS = 1
+
+
 @rule(ops.ReduceScatter)
 def _reduce_scatter(t: RankTransport, op: ops.ReduceScatter, team: Team, x: Buf, src: TensorType,
                     dst: TensorType) -> Buf:
     n, order = len(team.devices), axis_first(x.ndim, op.axis)
     c = block_size(x.shape[op.axis], n, 0)
     mine = block_size(x.shape[op.axis], n, team.index(t.rank))
-    send, slot = padded(x, op.axis, n * c, order), with_extent(x.shape, op.axis, c)
+    slot = with_extent(x.shape, op.axis, c)
     if t.wire.native(op.kind, x.dtype):  # padding is reduced with padding only, then cut away
         got = DeviceBuffer.empty(slot, x.dtype, order)
-        t.wire.reduce_scatter(team.devices, send, got, op.kind)
+        chunks = min(RS_CHUNKS, c) if n * c == x.shape[op.axis] and src.order != order else 1
+        if chunks > 1:
+            _reduced_in_chunks(t, op, team, x, got, chunks, order)
+        else:
+            t.wire.reduce_scatter(team.devices, padded(x, op.axis, n * c, order), got, op.kind)
         return got if mine == c else got.take(op.axis, 0, mine)
+    send = padded(x, op.axis, n * c, order)
     got = DeviceBuffer.empty(send.shape, x.dtype, order)  # my slot of every member, in team order
     t.wire.alltoall(team.devices, send, got)
     parts = [p.take(op.axis, 0, mine) for p in pieces(got.flat(), n, slot, order)]
     return DeviceArrays(dst.order).fold(op.kind, parts)
+
+
+def _reduced_in_chunks(t: RankTransport, op: ops.ReduceScatter, team: Team, x: DeviceBuffer, got: DeviceBuffer,
+                       chunks: int, order: tuple[int, ...]) -> None:
+    """An even native reduce_scatter in `chunks` chunks along the axis: chunk
+    k of every member's slot is packed into one send buffer (one copy launch,
+    gpu_backend/packing.py) and reduced into chunk k of mine, which is
+    contiguous (the axis outermost), while the kernels pack chunk k + 1."""
+    n, axis, c = len(team.devices), op.axis, got.shape[op.axis]
+    kept = []  # the packed chunks, alive until the wire is done with them
+    for k in range(chunks):
+        lo, hi = block(c, chunks, k)
+        send = slot_rows(x, axis, n, c, lo, hi, order)
+        t.wire.start_reduce_scatter(team.devices, send, got.take(axis, lo, hi), op.kind)
+        kept.append(send)
+    t.wire.finish("a reduce_scatter")
 
 
 @rule(ops.AllToAll)
