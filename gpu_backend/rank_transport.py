@@ -17,7 +17,10 @@ uneven allgather, reduce_scatter and all_to_all move equal slots padded to
 ceil(E/n) and keep exactly each block (spec §3.1, §7); gather and scatter move
 each block at its own size, point to point. An even all_to_all needs no slots:
 each piece goes point to point straight into its place in the result
-(_pieces_in_place).
+(_pieces_in_place), the peers' pieces packed into one send buffer where they
+need packing (gpu_backend/packing.py). Both it and a native reduce_scatter from
+a re-laid-out source can go in chunks, each packed while the wire moves the
+one before (CHUNKS, RS_CHUNKS).
 """
 
 from __future__ import annotations
@@ -242,8 +245,8 @@ def _pieces_in_place(t: RankTransport, op: ops.AllToAll, team: Team, x: DeviceBu
     outermost, holds the pieces side by side in team order, so each is a
     contiguous slice of it: a peer's piece is received into its slice, mine is
     copied into mine, and the pieces I send go from where they lie when they
-    are dense in `order`, else packed into one send buffer
-    (gpu_backend/packing.py: one copy launch with two ranks, at most two). My own piece is copied while the wire
+    are dense in `order`, else packed into one send buffer (one copy launch
+    with two ranks, at most two). My own piece is copied while the wire
     sends the others; in CHUNKS chunks along the concat axis (the same on
     every rank), the wire sends chunk c while the kernels pack chunk c + 1."""
     n, me, axis = len(team.devices), team.index(t.rank), op.concat_axis
