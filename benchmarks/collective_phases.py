@@ -18,6 +18,8 @@ collectives of benchmarks/gpu_ops.py's table, rank 0 prints (ms, medians):
   what is left of the wrapped call: Python between the phases;
 - all_to_all by other means: packed whole and sent by one alltoall (the path
   before the pieces went in place), and in place in 1, 2, 4 and 8 chunks;
+  reduce_scatter from the column-major source in 1, 2 and 4 chunks
+  (rank_transport.RS_CHUNKS: each chunk packed while the one before is reduced);
 - the wire alone on buffers made once: NcclWire, nccl4py's Communicator
   method on the legacy default stream then a synchronize, and torch.
 """
@@ -97,7 +99,7 @@ class Phases:
         saved_empty = DeviceBuffer.empty
         saved = {(m, n): getattr(m, n) for m in (rank_transport, transports) for n in ("copy_into", "laid_out")}
         wire_calls = ("allgather", "alltoall", "allreduce", "reduce_scatter", "p2p", "broadcast", "start_p2p",
-                      "finish")
+                      "start_reduce_scatter", "finish")
         DeviceBuffer.empty = staticmethod(self.timed("allocate", saved_empty))  # type: ignore[method-assign]
         for (m, n), fn in saved.items():
             setattr(m, n, self.timed(f"{n} ({m.__name__.split('.')[-1]})", fn))
@@ -116,7 +118,8 @@ class Phases:
 @contextmanager
 def no_gpu_wait(wire: Any) -> Any:
     """Every wire call a no-op: what is left of a call is host work and kernel launches."""
-    names = ("allgather", "alltoall", "allreduce", "reduce_scatter", "p2p", "broadcast", "start_p2p", "finish")
+    names = ("allgather", "alltoall", "allreduce", "reduce_scatter", "p2p", "broadcast", "start_p2p",
+             "start_reduce_scatter", "finish")
     for n in names:
         setattr(wire, n, lambda *a, **k: None)
     try:
@@ -266,6 +269,14 @@ def main() -> int:
                     rank_transport.CHUNKS = chunks
                     ways[f"in place, {chunks} chunks"] = median_time(call, sync, barrier)
                 rank_transport.CHUNKS = default
+                say("    other ways: " + ", ".join(f"{k} {ms(v)}" for k, v in ways.items()))
+            if name == "reduce_scatter" and order == (1, 0):  # its source re-laid out: chunked packing
+                default = rank_transport.RS_CHUNKS
+                ways = {}
+                for chunks in (1, 2, 4):
+                    rank_transport.RS_CHUNKS = chunks
+                    ways[f"{chunks} chunks"] = median_time(call, sync, barrier)
+                rank_transport.RS_CHUNKS = default
                 say("    other ways: " + ", ".join(f"{k} {ms(v)}" for k, v in ways.items()))
             if order == (0, 1) and name == "allreduce":
                 say(profile_top(call))

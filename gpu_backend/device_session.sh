@@ -26,6 +26,7 @@
 #   bench-uneven     benchmarks/gpu_bench.py uneven: allgather and reduce_scatter, even vs uneven (pad-and-slice), next to torch
 #   bench-coll       benchmarks/gpu_bench.py collectives: the collectives table alone (GPU_BENCH_MIB sets the sizes)
 #   phases           benchmarks/collective_phases.py: each collective's phases timed apart, its wire several ways, torch
+#   pack             benchmarks/collective_packing.py: all_to_all's and reduce_scatter's local copies alone, one GPU
 #   matmul           benchmarks/gpu_matmul_probe.py: the host time of a matmul through cupy at the seed-2 shapes, one GPU
 # (the benchmarks come last: correctness first when the budget runs short)
 # A failing or slow stage never stops the next; each has a time limit and the
@@ -134,6 +135,7 @@ stage bench-uneven 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benc
 stage bench-coll 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench collectives | tee "$OUT/bench-coll.txt"'
 stage matmul 60 bash -c 'set -o pipefail; "$PY" -m benchmarks.gpu_matmul_probe | tee "$OUT/matmul.txt"'
 stage phases 150 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.collective_phases | tee "$OUT/phases.txt"'
+stage pack 150 bash -c 'set -o pipefail; "$PY" -m benchmarks.collective_packing | tee "$OUT/pack.txt"'
 
 echo "=== done in $((SECONDS - START))s"
 cat "$OUT/summary.txt"

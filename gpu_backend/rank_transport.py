@@ -17,7 +17,10 @@ uneven allgather, reduce_scatter and all_to_all move equal slots padded to
 ceil(E/n) and keep exactly each block (spec §3.1, §7); gather and scatter move
 each block at its own size, point to point. An even all_to_all needs no slots:
 each piece goes point to point straight into its place in the result
-(_pieces_in_place).
+(_pieces_in_place), the peers' pieces packed into one send buffer where they
+need packing (gpu_backend/packing.py). Both it and a native reduce_scatter from
+a re-laid-out source can go in chunks, each packed while the wire moves the
+one before (CHUNKS, RS_CHUNKS).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import numpy as np
 
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.kernels import copy_into, laid_out
+from gpu_backend.packing import peer_pieces, slot_rows
 from gpu_backend.transports import Buffers, DeviceArrays
 from interp.collectives import block_index
 from interp.mpi_transport import MpiTransport
@@ -47,7 +51,7 @@ Dense = DeviceBuffer  # one whose elements fill data[offset:offset+size]: the wi
 class Wire(Protocol):
     """Moves dense device buffers; teams are world ranks in team order. Each
     call is ordered before every kernel issued after it returns, but
-    start_p2p, whose exchange is queued after every kernel issued so far:
+    start_p2p and start_reduce_scatter, each queued after every kernel issued so far:
     kernels issued next may run meanwhile, until finish orders the rest after
     it (its buffers kept alive till then)."""
 
@@ -58,6 +62,7 @@ class Wire(Protocol):
     def broadcast(self, team: tuple[int, ...], buf: Dense, root: int) -> None: ...
     def allreduce(self, team: tuple[int, ...], send: Dense, recv: Dense, kind: str) -> None: ...
     def reduce_scatter(self, team: tuple[int, ...], send: Dense, recv: Dense, kind: str) -> None: ...
+    def start_reduce_scatter(self, team: tuple[int, ...], send: Dense, recv: Dense, kind: str) -> None: ...
     def p2p(self, sends: list[tuple[int, Dense]], recvs: list[tuple[int, Dense]]) -> None: ...
     def start_p2p(self, sends: list[tuple[int, Dense]], recvs: list[tuple[int, Dense]]) -> None: ...
     def finish(self, what: str) -> None: ...
@@ -152,21 +157,51 @@ def _allreduce(t: RankTransport, op: ops.Allreduce, team: Team, x: Buf, src: Ten
     return DeviceArrays(dst.order).fold(op.kind, pieces(every.flat(), len(team.devices), x.shape, dst.order))
 
 
+# A native reduce_scatter whose declared source layout is not the wire's order
+# (so its block is re-laid out on the way) can go in RS_CHUNKS chunks of every
+# slot, each packed while the one before is reduced. The choice depends only on
+# the types and extents, the same on every rank (NCCL calls must match). Not
+# measured on two GPUs yet (benchmarks/RESULTS.md): one chunk by default; the
+# `phases` device stage times 1, 2 and 4.
+RS_CHUNKS = 1
+
+
 @rule(ops.ReduceScatter)
 def _reduce_scatter(t: RankTransport, op: ops.ReduceScatter, team: Team, x: Buf, src: TensorType,
                     dst: TensorType) -> Buf:
     n, order = len(team.devices), axis_first(x.ndim, op.axis)
     c = block_size(x.shape[op.axis], n, 0)
     mine = block_size(x.shape[op.axis], n, team.index(t.rank))
-    send, slot = padded(x, op.axis, n * c, order), with_extent(x.shape, op.axis, c)
+    slot = with_extent(x.shape, op.axis, c)
     if t.wire.native(op.kind, x.dtype):  # padding is reduced with padding only, then cut away
         got = DeviceBuffer.empty(slot, x.dtype, order)
-        t.wire.reduce_scatter(team.devices, send, got, op.kind)
+        chunks = min(RS_CHUNKS, c) if n * c == x.shape[op.axis] and src.order != order else 1
+        if chunks > 1:
+            _reduced_in_chunks(t, op, team, x, got, chunks, order)
+        else:
+            t.wire.reduce_scatter(team.devices, padded(x, op.axis, n * c, order), got, op.kind)
         return got if mine == c else got.take(op.axis, 0, mine)
+    send = padded(x, op.axis, n * c, order)
     got = DeviceBuffer.empty(send.shape, x.dtype, order)  # my slot of every member, in team order
     t.wire.alltoall(team.devices, send, got)
     parts = [p.take(op.axis, 0, mine) for p in pieces(got.flat(), n, slot, order)]
     return DeviceArrays(dst.order).fold(op.kind, parts)
+
+
+def _reduced_in_chunks(t: RankTransport, op: ops.ReduceScatter, team: Team, x: DeviceBuffer, got: DeviceBuffer,
+                       chunks: int, order: tuple[int, ...]) -> None:
+    """An even native reduce_scatter in `chunks` chunks along the axis: chunk
+    k of every member's slot is packed into one send buffer (one copy launch,
+    gpu_backend/packing.py) and reduced into chunk k of mine, which is
+    contiguous (the axis outermost), while the kernels pack chunk k + 1."""
+    n, axis, c = len(team.devices), op.axis, got.shape[op.axis]
+    kept = []  # the packed chunks, alive until the wire is done with them
+    for k in range(chunks):
+        lo, hi = block(c, chunks, k)
+        send = slot_rows(x, axis, n, c, lo, hi, order)
+        t.wire.start_reduce_scatter(team.devices, send, got.take(axis, lo, hi), op.kind)
+        kept.append(send)
+    t.wire.finish("a reduce_scatter")
 
 
 @rule(ops.AllToAll)
@@ -209,8 +244,9 @@ def _pieces_in_place(t: RankTransport, op: ops.AllToAll, team: Team, x: DeviceBu
     """Even pieces, each straight to its place. The result, concat axis
     outermost, holds the pieces side by side in team order, so each is a
     contiguous slice of it: a peer's piece is received into its slice, mine is
-    copied into mine, and a piece I send goes from where it lies when it is
-    dense in `order`, packed otherwise. My own piece is copied while the wire
+    copied into mine, and the pieces I send go from where they lie when they
+    are dense in `order`, else packed into one send buffer (one copy launch
+    with two ranks, at most two). My own piece is copied while the wire
     sends the others; in CHUNKS chunks along the concat axis (the same on
     every rank), the wire sends chunk c while the kernels pack chunk c + 1."""
     n, me, axis = len(team.devices), team.index(t.rank), op.concat_axis
@@ -222,8 +258,8 @@ def _pieces_in_place(t: RankTransport, op: ops.AllToAll, team: Team, x: DeviceBu
     kept = []  # the packed chunks, alive until the wire is done with them
     for c in range(chunks):
         lo, hi = block(extent, chunks, c)
-        sends = [(peer, laid_out(part.take(axis, lo, hi), order))
-                 for peer, part in zip(team.devices, parts) if peer != t.rank]
+        peers = peer_pieces([part.take(axis, lo, hi) for part in parts], me, order)
+        sends = list(zip(team.devices[:me] + team.devices[me + 1:], peers))
         recvs = [(peer, place.take(axis, lo, hi)) for peer, place in zip(team.devices, places) if peer != t.rank]
         t.wire.start_p2p(sends, recvs)
         kept.append(sends)

@@ -94,6 +94,10 @@ class MpiWire:
     def reduce_scatter(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer, kind: str) -> None:
         raise NotImplementedError("MpiWire never reduces: native() is False")
 
+    def start_reduce_scatter(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer,
+                             kind: str) -> None:
+        raise NotImplementedError("MpiWire never reduces: native() is False")
+
     def p2p(self, sends: list[tuple[int, DeviceBuffer]], recvs: list[tuple[int, DeviceBuffer]]) -> None:
         comm = self.mpi.comm
         got = [np.empty(_nbytes(a), np.uint8) for _, a in recvs]
@@ -225,10 +229,17 @@ class NcclWire:
 
     def reduce_scatter(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer, kind: str) -> None:
         if recv.size:
+            self.start_reduce_scatter(team, send, recv, kind)
+            self.settle("an NCCL reduce scatter")
+
+    def start_reduce_scatter(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer,
+                             kind: str) -> None:
+        """Queue a reduce_scatter after everything issued so far, as start_p2p
+        does an exchange: `finish` orders the rest after it."""
+        if recv.size:
             stream = self._begin()
             s, (r, count, dtype) = _pointer(send), self._typed(recv)
             self.raw.reduce_scatter(s, r, count, dtype, self._op(kind), self._comm(team), stream)
-            self.settle("an NCCL reduce scatter")
 
     def p2p(self, sends: list[tuple[int, DeviceBuffer]], recvs: list[tuple[int, DeviceBuffer]]) -> None:
         self.start_p2p(sends, recvs)

@@ -22,9 +22,11 @@ from test_gpu_kernels import strided  # noqa: E402
 
 from gpu_backend.buffer import download, upload  # noqa: E402
 from gpu_backend.transports import DeviceInProcess, LaidOut, transport_for  # noqa: E402
+from gpu_backend.wires import MpiWire  # noqa: E402
 from interp.spmd import NumpyTransport  # noqa: E402
 from interp.transport import InProcess  # noqa: E402
 from refir import ops  # noqa: E402
+from refir.mpi import wait  # noqa: E402
 from refir.types import DTYPES, Axis, Mesh, TensorType, has_layout, local_shape  # noqa: E402
 from refir.world import mpi_world  # noqa: E402
 
@@ -97,12 +99,18 @@ def case(seed: int, world: int) -> Case:
 
 
 def pinned(number: int, world: int) -> Case:
-    """Even all_to_alls, which move each piece straight into its place in the
-    result (gpu_backend/rank_transport.py): 0, pieces packed (columns of a
-    row-major block) into a column-major result; 1, pieces sent from where they
-    lie (dense in the result's order: one row of the split axis each) into a
-    result laid out (2, 0, 1); 2, a team of half the devices. Under MPI their
-    pieces go in two chunks."""
+    """Cases of the rank transport's chunked paths (gpu_backend/rank_transport.py).
+    Even all_to_alls, which move each piece straight into its place in the
+    result: 0, pieces packed (columns of a row-major block) into a
+    column-major result; 1, pieces sent from where they lie (dense in the
+    result's order: one row of the split axis each) into a result laid out
+    (2, 0, 1); 2, a team of half the devices. Integer-summing reduce_scatters
+    from a source declared in another order than the wire's: 3, a column-major
+    block over axis 0; 4, a block laid out (2, 1, 0) over axis 1. Under MPI the
+    all_to_alls' pieces go in two chunks, and the reduce_scatters by a wire that
+    reduces (NCCL; under the simulator, MPI's own) in two chunks."""
+    if number >= 3:
+        return pinned_reduce_scatter(number - 3, world)
     m = Mesh("m", (world,), tuple(range(world))[::-1])
     half = Mesh("h", (world // 2,), tuple(range(world // 2)))
     shapes = [(2 * world, 3 * world), (world, 2 * world, 2), (world, 2 * world)]
@@ -115,16 +123,32 @@ def pinned(number: int, world: int) -> Case:
         return TensorType("i32", axes, mesh, layout)
 
     src, dst = typed(concat, layouts[0]), typed(split, layouts[1])
+    return ops.AllToAll("DIDx", split, concat), src, dst, in_layout(src, layouts[0])
+
+
+def pinned_reduce_scatter(number: int, world: int) -> Case:
+    m = Mesh("m", (world,), tuple(range(world))[::-1])
+    shape, axis, layout = [((4 * world, 3), 0, (1, 0)), ((2, 3 * world, 5), 1, (2, 1, 0))][number]
+
+    def typed(shard: int | None, partial: bool) -> TensorType:
+        axes = tuple(Axis(n, "DIDx" if a == shard else None) for a, n in enumerate(shape))
+        return TensorType("i32", axes, m, layout, ("DIDx",) if partial else (), "sum" if partial else "")
+
+    src = typed(None, True)
+    return ops.ReduceScatter("sum", "DIDx", axis), src, typed(axis, False), in_layout(src, layout)
+
+
+def in_layout(src: TensorType, order: tuple[int, ...]) -> dict[int, np.ndarray]:
+    """Every device's block, distinct integers, dense in `order`."""
     blocks = {}
-    for d in mesh.devices:
+    for d in src.mesh.devices:
         shape = local_shape(src, {}, d)
         dense = np.arange(d * 1000, d * 1000 + prod(shape), dtype=np.int32)
-        order = layouts[0]
         blocks[d] = dense.reshape([shape[a] for a in order]).transpose(np.argsort(order))
-    return ops.AllToAll("DIDx", split, concat), src, dst, blocks
+    return blocks
 
 
-PINNED = 3
+PINNED = 5
 
 
 def mismatches(got: dict[int, np.ndarray], want: dict[int, np.ndarray], dst: TensorType,
@@ -184,39 +208,89 @@ def test_pinned_cases_are_what_they_say():
     assert want[0][:, 0].tolist() == [1003, 1009, 3, 9]  # mesh order [1, 0]: device 0 holds the second piece
 
 
+@pytest.mark.parametrize("me, copies", [(0, 1), (1, 2), (3, 1)])
+def test_the_peers_pieces_go_into_one_send_buffer_by_one_copy_a_run(me, copies, monkeypatch):
+    from gpu_backend import packing
+    from gpu_backend.kernels import copy_into
+
+    block = np.arange(48, dtype=np.int32).reshape(4, 12)
+    made = []
+    monkeypatch.setattr(packing, "copy_into", lambda d, s: (made.append(d.shape), copy_into(d, s))[1])
+    got = packing.peer_pieces(upload(block).split(4, 1), me, (0, 1))
+    assert [download(g).tolist() for g in got] == [block[:, 3 * k:3 * k + 3].tolist() for k in range(4) if k != me]
+    assert len(made) == copies and len({id(g.data) for g in got}) == 1
+    assert all(g.is_dense((0, 1)) for g in got)
+
+
+def test_a_reduce_scatter_chunk_is_every_slots_rows_side_by_side():
+    from gpu_backend.packing import slot_rows
+
+    block = np.arange(36, dtype=np.int32).reshape(12, 3)
+    send = slot_rows(upload(np.asfortranarray(block)), 0, 3, 4, 1, 3, (0, 1))
+    assert send.shape == (3, 2, 3) and send.is_dense((0, 1, 2))
+    assert download(send).tolist() == [block[4 * s + 1:4 * s + 3].tolist() for s in range(3)]
+
+
 def test_under_mpi():
     done = run_mpi(4, ["-m", "mpi4py", "tests/test_gpu_collectives.py"], timeout=200, env={"PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert sum(line.startswith("ok ") for line in lines) == 4 * len(KINDS) + PINNED, done.stdout
-    assert [line for line in lines if "chunks" in line] == [f"ok {4 * len(KINDS) + k} all_to_all in 2 chunks"
+    names = ["all_to_all"] * 3 + ["reduce_scatter"] * 2
+    assert [line for line in lines if "chunks" in line] == [f"ok {4 * len(KINDS) + k} {names[k]} in 2 chunks"
                                                            for k in range(PINNED)], done.stdout
+
+
+class SummingMpiWire(MpiWire):
+    """MpiWire that also reduces integer sums itself, as NcclWire does (host
+    staged, MPI's own reduce_scatter): the rank transport's native
+    reduce_scatter paths under the simulator."""
+
+    def native(self, kind: str, dtype: np.dtype) -> bool:
+        return kind == "sum" and dtype.kind in "iu"
+
+    def reduce_scatter(self, team: tuple[int, ...], send: object, recv: object, kind: str) -> None:
+        self.start_reduce_scatter(team, send, recv, kind)
+
+    def start_reduce_scatter(self, team: tuple[int, ...], send: object, recv: object, kind: str) -> None:
+        from mpi4py import MPI
+
+        host = send.flat().copy_to_host()
+        got = np.empty(recv.size, host.dtype)
+        wait(self.mpi.team_comm(team).Ireduce_scatter_block(host, got, op=MPI.SUM), "a reduce_scatter")
+        if recv.size:
+            recv.flat().copy_to_device(got)
 
 
 def main(cases: int = 4 * len(KINDS)) -> int:
     """Under mpiexec: every rank builds every case, runs its own part, and checks
     what it received against the spec; rank 0 prints a line per case. The
-    pinned cases send their pieces in two chunks (the line says how many
-    exchanges rank 0 started)."""
+    pinned cases go in two chunks (the line says how many exchanges or
+    reductions rank 0 started)."""
     from gpu_backend import rank_transport
-    from gpu_backend.device import use_device
+    from gpu_backend.device import SIMULATED, use_device
 
     world = mpi_world()
     assert world is not None, "run me under mpiexec with 2 or 4 ranks"
     use_device(world.comm)
     failed, transport = 0, transport_for(world)
+    plain = transport.wire
+    summing = SummingMpiWire(transport.mpi) if SIMULATED else plain  # NCCL sums integers itself
     started = [0]
-    start_p2p = transport.wire.start_p2p
 
-    def counted(*args: object) -> None:
-        started[0] += 1
-        start_p2p(*args)
+    def counted(fn: object) -> object:
+        def call(*args: object) -> None:
+            started[0] += 1
+            fn(*args)
+        return call
 
-    transport.wire.start_p2p = counted
-    default_chunks = rank_transport.CHUNKS
+    for w in {id(plain): plain, id(summing): summing}.values():
+        w.start_p2p, w.start_reduce_scatter = counted(w.start_p2p), counted(w.start_reduce_scatter)
+    default_chunks = rank_transport.CHUNKS, rank_transport.RS_CHUNKS
     for seed in range(cases + PINNED):
         op, src, dst, blocks = case(seed, world.size) if seed < cases else pinned(seed - cases, world.size)
-        rank_transport.CHUNKS = default_chunks if seed < cases else 2
+        rank_transport.CHUNKS, rank_transport.RS_CHUNKS = default_chunks if seed < cases else (2, 2)
+        transport.wire = summing if seed >= cases and isinstance(op, ops.ReduceScatter) else plain
         started[0] = 0
         mine = {d: upload(x) for d, x in blocks.items() if d == world.rank}
         got = {d: download(x) for d, x in LaidOut(transport).communicate(op, src, dst, mine).items()}
@@ -231,7 +305,8 @@ def main(cases: int = 4 * len(KINDS)) -> int:
             line = f"ok {seed} {ops.op_name(op)}{chunks}" if not found else f"FAIL {seed} {ops.op_name(op)}: {found}"
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
-    rank_transport.CHUNKS = default_chunks
+    rank_transport.CHUNKS, rank_transport.RS_CHUNKS = default_chunks
+    transport.wire = plain
     transport.close()
     return 1 if failed else 0
 

@@ -152,3 +152,18 @@ def test_buffers_on_raw_pool_memory_go_by_their_addresses():
     a, b = DeviceBuffer.dense(Memory(1000, 8, f32, None), (2, 4)), DeviceBuffer.dense(Memory(2000, 8, f32, None), (8,))
     w.allgather((0, 1), a.take(0, 1, 2), b)  # the second row: 16 bytes in
     assert raw.calls == [("all_gather", 1016, 2000, 16, 1, ("comm", 102), 77)]
+
+
+def test_started_reduce_scatters_leave_the_kernels_free_until_finish():
+    w, driver, raw = wire()
+    send = DeviceBuffer.dense(Array(1000, "int64"), (2, 2, 4))
+    got = DeviceBuffer.dense(Array(5000, "int64"), (4, 4))
+    w.start_reduce_scatter((0, 1), send, got.take(0, 0, 2), "sum")
+    w.start_reduce_scatter((0, 1), send, got.take(0, 2, 4), "sum")
+    assert ("wait", 0, "event2") not in driver.calls  # the kernels' stream waits for neither yet
+    assert pending.unsettled() is None
+    w.finish("a reduce_scatter")
+    assert raw.calls == [("reduce_scatter", 1000, 5000, 8, 4, 0, ("comm", 102), 77),
+                         ("reduce_scatter", 1000, 5000 + 64, 8, 4, 0, ("comm", 102), 77)]
+    assert driver.calls[-2:] == [("record", "event2", 77), ("wait", 0, "event2")]
+    assert pending.unsettled() == "a reduce_scatter"
