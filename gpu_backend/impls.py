@@ -24,7 +24,7 @@ from interp.spmd import slice_block
 from refir import ops
 from refir.lower import Step
 from refir.tables import registrar
-from refir.types import DTYPES, TensorType
+from refir.types import DTYPES, TensorType, dense_strides
 
 Order = tuple[int, ...]
 GpuImpl = Callable[..., DeviceBuffer]
@@ -56,21 +56,29 @@ def cast(op: ops.Cast, order: Order, x: DeviceBuffer) -> DeviceBuffer:
     return elementwise(functions.cast(x.dtype, to), DeviceBuffer.empty(x.shape, to, order), x)
 
 
+def laid_out_view(view: DeviceBuffer, order: Order) -> DeviceBuffer:
+    """`view`'s elements dense in `order`: the same memory where they already
+    lie so (with exactly the strides a fresh buffer in `order` has, extent-1
+    axes included), else a copy. Sharing is exact: a value is never written
+    after it is made (every kernel writes a buffer of its own, fresh)."""
+    if view.size and view.is_dense(order):
+        return DeviceBuffer(view.data, view.offset, view.shape, dense_strides(view.shape, order, 1))
+    return copy_into(DeviceBuffer.empty(view.shape, view.dtype, order), view)
+
+
 @impl(ops.Permute)
 def permute(op: ops.Permute, order: Order, x: DeviceBuffer) -> DeviceBuffer:
-    view = x.transpose(op.perm)
-    return copy_into(DeviceBuffer.empty(view.shape, x.dtype, order), view)
+    return laid_out_view(x.transpose(op.perm), order)
 
 
 @impl(ops.Unsqueeze)
 def unsqueeze(op: ops.Unsqueeze, order: Order, x: DeviceBuffer) -> DeviceBuffer:
-    view = x.expand_dims(op.dims)
-    return copy_into(DeviceBuffer.empty(view.shape, x.dtype, order), view)
+    return laid_out_view(x.expand_dims(op.dims), order)
 
 
 @impl(ops.Set, ops.Copy, ops.Slice)
 def copy(op: object, order: Order, x: DeviceBuffer) -> DeviceBuffer:
-    return copy_into(DeviceBuffer.empty(x.shape, x.dtype, order), x)
+    return laid_out_view(x, order)
 
 
 @impl(ops.Reduction)

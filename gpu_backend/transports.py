@@ -58,6 +58,15 @@ class DeviceArrays:
         return out
 
 
+def alone(senders: tuple[int, ...], receivers: tuple[int, ...]) -> bool:
+    """A team of one device that sends to itself: every communication's rule
+    (interp.collectives) then gives back its own block (a fold of one part, a
+    concatenation or split of one), so the block itself is the result; values
+    are never written after they are made, so sharing it is exact, and
+    LaidOut still lays it out in the result's order."""
+    return len(senders) == 1 and senders == receivers
+
+
 class DeviceInProcess:
     """Every rank in this process, every buffer on this process's device."""
 
@@ -67,6 +76,9 @@ class DeviceInProcess:
     def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType, buffers: Buffers) -> Buffers:
         out: Buffers = {}
         for team in teams(op, src, dst):
+            if alone(team.senders, team.receivers):
+                out[team.senders[0]] = buffers[team.senders[0]]
+                continue
             out.update(exchange(op, team, {s: buffers[s] for s in team.senders}, src, dst, DeviceArrays(dst.order)))
         return out
 
