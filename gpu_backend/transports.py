@@ -3,8 +3,9 @@ process, and in both cases results laid out as their type declares.
 
 All ranks in one process (a single GPU, or the simulator) share one device, so
 a communication is its spec, interp.collectives.exchange, run on device
-buffers: concatenation and folds are kernels, splits are views. One rank per
-process goes through gpu_backend/rank_transport.py.
+buffers: concatenation and folds are kernels, splits are views, and a team of
+one device hands its own block back. One rank per process goes through
+gpu_backend/rank_transport.py.
 """
 
 from __future__ import annotations
