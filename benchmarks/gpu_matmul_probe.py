@@ -14,6 +14,7 @@ gapped path and of the copy-first path are the same.
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from benchmarks.gpu_runs import per_call
 from gpu_backend.buffer import DeviceBuffer, download, upload
 from gpu_backend.device import SIMULATED
 from gpu_backend.kernels import laid_out
-from gpu_backend.matmul import _as_cupy, _cupy, matmul_into
+from gpu_backend.matmul import _as_cupy, _core_matmul, _cupy, matmul_into
 
 SHAPES = [(256, 512, 256), (512, 512, 512)]
 
@@ -40,7 +41,12 @@ def main() -> int:
         dense = upload(np.ascontiguousarray(x[:, :half]))
         b = upload(w[:half])
         out = DeviceBuffer.empty((m, n), np.dtype(np.float32))
-        views = [_as_cupy(cupy, v) for v in (gapped, b, out)]
+        transposed = upload(np.ascontiguousarray(x[:, :half].T)).transpose((1, 0))  # column-major a
+        views = [_as_cupy(cupy, v) for v in (gapped, b, out, transposed)]
+        dense_views = [_as_cupy(cupy, dense)]
+        core = _core_matmul(cupy)
+        bits: dict[str, np.ndarray] = {}
+        core_same: dict[str, bool] = {}
         costs = {
             "matmul_into, gapped a": per_call(lambda: matmul_into(out, gapped, b)),  # noqa: B023
             "matmul_into, dense a": per_call(lambda: matmul_into(out, dense, b)),  # noqa: B023
@@ -51,7 +57,16 @@ def main() -> int:
             "_as_cupy of the three buffers": per_call(
                 lambda: [_as_cupy(cupy, v) for v in (gapped, b, out)]),  # noqa: B023
             "laid_out(a) alone": per_call(lambda: laid_out(gapped, (0, 1))),  # noqa: B023
+            "cupy.matmul, dense a, views made once": per_call(
+                lambda: cupy.matmul(dense_views[0], views[1], out=views[2])),  # noqa: B023
+            "its core function (matmul_into's call), same": per_call(
+                lambda: core(dense_views[0], views[1], out=views[2])),  # noqa: B023
         }
+        for name, a in (("gapped", views[0]), ("dense", dense_views[0]), ("transposed", views[3])):
+            for kind in ("front", "core"):
+                (cupy.matmul if kind == "front" else core)(a, views[1], out=views[2])
+                bits[kind] = cupy.asnumpy(views[2]).view(np.uint32).copy()
+            core_same[name] = bool(np.array_equal(bits["front"], bits["core"]))
         matmul_into(out, gapped, b)
         through_cupy = download(out).copy()
         matmul_into(out, laid_out(gapped, (0, 1)), b)
@@ -59,8 +74,27 @@ def main() -> int:
         same = through_cupy.view(np.uint32).tobytes() == copied_first.view(np.uint32).tobytes()
         print(f"{m}, {k}, {n} (a: {m} x {half}), host µs per call: "
               + ", ".join(f"{name} {t:.1f}" for name, t in costs.items())
-              + f"; bits of the gapped and copy-first results equal: {same}", flush=True)
+              + f"; bits of the gapped and copy-first results equal: {same}; cupy.matmul and its core "
+              f"function give the same bits (a gapped, dense, transposed): {core_same}; core is the front: "
+              f"{core is cupy.matmul}", flush=True)
+        print(f"  as in a run (after uploading x and w, µs, median of 50): {as_in_a_run(x, w, cupy):.1f}", flush=True)
     return 0
+
+
+def as_in_a_run(x: np.ndarray, w: np.ndarray, cupy: object) -> float:
+    """matmul_into's host time right after the two uploads a run makes (the
+    host's caches then hold the copies' bytes, not the call's code), not back to back."""
+    from gpu_backend.device import cuda
+
+    times = []
+    for _ in range(50):
+        a, b = upload(x), upload(w)
+        out = DeviceBuffer.empty((x.shape[0], w.shape[1]), np.dtype(np.float32))
+        start = time.perf_counter()
+        matmul_into(out, a, b)
+        times.append(time.perf_counter() - start)
+        cuda.synchronize()
+    return float(np.median(times)) * 1e6
 
 
 if __name__ == "__main__":

@@ -49,13 +49,17 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
     import refir.runner as rn
 
     spots = [(rn, "verified", "verify"), (rn, "gather_outputs", "gather"), (rr, "settle", "agree"),
-             (gb, "upload", "upload"), (gb, "execute", "steps"), (gi, "matmul_into", "(of which matmul"),
+             (rn, "host_arrays", "host_arrays"), (rn, "bind_and_check", "bind"), (rn, "world_for", "world"),
+             (rn, "shard_inputs", "shard"), (gb, "check_local_inputs", "check inputs"),
+             (gb, "use_device", "use_device"), (gb, "transport_for", "transport_for"),
+             (gb, "upload", "upload"), (gb, "execute", "steps"), (gi.GpuLocal, "__call__", "(local steps)"),
+             (gi, "matmul_into", "(of which matmul"),
              (gi, "elementwise", "elementwise"), (gt.LaidOut, "communicate", "allreduce)"),
              (gb, "download", "download"), (gp, "settle", "(of which the wait for collectives)")]
-    from gpu_backend.matmul import _cupy
+    import gpu_backend.matmul as gm
 
-    if (cupy := _cupy()) is not None:  # cupy's own call, within matmul
-        spots.insert(spots.index((gi, "matmul_into", "(of which matmul")) + 1, (cupy, "matmul", "(cupy.matmul)"))
+    if gm._cupy() is not None:  # cupy's own call, within matmul
+        spots.insert(spots.index((gi, "matmul_into", "(of which matmul")) + 1, (gm, "library_matmul", "(cupy's call)"))
     parts, total = phase_medians(fn, barrier, spots, REPEATS)
     parts["rest"] = total - sum(t for label, t in parts.items() if not nested(label) and label != "elementwise")
     return ", ".join(f"{label} {t * 1e3:.2f}" for label, t in parts.items()) + f" (of {total * 1e3:.2f} ms)"

@@ -9,6 +9,7 @@ in the memory order it was asked for, the way refir.types lays out host arrays.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from math import prod
 from typing import Any
 
@@ -27,7 +28,14 @@ if not SIMULATED:
 
 def storage(dtype: np.dtype) -> np.dtype:
     """The dtype a device array of logical `dtype` is allocated with."""
-    return _BITS if dtype == BF16 else np.dtype(dtype)
+    got = _STORED.get(dtype)
+    if got is None:
+        got = _STORED[dtype] = _BITS if dtype == BF16 else np.dtype(dtype)
+    return got
+
+
+_STORED: dict[np.dtype, np.dtype] = {}
+_dense_strides = lru_cache(maxsize=4096)(dense_strides)  # a run lays out the same shapes again and again
 
 
 def to_device(x: np.ndarray) -> Any:
@@ -74,7 +82,7 @@ class DeviceBuffer:
     def dtype(self) -> np.dtype:
         """The logical dtype (bfloat16 for bits stored as uint16)."""
         d = self.data.dtype  # an np.dtype, for numba's arrays and Memory alike
-        return BF16 if d == _BITS else d
+        return BF16 if d.char == "H" else d  # uint16 (no refir dtype) holds the bits of bfloat16
 
     @property
     def ndim(self) -> int:
@@ -95,8 +103,9 @@ class DeviceBuffer:
     @staticmethod
     def dense(data: Any, shape: tuple[int, ...], order: tuple[int, ...] | None = None) -> DeviceBuffer:
         """`data` (1-D, from its start) seen as a tensor dense in `order`."""
-        order = tuple(range(len(shape))) if order is None else order
-        return DeviceBuffer(data, 0, tuple(shape), dense_strides(tuple(shape), order, 1))
+        shape = tuple(shape)
+        order = tuple(range(len(shape))) if order is None else tuple(order)
+        return DeviceBuffer(data, 0, shape, _dense_strides(shape, order, 1))
 
     # ---- views ----------------------------------------------------------------------
 
@@ -142,7 +151,7 @@ class DeviceBuffer:
     def is_dense(self, order: tuple[int, ...]) -> bool:
         """Whether the elements fill data[offset:offset+size] in `order`
         (axes of extent 1 may have any stride)."""
-        want = dense_strides(self.shape, order, 1)
+        want = _dense_strides(self.shape, tuple(order), 1)
         return all(s == w or n == 1 for s, w, n in zip(self.strides, want, self.shape))
 
     def flat(self) -> Any:

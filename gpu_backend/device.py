@@ -75,6 +75,7 @@ def announce(rank: int) -> None:
 
 
 _chosen = False
+_usable: list[bool] = []  # [True] once cuda.is_available() said so
 
 
 def use_device(comm: Any = None) -> None:
@@ -84,8 +85,10 @@ def use_device(comm: Any = None) -> None:
     global _chosen
     if SIMULATED or _chosen:
         return
-    if not cuda.is_available():
-        raise RunError("numba finds no usable CUDA GPU (set NUMBA_ENABLE_CUDASIM=1 to use the simulator)")
+    if not _usable:
+        if not cuda.is_available():
+            raise RunError("numba finds no usable CUDA GPU (set NUMBA_ENABLE_CUDASIM=1 to use the simulator)")
+        _usable.append(True)  # asked once per process: numba's answer does not change
     if comm is None:
         return
     from mpi4py import MPI

@@ -1,14 +1,18 @@
 """Every compute op on device buffers: one function each, in a table keyed by op
 class (as interp/impls.py IMPLS), and `GpuLocal`, which runs a lowered step.
 
-Each function writes a fresh buffer dense in the memory order `order` of the
-step's result type; scalar operands (symbols, literals) take the tensor dtype
-exactly as interp.impls converts them.
+Each function returns a buffer dense in the memory order `order` of the
+step's result type: a fresh one it writes, or, for the ops that only move
+elements (permute, unsqueeze, set), a view of the operand's memory where the
+elements already lie in that order (values are never written after they are
+made, so sharing is exact). Scalar operands (symbols, literals) take the
+tensor dtype exactly as interp.impls converts them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -24,7 +28,7 @@ from interp.spmd import slice_block
 from refir import ops
 from refir.lower import Step
 from refir.tables import registrar
-from refir.types import DTYPES, TensorType
+from refir.types import DTYPES, TensorType, dense_strides
 
 Order = tuple[int, ...]
 GpuImpl = Callable[..., DeviceBuffer]
@@ -39,9 +43,15 @@ def scalar_buffer(value: int | float, dtype: np.dtype) -> DeviceBuffer:
     return DeviceBuffer.dense(to_device(scalar_value(value, dtype).reshape(1)), ())
 
 
+@lru_cache(maxsize=1024)
+def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """np.broadcast_shapes, kept per pair of shapes (it costs µs a call: runs repeat their shapes)."""
+    return tuple(np.broadcast_shapes(a, b))
+
+
 @impl(ops.Binary)
 def binary(op: ops.Binary, order: Order, a: DeviceBuffer, b: DeviceBuffer) -> DeviceBuffer:
-    shape = tuple(np.broadcast_shapes(a.shape, b.shape))
+    shape = broadcast_shape(a.shape, b.shape)
     return elementwise(functions.binary(op.name, a.dtype), DeviceBuffer.empty(shape, a.dtype, order), a, b)
 
 
@@ -56,21 +66,29 @@ def cast(op: ops.Cast, order: Order, x: DeviceBuffer) -> DeviceBuffer:
     return elementwise(functions.cast(x.dtype, to), DeviceBuffer.empty(x.shape, to, order), x)
 
 
+def laid_out_view(view: DeviceBuffer, order: Order) -> DeviceBuffer:
+    """`view`'s elements dense in `order`: the same memory where they already
+    lie so (with exactly the strides a fresh buffer in `order` has, extent-1
+    axes included), else a copy. Sharing is exact: a value is never written
+    after it is made (every kernel writes a buffer of its own, fresh)."""
+    if view.size and view.is_dense(order):
+        return DeviceBuffer(view.data, view.offset, view.shape, dense_strides(view.shape, order, 1))
+    return copy_into(DeviceBuffer.empty(view.shape, view.dtype, order), view)
+
+
 @impl(ops.Permute)
 def permute(op: ops.Permute, order: Order, x: DeviceBuffer) -> DeviceBuffer:
-    view = x.transpose(op.perm)
-    return copy_into(DeviceBuffer.empty(view.shape, x.dtype, order), view)
+    return laid_out_view(x.transpose(op.perm), order)
 
 
 @impl(ops.Unsqueeze)
 def unsqueeze(op: ops.Unsqueeze, order: Order, x: DeviceBuffer) -> DeviceBuffer:
-    view = x.expand_dims(op.dims)
-    return copy_into(DeviceBuffer.empty(view.shape, x.dtype, order), view)
+    return laid_out_view(x.expand_dims(op.dims), order)
 
 
 @impl(ops.Set, ops.Copy, ops.Slice)
 def copy(op: object, order: Order, x: DeviceBuffer) -> DeviceBuffer:
-    return copy_into(DeviceBuffer.empty(x.shape, x.dtype, order), x)
+    return laid_out_view(x, order)
 
 
 @impl(ops.Reduction)
@@ -88,7 +106,10 @@ def matmul(op: ops.Matmul, order: Order, a: DeviceBuffer, b: DeviceBuffer) -> De
 def compute(op: object, order: Order, args: list[Any]) -> DeviceBuffer:
     """Apply `op`. A binary op's python scalar operand is a kernel argument in
     the tensor dtype (gpu_backend/scalars.py); any other becomes a device scalar."""
-    dtype = next(a.dtype for a in args if isinstance(a, DeviceBuffer))
+    tensors = [a for a in args if type(a) is DeviceBuffer]
+    if len(tensors) == len(args):
+        return GPU_IMPLS[type(op)](op, order, *args)
+    dtype = tensors[0].dtype
     if isinstance(op, ops.Binary) and len(args) == 2:
         first = not isinstance(args[0], DeviceBuffer)
         x, value = (args[1], args[0]) if first else (args[0], args[1])

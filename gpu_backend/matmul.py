@@ -112,10 +112,32 @@ def _cupy() -> Any:
     return cupy
 
 
+@cache
+def _core_matmul(cupy: Any) -> Callable:
+    """The function cupy.matmul hands its operands to. cupy.matmul is a
+    generalized ufunc (cupy/_core/_gufuncs.py) whose Python front works out
+    dtypes, core axes and broadcasting, then, with no dtype loops registered,
+    calls its own `_func(a, b, out=out)` with the operands untouched when they
+    are at least 2-D with equal batch axes and `out` is of the result's shape,
+    as matmul's always are here. Calling that function directly makes the same
+    cuBLAS call (the same bits: benchmarks/gpu_matmul_probe.py checks) without
+    tens of µs of that front. A cupy built otherwise keeps cupy.matmul."""
+    front = cupy.matmul
+    core = getattr(front, "_func", None)
+    plain = (getattr(front, "_supports_batched", False) and getattr(front, "_supports_out", False)
+             and not getattr(getattr(front, "_ops_register", None), "_ops", True))
+    return core if core is not None and plain else front
+
+
 def matmul_into(out: DeviceBuffer, a: DeviceBuffer, b: DeviceBuffer, library: bool = True) -> DeviceBuffer:
     """out = a @ b; `library=False` keeps to the numba kernel."""
     cupy = _cupy() if library and not SIMULATED and a.dtype in (np.float32, np.float64) else None
     if cupy is None or out.size == 0:
         return tiled_matmul(out, a, b)
-    cupy.matmul(_as_cupy(cupy, a), _as_cupy(cupy, b), out=_as_cupy(cupy, out))
+    library_matmul(cupy, _as_cupy(cupy, a), _as_cupy(cupy, b), _as_cupy(cupy, out))
     return out
+
+
+def library_matmul(cupy: Any, a: Any, b: Any, out: Any) -> None:
+    """out = a @ b on cupy arrays, through cupy's own matmul function."""
+    _core_matmul(cupy)(a, b, out=out)

@@ -3,8 +3,9 @@ process, and in both cases results laid out as their type declares.
 
 All ranks in one process (a single GPU, or the simulator) share one device, so
 a communication is its spec, interp.collectives.exchange, run on device
-buffers: concatenation and folds are kernels, splits are views. One rank per
-process goes through gpu_backend/rank_transport.py.
+buffers: concatenation and folds are kernels, splits are views, and a team of
+one device hands its own block back. One rank per process goes through
+gpu_backend/rank_transport.py.
 """
 
 from __future__ import annotations
@@ -58,6 +59,15 @@ class DeviceArrays:
         return out
 
 
+def alone(senders: tuple[int, ...], receivers: tuple[int, ...]) -> bool:
+    """A team of one device that sends to itself: every communication's rule
+    (interp.collectives) then gives back its own block (a fold of one part, a
+    concatenation or split of one), so the block itself is the result; values
+    are never written after they are made, so sharing it is exact, and
+    LaidOut still lays it out in the result's order."""
+    return len(senders) == 1 and senders == receivers
+
+
 class DeviceInProcess:
     """Every rank in this process, every buffer on this process's device."""
 
@@ -67,6 +77,9 @@ class DeviceInProcess:
     def communicate(self, op: ops.Communication, src: TensorType, dst: TensorType, buffers: Buffers) -> Buffers:
         out: Buffers = {}
         for team in teams(op, src, dst):
+            if alone(team.senders, team.receivers):
+                out[team.senders[0]] = buffers[team.senders[0]]
+                continue
             out.update(exchange(op, team, {s: buffers[s] for s in team.senders}, src, dst, DeviceArrays(dst.order)))
         return out
 

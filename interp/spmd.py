@@ -2,7 +2,8 @@
 
 Segment by segment, each starting from its own inputs only: the tensors it
 reads and the symbols it takes as scalars. Symbols are re-bound inside a
-segment from the buffers each step reads. The loop is shared by every backend:
+segment from the shapes of the buffers each step reads (worked out once per
+step, device and operand shapes: `step_facts`). The loop is shared by every backend:
 `Local` computes one local step on one device, a Transport moves data.
 """
 
@@ -70,7 +71,6 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
     if keep is not None:
         keep.update(inputs)
     del inputs  # buffers are forgotten after their last reader (interp/liveness.py): hold none here
-    types = lowered.types
     hosted = transport.hosted
     plan = drops(lowered)
     for s, seg in enumerate(lowered.segments):
@@ -84,6 +84,7 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
             raise RunError(f"segment {seg.index} needs symbol {missing[0]}, a global extent or value, "
                            f"and it was not handed in [{SHARD_C2}]")
         known = {s: scalars[s] for s in seg.symbols}
+        known_key = tuple(known.items())
         for step, dropped in zip(seg.steps, plan.after_step[s]):
             try:
                 if step.is_communication:
@@ -96,18 +97,16 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
                         del scope[name]
                     continue
                 out: Buffers = {}
-                for d in hosted:
-                    if d in step.type.mesh:
-                        args, bound = operand_values(step, d, scope, types, known)
-                        out[d] = local(step, d, args)
-                        want = local_shape(step.type, bound, d)
-                        if tuple(out[d].shape) != want:
-                            raise RunError(f"the result has local shape {tuple(out[d].shape)}, "
-                                           f"its type {step.type} gives {want} on device {d} [{SHARD_C1}]")
+                for d in devices_of(step, hosted):
+                    fill, want = step_facts(lowered, step, d, scope, known, known_key)
+                    out[d] = local(step, d, [scope[x][d] if var else x for var, x in fill])
+                    if tuple(out[d].shape) != want:
+                        raise RunError(f"the result has local shape {tuple(out[d].shape)}, "
+                                       f"its type {step.type} gives {want} on device {d} [{SHARD_C1}]")
                 scope[step.out] = out
                 if keep is not None:
                     keep[step.out] = out
-                args = out = None  # hold no operand past its last reader
+                out = None  # hold no operand past its last reader
                 for name in dropped:
                     del scope[name]
             except Exception as exc:  # named after the equation it came from
@@ -122,6 +121,60 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
 
 
 _RESOLVED: Memo[tuple[TensorType, TensorType]] = Memo(256)
+
+Fill = tuple[tuple[bool, Any], ...]  # per operand: (True, tensor name) or (False, its value)
+
+
+def step_facts(lowered: Lowered, step: Step, device: int, scope: dict[str, Buffers], known: dict[str, int],
+               known_key: tuple) -> tuple[Fill, tuple[int, ...]]:
+    """How to fill the step's operands on `device`, and its result's local
+    shape: operand_values and local_shape, worked out once per step, device,
+    segment symbols and operand shapes (a pure function of them), so a
+    program run again on inputs of the same shapes does not bind its
+    symbols afresh at every step."""
+    kept = _FACTS.get(id(lowered))
+    if kept is None or kept[0] is not lowered:
+        if len(_FACTS) >= 16:
+            _FACTS.pop(next(iter(_FACTS)))
+        kept = _FACTS[id(lowered)] = (lowered, {})
+    facts = kept[1]
+    key = (step.out, device, known_key, tuple(tuple(scope[n][device].shape) for n in tensor_names(step)))
+    got = facts.get(key)
+    if got is None:
+        args, bound = operand_values(step, device, scope, lowered.types, known)
+        fill = tuple((True, a.name) if isinstance(a, Var) else (False, v) for a, v in zip(step.args, args))
+        got = facts[key] = (fill, local_shape(step.type, bound, device))
+    return got
+
+
+_FACTS: dict[int, tuple[Lowered, dict[tuple, tuple[Fill, tuple[int, ...]]]]] = {}
+
+
+def tensor_names(step: Step) -> tuple[str, ...]:
+    """step.tensor_args(), made once per step."""
+    got = _NAMES.get(id(step))
+    if got is None or got[0] is not step:
+        if len(_NAMES) >= 4096:
+            _NAMES.clear()
+        got = _NAMES[id(step)] = (step, tuple(step.tensor_args()))
+    return got[1]
+
+
+_NAMES: dict[int, tuple[Step, tuple[str, ...]]] = {}
+
+
+def devices_of(step: Step, hosted: tuple[int, ...]) -> tuple[int, ...]:
+    """The hosted devices of the step's mesh, in hosted order (once per step and hosting)."""
+    key = (id(step), hosted)
+    got = _DEVICES.get(key)
+    if got is None or got[0] is not step:
+        if len(_DEVICES) >= 4096:
+            _DEVICES.clear()
+        got = _DEVICES[key] = (step, tuple(d for d in hosted if d in step.type.mesh))
+    return got[1]
+
+
+_DEVICES: dict[tuple[int, tuple[int, ...]], tuple[Step, tuple[int, ...]]] = {}
 
 
 def _ends(lowered: Lowered, step: Step, known: dict[str, int]) -> tuple[TensorType, TensorType]:

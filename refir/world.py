@@ -32,7 +32,14 @@ class World:
 
 
 def launched_by_mpi() -> bool:
-    return any(v in os.environ for v in _LAUNCHER_VARS)
+    """Whether an MPI launcher started this process (its variables, looked up
+    once: a process's launcher does not change, and every refir.run asks)."""
+    if not _LAUNCHED:
+        _LAUNCHED.append(any(v in os.environ for v in _LAUNCHER_VARS))
+    return _LAUNCHED[0]
+
+
+_LAUNCHED: list[bool] = []
 
 
 def mpi_world() -> World | None:
