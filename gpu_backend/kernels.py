@@ -37,10 +37,12 @@ from gpu_backend.device import (
     max_blocks,
     rows_block,
 )
-from gpu_backend.launch import launch
+from gpu_backend.driver_launch import copy_bytes
+from gpu_backend.launch import counts, launch, prepared, values
 from gpu_backend.memory import Memory
 from gpu_backend.strides import Arr, Ints, coalesce, padded, unravel
-from gpu_backend.transpose import transpose_into
+from gpu_backend.transpose import clear_plans as clear_transpose_plans
+from gpu_backend.transpose import transpose_plan
 
 # ---- elementwise: out[i] = fn(x[i], ...) --------------------------------------------
 # The walk: [outer..., mid, inner] in the result's memory order. A work item is
@@ -258,6 +260,8 @@ def clear_plans() -> None:
     """Forget the elementwise and copy plans (after the launch geometry knobs change)."""
     _plans.clear()
     _copies.clear()
+    _ready_tiles.clear()
+    clear_transpose_plans()
 
 
 def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: object = None) -> DeviceBuffer:
@@ -372,23 +376,36 @@ def _as_words(b: DeviceBuffer, f: int, word: np.dtype, shape: tuple[int, ...],
 # copy_into's choice for one pair of layouts (see _copy_plan), by shapes,
 # strides, element size and the offsets' alignment to a word.
 _copies: dict[tuple[object, ...], tuple[object, ...]] = {}
+# Tiled transposes between pooled Memory ready to go again, by the same key: the
+# driver launch (launch.prepared), its grid and block, and the kernel
+# parameters after dst's memory and offset and after src's.
+_ready_tiles: dict[tuple[object, ...], tuple[object, ...]] = {}
+# A copy between two buffers dense in one memory order (a layout-preserving
+# copy): "memcpy", the driver's cuMemcpyDtoDAsync on the kernels' stream, as
+# torch's copy_ does; "kernel", the dense row copy (benchmarks/kernel_probe.py
+# measures both). Only between pooled Memory on a GPU; else the kernel.
+DENSE_COPY = "memcpy"
 
 
-def _copy_plan(dst: DeviceBuffer, src: DeviceBuffer) -> tuple[object, ...]:
-    """("none",); ("rows", f, word, shape, dst strides, src strides) in words
-    of f elements; or ("tiles", word, shape, dst strides, src strides, fast axis)."""
+def _copy_plan(dst: DeviceBuffer, src: DeviceBuffer, memcpy: bool) -> tuple[object, ...]:
+    """("none",); ("memcpy", bytes) for one dense run each (where `memcpy`); ("rows", f, word,
+    shape, dst strides, src strides) in words of f elements; or ("tiles", word,
+    the transpose's plan)."""
     if dst.size == 0:
         return ("none",)
     src = src.broadcast_to(dst.shape)
     shape, (ds, ss) = coalesce(dst.shape, [dst.strides, src.strides], dst.strides)
     fast = min(range(len(shape)), key=lambda a: (abs(ss[a]), -a))
+    if memcpy and len(shape) == 1 and ds == ss == [1]:
+        return ("memcpy", shape[0] * dst.data.dtype.itemsize)
     if fast == len(shape) - 1 or ss[fast] == 0:
         f = _widening(dst, src, shape, ds, ss)
         if f == 1:  # src broadcast to dst's shape
             return ("rows", 1, _word(dst, 1), dst.shape, dst.strides, src.strides)
         wide = (*shape[:-1], shape[-1] // f)
         return ("rows", f, _word(dst, f), wide, (*(v // f for v in ds[:-1]), 1), (*(v // f for v in ss[:-1]), 1))
-    return ("tiles", _word(dst, 1), shape, ds, ss, fast)
+    word = _word(dst, 1)
+    return ("tiles", word, transpose_plan(word.itemsize, shape, ds, ss, fast))
 
 
 def _word(b: DeviceBuffer, f: int) -> np.dtype:
@@ -398,21 +415,42 @@ def _word(b: DeviceBuffer, f: int) -> np.dtype:
 
 def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     """dst[...] = src, both of one shape and dtype, any strides. Where both
-    keep one innermost axis, rows are copied (as 8-byte words where they
-    align); otherwise the tiled transpose."""
-    key = (dst.shape, dst.strides, src.shape, src.strides, dst.data.dtype.itemsize, dst.offset % 8, src.offset % 8)
+    are one dense run alike, the driver's copy; where both keep one innermost
+    axis, rows are copied (as 8-byte words where they align); otherwise the
+    tiled transpose."""
+    dd, sd = dst.data, src.data
+    pooled = type(dd) is Memory and type(sd) is Memory  # raw addresses: the driver's copy can take them
+    key = (dst.shape, dst.strides, src.shape, src.strides, dd.dtype.itemsize, dst.offset % 8, src.offset % 8, pooled)
+    ready = _ready_tiles.get(key)
+    if ready is not None:  # a transpose launched before: its parameters but the memory are kept
+        direct, grid, block, d_args, s_args = ready
+        counts["prepared"] += 1
+        direct(grid, block, (*dd.packed(), dst.offset, *d_args, *sd.packed(), src.offset, *s_args))
+        return dst
     plan = _copies.get(key)
     if plan is None:
         if len(_copies) >= PLANS_KEPT:
             _copies.clear()
-        plan = _copies[key] = _copy_plan(dst, src)
-    if plan[0] == "rows":
+        plan = _copies[key] = _copy_plan(dst, src, pooled and DENSE_COPY == "memcpy" and not SIMULATED)
+    how = plan[0]
+    if how == "memcpy":
+        size = dd.dtype.itemsize
+        copy_bytes(dd.ptr + dst.offset * size, sd.ptr + src.offset * size, plan[1])  # type: ignore[arg-type]
+    elif how == "rows":
         _, f, word, shape, ds, ss = plan
         elementwise(_same, _as_words(dst, f, word, shape, ds), _as_words(src, f, word, shape, ss))
-    elif plan[0] == "tiles":
-        _, word, shape, ds, ss, fast = plan
-        transpose_into(_as_words(dst, 1, word, dst.shape, dst.strides), _as_words(src, 1, word, src.shape, src.strides),
-                       shape, ds, ss, fast)
+    elif how == "tiles":
+        _, word, t = plan
+        args = (as_words(dd, word), dst.offset, *t.d_args, as_words(sd, word), src.offset,  # type: ignore[attr-defined]
+                *t.s_args, *t.tail)  # type: ignore[attr-defined]
+        launch(t.kernel, t.grid, t.block, *args)  # type: ignore[attr-defined]
+        direct = prepared(t.kernel, args) if pooled else None  # type: ignore[attr-defined]
+        if direct is not None:  # words of the element's own size: the memory packs as the Memory itself
+            if len(_ready_tiles) >= PLANS_KEPT:
+                _ready_tiles.clear()
+            n = len(t.d_args)  # type: ignore[attr-defined]
+            _ready_tiles[key] = (direct, t.grid, t.block, tuple(values(t.d_args)),  # type: ignore[attr-defined]
+                                 tuple(values(args[4 + n:])))
     return dst
 
 
