@@ -212,10 +212,9 @@ def _permutes(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None
 # Reduction variants per case: knobs of gpu_backend/reduce.py; the first is the default.
 NO_WARPS = 1 << 62  # WARP_ROWS_FROM that no plane reaches
 REDUCTIONS: dict[str, list[dict[str, Any]]] = {
-    "inner": [{}, {"WARP_ROWS_FROM": NO_WARPS}],
-    "outer": [{}, {"COLUMN_REGISTERS": 32}, {"COLUMN_REGISTERS": 40}, {"COLUMN_THREADS": 256},
-              {"COLUMN_THREADS": 64}, {"COLUMN_REGISTERS": 32, "COLUMN_THREADS": 256}],
-    "all": [{}, {"TOTAL_SPLIT": 4}, {"TOTAL_SPLIT": 8}, {"TOTAL_SPLIT": 2}],
+    "inner": [{}, {"MAX_IN_OPERAND": False}],
+    "outer": [{}, {"MAX_IN_OPERAND": False}, {"COLUMN_THREADS": 128}, {"COLUMN_THREADS": 128, "MAX_IN_OPERAND": False}],
+    "all": [{}, {"MAX_IN_OPERAND": False}],
 }
 
 
@@ -275,10 +274,21 @@ def _copies(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
     store, tperm = _torch_in(torch, tuple(shape[p] for p in perm), (0, 1, 2, 3))
     o4 = DeviceBuffer.empty(tuple(shape[p] for p in perm), f32)
     view = x4.transpose(perm)
-    row("permute (2, 0, 3, 1)", 8 * n, ceil[8 * n], lambda: copy_into(o4, view))
-    hw = split(lambda: copy_into(o4, view))
-    say(f"  host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs; torch host "
+    torch_t = median_time(lambda: tperm.copy_(t4.permute(perm)), torch.cuda.synchronize, NONE)
+    say(f" permute {perm}: torch {100 * ceil[8 * n] / torch_t:.0f}%, host "
         f"{micro(lambda: tperm.copy_(t4.permute(perm)), 50):.1f} µs")
+    for fit in (True, False):
+        with knobs(transpose, TRANSPOSE_FIT=fit):
+            row(f"TRANSPOSE_FIT {fit}", 8 * n, ceil[8 * n], lambda: copy_into(o4, view))
+            assert torch.equal(torch.as_tensor(o4.data, device="cuda"), store.reshape(-1)), "permute differs"
+            hw = split(lambda: copy_into(o4, view))
+            say(f"  host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs")
+    shape = sides(n, 3)
+    x3 = _buffer(torch, t4.reshape(shape), shape)
+    o3 = DeviceBuffer.empty((shape[1], shape[0], shape[2]), f32)
+    row("permute (1, 0, 2): rows", 8 * n, ceil[8 * n], lambda: copy_into(o3, x3.transpose((1, 0, 2))))
+    hw = split(lambda: copy_into(o3, x3.transpose((1, 0, 2))))
+    say(f"  host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs")
 
 
 def _elementwise(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:

@@ -260,7 +260,7 @@ def clear_plans() -> None:
     """Forget the elementwise and copy plans (after the launch geometry knobs change)."""
     _plans.clear()
     _copies.clear()
-    _ready_tiles.clear()
+    _ready_copies.clear()
     clear_transpose_plans()
 
 
@@ -269,6 +269,14 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: obje
     `scalar` (one operand): out = fn(x, scalar), the scalar a kernel argument."""
     if len(xs) != 1 and scalar is not None:
         raise TypeError("a scalar goes with one operand")
+    plan, args = _launch_args(fn, out, xs, scalar)
+    if plan[0] is not None:
+        launch(plan[0], plan[1], plan[2], *args)
+    return out
+
+
+def _launch_args(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], scalar: object) -> tuple[Plan, tuple]:
+    """elementwise's plan (kept per layout) and its kernel's arguments for these buffers."""
     key = (fn, scalar is None, out.shape, out.strides, *[v for x in xs for v in (x.shape, x.strides)])
     plan = _plans.get(key)
     if plan is None:
@@ -277,7 +285,7 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: obje
         plan = _plans[key] = _plan(fn, out, xs, scalar is not None)
     kernel, grid, block, per_buffer, tail = plan
     if kernel is None:  # nothing to compute
-        return out
+        return plan, ()
     args: list[object] = []
     for b, consts in zip((out, *xs), per_buffer):
         args += (b.data, b.offset, *consts)
@@ -285,8 +293,7 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: obje
         args += (*tail, 0 if scalar is None else scalar)
     else:
         args += tail
-    launch(kernel, grid, block, *args)
-    return out
+    return plan, tuple(args)
 
 
 def _plan(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], has_scalar: bool) -> Plan:
@@ -376,10 +383,11 @@ def _as_words(b: DeviceBuffer, f: int, word: np.dtype, shape: tuple[int, ...],
 # copy_into's choice for one pair of layouts (see _copy_plan), by shapes,
 # strides, element size and the offsets' alignment to a word.
 _copies: dict[tuple[object, ...], tuple[object, ...]] = {}
-# Tiled transposes between pooled Memory ready to go again, by the same key: the
-# driver launch (launch.prepared), its grid and block, and the kernel
-# parameters after dst's memory and offset and after src's.
-_ready_tiles: dict[tuple[object, ...], tuple[object, ...]] = {}
+# Copies between pooled Memory ready to go again, by the same key: the driver
+# launch (launch.prepared), its grid and block, the elements a word (f) and
+# the word's bytes, and the kernel parameters after dst's memory and offset and
+# after src's: a repeated copy costs a dict lookup and the launch.
+_ready_copies: dict[tuple[object, ...], tuple[object, ...]] = {}
 # A copy between two buffers dense in one memory order (a layout-preserving
 # copy): "memcpy", the driver's cuMemcpyDtoDAsync on the kernels' stream, as
 # torch's copy_ does; "kernel", the dense row copy (benchmarks/kernel_probe.py
@@ -421,11 +429,13 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     dd, sd = dst.data, src.data
     pooled = type(dd) is Memory and type(sd) is Memory  # raw addresses: the driver's copy can take them
     key = (dst.shape, dst.strides, src.shape, src.strides, dd.dtype.itemsize, dst.offset % 8, src.offset % 8, pooled)
-    ready = _ready_tiles.get(key)
-    if ready is not None:  # a transpose launched before: its parameters but the memory are kept
-        direct, grid, block, d_args, s_args = ready
+    ready = _ready_copies.get(key)
+    if ready is not None:  # launched before: all its parameters but the memory and offsets are kept
+        direct, grid, block, f, size, d_args, s_args = ready
+        nd, ns = dd.size // f, sd.size // f  # the memory as words (what _as_words makes)
         counts["prepared"] += 1
-        direct(grid, block, (*dd.packed(), dst.offset, *d_args, *sd.packed(), src.offset, *s_args))
+        direct(grid, block, (0, 0, nd, size, dd.ptr, nd, size, dst.offset // f, *d_args,  # type: ignore[operator]
+                             0, 0, ns, size, sd.ptr, ns, size, src.offset // f, *s_args))  # type: ignore[operator]
         return dst
     plan = _copies.get(key)
     if plan is None:
@@ -438,20 +448,30 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
         copy_bytes(dd.ptr + dst.offset * size, sd.ptr + src.offset * size, plan[1])  # type: ignore[arg-type]
     elif how == "rows":
         _, f, word, shape, ds, ss = plan
-        elementwise(_same, _as_words(dst, f, word, shape, ds), _as_words(src, f, word, shape, ss))
+        (kernel, grid, block, per_buffer, _), args = _launch_args(
+            _same, _as_words(dst, f, word, shape, ds), (_as_words(src, f, word, shape, ss),), None)
+        launch(kernel, grid, block, *args)
+        if pooled:
+            _remember_copy(key, kernel, grid, block, args, f, word.itemsize, len(per_buffer[0]))  # type: ignore[arg-type]
     elif how == "tiles":
         _, word, t = plan
         args = (as_words(dd, word), dst.offset, *t.d_args, as_words(sd, word), src.offset,  # type: ignore[attr-defined]
                 *t.s_args, *t.tail)  # type: ignore[attr-defined]
         launch(t.kernel, t.grid, t.block, *args)  # type: ignore[attr-defined]
-        direct = prepared(t.kernel, args) if pooled else None  # type: ignore[attr-defined]
-        if direct is not None:  # words of the element's own size: the memory packs as the Memory itself
-            if len(_ready_tiles) >= PLANS_KEPT:
-                _ready_tiles.clear()
-            n = len(t.d_args)  # type: ignore[attr-defined]
-            _ready_tiles[key] = (direct, t.grid, t.block, tuple(values(t.d_args)),  # type: ignore[attr-defined]
-                                 tuple(values(args[4 + n:])))
+        if pooled:
+            _remember_copy(key, t.kernel, t.grid, t.block, args, 1, word.itemsize, len(t.d_args))  # type: ignore
     return dst
+
+
+def _remember_copy(key: tuple[object, ...], kernel: Callable, grid: object, block: object, args: tuple[object, ...],
+                   f: int, size: int, n: int) -> None:
+    """Keep a copy's launch just made (args: dst's words and offset, n more, src's words and offset, the rest)."""
+    direct = prepared(kernel, args)
+    if direct is None:
+        return
+    if len(_ready_copies) >= PLANS_KEPT:
+        _ready_copies.clear()
+    _ready_copies[key] = (direct, grid, block, f, size, tuple(values(args[2:2 + n])), tuple(values(args[4 + n:])))
 
 
 def laid_out(x: DeviceBuffer, order: tuple[int, ...]) -> DeviceBuffer:

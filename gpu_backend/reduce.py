@@ -358,8 +358,9 @@ GROUP_VALUES = 64  # values each thread of a per-block group folds, at least
 THREAD_TARGET = 1  # chunks for one thread per output: enough for this many times max_blocks() full blocks
 COLUMNS_FROM: int | None = None  # one thread per output, one pass (no chunks), from this many outputs (None: a
 # quarter of the threads of max_blocks() full blocks: then the kernel's blocks fit on the GPU at once)
-COLUMN_THREADS = min(THREADS, 128)  # the block of that kernel
+COLUMN_THREADS = THREADS  # the block of that kernel
 COLUMN_REGISTERS: int | None = None  # its registers a thread at most (None: the compiler's choice)
+MAX_IN_OPERAND = True  # float32 max and min fold in float32 (`_accumulator`)
 TOTAL_SPLIT = 1  # `_total` launches max_blocks() // TOTAL_SPLIT blocks at most, each taking chunks in turn
 WARP, FULL = 32, 0xFFFFFFFF  # a warp's lanes, and the mask of all of them
 WARP_ROWS_FROM: int | None = None  # `_warp_rows` from this many rows (None: a warp each for max_blocks()
@@ -428,8 +429,19 @@ def reduce_into(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind:
             counts["prepared"] += 1
             direct(grid, block, (*od.packed(), out.offset, *mid, *xd.packed(), x.offset, *tail))
             return out
-    acc_dtype, to_acc = accumulator(x.dtype)
+    acc_dtype, to_acc = _accumulator(kind, x.dtype)
     return _reduce(out, x, dims, kind, acc_dtype.type(identity(kind, x.dtype)), to_acc, chunks, key)
+
+
+def _accumulator(kind: str, dtype: np.dtype) -> tuple[np.dtype, Callable]:
+    """What a reduction folds in: functions.accumulator's type, but float32 max
+    and min (MAX_IN_OPERAND) fold in float32 itself: a comparison is exact in
+    either type and its result is one of its operands, so the result is the
+    same, bit for bit, without a conversion per value (the folds' order is
+    unchanged)."""
+    if MAX_IN_OPERAND and kind in ("max", "min") and dtype == np.float32:
+        return dtype, _same_acc
+    return accumulator(dtype)
 
 
 def _remember(key: tuple[Any, ...], kernel: Any, plan: _Plan, args: tuple[Any, ...]) -> None:
@@ -555,5 +567,5 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
     # Second pass: the partials, one row of `chunks` per output, into out.
     partials = DeviceBuffer.dense(part, (*plan.kept_shape, chunks))
     target = DeviceBuffer(out.data, out.offset, plan.kept_shape, plan.kept_o)
-    _reduce(target, partials, (len(plan.kept_shape),), kind, ident, accumulator(acc_dtype)[1], 1)
+    _reduce(target, partials, (len(plan.kept_shape),), kind, ident, _accumulator(kind, acc_dtype)[1], 1)
     return out

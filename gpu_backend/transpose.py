@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from gpu_backend.buffer import DeviceBuffer
-from gpu_backend.device import SHARED_ASKS, TILE, TILE_ROWS, blocks_for, cuda, max_blocks
+from gpu_backend.device import SHARED_ASKS, SIMULATED, TILE, TILE_ROWS, blocks_for, cuda, max_blocks
 from gpu_backend.launch import launch
 from gpu_backend.strides import Arr, Ints, padded, unravel
 
@@ -161,6 +161,8 @@ TRANSPOSE_SIDE = TILE  # of a tile
 TRANSPOSE_ROWS = TILE_ROWS  # thread rows of a block: TRANSPOSE_SIDE / TRANSPOSE_ROWS elements a thread
 TRANSPOSE_WALK = ALONG_A
 TRANSPOSE_BLOCKS = 1  # times max_blocks()
+TRANSPOSE_FIT = True  # where both tiled axes are short, halve the side while a tile still covers them
+TRANSPOSE_SIDE_MIN = 2 if SIMULATED else 16
 
 
 class TransposePlan(NamedTuple):
@@ -203,9 +205,12 @@ def _plan(itemsize: int, shape: list[int], ds: list[int], ss: list[int], fast: i
     if len(rest) <= 2:  # a batch of at most two axes: c (inner) and e (outer)
         (nc, dc, sc), (ne, de, se) = [(shape[a], ds[a], ss[a]) for a in reversed(rest)] + [(1, 0, 0)] * (2 - len(rest))
         side = TRANSPOSE_SIDE
+        while TRANSPOSE_FIT and side > TRANSPOSE_SIDE_MIN and side // 2 >= max(shape[fast], shape[last]):
+            side //= 2  # short axes: a smaller tile, not one mostly empty
         total = nc * ne * -(-shape[fast] // side) * -(-shape[last] // side)
-        return TransposePlan(_transpose(itemsize, side, TRANSPOSE_ROWS, TRANSPOSE_WALK),
-                             min(total, TRANSPOSE_BLOCKS * max_blocks()), (side, TRANSPOSE_ROWS),
+        rows = TRANSPOSE_ROWS if side == TRANSPOSE_SIDE else max(1, side // 8)  # a smaller tile: 8 elements a thread
+        return TransposePlan(_transpose(itemsize, side, rows, TRANSPOSE_WALK),
+                             min(total, TRANSPOSE_BLOCKS * max_blocks()), (side, rows),
                              (ds[fast], ds[last], dc, de), (ss[fast], ss[last], sc, se),
                              (shape[fast], shape[last], nc, total))
     batch = padded([shape[a] for a in rest], 1)

@@ -194,6 +194,18 @@ def test_tiled_transpose_crosses_tile_edges(shape, perm):
     same(run(ops.Permute(perm), tuple(range(len(shape))), x), np.transpose(x, perm))
 
 
+def test_tiled_transpose_of_short_axes_takes_a_fitted_tile():
+    """Where both tiled axes are short, the tile shrinks (not to one mostly empty),
+    each transpose plan kept per layout."""
+    transpose.clear_plans()
+    side = transpose.TRANSPOSE_SIDE_MIN
+    x = np.arange(7 * side * 5 * side, dtype=np.float32).reshape(7, side, 5, side) * 0.5
+    for perm in [(2, 0, 3, 1), (0, 3, 2, 1)]:
+        out = copy_into(DeviceBuffer.empty(tuple(x.shape[p] for p in perm), x.dtype), upload(x).transpose(perm))
+        same(download(out), np.transpose(x, perm))
+    assert [p.block[0] for p in transpose._plans.values()] == [side, side]
+
+
 @pytest.mark.parametrize("walk", [transpose.ALONG_A, transpose.ALONG_B, transpose.DIAGONAL])
 @pytest.mark.parametrize("shape, perm", [((5, 9), (1, 0)), ((3, 5, 6), (2, 1, 0)), ((2, 3, 5, 6), (2, 0, 3, 1))])
 def test_tiled_transpose_walks(monkeypatch, walk, shape, perm):
@@ -351,7 +363,10 @@ def test_kept_launches_hand_the_driver_what_the_full_path_would(monkeypatch):
     kernels.clear_plans()
     transposed = lambda k: memory((64 + k) << 20, 24 * k, (4, 6, 16), (2, 0, 1))  # noqa: E731
     full_then_kept(lambda k: copy_into(memory((16 + k) << 20, 8 * k, (16, 4, 6)), transposed(k)),
-                   kernels._ready_tiles.clear)
+                   kernels._ready_copies.clear)
+    rows = lambda k: memory((64 + k) << 20, 24 * k, (6, 4, 16), (1, 0, 2))  # noqa: E731
+    full_then_kept(lambda k: copy_into(memory((16 + k) << 20, 8 * k, (4, 6, 16)), rows(k)), kernels._ready_copies.clear)
+    assert [p[:2] for p in kernels._copies.values()] == [("tiles", np.dtype(np.uint32)), ("rows", 2)]
     copy_into(memory(16 << 20, 3, (4, 6, 16)), memory(64 << 20, 5, (4, 6, 16)))
     assert copied == [((16 << 20) + 12, (64 << 20) + 20, 4 * 6 * 16 * 4)]  # byte addresses, bytes
 
