@@ -2,7 +2,10 @@
 
 Values accumulate in float64 (floats) or int64 (integers and bool), starting
 from the reduction's identity in the operand dtype (interp.impls.identity), and
-round or wrap once when stored (functions.narrow). Two ways to spread the work:
+round or wrap once when stored (functions.narrow); float32 max and min fold in
+float32 itself, which gives the same bits (`_accumulator`). A call whose
+layout was seen before launches through a kept driver launch (`_ready`).
+Two ways to spread the work:
 
 - one thread per output when the operand's fastest axis is kept: neighbouring
   threads read neighbouring elements;
