@@ -1,6 +1,6 @@
 """Kernel variants side by side on one GPU, to choose launch geometry (issue 10).
 
-    python -m benchmarks.kernel_probe [host] [permutes] [reductions] [elementwise]
+    python -m benchmarks.kernel_probe [host] [permutes] [reductions] [elementwise] [copies]
                                   (one GPU; GPU_BENCH_MIB: the size, default 1024; no section named: the last three)
 
 For the permutes, reductions, elementwise ops and casts of benchmarks/gpu_ops.py
@@ -55,8 +55,6 @@ def knobs(module: Any, **values: Any) -> Iterator[None]:
 
 
 def _forget_plans() -> None:
-    from gpu_backend import kernels, reduce
-
     kernels.clear_plans()
     reduce.clear_plans()
 
@@ -121,7 +119,8 @@ def main() -> int:
             _host(torch, n, f32, ceil)
             _bare(n, _buffer(torch, torch.rand(n, device="cuda"), (n,)), ceil[4 * n])
     picked = set(sys.argv[1:]) or {"permutes", "reductions", "elementwise"}
-    for name, section in [("permutes", _permutes), ("reductions", _reductions), ("elementwise", _elementwise)]:
+    for name, section in [("permutes", _permutes), ("reductions", _reductions), ("elementwise", _elementwise),
+                          ("copies", _copies)]:
         if name in picked:
             with guarded(name):
                 section(torch, n, f32, ceil)
@@ -210,19 +209,17 @@ def _permutes(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None
         say(f"  regs transpose side {side} rows {rows} walk {walk}: {regs(transpose._transpose(4, side, rows, walk))}")
 
 
-# Reduction variants per case: (GROUP_VALUES, RUN_LOADS, WIDE_LOADS, pairs in PAIRED, chunks, a warp a row);
-# the first is the default.
+# Reduction variants per case: knobs of gpu_backend/reduce.py; the first is the default.
 NO_WARPS = 1 << 62  # WARP_ROWS_FROM that no plane reaches
-REDUCTIONS = {
-    "inner": [(64, 8, 16, False, None, True), (64, 8, 16, True, None, True), (64, 8, 8, False, None, True),
-              (64, 8, 8, True, None, True), (64, 8, 16, False, None, False), (64, 8, 16, True, None, False)],
-    "outer": [(64, 8, 16, False, None, False), (64, 8, 16, True, None, False), (64, 8, 8, True, None, False)],
-    "all": [(64, 8, 16, False, None, False), (64, 8, 16, True, None, False), (64, 8, 8, True, None, False)],
+REDUCTIONS: dict[str, list[dict[str, Any]]] = {
+    "inner": [{}, {"MAX_IN_OPERAND": False}],
+    "outer": [{}, {"MAX_IN_OPERAND": False}, {"COLUMN_THREADS": 128}, {"COLUMN_THREADS": 128, "MAX_IN_OPERAND": False}],
+    "all": [{}, {"MAX_IN_OPERAND": False}],
 }
 
 
 def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
-    say("reductions (GROUP_VALUES, RUN_LOADS, WIDE_LOADS, pairs in PAIRED, chunks, a warp a row)")
+    say("reductions (knobs of gpu_backend/reduce.py; none: the defaults)")
     shape = sides(n, 3)
     tx = torch.rand(shape, device="cuda") - 0.5
     x = _buffer(torch, tx, shape)
@@ -232,28 +229,66 @@ def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> No
             torch_t = median_time(lambda: fn(tx, dim=dims), torch.cuda.synchronize, NONE)  # noqa: B023
             say(f" {kind} {label}: torch {100 * ceil[4 * n] / torch_t:.0f}%")
             want = fn(tx.double(), dim=dims).float()
-            for values, loads, wide, pairs, chunks, warps in REDUCTIONS[label]:
-                paired = frozenset({"sum", "max", "min"} if pairs else ())
-                with knobs(reduce, GROUP_VALUES=values, RUN_LOADS=loads, WIDE_LOADS=wide, PAIRED=paired,
-                           WARP_ROWS_FROM=None if warps else NO_WARPS):
-                    row(f"values {values} loads {loads} wide {wide} pairs {pairs} chunks {chunks} warps {warps}", 4 * n,
-                        ceil[4 * n], lambda: reduce_into(o, x, dims, kind, chunks))  # noqa: B023
-                    got = torch.as_tensor(o.data, device="cuda")[:o.size].reshape(want.shape)
+            first = None
+            for values in REDUCTIONS[label]:
+                with knobs(reduce, **values):
+                    row(f"{values or 'defaults'}", 4 * n, ceil[4 * n], lambda: reduce_into(o, x, dims, kind))  # noqa: B023
+                    got = torch.as_tensor(o.data, device="cuda")[:o.size].reshape(want.shape).clone()
                     assert torch.allclose(got, want, rtol=1e-5, atol=1e-3), f"{kind} {label} differs"
+                    first = got if first is None else first
+                    say(f"    bits as the defaults: {torch.equal(got, first)}")
             hw = split(lambda: reduce_into(o, x, dims, kind))  # noqa: B023
-            say(f"  host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs")
+            say(f"  host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs (torch: host {micro(lambda: fn(tx, dim=dims), 50):.1f} µs)")  # noqa: B023,E501
     acc_dtype, to_acc = accumulator(f32)
     store = narrow(f32)
     for kind in ("sum", "max"):
-        for loads, pairs in [(8, False), (8, True), (16, False), (16, True)]:
-            plane = reduce._plane(kind, to_acc, store, acc_dtype.type, loads, pairs)
-            columns = reduce._columns(kind, to_acc, store, loads, pairs)
-            total = reduce._total(kind, to_acc, store, acc_dtype.type, loads, pairs)
-            say(f"  regs {kind} loads {loads} pairs {pairs}: plane {regs(plane)}, columns {regs(columns)}, "
-                f"total {regs(total)}")
-        for loads, pairs in [(8, False), (8, True), (16, False), (16, True)]:
-            say(f"  regs {kind} a warp a row, loads {loads} pairs {pairs}: "
-                f"{regs(reduce._warp_rows(kind, to_acc, store, loads, pairs))}")
+        for loads, pairs in [(8, False), (16, False), (16, True)]:
+            say(f"  regs {kind} loads {loads} pairs {pairs}: "
+                f"plane {regs(reduce._plane(kind, to_acc, store, acc_dtype.type, loads, pairs))}, "
+                f"columns {regs(reduce._columns(kind, to_acc, store, loads, pairs))}, "
+                f"columns at most 32 {regs(reduce._columns(kind, to_acc, store, loads, pairs, 32))}, "
+                f"total {regs(reduce._total(kind, to_acc, store, acc_dtype.type, loads, pairs))}, "
+                f"a warp a row {regs(reduce._warp_rows(kind, to_acc, store, loads, pairs))}")
+
+
+def _copies(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
+    """Layout-preserving copies: the driver's memcpy against the dense row kernel; and the host part of a
+    4-D permute (the tiled transpose's launch, prepared)."""
+    say("copies (DENSE_COPY) and the 4-D permute's host part")
+    tx = torch.rand(n, device="cuda")
+    tout = torch.empty(n, device="cuda")
+    x, o = _buffer(torch, tx, (n,)), _buffer(torch, tout, (n,))
+    torch_t = median_time(lambda: tout.copy_(tx), torch.cuda.synchronize, NONE)
+    host = micro(lambda: tout.copy_(tx), 50)
+    say(f" identity copy: torch copy_ {100 * ceil[8 * n] / torch_t:.0f}%, host {host:.1f} µs")
+    for how in ("memcpy", "kernel"):
+        with knobs(kernels, DENSE_COPY=how):
+            row(f"DENSE_COPY {how}", 8 * n, ceil[8 * n], lambda: copy_into(o, x))
+            assert torch.equal(tout, tx), "copy differs"
+            hw = split(lambda: copy_into(o, x))
+            say(f"  host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs")
+    shape = sides(n, 4)
+    t4 = torch.rand(shape, device="cuda")
+    x4 = _buffer(torch, t4, shape)
+    perm = (2, 0, 3, 1)
+    store, tperm = _torch_in(torch, tuple(shape[p] for p in perm), (0, 1, 2, 3))
+    o4 = DeviceBuffer.empty(tuple(shape[p] for p in perm), f32)
+    view = x4.transpose(perm)
+    torch_t = median_time(lambda: tperm.copy_(t4.permute(perm)), torch.cuda.synchronize, NONE)
+    say(f" permute {perm}: torch {100 * ceil[8 * n] / torch_t:.0f}%, host "
+        f"{micro(lambda: tperm.copy_(t4.permute(perm)), 50):.1f} µs")
+    for fit in (True, False):
+        with knobs(transpose, TRANSPOSE_FIT=fit):
+            row(f"TRANSPOSE_FIT {fit}", 8 * n, ceil[8 * n], lambda: copy_into(o4, view))
+            assert torch.equal(torch.as_tensor(o4.data, device="cuda"), store.reshape(-1)), "permute differs"
+            hw = split(lambda: copy_into(o4, view))
+            say(f"  host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs")
+    shape = sides(n, 3)
+    x3 = _buffer(torch, t4.reshape(shape), shape)
+    o3 = DeviceBuffer.empty((shape[1], shape[0], shape[2]), f32)
+    row("permute (1, 0, 2): rows", 8 * n, ceil[8 * n], lambda: copy_into(o3, x3.transpose((1, 0, 2))))
+    hw = split(lambda: copy_into(o3, x3.transpose((1, 0, 2))))
+    say(f"  host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs")
 
 
 def _elementwise(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:

@@ -84,12 +84,14 @@ def gpu_tree_skips_last_level() -> Iterator[None]:
     built = (reduce._per_block, reduce._plane, reduce._total)  # every kernel that folds through the tree
     for kernels in built:
         kernels.cache_clear()  # kernels built with the right tree must not be reused
+    reduce.clear_plans()  # nor launches kept ready with them
     try:
         with mock.patch.object(reduce, "_tree", lambda kind: tree(kind, last=2)):
             yield
     finally:
         for kernels in built:
             kernels.cache_clear()
+        reduce.clear_plans()
 
 
 def _mpi_transport() -> Any:

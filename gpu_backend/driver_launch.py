@@ -46,6 +46,8 @@ def _libcuda() -> Any:
     lib.cuKernelGetFunction.restype = ctypes.c_int
     lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
     lib.cuGetErrorName.restype = ctypes.c_int
+    lib.cuMemcpyDtoDAsync_v2.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, vp]
+    lib.cuMemcpyDtoDAsync_v2.restype = ctypes.c_int
     if hasattr(lib, "cuFuncGetParamInfo"):
         size_p = ctypes.POINTER(ctypes.c_size_t)
         lib.cuFuncGetParamInfo.argtypes = [vp, ctypes.c_size_t, size_p, size_p]
@@ -165,3 +167,11 @@ def direct_launch(kernel_handle: Any, numba_values: Sequence[Any], values: Seque
         if packed[SLOT * i:SLOT * i + n] != _raw(want, n):
             return None
     return direct
+
+
+def copy_bytes(dst: int, src: int, nbytes: int, stream: int = 0) -> None:
+    """`nbytes` from device address `src` to `dst`, queued on `stream` (0: the
+    legacy default stream, the kernels' own): the driver's cuMemcpyDtoDAsync."""
+    rc = _libcuda().cuMemcpyDtoDAsync_v2(dst, src, nbytes, stream)
+    if rc:
+        raise LaunchError(f"cuMemcpyDtoDAsync: {error_name(rc)} ({rc})")

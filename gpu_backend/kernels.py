@@ -37,10 +37,12 @@ from gpu_backend.device import (
     max_blocks,
     rows_block,
 )
-from gpu_backend.launch import launch
+from gpu_backend.driver_launch import copy_bytes
+from gpu_backend.launch import counts, launch, prepared, values
 from gpu_backend.memory import Memory
 from gpu_backend.strides import Arr, Ints, coalesce, padded, unravel
-from gpu_backend.transpose import transpose_into
+from gpu_backend.transpose import clear_plans as clear_transpose_plans
+from gpu_backend.transpose import transpose_plan
 
 # ---- elementwise: out[i] = fn(x[i], ...) --------------------------------------------
 # The walk: [outer..., mid, inner] in the result's memory order. A work item is
@@ -258,6 +260,8 @@ def clear_plans() -> None:
     """Forget the elementwise and copy plans (after the launch geometry knobs change)."""
     _plans.clear()
     _copies.clear()
+    _ready_copies.clear()
+    clear_transpose_plans()
 
 
 def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: object = None) -> DeviceBuffer:
@@ -265,6 +269,14 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: obje
     `scalar` (one operand): out = fn(x, scalar), the scalar a kernel argument."""
     if len(xs) != 1 and scalar is not None:
         raise TypeError("a scalar goes with one operand")
+    plan, args = _launch_args(fn, out, xs, scalar)
+    if plan[0] is not None:
+        launch(plan[0], plan[1], plan[2], *args)
+    return out
+
+
+def _launch_args(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], scalar: object) -> tuple[Plan, tuple]:
+    """elementwise's plan (kept per layout) and its kernel's arguments for these buffers."""
     key = (fn, scalar is None, out.shape, out.strides, *[v for x in xs for v in (x.shape, x.strides)])
     plan = _plans.get(key)
     if plan is None:
@@ -273,7 +285,7 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: obje
         plan = _plans[key] = _plan(fn, out, xs, scalar is not None)
     kernel, grid, block, per_buffer, tail = plan
     if kernel is None:  # nothing to compute
-        return out
+        return plan, ()
     args: list[object] = []
     for b, consts in zip((out, *xs), per_buffer):
         args += (b.data, b.offset, *consts)
@@ -281,8 +293,7 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: obje
         args += (*tail, 0 if scalar is None else scalar)
     else:
         args += tail
-    launch(kernel, grid, block, *args)
-    return out
+    return plan, tuple(args)
 
 
 def _plan(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], has_scalar: bool) -> Plan:
@@ -372,23 +383,37 @@ def _as_words(b: DeviceBuffer, f: int, word: np.dtype, shape: tuple[int, ...],
 # copy_into's choice for one pair of layouts (see _copy_plan), by shapes,
 # strides, element size and the offsets' alignment to a word.
 _copies: dict[tuple[object, ...], tuple[object, ...]] = {}
+# Copies between pooled Memory ready to go again, by the same key: the driver
+# launch (launch.prepared), its grid and block, the elements a word (f) and
+# the word's bytes, and the kernel parameters after dst's memory and offset and
+# after src's: a repeated copy costs a dict lookup and the launch.
+_ready_copies: dict[tuple[object, ...], tuple[object, ...]] = {}
+# A copy between two buffers dense in one memory order (a layout-preserving
+# copy): "memcpy", the driver's cuMemcpyDtoDAsync on the kernels' stream, as
+# torch's copy_ does; "kernel", the dense row copy (benchmarks/kernel_probe.py
+# measures both). Only between pooled Memory on a GPU; else the kernel.
+DENSE_COPY = "memcpy"
 
 
-def _copy_plan(dst: DeviceBuffer, src: DeviceBuffer) -> tuple[object, ...]:
-    """("none",); ("rows", f, word, shape, dst strides, src strides) in words
-    of f elements; or ("tiles", word, shape, dst strides, src strides, fast axis)."""
+def _copy_plan(dst: DeviceBuffer, src: DeviceBuffer, memcpy: bool) -> tuple[object, ...]:
+    """("none",); ("memcpy", bytes) for one dense run each (where `memcpy`); ("rows", f, word,
+    shape, dst strides, src strides) in words of f elements; or ("tiles", word,
+    the transpose's plan)."""
     if dst.size == 0:
         return ("none",)
     src = src.broadcast_to(dst.shape)
     shape, (ds, ss) = coalesce(dst.shape, [dst.strides, src.strides], dst.strides)
     fast = min(range(len(shape)), key=lambda a: (abs(ss[a]), -a))
+    if memcpy and len(shape) == 1 and ds == ss == [1]:
+        return ("memcpy", shape[0] * dst.data.dtype.itemsize)
     if fast == len(shape) - 1 or ss[fast] == 0:
         f = _widening(dst, src, shape, ds, ss)
         if f == 1:  # src broadcast to dst's shape
             return ("rows", 1, _word(dst, 1), dst.shape, dst.strides, src.strides)
         wide = (*shape[:-1], shape[-1] // f)
         return ("rows", f, _word(dst, f), wide, (*(v // f for v in ds[:-1]), 1), (*(v // f for v in ss[:-1]), 1))
-    return ("tiles", _word(dst, 1), shape, ds, ss, fast)
+    word = _word(dst, 1)
+    return ("tiles", word, transpose_plan(word.itemsize, shape, ds, ss, fast))
 
 
 def _word(b: DeviceBuffer, f: int) -> np.dtype:
@@ -398,22 +423,55 @@ def _word(b: DeviceBuffer, f: int) -> np.dtype:
 
 def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     """dst[...] = src, both of one shape and dtype, any strides. Where both
-    keep one innermost axis, rows are copied (as 8-byte words where they
-    align); otherwise the tiled transpose."""
-    key = (dst.shape, dst.strides, src.shape, src.strides, dst.data.dtype.itemsize, dst.offset % 8, src.offset % 8)
+    are one dense run alike, the driver's copy; where both keep one innermost
+    axis, rows are copied (as 8-byte words where they align); otherwise the
+    tiled transpose."""
+    dd, sd = dst.data, src.data
+    pooled = type(dd) is Memory and type(sd) is Memory  # raw addresses: the driver's copy can take them
+    key = (dst.shape, dst.strides, src.shape, src.strides, dd.dtype.itemsize, dst.offset % 8, src.offset % 8, pooled)
+    ready = _ready_copies.get(key)
+    if ready is not None:  # launched before: all its parameters but the memory and offsets are kept
+        direct, grid, block, f, size, d_args, s_args = ready
+        nd, ns = dd.size // f, sd.size // f  # the memory as words (what _as_words makes)
+        counts["prepared"] += 1
+        direct(grid, block, (0, 0, nd, size, dd.ptr, nd, size, dst.offset // f, *d_args,  # type: ignore[operator]
+                             0, 0, ns, size, sd.ptr, ns, size, src.offset // f, *s_args))  # type: ignore[operator]
+        return dst
     plan = _copies.get(key)
     if plan is None:
         if len(_copies) >= PLANS_KEPT:
             _copies.clear()
-        plan = _copies[key] = _copy_plan(dst, src)
-    if plan[0] == "rows":
+        plan = _copies[key] = _copy_plan(dst, src, pooled and DENSE_COPY == "memcpy" and not SIMULATED)
+    how = plan[0]
+    if how == "memcpy":
+        size = dd.dtype.itemsize
+        copy_bytes(dd.ptr + dst.offset * size, sd.ptr + src.offset * size, plan[1])  # type: ignore[arg-type]
+    elif how == "rows":
         _, f, word, shape, ds, ss = plan
-        elementwise(_same, _as_words(dst, f, word, shape, ds), _as_words(src, f, word, shape, ss))
-    elif plan[0] == "tiles":
-        _, word, shape, ds, ss, fast = plan
-        transpose_into(_as_words(dst, 1, word, dst.shape, dst.strides), _as_words(src, 1, word, src.shape, src.strides),
-                       shape, ds, ss, fast)
+        (kernel, grid, block, per_buffer, _), args = _launch_args(
+            _same, _as_words(dst, f, word, shape, ds), (_as_words(src, f, word, shape, ss),), None)
+        launch(kernel, grid, block, *args)
+        if pooled:
+            _remember_copy(key, kernel, grid, block, args, f, word.itemsize, len(per_buffer[0]))  # type: ignore[arg-type]
+    elif how == "tiles":
+        _, word, t = plan
+        args = (as_words(dd, word), dst.offset, *t.d_args, as_words(sd, word), src.offset,  # type: ignore[attr-defined]
+                *t.s_args, *t.tail)  # type: ignore[attr-defined]
+        launch(t.kernel, t.grid, t.block, *args)  # type: ignore[attr-defined]
+        if pooled:
+            _remember_copy(key, t.kernel, t.grid, t.block, args, 1, word.itemsize, len(t.d_args))  # type: ignore
     return dst
+
+
+def _remember_copy(key: tuple[object, ...], kernel: Callable, grid: object, block: object, args: tuple[object, ...],
+                   f: int, size: int, n: int) -> None:
+    """Keep a copy's launch just made (args: dst's words and offset, n more, src's words and offset, the rest)."""
+    direct = prepared(kernel, args)
+    if direct is None:
+        return
+    if len(_ready_copies) >= PLANS_KEPT:
+        _ready_copies.clear()
+    _ready_copies[key] = (direct, grid, block, f, size, tuple(values(args[2:2 + n])), tuple(values(args[4 + n:])))
 
 
 def laid_out(x: DeviceBuffer, order: tuple[int, ...]) -> DeviceBuffer:

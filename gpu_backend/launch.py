@@ -77,6 +77,26 @@ def _key(args: tuple[Any, ...]) -> tuple[Any, ...]:
     return _flatten(args)[0]
 
 
+def values(args: tuple[Any, ...]) -> list[Any]:
+    """The kernel parameters `args` pass (arrays as numba's seven each), as a DirectLaunch takes them."""
+    return _flatten(args)[1]
+
+
+def prepared(kernel: Any, args: tuple[Any, ...]) -> Any:
+    """The DirectLaunch of `kernel` for arguments of the kinds of `args`, once
+    `launch` has launched that signature (None before, or where it launches
+    otherwise): a caller that keeps a plan per layout calls it with the plan's
+    parameter values, `direct(grid, block, values)`, and skips `launch`'s pass
+    over the arguments. Those launches are counted in counts["prepared"]."""
+    if not FAST or not DIRECT:
+        return None
+    try:
+        sig = _signatures.get((kernel, _key(args)))
+    except AttributeError:
+        return None
+    return None if sig is None else sig.direct
+
+
 _ARRAY = object()  # marks an array's entries in a key
 
 
@@ -172,7 +192,7 @@ def _pack_array(a: Any, out: list[Any]) -> None:
 _signatures: dict[tuple[Any, ...], _Signature] = {}
 _configs: dict[tuple[Any, ...], Any] = {}
 _stream: Any = None
-counts = {"direct": 0, "fast": 0, "numba": 0}  # launches by path, for the benchmark
+counts = {"direct": 0, "fast": 0, "numba": 0, "prepared": 0}  # launches by path, for the benchmark
 refused: list[str] = []  # why a signature could not be launched directly, for the benchmark
 
 

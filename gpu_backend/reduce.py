@@ -2,7 +2,10 @@
 
 Values accumulate in float64 (floats) or int64 (integers and bool), starting
 from the reduction's identity in the operand dtype (interp.impls.identity), and
-round or wrap once when stored (functions.narrow). Two ways to spread the work:
+round or wrap once when stored (functions.narrow); float32 max and min fold in
+float32 itself, which gives the same bits (`_accumulator`). A call whose
+layout was seen before launches through a kept driver launch (`_ready`).
+Two ways to spread the work:
 
 - one thread per output when the operand's fastest axis is kept: neighbouring
   threads read neighbouring elements;
@@ -41,7 +44,8 @@ from gpu_backend import memory
 from gpu_backend.buffer import DeviceBuffer, to_device
 from gpu_backend.device import SHARED_ASKS, SIMULATED, THREADS, blocks_for, cuda, fitted, max_blocks
 from gpu_backend.functions import BINARY, COMBINE, accumulator, narrow
-from gpu_backend.launch import launch
+from gpu_backend.launch import counts, launch, prepared, values
+from gpu_backend.memory import Memory
 from gpu_backend.strides import Arr, Ints, coalesce, padded, unravel
 from interp.impls import identity
 
@@ -250,13 +254,15 @@ def _plane(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: 
 
 
 @cache
-def _columns(kind: str, to_acc: Callable, store: Callable, loads: int, pairs: bool) -> Callable:
+def _columns(kind: str, to_acc: Callable, store: Callable, loads: int, pairs: bool,
+             registers: int | None = None) -> Callable:
     """One thread per output, its whole range in one pass (no chunks): the
     plane's width-1 case without the shared tree, so fewer registers and
     every block of a large launch resident at once."""
     run = _run(kind, to_acc, loads, pairs)
+    options = {} if registers is None or SIMULATED else {"max_registers": registers}
 
-    @cuda.jit
+    @cuda.jit(**options)
     def kernel(out: Arr, o_off: int, o_step: int, x: Arr, x_off: int, x_out: int, x_red: int, n_out: int,
                n_red: int, ident: Any) -> None:
         for o in range(cuda.grid(1), n_out, cuda.gridsize(1)):
@@ -293,37 +299,41 @@ def _warp_rows(kind: str, to_acc: Callable, store: Callable, loads: int, pairs: 
 
 @cache
 def _total(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: int, pairs: bool) -> Callable:
-    """One output from one strided run, in one launch: block c folds indices
-    c * THREADS + tid + k * chunks * THREADS (the plane's chunk c at full
-    width) into part[c]; the block that finishes last (an atomic count) folds
-    the chunks' partials, thread t taking part[t], part[t + THREADS], ..., then
-    the tree (whichever block is last, the same order). It leaves the count
-    at zero for the next launch."""
+    """One output from one strided run, in one launch: chunk c (block c, or,
+    with fewer blocks than chunks, blocks taking chunks c, c + gridDim.x, ...
+    in turn) folds indices c * THREADS + tid + k * chunks * THREADS (the
+    plane's chunk c at full width) into part[c]; the block that finishes the
+    last chunk (an atomic count) folds the chunks' partials, thread t taking
+    part[t], part[t + THREADS], ..., then the tree (whichever block is last,
+    and however many blocks, the same order). It leaves the count at zero for
+    the next launch."""
     run, fold, tree, threads = _run(kind, to_acc, loads, pairs), _run(kind, _same_acc), _tree(kind), THREADS
 
     @cuda.jit
     def kernel(out: Arr, o_off: int, x: Arr, x_off: int, x_red: int, n_red: int, ident: Any, part: Arr,
-               count: Arr) -> None:
+               count: Arr, chunks: int) -> None:
         for _ in range(SHARED_ASKS):
             partial = cuda.shared.array(threads, acc_type)
             last = cuda.shared.array(1, np.int32)
             cuda.syncthreads()
-        tid, c, chunks = cuda.threadIdx.x, cuda.blockIdx.x, cuda.gridDim.x
-        partial[tid] = run(ident, x, x_off, c * threads + tid, n_red, chunks * threads, x_red)
-        cuda.syncthreads()
-        tree(partial, 0, tid, threads)
-        if tid == 0:
-            part[c] = partial[0]
-            cuda.threadfence()  # the partial is visible before the count says so
-            last[0] = cuda.atomic.add(count, 0, 1) == chunks - 1
-        cuda.syncthreads()
-        if last[0]:  # the same for every thread of the block
-            partial[tid] = fold(ident, part, 0, tid, chunks, threads, 1)
+        tid = cuda.threadIdx.x
+        for c in range(cuda.blockIdx.x, chunks, cuda.gridDim.x):
+            partial[tid] = run(ident, x, x_off, c * threads + tid, n_red, chunks * threads, x_red)
             cuda.syncthreads()
             tree(partial, 0, tid, threads)
             if tid == 0:
-                out[o_off] = store(partial[0])
-                count[0] = 0
+                part[c] = partial[0]
+                cuda.threadfence()  # the partial is visible before the count says so
+                last[0] = cuda.atomic.add(count, 0, 1) == chunks - 1
+            cuda.syncthreads()
+            if last[0]:  # the same for every thread of the block
+                partial[tid] = fold(ident, part, 0, tid, chunks, threads, 1)
+                cuda.syncthreads()
+                tree(partial, 0, tid, threads)
+                if tid == 0:
+                    out[o_off] = store(partial[0])
+                    count[0] = 0
+            cuda.syncthreads()  # partial and last are read before the next chunk writes them
 
     return kernel
 
@@ -351,7 +361,10 @@ GROUP_VALUES = 64  # values each thread of a per-block group folds, at least
 THREAD_TARGET = 1  # chunks for one thread per output: enough for this many times max_blocks() full blocks
 COLUMNS_FROM: int | None = None  # one thread per output, one pass (no chunks), from this many outputs (None: a
 # quarter of the threads of max_blocks() full blocks: then the kernel's blocks fit on the GPU at once)
-COLUMN_THREADS = min(THREADS, 128)  # the block of that kernel
+COLUMN_THREADS = THREADS  # the block of that kernel
+COLUMN_REGISTERS: int | None = None  # its registers a thread at most (None: the compiler's choice)
+MAX_IN_OPERAND = True  # float32 max and min fold in float32 (`_accumulator`)
+TOTAL_SPLIT = 1  # `_total` launches max_blocks() // TOTAL_SPLIT blocks at most, each taking chunks in turn
 WARP, FULL = 32, 0xFFFFFFFF  # a warp's lanes, and the mask of all of them
 WARP_ROWS_FROM: int | None = None  # `_warp_rows` from this many rows (None: a warp each for max_blocks()
 # full blocks); never under the simulator
@@ -397,11 +410,53 @@ def _unused(dtype: np.dtype) -> Any:
     return memory.empty(1, dtype)
 
 
+# One-launch reductions ready to go again, by kind, the memory dtypes and what _plans
+# keys on: the driver launch (gpu_backend/launch.py `prepared`), its grid and
+# block, and the kernel parameters between out's memory and offset and x's, and
+# after x's. A repeated call then costs a dict lookup and the launch: no
+# dtype, identity or kernel lookups, no pass over the arguments.
+Ready = tuple[Any, Any, int, tuple[Any, ...], tuple[Any, ...]]
+_ready: dict[tuple[Any, ...], Ready] = {}
+
+
 def reduce_into(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str,
                 chunks: int | None = None) -> DeviceBuffer:
     """out = kind-reduction of x over `dims`; out's axes are x's other axes, in order."""
-    acc_dtype, to_acc = accumulator(x.dtype)
-    return _reduce(out, x, dims, kind, acc_dtype.type(identity(kind, x.dtype)), to_acc, chunks)
+    od, xd = out.data, x.data
+    key = None
+    if type(od) is Memory and type(xd) is Memory:
+        key = (kind, od.dtype, xd.dtype, out.shape, out.strides, x.shape, x.strides, dims, chunks)
+        ready = _ready.get(key)
+        if ready is not None:
+            direct, grid, block, mid, tail = ready
+            counts["prepared"] += 1
+            direct(grid, block, (*od.packed(), out.offset, *mid, *xd.packed(), x.offset, *tail))
+            return out
+    acc_dtype, to_acc = _accumulator(kind, x.dtype)
+    return _reduce(out, x, dims, kind, acc_dtype.type(identity(kind, x.dtype)), to_acc, chunks, key)
+
+
+def _accumulator(kind: str, dtype: np.dtype) -> tuple[np.dtype, Callable]:
+    """What a reduction folds in: functions.accumulator's type, but float32 max
+    and min (MAX_IN_OPERAND) fold in float32 itself: a comparison is exact in
+    either type and its result is one of its operands, so the result is the
+    same, bit for bit, without a conversion per value (the folds' order is
+    unchanged)."""
+    if MAX_IN_OPERAND and kind in ("max", "min") and dtype == np.float32:
+        return dtype, _same_acc
+    return accumulator(dtype)
+
+
+def _remember(key: tuple[Any, ...], kernel: Any, plan: _Plan, args: tuple[Any, ...]) -> None:
+    """Keep the launch of a one-kernel reduction just made (args: out's memory
+    and offset, plan.out_args, x's memory and offset, the rest) for reduce_into."""
+    direct = prepared(kernel, args)
+    if direct is None:
+        return
+    if len(_ready) >= PLANS_KEPT:
+        _ready.clear()
+    n = len(plan.out_args)
+    _ready[key] = (direct, plan.grid, plan.block, tuple(values(plan.out_args)), tuple(values(args[4 + n:])))
 
 
 class _Plan(NamedTuple):
@@ -430,6 +485,7 @@ PLANS_KEPT = 4096
 def clear_plans() -> None:
     """Forget the plans (after the launch geometry knobs above change)."""
     _plans.clear()
+    _ready.clear()
 
 
 def _plan(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], chunks: int | None) -> _Plan:
@@ -451,7 +507,8 @@ def _plan(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], chunks: int
     plane = len(red_shape) == 1 and len(kept_shape) == 1
     kept_shape_t, kept_o_t = tuple(kept_shape), tuple(kept_o)
     if plane and n_out == 1 and width == THREADS and chunks > 1:  # one launch: the last block folds the partials
-        return _Plan("total", chunks, THREADS, (), (red_x[0], n_red), chunks, n_out, 0, kept_shape_t, kept_o_t)
+        return _Plan("total", min(chunks, max(1, max_blocks() // TOTAL_SPLIT)), THREADS, (), (red_x[0], n_red),
+                     chunks, n_out, 0, kept_shape_t, kept_o_t)
     if asked is None and plane and per_block and red_x[0] == 1 and n_out >= _warp_rows_from():
         return _Plan("warp_rows", blocks_for(n_out, THREADS // WARP), THREADS, (kept_o[0],), (kept_x[0], n_out, n_red),
                      1, n_out, 0, kept_shape_t, kept_o_t)
@@ -475,7 +532,8 @@ def _plan(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], chunks: int
 
 
 def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str, ident: np.generic,
-            to_acc: Callable, chunks: int | None) -> DeviceBuffer:
+            to_acc: Callable, chunks: int | None, ready_key: tuple[Any, ...] | None = None) -> DeviceBuffer:
+    """The reduction (ready_key: where to keep a one-kernel launch for reduce_into; None: not kept)."""
     key = (out.shape, out.strides, x.shape, x.strides, dims, chunks)
     plan = _plans.get(key)
     if plan is None:
@@ -487,29 +545,30 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
         return out
     acc_dtype, store = np.dtype(type(ident)), narrow(out.dtype)
     head = (out.data, out.offset, *plan.out_args, x.data, x.offset, *plan.x_args, ident)
-    if path == "total":
-        launch(_total(kind, to_acc, store, acc_dtype.type, WIDE_LOADS, kind in PAIRED), plan.grid, plan.block,
-               *head, _scratch(plan.chunks, acc_dtype), _counter())
-        return out
-    if path == "warp_rows":
-        launch(_warp_rows(kind, to_acc, store, WIDE_LOADS, kind in PAIRED), plan.grid, plan.block, *head)
-        return out
-    if path == "columns":
-        launch(_columns(kind, to_acc, store, WIDE_LOADS, kind in PAIRED), plan.grid, plan.block, *head)
-        return out
     chunks = plan.chunks
-    part = memory.empty(plan.n_out * chunks, acc_dtype) if chunks > 1 else _unused(acc_dtype)
-    if path == "plane":
-        launch(_plane(kind, to_acc, store, acc_dtype.type, RUN_LOADS, kind in PAIRED), plan.grid, plan.block,
-               *head, part, plan.group)
-    elif path == "per_block":
-        launch(_per_block(kind, to_acc, store, acc_dtype.type), plan.grid, plan.block, *head, part, plan.group)
+    if path == "total":
+        kernel = _total(kind, to_acc, store, acc_dtype.type, WIDE_LOADS, kind in PAIRED)
+        args = (*head, _scratch(chunks, acc_dtype), _counter(), chunks)
+    elif path == "warp_rows":
+        kernel, args = _warp_rows(kind, to_acc, store, WIDE_LOADS, kind in PAIRED), head
+    elif path == "columns":
+        kernel, args = _columns(kind, to_acc, store, WIDE_LOADS, kind in PAIRED, COLUMN_REGISTERS), head
     else:
-        launch(_per_thread(kind, to_acc, store), plan.grid, plan.block, *head, part)
-    if chunks == 1:
+        part = memory.empty(plan.n_out * chunks, acc_dtype) if chunks > 1 else _unused(acc_dtype)
+        if path == "plane":
+            kernel = _plane(kind, to_acc, store, acc_dtype.type, RUN_LOADS, kind in PAIRED)
+            args = (*head, part, plan.group)
+        elif path == "per_block":
+            kernel, args = _per_block(kind, to_acc, store, acc_dtype.type), (*head, part, plan.group)
+        else:
+            kernel, args = _per_thread(kind, to_acc, store), (*head, part)
+    launch(kernel, plan.grid, plan.block, *args)
+    if chunks == 1 or path == "total":  # one kernel: done
+        if ready_key is not None:
+            _remember(ready_key, kernel, plan, args)
         return out
     # Second pass: the partials, one row of `chunks` per output, into out.
     partials = DeviceBuffer.dense(part, (*plan.kept_shape, chunks))
     target = DeviceBuffer(out.data, out.offset, plan.kept_shape, plan.kept_o)
-    _reduce(target, partials, (len(plan.kept_shape),), kind, ident, accumulator(acc_dtype)[1], 1)
+    _reduce(target, partials, (len(plan.kept_shape),), kind, ident, _accumulator(kind, acc_dtype)[1], 1)
     return out

@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 from math import prod
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from gpu_backend.buffer import DeviceBuffer
-from gpu_backend.device import SHARED_ASKS, TILE, TILE_ROWS, blocks_for, cuda, max_blocks
+from gpu_backend.device import SHARED_ASKS, SIMULATED, TILE, TILE_ROWS, blocks_for, cuda, max_blocks
 from gpu_backend.launch import launch
 from gpu_backend.strides import Arr, Ints, padded, unravel
 
@@ -160,28 +161,72 @@ TRANSPOSE_SIDE = TILE  # of a tile
 TRANSPOSE_ROWS = TILE_ROWS  # thread rows of a block: TRANSPOSE_SIDE / TRANSPOSE_ROWS elements a thread
 TRANSPOSE_WALK = ALONG_A
 TRANSPOSE_BLOCKS = 1  # times max_blocks()
+TRANSPOSE_FIT = True  # where both tiled axes are short, halve the side while a tile still covers them
+TRANSPOSE_SIDE_MIN = 2 if SIMULATED else 16
+
+
+class TransposePlan(NamedTuple):
+    """transpose_into's launch for one layout, all but the data: the kernel, its
+    grid and block, the arguments after d's data and offset, after s's, and last."""
+
+    kernel: Callable
+    grid: Any
+    block: tuple[int, int]
+    d_args: tuple[Any, ...]
+    s_args: tuple[Any, ...]
+    tail: tuple[Any, ...]
+
+
+# Plans by element size, coalesced shape, strides and fast axis: working one out
+# (and asking the device its size) costs more Python than the launch itself.
+_plans: dict[tuple[Any, ...], TransposePlan] = {}
+PLANS_KEPT = 4096
+
+
+def clear_plans() -> None:
+    """Forget the plans (after the geometry knobs above change)."""
+    _plans.clear()
+
+
+def transpose_plan(itemsize: int, shape: list[int], ds: list[int], ss: list[int], fast: int) -> TransposePlan:
+    """The launch of transpose_into for these coalesced shape and strides (kept per layout)."""
+    key = (itemsize, tuple(shape), tuple(ds), tuple(ss), fast)
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) >= PLANS_KEPT:
+            _plans.clear()
+        plan = _plans[key] = _plan(itemsize, shape, ds, ss, fast)
+    return plan
+
+
+def _plan(itemsize: int, shape: list[int], ds: list[int], ss: list[int], fast: int) -> TransposePlan:
+    last = len(shape) - 1
+    rest = [a for a in range(len(shape)) if a not in (fast, last)]
+    if len(rest) <= 2:  # a batch of at most two axes: c (inner) and e (outer)
+        (nc, dc, sc), (ne, de, se) = [(shape[a], ds[a], ss[a]) for a in reversed(rest)] + [(1, 0, 0)] * (2 - len(rest))
+        side = TRANSPOSE_SIDE
+        while TRANSPOSE_FIT and side > TRANSPOSE_SIDE_MIN and side // 2 >= max(shape[fast], shape[last]):
+            side //= 2  # short axes: a smaller tile, not one mostly empty
+        total = nc * ne * -(-shape[fast] // side) * -(-shape[last] // side)
+        rows = TRANSPOSE_ROWS if side == TRANSPOSE_SIDE else max(1, side // 8)  # a smaller tile: 8 elements a thread
+        return TransposePlan(_transpose(itemsize, side, rows, TRANSPOSE_WALK),
+                             min(total, TRANSPOSE_BLOCKS * max_blocks()), (side, rows),
+                             (ds[fast], ds[last], dc, de), (ss[fast], ss[last], sc, se),
+                             (shape[fast], shape[last], nc, total))
+    batch = padded([shape[a] for a in rest], 1)
+    tiles = -(-shape[fast] // TILE) * -(-shape[last] // TILE)
+    across = blocks_for(tiles, 1)
+    grid = (across, min(prod(batch), max(1, max_blocks() // across), 65535))
+    return TransposePlan(_transpose_batched(itemsize), grid, (TILE, TILE_ROWS),
+                         (padded([ds[a] for a in rest], 0), ds[fast], ds[last]),
+                         (padded([ss[a] for a in rest], 0), ss[fast], ss[last]),
+                         (batch, shape[fast], shape[last], prod(batch)))
 
 
 def transpose_into(d: DeviceBuffer, s: DeviceBuffer, shape: list[int], ds: list[int], ss: list[int],
                    fast: int) -> None:
     """d[...] = s over the coalesced `shape` (strides `ds`, `ss`), where the
     source's fastest axis `fast` is not the destination's innermost one."""
-    last = len(shape) - 1
-    rest = [a for a in range(len(shape)) if a not in (fast, last)]
-    if len(rest) <= 2:  # a batch of at most two axes: c (inner) and e (outer)
-        (nc, dc, sc), (ne, de, se) = [(shape[a], ds[a], ss[a]) for a in reversed(rest)] + [(1, 0, 0)] * (2 - len(rest))
-        side = TRANSPOSE_SIDE
-        total = nc * ne * -(-shape[fast] // side) * -(-shape[last] // side)
-        launch(_transpose(d.dtype.itemsize, side, TRANSPOSE_ROWS, TRANSPOSE_WALK),
-               min(total, TRANSPOSE_BLOCKS * max_blocks()), (side, TRANSPOSE_ROWS),
-               d.data, d.offset, ds[fast], ds[last], dc, de, s.data, s.offset, ss[fast], ss[last], sc, se,
-               shape[fast], shape[last], nc, total)
-        return
-    batch = padded([shape[a] for a in rest], 1)
-    kernel = _transpose_batched(d.dtype.itemsize)
-    tiles = -(-shape[fast] // TILE) * -(-shape[last] // TILE)
-    across = blocks_for(tiles, 1)
-    launch(kernel, (across, min(prod(batch), max(1, max_blocks() // across), 65535)), (TILE, TILE_ROWS),
-           d.data, d.offset, padded([ds[a] for a in rest], 0), ds[fast], ds[last],
-           s.data, s.offset, padded([ss[a] for a in rest], 0), ss[fast], ss[last],
-           batch, shape[fast], shape[last], prod(batch))
+    plan = transpose_plan(d.dtype.itemsize, shape, ds, ss, fast)
+    launch(plan.kernel, plan.grid, plan.block, d.data, d.offset, *plan.d_args, s.data, s.offset, *plan.s_args,
+           *plan.tail)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gpu_backend import functions, kernels, transpose
 from gpu_backend.buffer import DeviceBuffer, download, upload
-from gpu_backend.device import cuda
+from gpu_backend.device import SIMULATED, cuda
 from gpu_backend.impls import compute
 from gpu_backend.kernels import copy_into
 from gpu_backend.matmul import matmul_into
@@ -194,6 +194,18 @@ def test_tiled_transpose_crosses_tile_edges(shape, perm):
     same(run(ops.Permute(perm), tuple(range(len(shape))), x), np.transpose(x, perm))
 
 
+def test_tiled_transpose_of_short_axes_takes_a_fitted_tile():
+    """Where both tiled axes are short, the tile shrinks (not to one mostly empty),
+    each transpose plan kept per layout."""
+    transpose.clear_plans()
+    side = transpose.TRANSPOSE_SIDE_MIN
+    x = np.arange(7 * side * 5 * side, dtype=np.float32).reshape(7, side, 5, side) * 0.5
+    for perm in [(2, 0, 3, 1), (0, 3, 2, 1)]:
+        out = copy_into(DeviceBuffer.empty(tuple(x.shape[p] for p in perm), x.dtype), upload(x).transpose(perm))
+        same(download(out), np.transpose(x, perm))
+    assert [p.block[0] for p in transpose._plans.values()] == [side, side]
+
+
 @pytest.mark.parametrize("walk", [transpose.ALONG_A, transpose.ALONG_B, transpose.DIAGONAL])
 @pytest.mark.parametrize("shape, perm", [((5, 9), (1, 0)), ((3, 5, 6), (2, 1, 0)), ((2, 3, 5, 6), (2, 0, 3, 1))])
 def test_tiled_transpose_walks(monkeypatch, walk, shape, perm):
@@ -306,6 +318,59 @@ def test_launch_plans_are_kept_by_layout_and_serve_other_data_and_offsets():
     assert len(reduce._plans) == 2
 
 
+@pytest.mark.skipif(not SIMULATED, reason="the plans below are the simulator's (on a GPU every launch checks them)")
+def test_kept_launches_hand_the_driver_what_the_full_path_would(monkeypatch):
+    """Between pooled Memory, reduce_into and the tiled transpose keep a launch
+    per layout; a later call on other memory at other offsets passes the
+    driver exactly the parameters the full path computes for it. A copy between
+    two dense runs alike is one driver copy of the right bytes."""
+    from gpu_backend import launch as launcher
+    from gpu_backend import reduce
+    from gpu_backend.memory import Memory
+
+    launched, direct, copied = [], [], []
+    record = lambda kernel, grid, block, *args: launched.append((grid, block, launcher.values(args)))  # noqa: E731
+    ready = lambda kernel, args: lambda grid, block, vals: direct.append((grid, block, list(vals)))  # noqa: E731
+    for module in (reduce, kernels):
+        monkeypatch.setattr(module, "launch", record)
+        monkeypatch.setattr(module, "prepared", ready)
+    for scratch in ("_scratch", "_unused"):  # the kernels' own buffers, pooled on a GPU
+        monkeypatch.setattr(reduce, scratch, lambda *shape: Memory(1 << 40, 64, np.dtype(np.float64), None))
+    monkeypatch.setattr(reduce, "_counter", lambda: Memory(1 << 41, 1, np.dtype(np.int32), None))
+    monkeypatch.setattr(kernels, "SIMULATED", False)
+    monkeypatch.setattr(kernels, "copy_bytes", lambda dst, src, nbytes: copied.append((dst, src, nbytes)))
+    f32 = np.dtype(np.float32)
+
+    def memory(base: int, offset: int, shape: tuple[int, ...], perm: tuple[int, ...] | None = None) -> DeviceBuffer:
+        b = DeviceBuffer.dense(Memory(base, int(np.prod(shape)) + offset + 3, f32, None), shape)
+        b = DeviceBuffer(b.data, offset, b.shape, b.strides)
+        return b.transpose(perm) if perm else b
+
+    def full_then_kept(call, clear) -> None:
+        call(0)  # the full path, the launch kept
+        call(1)  # other memory and offsets: the kept launch
+        clear()
+        call(1)  # the full path again, for the same buffers
+        assert direct[-1] == launched[-1]
+
+    reduce.clear_plans()
+    for dims, chunks in [((0, 1, 2), 4), ((0,), None), ((2,), None)]:
+        out_shape = tuple(m for a, m in enumerate((4, 8, 32)) if a not in dims)
+        full_then_kept(lambda k: reduce_into(memory((16 + k) << 20, 2 * k, out_shape),  # noqa: B023
+                                             memory((64 + k) << 20, 5 * k, (4, 8, 32)), dims, "sum", chunks),  # noqa: B023
+                       reduce._ready.clear)
+    assert {p.path for p in reduce._plans.values()} == {"total", "columns", "plane"}
+    kernels.clear_plans()
+    transposed = lambda k: memory((64 + k) << 20, 24 * k, (4, 6, 16), (2, 0, 1))  # noqa: E731
+    full_then_kept(lambda k: copy_into(memory((16 + k) << 20, 8 * k, (16, 4, 6)), transposed(k)),
+                   kernels._ready_copies.clear)
+    rows = lambda k: memory((64 + k) << 20, 24 * k, (6, 4, 16), (1, 0, 2))  # noqa: E731
+    full_then_kept(lambda k: copy_into(memory((16 + k) << 20, 8 * k, (4, 6, 16)), rows(k)), kernels._ready_copies.clear)
+    assert [p[:2] for p in kernels._copies.values()] == [("tiles", np.dtype(np.uint32)), ("rows", 2)]
+    copy_into(memory(16 << 20, 3, (4, 6, 16)), memory(64 << 20, 5, (4, 6, 16)))
+    assert copied == [((16 << 20) + 12, (64 << 20) + 20, 4 * 6 * 16 * 4)]  # byte addresses, bytes
+
+
 # ---- reductions ------------------------------------------------------------------------
 
 
@@ -342,16 +407,20 @@ def test_reduction_per_block_and_chunked():
         assert np.isnan(top)
 
 
-@pytest.mark.parametrize("loads, pairs", [(8, False), (16, True)])
-def test_reduction_to_one_value_in_one_launch(monkeypatch, loads, pairs):
+@pytest.mark.parametrize("loads, pairs, split", [(8, False, 1), (16, True, 1), (8, False, 2)])
+def test_reduction_to_one_value_in_one_launch(monkeypatch, loads, pairs, split):
     """All axes into one value over several chunks: one launch whose last block
-    folds the chunks' partials, and leaves its count at zero for the next."""
+    folds the chunks' partials, and leaves its count at zero for the next. With
+    fewer blocks than chunks (the simulator's two blocks, or one), each block
+    takes chunks in turn."""
     from gpu_backend import reduce
 
     monkeypatch.setattr(reduce, "WIDE_LOADS", loads)
     monkeypatch.setattr(reduce, "PAIRED", frozenset({"sum", "max", "min"} if pairs else ()))
+    monkeypatch.setattr(reduce, "TOTAL_SPLIT", split)
+    reduce.clear_plans()
     x = (np.arange(5 * 61, dtype=np.float32).reshape(5, 61) % 11 - 5) * 0.25
-    for chunks in (2, 3):
+    for chunks in (2, 3, 5):
         for kind, want in [("sum", x.sum(dtype=np.float64)), ("max", x.max()), ("min", x.min())]:
             out = download(reduce_into(DeviceBuffer.empty((), x.dtype), upload(x), (0, 1), kind, chunks))
             same(out, np.float32(want))
