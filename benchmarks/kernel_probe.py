@@ -211,10 +211,13 @@ def _permutes(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None
 
 # Reduction variants per case: knobs of gpu_backend/reduce.py; the first is the default.
 NO_WARPS = 1 << 62  # WARP_ROWS_FROM that no plane reaches
+# VECTOR_BYTES 0 and TOTAL_VECTOR_KINDS empty: the kernels before vector loads (main at 78df4e1).
+SCALAR = {"VECTOR_BYTES": 0, "TOTAL_VECTOR_KINDS": frozenset()}
 REDUCTIONS: dict[str, list[dict[str, Any]]] = {
-    "inner": [{}, {"MAX_IN_OPERAND": False}],
-    "outer": [{}, {"MAX_IN_OPERAND": False}, {"COLUMN_THREADS": 128}, {"COLUMN_THREADS": 128, "MAX_IN_OPERAND": False}],
-    "all": [{}, {"MAX_IN_OPERAND": False}],
+    "inner": [{}],
+    "outer": [{}, SCALAR, {"VECTOR_BYTES": 8}, {"VECTOR_LOADS": 8}, {"VECTOR_BYTES": 8, "VECTOR_LOADS": 8},
+              {"COLUMN_THREADS": 128}, SCALAR],
+    "all": [{}, SCALAR, {"VECTOR_BYTES": 8}, SCALAR, {}],
 }
 
 
@@ -237,6 +240,8 @@ def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> No
                     assert torch.allclose(got, want, rtol=1e-5, atol=1e-3), f"{kind} {label} differs"
                     first = got if first is None else first
                     say(f"    bits as the defaults: {torch.equal(got, first)}")
+            torch_t = median_time(lambda: fn(tx, dim=dims), torch.cuda.synchronize, NONE)  # noqa: B023
+            say(f"  torch again {100 * ceil[4 * n] / torch_t:.0f}% ({1e3 * torch_t:.3f} ms)")
             hw = split(lambda: reduce_into(o, x, dims, kind))  # noqa: B023
             say(f"  host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs (torch: host {micro(lambda: fn(tx, dim=dims), 50):.1f} µs)")  # noqa: B023,E501
     acc_dtype, to_acc = accumulator(f32)
@@ -249,6 +254,11 @@ def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> No
                 f"columns at most 32 {regs(reduce._columns(kind, to_acc, store, loads, pairs, 32))}, "
                 f"total {regs(reduce._total(kind, to_acc, store, acc_dtype.type, loads, pairs))}, "
                 f"a warp a row {regs(reduce._warp_rows(kind, to_acc, store, loads, pairs))}")
+        for lanes, loads in [(4, 16), (4, 8), (2, 16)]:
+            say(f"  regs {kind} vectors of {lanes}, {loads} loads: "
+                f"columns {regs(reduce._wide_columns(kind, to_acc, store, lanes, loads, kind in reduce.PAIRED))}"
+                + (f", total {regs(reduce._total(kind, to_acc, store, acc_dtype.type, 16, True, lanes))}"
+                   if kind == "max" else ""))
 
 
 def _copies(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
