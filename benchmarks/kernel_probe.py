@@ -211,13 +211,14 @@ def _permutes(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None
 
 # Reduction variants per case: knobs of gpu_backend/reduce.py; the first is the default.
 NO_WARPS = 1 << 62  # WARP_ROWS_FROM that no plane reaches
-# VECTOR_BYTES 0 and TOTAL_VECTOR_KINDS empty: the kernels before vector loads (main at 78df4e1).
-SCALAR = {"VECTOR_BYTES": 0, "TOTAL_VECTOR_KINDS": frozenset()}
+# No VECTOR_BYTES: an element a load, the kernels before vector loads (main at 78df4e1).
+SCALAR = {"VECTOR_BYTES": {}}
+BYTES8 = {"VECTOR_BYTES": {"sum": 8, "max": 8}}
+BYTES16 = {"VECTOR_BYTES": {"sum": 16, "max": 16}}
 REDUCTIONS: dict[str, list[dict[str, Any]]] = {
     "inner": [{}],
-    "outer": [{}, SCALAR, {"VECTOR_BYTES": 8}, {"VECTOR_LOADS": 8}, {"VECTOR_BYTES": 8, "VECTOR_LOADS": 8},
-              {"COLUMN_THREADS": 128}, SCALAR],
-    "all": [{}, SCALAR, {"VECTOR_BYTES": 8}, SCALAR, {}],
+    "outer": [{}, SCALAR, BYTES8, BYTES16, SCALAR, BYTES8, BYTES16, {**BYTES16, "VECTOR_LOADS": 8}],
+    "all": [{}, SCALAR, BYTES8, SCALAR, {}],
 }
 
 
@@ -254,7 +255,7 @@ def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> No
                 f"columns at most 32 {regs(reduce._columns(kind, to_acc, store, loads, pairs, 32))}, "
                 f"total {regs(reduce._total(kind, to_acc, store, acc_dtype.type, loads, pairs))}, "
                 f"a warp a row {regs(reduce._warp_rows(kind, to_acc, store, loads, pairs))}")
-        for lanes, loads in [(4, 16), (4, 8), (2, 16)]:
+        for lanes, loads in [(4, 16), (2, 16)]:
             say(f"  regs {kind} vectors of {lanes}, {loads} loads: "
                 f"columns {regs(reduce._wide_columns(kind, to_acc, store, lanes, loads, kind in reduce.PAIRED))}"
                 + (f", total {regs(reduce._total(kind, to_acc, store, acc_dtype.type, 16, True, lanes))}"

@@ -401,7 +401,7 @@ def _total(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: 
     elements (x_red == 1, aligned: `_lanes`), each thread folding its lanes apart and then together."""
     run, fold, tree, threads = _run(kind, to_acc, loads, pairs), _run(kind, _same_acc), _tree(kind), THREADS
     wide, combine = _wide_run(kind, to_acc, max(lanes, 2), loads, pairs), BINARY[COMBINE[kind]]
-    assert lanes == 1 or kind in ("max", "min"), "vectors fold a sum in another order"
+    assert lanes == 1 or kind in ORDER_FREE, "vectors fold a sum in another order"
 
     @cuda.jit
     def kernel(out: Arr, o_off: int, x: Arr, x_off: int, x_red: int, n_red: int, ident: Any, part: Arr,
@@ -469,11 +469,13 @@ WARP_ROWS_FROM: int | None = None  # `_warp_rows` from this many rows (None: a w
 # full blocks); never under the simulator
 RUN_LOADS = 8  # loads in flight per thread in the plane kernel (8 or 16)
 WIDE_LOADS = 16  # the same in the column and one-output kernels
-VECTOR_BYTES = 16  # the column kernel reads this many bytes of neighbouring columns a load (16 or 8;
-# 0: a column a thread), where x's dtype, extents and alignment allow (`_lanes`)
-VECTOR_LOADS = 16  # vector loads in flight per thread there (8 or 16)
-TOTAL_VECTOR_KINDS = frozenset({"max", "min"})  # the kinds whose one-output kernel (`_total`) reads vectors
-# (only these: their result is the same in any order)
+# By kind, the bytes (16 or 8) of neighbouring elements one load reads, where x's dtype, extents and
+# alignment allow (`_lanes`), in the column kernel and, for kinds in ORDER_FREE, the one-output kernel;
+# a kind not named reads an element a load. A sum's column kernel measured slower with 16-byte loads
+# and even with 8-byte ones (benchmarks/RESULTS.md, "vector loads").
+VECTOR_BYTES: dict[str, int] = {"max": 16, "min": 16}
+VECTOR_LOADS = 16  # vector loads in flight per thread of the column kernel (8 or 16)
+ORDER_FREE = frozenset({"max", "min"})  # kinds whose result no fold order changes
 # The kinds whose runs fold each eight loads as a tree before adding them to the
 # accumulator (a chain of four folds, not eight): max and min, whose result is
 # the same in any order (a sum's inner fold measured slower so).
@@ -564,15 +566,15 @@ def _alignment(x: DeviceBuffer) -> int:
     return (address + x.offset * data.dtype.itemsize) % 16
 
 
-def _lanes(itemsize: int, n_out: int, x_out: int, x_red: int, alignment: int) -> int:
+def _lanes(itemsize: int, n_out: int, x_out: int, x_red: int, alignment: int, wide: int) -> int:
     """Neighbouring columns a thread of the column kernel reads by one vector
-    load of VECTOR_BYTES (else half as many): 4 or 2 where the outputs are x's
+    load of `wide` bytes (else half as many): 4 or 2 where the outputs are x's
     neighbouring elements, their count and the reduced stride are whole
     groups and the first element is aligned to the load; else 1 (a column a
     thread)."""
-    if x_out != 1:
+    if x_out != 1 or not wide:
         return 1
-    for size in (VECTOR_BYTES, VECTOR_BYTES // 2):
+    for size in (wide, wide // 2):
         lanes = size // itemsize
         if lanes in vectors.LANES and not (n_out % lanes or x_red % lanes or alignment % size):
             return lanes
@@ -621,7 +623,11 @@ def clear_plans() -> None:
     _ready.clear()
 
 
-def _plan(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], chunks: int | None, alignment: int) -> _Plan:
+def _plan(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], chunks: int | None, alignment: int, wide: int,
+          order_free: bool) -> _Plan:
+    """The launch (alignment: x's first byte address modulo 16; wide: the
+    vector bytes the kind may read; order_free: whether the one-output
+    kernel may read vectors, which change the order of its folds)."""
     if out.size == 0:
         return _Plan("none", 0, 0, (), (), 1, 0, 0, (), ())
     kept = [a for a in range(x.ndim) if a not in dims]
@@ -640,14 +646,14 @@ def _plan(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], chunks: int
     plane = len(red_shape) == 1 and len(kept_shape) == 1
     kept_shape_t, kept_o_t = tuple(kept_shape), tuple(kept_o)
     if plane and n_out == 1 and width == THREADS and chunks > 1:  # one launch: the last block folds the partials
-        lanes = _lanes(x.data.dtype.itemsize, n_red, red_x[0], 0, alignment)  # contiguous, whole vectors
+        lanes = _lanes(x.data.dtype.itemsize, n_red, red_x[0], 0, alignment, wide if order_free else 0)
         return _Plan("total", min(chunks, max(1, max_blocks() // TOTAL_SPLIT)), THREADS, (), (red_x[0], n_red),
                      chunks, n_out, 0, kept_shape_t, kept_o_t, lanes)
     if asked is None and plane and per_block and red_x[0] == 1 and n_out >= _warp_rows_from():
         return _Plan("warp_rows", blocks_for(n_out, THREADS // WARP), THREADS, (kept_o[0],), (kept_x[0], n_out, n_red),
                      1, n_out, 0, kept_shape_t, kept_o_t)
     if plane and width == 0 and chunks == 1:
-        lanes = _lanes(x.data.dtype.itemsize, n_out, kept_x[0], red_x[0], alignment)
+        lanes = _lanes(x.data.dtype.itemsize, n_out, kept_x[0], red_x[0], alignment, wide)
         if lanes > 1:
             groups = n_out // lanes
             threads = fitted(groups, COLUMN_THREADS)
@@ -674,13 +680,13 @@ def _plan(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], chunks: int
 def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str, ident: np.generic,
             to_acc: Callable, chunks: int | None, ready_key: tuple[Any, ...] | None = None) -> DeviceBuffer:
     """The reduction (ready_key: where to keep a one-kernel launch for reduce_into; None: not kept)."""
-    alignment = _alignment(x)
-    key = (out.shape, out.strides, x.shape, x.strides, dims, chunks, alignment)
+    alignment, wide, order_free = _alignment(x), VECTOR_BYTES.get(kind, 0), kind in ORDER_FREE
+    key = (out.shape, out.strides, x.shape, x.strides, dims, chunks, alignment, wide, order_free)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) >= PLANS_KEPT:
             _plans.clear()
-        plan = _plans[key] = _plan(out, x, dims, chunks, alignment)
+        plan = _plans[key] = _plan(out, x, dims, chunks, alignment, wide, order_free)
     path = plan.path
     if path == "none":
         return out
@@ -688,8 +694,7 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
     head = (out.data, out.offset, *plan.out_args, x.data, x.offset, *plan.x_args, ident)
     chunks = plan.chunks
     if path == "total":
-        lanes = plan.lanes if kind in TOTAL_VECTOR_KINDS else 1
-        kernel = _total(kind, to_acc, store, acc_dtype.type, WIDE_LOADS, kind in PAIRED, lanes)
+        kernel = _total(kind, to_acc, store, acc_dtype.type, WIDE_LOADS, kind in PAIRED, plan.lanes)
         args = (*head, _scratch(chunks, acc_dtype), _counter(), chunks)
     elif path == "warp_rows":
         kernel, args = _warp_rows(kind, to_acc, store, WIDE_LOADS, kind in PAIRED), head
