@@ -24,7 +24,12 @@ take what does not coalesce so. On a GPU, a reduction over the contiguous inner 
 many rows (`_warp_rows`) gives each row a warp: its lanes read the row side by
 side (as a copy does) and fold their partials by warp shuffles, with no shared
 memory and no block barrier (the simulator has no shuffles: it takes the
-group kernel). The launch geometry below was chosen by
+group kernel). Where the outputs are x's neighbouring elements and aligned,
+the column kernel reads 2 or 4 neighbouring columns a thread by one 8- or
+16-byte load (`_wide_columns`, gpu_backend/vectors.py), each column folded in
+the same order as one column a thread (the same bits); max and min over all
+axes read vectors in `_total` too (their result is the same in any order; a
+sum's chunks keep their scalar order). The launch geometry below was chosen by
 measurement (benchmarks/kernel_probe.py, benchmarks/RESULTS.md).
 
 Each fixed shape folds in one fixed order (replicas agree bit for bit); the
@@ -471,9 +476,9 @@ RUN_LOADS = 8  # loads in flight per thread in the plane kernel (8 or 16)
 WIDE_LOADS = 16  # the same in the column and one-output kernels
 # By kind, the bytes (16 or 8) of neighbouring elements one load reads, where x's dtype, extents and
 # alignment allow (`_lanes`), in the column kernel and, for kinds in ORDER_FREE, the one-output kernel;
-# a kind not named reads an element a load. A sum's column kernel measured slower with 16-byte loads
-# and even with 8-byte ones (benchmarks/RESULTS.md, "vector loads").
-VECTOR_BYTES: dict[str, int] = {"max": 16, "min": 16}
+# a kind not named reads an element a load. A float32 sum's columns measured 15% slower with 16-byte
+# loads, 2-3% faster with 8-byte ones (benchmarks/RESULTS.md, "vector loads").
+VECTOR_BYTES: dict[str, int] = {"sum": 8, "max": 16, "min": 16}
 VECTOR_LOADS = 16  # vector loads in flight per thread of the column kernel (8 or 16)
 ORDER_FREE = frozenset({"max", "min"})  # kinds whose result no fold order changes
 # The kinds whose runs fold each eight loads as a tree before adding them to the
