@@ -465,7 +465,7 @@ def test_reduction_over_contiguous_rows_takes_a_warp_a_row(monkeypatch, name, ki
     assert len(launched) == 2
 
 
-@pytest.mark.parametrize("name", ["f32", "f64", "i32"])
+@pytest.mark.parametrize("name", ["f32", "f64", "i32", "f16", "bf16"])
 def test_outer_reductions_read_neighbouring_columns_by_vectors(monkeypatch, name):
     """An outer-axis reduction reads 4 or 2 neighbouring columns a thread by one
     vector load (16 bytes, else 8) where the columns are x's neighbouring
@@ -479,12 +479,12 @@ def test_outer_reductions_read_neighbouring_columns_by_vectors(monkeypatch, name
     whole = (rng.integers(-40, 40, (37, 26)) * 0.3125).astype(dtype)
     if name == "f32":
         whole[4, 1], whole[30, 6] = np.nan, -np.inf
-    lanes = 16 // dtype.itemsize
+    size = dtype.itemsize
     up = upload(whole)
-    # 24 columns of 24: 16-byte loads; 26 of 26: no whole number of 4-lane groups, 8-byte loads;
-    # 24 from the second column on: no aligned start
-    for x, view, want_lanes in [(whole[:, :24], upload(np.ascontiguousarray(whole[:, :24])), lanes),
-                                (whole, up, 2), (whole[:, 1:25], up.take(1, 1, 25), 1)]:
+    # 24 columns of 24: 16-byte loads (2-byte dtypes: 8-byte ones, four lanes); 26 of 26: no whole number
+    # of 4-lane groups, 8-byte loads (2-byte dtypes: none); 24 from the second column on: no aligned start
+    for x, view, want_lanes in [(whole[:, :24], upload(np.ascontiguousarray(whole[:, :24])), 16 // max(size, 4)),
+                                (whole, up, 2 if size >= 4 else 1), (whole[:, 1:25], up.take(1, 1, 25), 1)]:
         for kind in ("sum", "max", "min"):
             got = {}
             for vector_bytes in (16, 0):
