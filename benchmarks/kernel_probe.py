@@ -211,10 +211,14 @@ def _permutes(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None
 
 # Reduction variants per case: knobs of gpu_backend/reduce.py; the first is the default.
 NO_WARPS = 1 << 62  # WARP_ROWS_FROM that no plane reaches
+# No VECTOR_BYTES: an element a load, the kernels before vector loads (main at 78df4e1).
+SCALAR = {"VECTOR_BYTES": {}}
+BYTES8 = {"VECTOR_BYTES": {"sum": 8, "max": 8}}
+BYTES16 = {"VECTOR_BYTES": {"sum": 16, "max": 16}}
 REDUCTIONS: dict[str, list[dict[str, Any]]] = {
-    "inner": [{}, {"MAX_IN_OPERAND": False}],
-    "outer": [{}, {"MAX_IN_OPERAND": False}, {"COLUMN_THREADS": 128}, {"COLUMN_THREADS": 128, "MAX_IN_OPERAND": False}],
-    "all": [{}, {"MAX_IN_OPERAND": False}],
+    "inner": [{}],
+    "outer": [{}, SCALAR, BYTES8, BYTES16, SCALAR, BYTES8, BYTES16, {**BYTES16, "VECTOR_LOADS": 8}],
+    "all": [{}, SCALAR, BYTES8, SCALAR, {}],
 }
 
 
@@ -231,24 +235,31 @@ def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> No
             want = fn(tx.double(), dim=dims).float()
             first = None
             for values in REDUCTIONS[label]:
-                with knobs(reduce, **values):
+                with knobs(reduce, **values), guarded(f"{kind} {label} {values}"):
                     row(f"{values or 'defaults'}", 4 * n, ceil[4 * n], lambda: reduce_into(o, x, dims, kind))  # noqa: B023
                     got = torch.as_tensor(o.data, device="cuda")[:o.size].reshape(want.shape).clone()
                     assert torch.allclose(got, want, rtol=1e-5, atol=1e-3), f"{kind} {label} differs"
                     first = got if first is None else first
-                    say(f"    bits as the defaults: {torch.equal(got, first)}")
+                    say(f"    bits as the first variant: {torch.equal(got, first)}")
+            torch_t = median_time(lambda: fn(tx, dim=dims), torch.cuda.synchronize, NONE)  # noqa: B023
+            say(f"  torch again {100 * ceil[4 * n] / torch_t:.0f}% ({1e3 * torch_t:.3f} ms)")
             hw = split(lambda: reduce_into(o, x, dims, kind))  # noqa: B023
             say(f"  host {hw[0]:7.1f} µs, then GPU wait {hw[1]:7.1f} µs (torch: host {micro(lambda: fn(tx, dim=dims), 50):.1f} µs)")  # noqa: B023,E501
     acc_dtype, to_acc = accumulator(f32)
     store = narrow(f32)
     for kind in ("sum", "max"):
-        for loads, pairs in [(8, False), (16, False), (16, True)]:
+        for loads, pairs in [(16, kind in reduce.PAIRED)]:
             say(f"  regs {kind} loads {loads} pairs {pairs}: "
                 f"plane {regs(reduce._plane(kind, to_acc, store, acc_dtype.type, loads, pairs))}, "
                 f"columns {regs(reduce._columns(kind, to_acc, store, loads, pairs))}, "
                 f"columns at most 32 {regs(reduce._columns(kind, to_acc, store, loads, pairs, 32))}, "
                 f"total {regs(reduce._total(kind, to_acc, store, acc_dtype.type, loads, pairs))}, "
                 f"a warp a row {regs(reduce._warp_rows(kind, to_acc, store, loads, pairs))}")
+        for lanes, loads in [(4, 16), (2, 16)]:
+            say(f"  regs {kind} vectors of {lanes}, {loads} loads: "
+                f"columns {regs(reduce._wide_columns(kind, to_acc, store, lanes, loads, kind in reduce.PAIRED))}"
+                + (f", total {regs(reduce._total(kind, to_acc, store, acc_dtype.type, 16, True, lanes))}"
+                   if kind == "max" else ""))
 
 
 def _copies(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:

@@ -24,7 +24,12 @@ take what does not coalesce so. On a GPU, a reduction over the contiguous inner 
 many rows (`_warp_rows`) gives each row a warp: its lanes read the row side by
 side (as a copy does) and fold their partials by warp shuffles, with no shared
 memory and no block barrier (the simulator has no shuffles: it takes the
-group kernel). The launch geometry below was chosen by
+group kernel). Where the outputs are x's neighbouring elements and aligned,
+the column kernel reads 2 or 4 neighbouring columns a thread by one 8- or
+16-byte load (`_wide_columns`, gpu_backend/vectors.py), each column folded in
+the same order as one column a thread (the same bits); max and min over all
+axes read vectors in `_total` too (their result is the same in any order; a
+sum's chunks keep their scalar order). The launch geometry below was chosen by
 measurement (benchmarks/kernel_probe.py, benchmarks/RESULTS.md).
 
 Each fixed shape folds in one fixed order (replicas agree bit for bit); the
@@ -40,7 +45,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gpu_backend import memory
+from gpu_backend import memory, vectors
 from gpu_backend.buffer import DeviceBuffer, to_device
 from gpu_backend.device import SHARED_ASKS, SIMULATED, THREADS, blocks_for, cuda, fitted, max_blocks
 from gpu_backend.functions import BINARY, COMBINE, accumulator, narrow
@@ -272,6 +277,95 @@ def _columns(kind: str, to_acc: Callable, store: Callable, loads: int, pairs: bo
 
 
 @cache
+def _fold8(kind: str, to_acc: Callable, pairs: bool) -> Callable:
+    """acc folded with eight values in index order, as `_run` folds eight loads
+    (one at a time, or with `pairs` as a tree first): the same order, value by value."""
+    combine = BINARY[COMBINE[kind]]
+
+    @cuda.jit(device=True)
+    def fold8(acc: Any, v0: Any, v1: Any, v2: Any, v3: Any, v4: Any, v5: Any, v6: Any, v7: Any) -> Any:
+        if pairs:
+            u0 = combine(combine(to_acc(v0), to_acc(v1)), combine(to_acc(v2), to_acc(v3)))
+            u1 = combine(combine(to_acc(v4), to_acc(v5)), combine(to_acc(v6), to_acc(v7)))
+            return combine(acc, combine(u0, u1))
+        acc = combine(acc, to_acc(v0))
+        acc = combine(acc, to_acc(v1))
+        acc = combine(acc, to_acc(v2))
+        acc = combine(acc, to_acc(v3))
+        acc = combine(acc, to_acc(v4))
+        acc = combine(acc, to_acc(v5))
+        acc = combine(acc, to_acc(v6))
+        return combine(acc, to_acc(v7))
+
+    return fold8
+
+
+@cache
+def _wide_run(kind: str, to_acc: Callable, lanes: int, loads: int, pairs: bool) -> Callable:
+    """`_run` over vectors of `lanes` neighbouring elements (gpu_backend/vectors.py):
+    lane j of the vectors at x[p + k * stride] for k = k, k + step, ... below
+    `stop` folds into a_j, each lane in `_run`'s order (`loads`, 8 or 16, in
+    flight). With two lanes a2 and a3 fold copies of a0's and a1's values."""
+    combine, load, fold8 = BINARY[COMBINE[kind]], vectors.loader(lanes), _fold8(kind, to_acc, pairs)
+    assert loads in (8, 16), "eight or sixteen loads in flight"
+
+    @cuda.jit(device=True)
+    def run(a0: Any, a1: Any, a2: Any, a3: Any, x: Arr, p: int, k: int, stop: int, step: int,
+            stride: int) -> tuple[Any, Any, Any, Any]:
+        d = step * stride
+        while k + (loads - 1) * step < stop:
+            q = p + k * stride
+            v0, v1, v2, v3 = load(x, q), load(x, q + d), load(x, q + 2 * d), load(x, q + 3 * d)
+            v4, v5, v6, v7 = load(x, q + 4 * d), load(x, q + 5 * d), load(x, q + 6 * d), load(x, q + 7 * d)
+            if loads == 16:
+                q += 8 * d
+                w0, w1, w2, w3 = load(x, q), load(x, q + d), load(x, q + 2 * d), load(x, q + 3 * d)
+                w4, w5, w6, w7 = load(x, q + 4 * d), load(x, q + 5 * d), load(x, q + 6 * d), load(x, q + 7 * d)
+            a0 = fold8(a0, v0[0], v1[0], v2[0], v3[0], v4[0], v5[0], v6[0], v7[0])
+            a1 = fold8(a1, v0[1], v1[1], v2[1], v3[1], v4[1], v5[1], v6[1], v7[1])
+            a2 = fold8(a2, v0[2], v1[2], v2[2], v3[2], v4[2], v5[2], v6[2], v7[2])
+            a3 = fold8(a3, v0[3], v1[3], v2[3], v3[3], v4[3], v5[3], v6[3], v7[3])
+            if loads == 16:
+                a0 = fold8(a0, w0[0], w1[0], w2[0], w3[0], w4[0], w5[0], w6[0], w7[0])
+                a1 = fold8(a1, w0[1], w1[1], w2[1], w3[1], w4[1], w5[1], w6[1], w7[1])
+                a2 = fold8(a2, w0[2], w1[2], w2[2], w3[2], w4[2], w5[2], w6[2], w7[2])
+                a3 = fold8(a3, w0[3], w1[3], w2[3], w3[3], w4[3], w5[3], w6[3], w7[3])
+            k += loads * step
+        while k < stop:  # the rest one index at a time, as `_run`'s tail
+            v = load(x, p + k * stride)
+            a0, a1 = combine(a0, to_acc(v[0])), combine(a1, to_acc(v[1]))
+            a2, a3 = combine(a2, to_acc(v[2])), combine(a3, to_acc(v[3]))
+            k += step
+        return a0, a1, a2, a3
+
+    return run
+
+
+@cache
+def _wide_columns(kind: str, to_acc: Callable, store: Callable, lanes: int, loads: int, pairs: bool) -> Callable:
+    """`_columns` with `lanes` neighbouring columns a thread (x_out == 1), read
+    by one vector load per reduced index: each column folds its values in
+    `_run`'s order, so its result has the same bits as `_columns`'. The caller
+    guarantees whole groups (n_out and x_red multiples of `lanes`) and an
+    aligned first element (`_lanes`)."""
+    run = _wide_run(kind, to_acc, lanes, loads, pairs)
+
+    @cuda.jit
+    def kernel(out: Arr, o_off: int, o_step: int, x: Arr, x_off: int, x_red: int, n_groups: int, n_red: int,
+               ident: Any) -> None:
+        for g in range(cuda.grid(1), n_groups, cuda.gridsize(1)):
+            a0, a1, a2, a3 = run(ident, ident, ident, ident, x, x_off + g * lanes, 0, n_red, 1, x_red)
+            o = o_off + g * lanes * o_step
+            out[o] = store(a0)
+            out[o + o_step] = store(a1)
+            if lanes == 4:  # with two lanes a2 and a3 are copies: not stored
+                out[o + 2 * o_step] = store(a2)
+                out[o + 3 * o_step] = store(a3)
+
+    return kernel
+
+
+@cache
 def _warp_rows(kind: str, to_acc: Callable, store: Callable, loads: int, pairs: bool) -> Callable:
     """A warp per output row of a plane whose rows are contiguous (x_red == 1):
     lane l folds the row's values l, l + 32, ... (`loads` in flight), then the
@@ -298,7 +392,8 @@ def _warp_rows(kind: str, to_acc: Callable, store: Callable, loads: int, pairs: 
 
 
 @cache
-def _total(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: int, pairs: bool) -> Callable:
+def _total(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: int, pairs: bool,
+           lanes: int = 1) -> Callable:
     """One output from one strided run, in one launch: chunk c (block c, or,
     with fewer blocks than chunks, blocks taking chunks c, c + gridDim.x, ...
     in turn) folds indices c * THREADS + tid + k * chunks * THREADS (the
@@ -306,8 +401,12 @@ def _total(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: 
     last chunk (an atomic count) folds the chunks' partials, thread t taking
     part[t], part[t + THREADS], ..., then the tree (whichever block is last,
     and however many blocks, the same order). It leaves the count at zero for
-    the next launch."""
+    the next launch. With `lanes` (2 or 4; max and min only, whose result no
+    order changes) the indices are those of vectors of `lanes` neighbouring
+    elements (x_red == 1, aligned: `_lanes`), each thread folding its lanes apart and then together."""
     run, fold, tree, threads = _run(kind, to_acc, loads, pairs), _run(kind, _same_acc), _tree(kind), THREADS
+    wide, combine = _wide_run(kind, to_acc, max(lanes, 2), loads, pairs), BINARY[COMBINE[kind]]
+    assert lanes == 1 or kind in ORDER_FREE, "vectors fold a sum in another order"
 
     @cuda.jit
     def kernel(out: Arr, o_off: int, x: Arr, x_off: int, x_red: int, n_red: int, ident: Any, part: Arr,
@@ -318,7 +417,12 @@ def _total(kind: str, to_acc: Callable, store: Callable, acc_type: type, loads: 
             cuda.syncthreads()
         tid = cuda.threadIdx.x
         for c in range(cuda.blockIdx.x, chunks, cuda.gridDim.x):
-            partial[tid] = run(ident, x, x_off, c * threads + tid, n_red, chunks * threads, x_red)
+            if lanes == 1:
+                partial[tid] = run(ident, x, x_off, c * threads + tid, n_red, chunks * threads, x_red)
+            else:
+                a0, a1, a2, a3 = wide(ident, ident, ident, ident, x, x_off, c * threads + tid, n_red // lanes,
+                                      chunks * threads, lanes)
+                partial[tid] = combine(combine(a0, a1), combine(a2, a3))  # two lanes: a2, a3 copy a0, a1
             cuda.syncthreads()
             tree(partial, 0, tid, threads)
             if tid == 0:
@@ -370,6 +474,13 @@ WARP_ROWS_FROM: int | None = None  # `_warp_rows` from this many rows (None: a w
 # full blocks); never under the simulator
 RUN_LOADS = 8  # loads in flight per thread in the plane kernel (8 or 16)
 WIDE_LOADS = 16  # the same in the column and one-output kernels
+# By kind, the bytes (16 or 8) of neighbouring elements one load reads, where x's dtype, extents and
+# alignment allow (`_lanes`), in the column kernel and, for kinds in ORDER_FREE, the one-output kernel;
+# a kind not named reads an element a load. A float32 sum's columns measured 15% slower with 16-byte
+# loads, 2-3% faster with 8-byte ones (benchmarks/RESULTS.md, "vector loads").
+VECTOR_BYTES: dict[str, int] = {"sum": 8, "max": 16, "min": 16}
+VECTOR_LOADS = 16  # vector loads in flight per thread of the column kernel (8 or 16)
+ORDER_FREE = frozenset({"max", "min"})  # kinds whose result no fold order changes
 # The kinds whose runs fold each eight loads as a tree before adding them to the
 # accumulator (a chain of four folds, not eight): max and min, whose result is
 # the same in any order (a sum's inner fold measured slower so).
@@ -425,7 +536,8 @@ def reduce_into(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind:
     od, xd = out.data, x.data
     key = None
     if type(od) is Memory and type(xd) is Memory:
-        key = (kind, od.dtype, xd.dtype, out.shape, out.strides, x.shape, x.strides, dims, chunks)
+        key = (kind, od.dtype, xd.dtype, out.shape, out.strides, x.shape, x.strides, dims, chunks,
+               (xd.ptr + x.offset * xd.dtype.itemsize) % 16)
         ready = _ready.get(key)
         if ready is not None:
             direct, grid, block, mid, tail = ready
@@ -445,6 +557,33 @@ def _accumulator(kind: str, dtype: np.dtype) -> tuple[np.dtype, Callable]:
     if MAX_IN_OPERAND and kind in ("max", "min") and dtype == np.float32:
         return dtype, _same_acc
     return accumulator(dtype)
+
+
+def _alignment(x: DeviceBuffer) -> int:
+    """The byte address of x's first element modulo 16 (what `_lanes` needs to know)."""
+    data = x.data
+    if type(data) is Memory:
+        address = data.ptr
+    elif hasattr(data, "__cuda_array_interface__"):
+        address = data.__cuda_array_interface__["data"][0]
+    else:  # the simulator's array
+        address = data._ary.ctypes.data
+    return (address + x.offset * data.dtype.itemsize) % 16
+
+
+def _lanes(itemsize: int, n_out: int, x_out: int, x_red: int, alignment: int, wide: int) -> int:
+    """Neighbouring columns a thread of the column kernel reads by one vector
+    load of `wide` bytes (else half as many): 4 or 2 where the outputs are x's
+    neighbouring elements, their count and the reduced stride are whole
+    groups and the first element is aligned to the load; else 1 (a column a
+    thread)."""
+    if x_out != 1 or not wide:
+        return 1
+    for size in (wide, wide // 2):
+        lanes = size // itemsize
+        if lanes in vectors.LANES and not (n_out % lanes or x_red % lanes or alignment % size):
+            return lanes
+    return 1
 
 
 def _remember(key: tuple[Any, ...], kernel: Any, plan: _Plan, args: tuple[Any, ...]) -> None:
@@ -474,6 +613,7 @@ class _Plan(NamedTuple):
     group: int  # the plane and per-block kernels' last argument
     kept_shape: tuple[int, ...]
     kept_o: tuple[int, ...]
+    lanes: int = 1  # the vector width the column and one-output kernels may read (`_lanes`)
 
 
 # Plans by out's and x's shapes and strides, the reduced dims and the chunks asked
@@ -488,7 +628,11 @@ def clear_plans() -> None:
     _ready.clear()
 
 
-def _plan(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], chunks: int | None) -> _Plan:
+def _plan(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], chunks: int | None, alignment: int, wide: int,
+          order_free: bool) -> _Plan:
+    """The launch (alignment: x's first byte address modulo 16; wide: the
+    vector bytes the kind may read; order_free: whether the one-output
+    kernel may read vectors, which change the order of its folds)."""
     if out.size == 0:
         return _Plan("none", 0, 0, (), (), 1, 0, 0, (), ())
     kept = [a for a in range(x.ndim) if a not in dims]
@@ -507,12 +651,19 @@ def _plan(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], chunks: int
     plane = len(red_shape) == 1 and len(kept_shape) == 1
     kept_shape_t, kept_o_t = tuple(kept_shape), tuple(kept_o)
     if plane and n_out == 1 and width == THREADS and chunks > 1:  # one launch: the last block folds the partials
+        lanes = _lanes(x.data.dtype.itemsize, n_red, red_x[0], 0, alignment, wide if order_free else 0)
         return _Plan("total", min(chunks, max(1, max_blocks() // TOTAL_SPLIT)), THREADS, (), (red_x[0], n_red),
-                     chunks, n_out, 0, kept_shape_t, kept_o_t)
+                     chunks, n_out, 0, kept_shape_t, kept_o_t, lanes)
     if asked is None and plane and per_block and red_x[0] == 1 and n_out >= _warp_rows_from():
         return _Plan("warp_rows", blocks_for(n_out, THREADS // WARP), THREADS, (kept_o[0],), (kept_x[0], n_out, n_red),
                      1, n_out, 0, kept_shape_t, kept_o_t)
     if plane and width == 0 and chunks == 1:
+        lanes = _lanes(x.data.dtype.itemsize, n_out, kept_x[0], red_x[0], alignment, wide)
+        if lanes > 1:
+            groups = n_out // lanes
+            threads = fitted(groups, COLUMN_THREADS)
+            return _Plan("columns", blocks_for(groups, threads), threads, (kept_o[0],), (red_x[0], groups, n_red),
+                         1, n_out, 0, kept_shape_t, kept_o_t, lanes)
         threads = fitted(n_out, COLUMN_THREADS)
         return _Plan("columns", blocks_for(n_out, threads), threads, (kept_o[0],),
                      (kept_x[0], red_x[0], n_out, n_red), 1, n_out, 0, kept_shape_t, kept_o_t)
@@ -534,12 +685,13 @@ def _plan(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], chunks: int
 def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str, ident: np.generic,
             to_acc: Callable, chunks: int | None, ready_key: tuple[Any, ...] | None = None) -> DeviceBuffer:
     """The reduction (ready_key: where to keep a one-kernel launch for reduce_into; None: not kept)."""
-    key = (out.shape, out.strides, x.shape, x.strides, dims, chunks)
+    alignment, wide, order_free = _alignment(x), VECTOR_BYTES.get(kind, 0), kind in ORDER_FREE
+    key = (out.shape, out.strides, x.shape, x.strides, dims, chunks, alignment, wide, order_free)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) >= PLANS_KEPT:
             _plans.clear()
-        plan = _plans[key] = _plan(out, x, dims, chunks)
+        plan = _plans[key] = _plan(out, x, dims, chunks, alignment, wide, order_free)
     path = plan.path
     if path == "none":
         return out
@@ -547,10 +699,12 @@ def _reduce(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str
     head = (out.data, out.offset, *plan.out_args, x.data, x.offset, *plan.x_args, ident)
     chunks = plan.chunks
     if path == "total":
-        kernel = _total(kind, to_acc, store, acc_dtype.type, WIDE_LOADS, kind in PAIRED)
+        kernel = _total(kind, to_acc, store, acc_dtype.type, WIDE_LOADS, kind in PAIRED, plan.lanes)
         args = (*head, _scratch(chunks, acc_dtype), _counter(), chunks)
     elif path == "warp_rows":
         kernel, args = _warp_rows(kind, to_acc, store, WIDE_LOADS, kind in PAIRED), head
+    elif path == "columns" and plan.lanes > 1:
+        kernel, args = _wide_columns(kind, to_acc, store, plan.lanes, VECTOR_LOADS, kind in PAIRED), head
     elif path == "columns":
         kernel, args = _columns(kind, to_acc, store, WIDE_LOADS, kind in PAIRED, COLUMN_REGISTERS), head
     else:

@@ -312,7 +312,9 @@ def test_launch_plans_are_kept_by_layout_and_serve_other_data_and_offsets():
     from gpu_backend import reduce
 
     reduce.clear_plans()
-    for start in (0, 5):  # a reduction: one plan (and one for its second pass over the chunks' partials)
+    # a reduction: one plan (and one for its second pass over the chunks' partials) for offsets of one
+    # 16-byte alignment (which the plans also key on: reduce._lanes)
+    for start in (0, 4):
         out = reduce_into(DeviceBuffer.empty((4,), np.dtype(np.float32)), up.take(1, start, start + 8), (1,), "sum", 2)
         same(download(out), base[:, start:start + 8].sum(1))
     assert len(reduce._plans) == 2
@@ -348,18 +350,20 @@ def test_kept_launches_hand_the_driver_what_the_full_path_would(monkeypatch):
 
     def full_then_kept(call, clear) -> None:
         call(0)  # the full path, the launch kept
-        call(1)  # other memory and offsets: the kept launch
+        call(1)  # other memory and offsets (of the same 16-byte alignment): the kept launch
         clear()
         call(1)  # the full path again, for the same buffers
         assert direct[-1] == launched[-1]
 
+    monkeypatch.setattr(reduce, "VECTOR_BYTES", {"sum": 16})  # the column kernel's sums by vectors too
     reduce.clear_plans()
     for dims, chunks in [((0, 1, 2), 4), ((0,), None), ((2,), None)]:
         out_shape = tuple(m for a, m in enumerate((4, 8, 32)) if a not in dims)
         full_then_kept(lambda k: reduce_into(memory((16 + k) << 20, 2 * k, out_shape),  # noqa: B023
-                                             memory((64 + k) << 20, 5 * k, (4, 8, 32)), dims, "sum", chunks),  # noqa: B023
+                                             memory((64 + k) << 20, 4 * k, (4, 8, 32)), dims, "sum", chunks),  # noqa: B023
                        reduce._ready.clear)
     assert {p.path for p in reduce._plans.values()} == {"total", "columns", "plane"}
+    assert {p.lanes for p in reduce._plans.values() if p.path == "columns"} == {4}  # 16-byte loads of 4 columns
     kernels.clear_plans()
     transposed = lambda k: memory((64 + k) << 20, 24 * k, (4, 6, 16), (2, 0, 1))  # noqa: E731
     full_then_kept(lambda k: copy_into(memory((16 + k) << 20, 8 * k, (16, 4, 6)), transposed(k)),
@@ -459,6 +463,64 @@ def test_reduction_over_contiguous_rows_takes_a_warp_a_row(monkeypatch, name, ki
         out = download(reduce_into(DeviceBuffer.empty((37,), dtype), upload(x), (1,), kind))
         same(out, reference(ops.Reduction(kind, (1,)), x))
     assert len(launched) == 2
+
+
+@pytest.mark.parametrize("name", ["f32", "f64", "i32", "f16", "bf16"])
+def test_outer_reductions_read_neighbouring_columns_by_vectors(monkeypatch, name):
+    """An outer-axis reduction reads 4 or 2 neighbouring columns a thread by one
+    vector load (16 bytes, else 8) where the columns are x's neighbouring
+    elements, whole groups and aligned: every column folds in the scalar
+    kernel's order, so the bits are those of a column a thread (no
+    VECTOR_BYTES), NaN and all. An odd offset falls back to a column a thread."""
+    from gpu_backend import reduce
+
+    dtype = DTYPES[name]
+    rng = np.random.default_rng(11)
+    whole = (rng.integers(-40, 40, (37, 26)) * 0.3125).astype(dtype)
+    if name == "f32":
+        whole[4, 1], whole[30, 6] = np.nan, -np.inf
+    size = dtype.itemsize
+    up = upload(whole)
+    # 24 columns of 24: 16-byte loads (2-byte dtypes: 8-byte ones, four lanes); 26 of 26: no whole number
+    # of 4-lane groups, 8-byte loads (2-byte dtypes: none); 24 from the second column on: no aligned start
+    for x, view, want_lanes in [(whole[:, :24], upload(np.ascontiguousarray(whole[:, :24])), 16 // max(size, 4)),
+                                (whole, up, 2 if size >= 4 else 1), (whole[:, 1:25], up.take(1, 1, 25), 1)]:
+        for kind in ("sum", "max", "min"):
+            got = {}
+            for vector_bytes in (16, 0):
+                monkeypatch.setattr(reduce, "VECTOR_BYTES", {kind: vector_bytes})
+                reduce.clear_plans()
+                got[vector_bytes] = download(reduce_into(DeviceBuffer.empty((x.shape[1],), dtype), view, (0,), kind))
+                (plan,) = reduce._plans.values()
+                assert plan.path == "columns" and plan.lanes == (want_lanes if vector_bytes else 1)
+            assert got[16].tobytes() == got[0].tobytes()
+            same(got[16], reference(ops.Reduction(kind, (0,)), x))
+    reduce.clear_plans()  # no launch kept under these knobs
+
+
+@pytest.mark.parametrize("name", ["f32", "f64"])
+def test_max_of_all_reads_vectors(monkeypatch, name):
+    """max and min over all axes in one launch read vectors of neighbouring
+    elements where aligned (their result is the same in any order); a sum
+    keeps its scalar reads (its order) even where asked for vectors, and an
+    unaligned run reads scalars."""
+    from gpu_backend import reduce
+
+    monkeypatch.setattr(reduce, "VECTOR_BYTES", {"max": 16, "min": 16, "sum": 16})
+
+    dtype = DTYPES[name]
+    n = 1040 if SIMULATED else 16640  # 64 values a thread of a block (8 threads under the simulator, 256 on a GPU)
+    x = ((np.arange(n + 1) * 7919 % 2003 - 1001) * 0.25).astype(dtype)
+    x[n // 2 + 3] = 900.5
+    up = upload(x)
+    for view, host, want_lanes in [(up.take(0, 0, n), x[:n], 16 // dtype.itemsize), (up.take(0, 1, n + 1), x[1:], 1)]:
+        for kind in ("max", "min", "sum"):
+            reduce.clear_plans()
+            out = download(reduce_into(DeviceBuffer.empty((), dtype), view, (0,), kind, 3))
+            (plan,) = reduce._plans.values()
+            assert plan.path == "total" and plan.lanes == (1 if kind == "sum" else want_lanes)
+            same(out, reference(ops.Reduction(kind, (0,)), host))
+    reduce.clear_plans()
 
 
 def test_reduction_groups_share_a_block():
