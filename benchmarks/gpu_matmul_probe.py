@@ -21,7 +21,7 @@ import numpy as np
 from benchmarks.gpu_runs import per_call
 from gpu_backend.buffer import DeviceBuffer, download, upload
 from gpu_backend.device import SIMULATED
-from gpu_backend.kernels import laid_out
+from gpu_backend.kernels import copy_into, laid_out
 from gpu_backend.matmul import _as_cupy, _core_matmul, _cupy, matmul_into
 
 SHAPES = [(256, 512, 256), (512, 512, 512)]
@@ -78,7 +78,61 @@ def main() -> int:
               f"function give the same bits (a gapped, dense, transposed): {core_same}; core is the front: "
               f"{core is cupy.matmul}", flush=True)
         print(f"  as in a run (after uploading x and w, µs, median of 50): {as_in_a_run(x, w, cupy):.1f}", flush=True)
+        print("  after the uploads, host µs (median of 50): " + ", ".join(
+            f"{name} {t:.1f}" for name, t in after_uploads(x, w).items()), flush=True)
     return 0
+
+
+def after_uploads(x: np.ndarray, w: np.ndarray) -> dict[str, float]:
+    """Why a matmul right after the uploads costs more than back to back: the
+    same call with the uploads' DMA waited for first (a synchronize), with
+    the host's caches stirred instead (a numpy copy of x's size), a plain
+    launch in its place, the wait for the uploads alone, and torch's own
+    matmul after torch's uploads (the peer's figure for the same moment)."""
+    from gpu_backend.device import cuda
+
+    sync = cuda.synchronize
+    one = upload(np.zeros(1, np.float32))
+    tiny = DeviceBuffer.empty((1,), np.dtype(np.float32))
+    scratch = np.empty_like(x)
+
+    def timed(before: object, call: object) -> float:
+        times = []
+        for _ in range(50):
+            a, b = upload(x), upload(w)
+            out = DeviceBuffer.empty((x.shape[0], w.shape[1]), np.dtype(np.float32))
+            before(a, b)  # type: ignore[operator]
+            start = time.perf_counter()
+            call(out, a, b)  # type: ignore[operator]
+            times.append(time.perf_counter() - start)
+            sync()
+        return float(np.median(times)) * 1e6
+
+    nothing = lambda a, b: None  # noqa: E731
+    costs = {
+        "matmul_into": timed(nothing, matmul_into),
+        "synchronize, then matmul_into": timed(lambda a, b: sync(), matmul_into),
+        "synchronize, stir 1 array of x's size, then matmul_into": timed(
+            lambda a, b: (sync(), np.copyto(scratch, x)), matmul_into),
+        "a one-element copy launch instead": timed(nothing, lambda out, a, b: copy_into(tiny, one)),
+        "the synchronize alone (the uploads' DMA still running)": timed(nothing, lambda out, a, b: sync()),
+        "matmul_into, then a synchronize (call and GEMM)": timed(nothing, lambda out, a, b: (matmul_into(out, a, b),
+                                                                                             sync())),
+        "upload of x (host)": timed(nothing, lambda out, a, b: upload(x)),
+    }
+    try:
+        import torch
+    except ImportError:
+        return costs
+    times = []
+    for _ in range(50):
+        ta, tb = torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()
+        start = time.perf_counter()
+        ta @ tb
+        times.append(time.perf_counter() - start)
+        torch.cuda.synchronize()
+    costs["torch: a @ b after its uploads"] = float(np.median(times)) * 1e6
+    return costs
 
 
 def as_in_a_run(x: np.ndarray, w: np.ndarray, cupy: object) -> float:

@@ -516,3 +516,25 @@ def test_matmul(name, data, batch, m, k, n, library):
     got = download(matmul_into(out, upload(a), upload(b), library))
     assert has_layout(got, order)
     same(got, reference(ops.Matmul(), a, b))  # integer-valued floats: exact in any order
+
+
+def test_host_copies_hand_the_driver_addresses_and_bytes(monkeypatch):
+    """Memory's uploads and downloads are one driver call each, with the device
+    address, the host array's own address and its byte count; a refusal raises."""
+    from gpu_backend import memory
+    from gpu_backend.driver_launch import LaunchError
+
+    calls = []
+    answer = [0]
+    copies = (lambda dst, src, n: calls.append(("up", dst, src, n)) or answer[0],
+              lambda dst, src, n: calls.append(("down", dst, src, n)) or answer[0],
+              lambda host, readonly=False: host.ctypes.data)
+    monkeypatch.setattr(memory, "_host_copies", lambda: copies)
+    device = memory.Memory(1 << 40, 6, np.dtype(np.float32), None)
+    host = np.arange(6, dtype=np.float32)
+    device.upload(host)
+    device.download(host)
+    assert calls == [("up", 1 << 40, host.ctypes.data, 24), ("down", host.ctypes.data, 1 << 40, 24)]
+    answer[0] = 1
+    with pytest.raises(LaunchError, match="cuMemcpyHtoD"):
+        device.upload(host)
