@@ -33,6 +33,13 @@ def main() -> int:
     if SIMULATED or cupy is None:
         sys.stderr.write("gpu_matmul_probe needs a GPU and cupy\n")
         return 1
+    if "--threads" in sys.argv:  # only the uploads on another thread (a second, shorter run)
+        for m, k, n in SHAPES:
+            rng = np.random.default_rng(2)
+            x, w = rng.random((m, k), np.float32) - 0.5, rng.random((k, n), np.float32) - 0.5
+            print(f"{m}, {k}, {n}: host µs (median of 50): " + ", ".join(
+                f"{name} {t:.1f}" for name, t in uploads_elsewhere(x, w).items()), flush=True)
+        return 0
     for m, k, n in SHAPES:
         rng = np.random.default_rng(2)
         x = rng.random((m, k), np.float32) - 0.5
@@ -82,6 +89,64 @@ def main() -> int:
         print("  after the uploads, host µs (median of 50): " + ", ".join(
             f"{name} {t:.1f}" for name, t in after_uploads(x, w).items()), flush=True)
     return 0
+
+
+def uploads_elsewhere(x: np.ndarray, w: np.ndarray) -> dict[str, float]:
+    """Whether the uploads cool the caches of the core that then calls cuBLAS:
+    the two uploads and matmul_into on this thread, against the uploads made
+    by a worker thread (another core's caches; this thread waits for it, so
+    the stream order is the same) and then matmul_into here; each the call's
+    host time and the whole (uploads, matmul, a synchronize)."""
+    import threading
+
+    from gpu_backend.device import cuda
+
+    sync = cuda.synchronize
+    got: list[DeviceBuffer] = []
+    start_uploads, done = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        cuda.current_context()  # the same device's primary context, current on this thread too
+        while True:
+            start_uploads.wait()
+            start_uploads.clear()
+            if not got:
+                return
+            got[:] = [upload(x), upload(w)]
+            done.set()
+
+    def here() -> tuple[DeviceBuffer, DeviceBuffer]:
+        return upload(x), upload(w)
+
+    def there() -> tuple[DeviceBuffer, DeviceBuffer]:
+        got[:] = [None]  # type: ignore[list-item]
+        start_uploads.set()
+        done.wait()
+        done.clear()
+        return got[0], got[1]
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    costs = {}
+    for name, uploads in (("here", here), ("on a worker thread", there), ("here, again", here)):
+        calls, wholes = [], []
+        for _ in range(50):
+            sync()
+            t0 = time.perf_counter()
+            a, b = uploads()
+            out = DeviceBuffer.empty((x.shape[0], w.shape[1]), np.dtype(np.float32))
+            t1 = time.perf_counter()
+            matmul_into(out, a, b)
+            t2 = time.perf_counter()
+            sync()
+            calls.append(t2 - t1)
+            wholes.append(time.perf_counter() - t0)
+        costs[f"uploads {name}: matmul_into"] = float(np.median(calls)) * 1e6
+        costs[f"uploads {name}: whole"] = float(np.median(wholes)) * 1e6
+    got.clear()
+    start_uploads.set()
+    thread.join()
+    return costs
 
 
 def after_uploads(x: np.ndarray, w: np.ndarray) -> dict[str, float]:
