@@ -19,9 +19,10 @@ import time
 import numpy as np
 
 from benchmarks.gpu_runs import per_call
+from gpu_backend import functions
 from gpu_backend.buffer import DeviceBuffer, download, upload
 from gpu_backend.device import SIMULATED
-from gpu_backend.kernels import laid_out
+from gpu_backend.kernels import elementwise, laid_out
 from gpu_backend.matmul import _as_cupy, _core_matmul, _cupy, matmul_into
 
 SHAPES = [(256, 512, 256), (512, 512, 512)]
@@ -32,6 +33,13 @@ def main() -> int:
     if SIMULATED or cupy is None:
         sys.stderr.write("gpu_matmul_probe needs a GPU and cupy\n")
         return 1
+    if "--threads" in sys.argv:  # only the uploads on another thread (a second, shorter run)
+        for m, k, n in SHAPES:
+            rng = np.random.default_rng(2)
+            x, w = rng.random((m, k), np.float32) - 0.5, rng.random((k, n), np.float32) - 0.5
+            print(f"{m}, {k}, {n}: host µs (median of 50): " + ", ".join(
+                f"{name} {t:.1f}" for name, t in uploads_elsewhere(x, w).items()), flush=True)
+        return 0
     for m, k, n in SHAPES:
         rng = np.random.default_rng(2)
         x = rng.random((m, k), np.float32) - 0.5
@@ -78,7 +86,120 @@ def main() -> int:
               f"function give the same bits (a gapped, dense, transposed): {core_same}; core is the front: "
               f"{core is cupy.matmul}", flush=True)
         print(f"  as in a run (after uploading x and w, µs, median of 50): {as_in_a_run(x, w, cupy):.1f}", flush=True)
+        print("  after the uploads, host µs (median of 50): " + ", ".join(
+            f"{name} {t:.1f}" for name, t in after_uploads(x, w).items()), flush=True)
     return 0
+
+
+def uploads_elsewhere(x: np.ndarray, w: np.ndarray) -> dict[str, float]:
+    """Whether the uploads cool the caches of the core that then calls cuBLAS:
+    the two uploads and matmul_into on this thread, against the uploads made
+    by a worker thread (another core's caches; this thread waits for it, so
+    the stream order is the same) and then matmul_into here; each the call's
+    host time and the whole (uploads, matmul, a synchronize)."""
+    import threading
+
+    from gpu_backend.device import cuda
+
+    sync = cuda.synchronize
+    got: list[DeviceBuffer] = []
+    start_uploads, done = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        cuda.current_context()  # the same device's primary context, current on this thread too
+        while True:
+            start_uploads.wait()
+            start_uploads.clear()
+            if not got:
+                return
+            got[:] = [upload(x), upload(w)]
+            done.set()
+
+    def here() -> tuple[DeviceBuffer, DeviceBuffer]:
+        return upload(x), upload(w)
+
+    def there() -> tuple[DeviceBuffer, DeviceBuffer]:
+        got[:] = [None]  # type: ignore[list-item]
+        start_uploads.set()
+        done.wait()
+        done.clear()
+        return got[0], got[1]
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    costs = {}
+    for name, uploads in (("here", here), ("on a worker thread", there), ("here, again", here)):
+        calls, wholes = [], []
+        for _ in range(50):
+            sync()
+            t0 = time.perf_counter()
+            a, b = uploads()
+            out = DeviceBuffer.empty((x.shape[0], w.shape[1]), np.dtype(np.float32))
+            t1 = time.perf_counter()
+            matmul_into(out, a, b)
+            t2 = time.perf_counter()
+            sync()
+            calls.append(t2 - t1)
+            wholes.append(time.perf_counter() - t0)
+        costs[f"uploads {name}: matmul_into"] = float(np.median(calls)) * 1e6
+        costs[f"uploads {name}: whole"] = float(np.median(wholes)) * 1e6
+    got.clear()
+    start_uploads.set()
+    thread.join()
+    return costs
+
+
+def after_uploads(x: np.ndarray, w: np.ndarray) -> dict[str, float]:
+    """Why a matmul right after the uploads costs more than back to back: the
+    same call with the uploads' DMA waited for first (a synchronize), with
+    the host's caches stirred instead (a numpy copy of x's size), a plain
+    launch in its place, the wait for the uploads alone, and torch's own
+    matmul after torch's uploads (the peer's figure for the same moment)."""
+    from gpu_backend.device import cuda
+
+    sync = cuda.synchronize
+    one = upload(np.zeros(1, np.float32))
+    tiny = DeviceBuffer.empty((1,), np.dtype(np.float32))
+    relu = functions.unary("relu", np.dtype(np.float32))
+    scratch = np.empty_like(x)
+
+    def timed(before: object, call: object) -> float:
+        times = []
+        for _ in range(50):
+            a, b = upload(x), upload(w)
+            out = DeviceBuffer.empty((x.shape[0], w.shape[1]), np.dtype(np.float32))
+            before(a, b)  # type: ignore[operator]
+            start = time.perf_counter()
+            call(out, a, b)  # type: ignore[operator]
+            times.append(time.perf_counter() - start)
+            sync()
+        return float(np.median(times)) * 1e6
+
+    nothing = lambda a, b: None  # noqa: E731
+    costs = {
+        "matmul_into": timed(nothing, matmul_into),
+        "synchronize, then matmul_into": timed(lambda a, b: sync(), matmul_into),
+        "synchronize, stir 1 array of x's size, then matmul_into": timed(
+            lambda a, b: (sync(), np.copyto(scratch, x)), matmul_into),
+        "a one-element kernel launch instead": timed(nothing, lambda out, a, b: elementwise(relu, tiny, one)),
+        "the synchronize alone (the uploads' DMA still running)": timed(nothing, lambda out, a, b: sync()),
+        "matmul_into, then a synchronize (call and GEMM)": timed(nothing, lambda out, a, b: (matmul_into(out, a, b),
+                                                                                             sync())),
+        "upload of x (host)": timed(nothing, lambda out, a, b: upload(x)),
+    }
+    try:
+        import torch
+    except ImportError:
+        return costs
+    times = []
+    for _ in range(50):
+        ta, tb = torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()
+        start = time.perf_counter()
+        ta @ tb
+        times.append(time.perf_counter() - start)
+        torch.cuda.synchronize()
+    costs["torch: a @ b after its uploads"] = float(np.median(times)) * 1e6
+    return costs
 
 
 def as_in_a_run(x: np.ndarray, w: np.ndarray, cupy: object) -> float:

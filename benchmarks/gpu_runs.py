@@ -110,6 +110,8 @@ def launch_costs(one: DeviceBuffer, out: DeviceBuffer) -> list[str]:
         costs["launch(), cached, through cuda.core"] = per_call(lambda: gl.launch(kernel, 1, (1, 256), *args))
         gl.DIRECT = True
     costs["elementwise() of 1 element"] = per_call(lambda: elementwise(_same, out, one))
+    pooled = DeviceBuffer.empty((1,), np.dtype(np.float32))  # pooled Memory: after its first call, a kept launch
+    costs["elementwise() of 1 pooled element"] = per_call(lambda: elementwise(_same, out, pooled))
     costs["copy_into() of 1 element"] = per_call(lambda: copy_into(out, one))
     gl.FAST = False
     costs["copy_into(), numba launch"] = per_call(lambda: copy_into(out, one))

@@ -259,9 +259,19 @@ PLANS_KEPT = 4096  # then the cache starts again (programs of many shapes)
 def clear_plans() -> None:
     """Forget the elementwise and copy plans (after the launch geometry knobs change)."""
     _plans.clear()
+    _ready_maps.clear()
     _copies.clear()
     _ready_copies.clear()
     clear_transpose_plans()
+
+
+# Elementwise launches between pooled Memory ready to go again, by the function,
+# the scalar's type and each buffer's shape, strides and dtype: the driver
+# launch (launch.prepared), its grid and block, each buffer's parameters after
+# its memory and offset, and those after the last buffer's (the scalar, if
+# any, follows them). A repeated call costs a dict lookup and the launch, as a
+# kept copy does.
+_ready_maps: dict[tuple[object, ...], tuple[object, ...]] = {}
 
 
 def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: object = None) -> DeviceBuffer:
@@ -269,10 +279,43 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: obje
     `scalar` (one operand): out = fn(x, scalar), the scalar a kernel argument."""
     if len(xs) != 1 and scalar is not None:
         raise TypeError("a scalar goes with one operand")
+    buffers = (out, *xs)
+    key = None
+    if all(type(b.data) is Memory for b in buffers):  # raw addresses: a kept launch can take them
+        key = (fn, type(scalar), *[v for b in buffers for v in (b.shape, b.strides, b.data.dtype.char)])
+        ready = _ready_maps.get(key)
+        if ready is not None:
+            direct, grid, block, consts, tail = ready
+            params: list[object] = []
+            for b, c in zip(buffers, consts):  # type: ignore[call-overload]
+                d = b.data
+                n, size = d.size, d.dtype.itemsize
+                params += (0, 0, n, size, d.ptr, n, size, b.offset, *c)
+            params += tail  # type: ignore[arg-type]
+            if len(xs) == 1:
+                params.append(0 if scalar is None else scalar)
+            counts["prepared"] += 1
+            direct(grid, block, params)  # type: ignore[operator]
+            return out
     plan, args = _launch_args(fn, out, xs, scalar)
     if plan[0] is not None:
         launch(plan[0], plan[1], plan[2], *args)
+        if key is not None:
+            _remember_map(key, plan, args)
     return out
+
+
+def _remember_map(key: tuple[object, ...], plan: Plan, args: tuple[object, ...]) -> None:
+    """Keep an elementwise launch just made (args: each buffer's memory, offset and
+    plan constants, then the plan's tail and, with one operand, the scalar)."""
+    kernel, grid, block, per_buffer, tail = plan
+    direct = prepared(kernel, args)
+    if direct is None:
+        return
+    if len(_ready_maps) >= PLANS_KEPT:
+        _ready_maps.clear()
+    consts = tuple(tuple(values(c)) for c in per_buffer)
+    _ready_maps[key] = (direct, grid, block, consts, tuple(values(tail)))
 
 
 def _launch_args(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], scalar: object) -> tuple[Plan, tuple]:

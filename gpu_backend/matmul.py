@@ -14,12 +14,11 @@ from functools import cache
 from math import prod
 from typing import Any
 
-import numpy as np
-
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import MATMUL_TILE, SHARED_ASKS, SIMULATED, blocks_for, cuda
 from gpu_backend.functions import accumulator, narrow
 from gpu_backend.launch import launch
+from gpu_backend.memory import Memory
 from gpu_backend.strides import Arr, Ints, padded, unravel
 
 
@@ -93,9 +92,11 @@ VIEWS_KEPT = 256
 
 
 def _as_cupy(cupy: Any, b: DeviceBuffer) -> Any:
-    itemsize = b.dtype.itemsize
-    base = b.data.__cuda_array_interface__["data"][0]
-    key = (base + b.offset * itemsize, b.shape, tuple(s * itemsize for s in b.strides), b.dtype.str)
+    data = b.data
+    dtype = data.dtype  # float32 or float64: the stored dtype is the logical one
+    itemsize = dtype.itemsize
+    base = data.ptr if type(data) is Memory else data.__cuda_array_interface__["data"][0]
+    key = (base + b.offset * itemsize, b.shape, tuple([s * itemsize for s in b.strides]), dtype.str)
     got = _views.get(key)
     if got is None:
         if len(_views) >= VIEWS_KEPT:
@@ -104,6 +105,7 @@ def _as_cupy(cupy: Any, b: DeviceBuffer) -> Any:
     return got
 
 
+@cache
 def _cupy() -> Any:
     try:
         import cupy
@@ -131,7 +133,7 @@ def _core_matmul(cupy: Any) -> Callable:
 
 def matmul_into(out: DeviceBuffer, a: DeviceBuffer, b: DeviceBuffer, library: bool = True) -> DeviceBuffer:
     """out = a @ b; `library=False` keeps to the numba kernel."""
-    cupy = _cupy() if library and not SIMULATED and a.dtype in (np.float32, np.float64) else None
+    cupy = _cupy() if library and not SIMULATED and a.data.dtype.char in "fd" else None
     if cupy is None or out.size == 0:
         return tiled_matmul(out, a, b)
     library_matmul(cupy, _as_cupy(cupy, a), _as_cupy(cupy, b), _as_cupy(cupy, out))

@@ -17,6 +17,8 @@ own device array, so everything that reads `.data` takes either.
 
 from __future__ import annotations
 
+import ctypes
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -81,21 +83,57 @@ class Memory:
 
     def upload(self, host: np.ndarray) -> None:
         """Copy the C-contiguous `host` (of at most this many bytes) here: one driver call."""
-        from numba.cuda.cudadrv.driver import driver, host_pointer
+        copies = _host_copies()
+        if copies is None:
+            from numba.cuda.cudadrv.driver import driver, host_pointer
 
-        driver.cuMemcpyHtoD(self.ptr, host_pointer(host, readonly=True), host.nbytes)
+            driver.cuMemcpyHtoD(self.ptr, host_pointer(host, readonly=True), host.nbytes)
+            return
+        _checked("cuMemcpyHtoD", copies[0](self.ptr, copies[2](host, readonly=True), host.nbytes))
 
     def download(self, host: np.ndarray) -> None:
         """Copy this memory into the C-contiguous, writable `host` (as many bytes as it holds)."""
-        from numba.cuda.cudadrv.driver import driver, host_pointer
+        copies = _host_copies()
+        if copies is None:
+            from numba.cuda.cudadrv.driver import driver, host_pointer
 
-        driver.cuMemcpyDtoH(host_pointer(host), self.ptr, host.nbytes)
+            driver.cuMemcpyDtoH(host_pointer(host), self.ptr, host.nbytes)
+            return
+        _checked("cuMemcpyDtoH", copies[1](copies[2](host), self.ptr, host.nbytes))
 
     def packed(self) -> tuple[int, ...]:
         """The kernel arguments numba passes for a 1-D C-contiguous array:
         meminfo, parent, size, itemsize, data, shape, strides (bytes)."""
         itemsize = self.dtype.itemsize
         return (0, 0, self.size, itemsize, self.ptr, self.size, itemsize)
+
+
+@cache
+def _host_copies() -> tuple[Any, Any, Any] | None:
+    """The driver's synchronous host copies (cuMemcpyHtoD_v2, cuMemcpyDtoH_v2: the
+    functions numba's wrappers reach, on the same legacy default stream), called
+    through ctypes: numba's wrapper and cuda-bindings' argument conversion cost
+    µs a copy, and a run makes one per input and result. None without the
+    driver library (numba's own call then). The third: numba's host_pointer (a
+    host array's address, writable unless `readonly`)."""
+    try:
+        from numba.cuda.cudadrv.driver import host_pointer
+
+        lib = ctypes.CDLL("libcuda.so.1")
+        up, down = lib.cuMemcpyHtoD_v2, lib.cuMemcpyDtoH_v2
+    except (OSError, AttributeError, ImportError):
+        return None
+    up.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
+    down.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+    up.restype = down.restype = ctypes.c_int
+    return up, down, host_pointer
+
+
+def _checked(what: str, rc: int) -> None:
+    if rc:
+        from gpu_backend.driver_launch import LaunchError, error_name
+
+        raise LaunchError(f"{what}: {error_name(rc)} ({rc})")
 
 
 def set_pool(pool: Any) -> None:

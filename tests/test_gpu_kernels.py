@@ -373,6 +373,21 @@ def test_kept_launches_hand_the_driver_what_the_full_path_would(monkeypatch):
     assert [p[:2] for p in kernels._copies.values()] == [("tiles", np.dtype(np.uint32)), ("rows", 2)]
     copy_into(memory(16 << 20, 3, (4, 6, 16)), memory(64 << 20, 5, (4, 6, 16)))
     assert copied == [((16 << 20) + 12, (64 << 20) + 20, 4 * 6 * 16 * 4)]  # byte addresses, bytes
+    add, relu = functions.binary("add", f32), functions.unary("relu", f32)
+    bias = lambda k: DeviceBuffer(Memory((96 + k) << 20, 16 + k, f32, None), k, (1, 16), (16, 1))  # noqa: E731
+    cases = [  # a broadcast add (the walk), a strided relu (rows), a dense add, a dense op with a scalar
+        lambda k: kernels.elementwise(add, memory((16 + k) << 20, 0, (4, 16)), memory((64 + k) << 20, 5 * k, (4, 16)),
+                                      bias(k)),
+        lambda k: kernels.elementwise(relu, memory((16 + k) << 20, 3 * k, (4, 6, 16)), rows(k)),
+        lambda k: kernels.elementwise(add, memory((16 + k) << 20, k, (96,)), memory((64 + k) << 20, 2 * k, (96,)),
+                                      memory((32 + k) << 20, 0, (96,))),
+        lambda k: kernels.elementwise(add, memory((16 + k) << 20, k, (96,)), memory((64 + k) << 20, 2 * k, (96,)),
+                                      scalar=1.5 + k),
+    ]
+    kernels._plans.clear()
+    for case in cases:
+        full_then_kept(case, kernels._ready_maps.clear)
+    assert len({plan[0] for plan in kernels._plans.values()}) == 4  # four kernels: each case took its own path
 
 
 # ---- reductions ------------------------------------------------------------------------
@@ -563,3 +578,25 @@ def test_matmul(name, data, batch, m, k, n, library):
     got = download(matmul_into(out, upload(a), upload(b), library))
     assert has_layout(got, order)
     same(got, reference(ops.Matmul(), a, b))  # integer-valued floats: exact in any order
+
+
+def test_host_copies_hand_the_driver_addresses_and_bytes(monkeypatch):
+    """Memory's uploads and downloads are one driver call each, with the device
+    address, the host array's own address and its byte count; a refusal raises."""
+    from gpu_backend import memory
+    from gpu_backend.driver_launch import LaunchError
+
+    calls = []
+    answer = [0]
+    copies = (lambda dst, src, n: calls.append(("up", dst, src, n)) or answer[0],
+              lambda dst, src, n: calls.append(("down", dst, src, n)) or answer[0],
+              lambda host, readonly=False: host.ctypes.data)
+    monkeypatch.setattr(memory, "_host_copies", lambda: copies)
+    device = memory.Memory(1 << 40, 6, np.dtype(np.float32), None)
+    host = np.arange(6, dtype=np.float32)
+    device.upload(host)
+    device.download(host)
+    assert calls == [("up", 1 << 40, host.ctypes.data, 24), ("down", host.ctypes.data, 1 << 40, 24)]
+    answer[0] = 1
+    with pytest.raises(LaunchError, match="cuMemcpyHtoD"):
+        device.upload(host)

@@ -300,3 +300,32 @@ def test_close_without_mpi_has_nothing_to_free():
     refir.close()
     refir.close()  # twice is fine
     assert refir.run(prog, {"x": x}).outputs["s"] == 6.0
+
+
+def test_result_headers_are_vetted_again_unless_the_round_handed_back_the_same_list(monkeypatch):
+    """vet_headers skips its work only for the very list found good last time
+    (what allgather_obj's `reuse` hands back for the same bytes); an equal but
+    new list is vetted, and a bad one fails every time."""
+    import numpy as np
+
+    import refir
+    from benchmarks.phases import PATTERN
+    from refir import runner
+    from refir.ranks import entry
+
+    checked = runner.verified(refir.load(PATTERN.format(devices="0, 1")), None)
+    x, w, b = np.zeros((8, 16), np.float32), np.zeros((16, 8), np.float32), np.zeros(8, np.float32)
+    bindings = runner.bind_and_check(checked, {"x": x, "w": w, "bias": b})
+    vetted = []
+    real = runner._vet_headers
+    monkeypatch.setattr(runner, "_vet_headers", lambda *a: vetted.append(a[2]) or real(*a))
+    every = [[entry("out", 0, np.zeros((8, 8), np.float32))], []]
+    assert runner.vet_headers(checked, bindings, every) is None
+    assert runner.vet_headers(checked, bindings, every) is None
+    assert vetted == [every]
+    again = [list(e) for e in every]
+    assert runner.vet_headers(checked, bindings, again) is None and len(vetted) == 2
+    bad = [[entry("out", 0, np.zeros((8, 7), np.float32))], []]
+    for _ in range(2):
+        assert "local shape (8, 7)" in str(runner.vet_headers(checked, bindings, bad))
+    assert len(vetted) == 4
