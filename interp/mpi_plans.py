@@ -15,6 +15,7 @@ Reductions fold in team order (`fold`: interp.impls.fold's bits), never MPI's.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from math import prod
@@ -92,6 +93,50 @@ def scratch(role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return kept[:nbytes].view(dtype).reshape(shape)
 
 
+# Results go to the caller, who keeps them: each must be an array no later call
+# writes into while anyone holds it. A fresh large array each call cost a 1M
+# allgather about a fifth of its time (16 MiB faulted and zeroed by the kernel).
+# So results from RESULT_MIN_BYTES up are kept here too, and one is handed out
+# again only once nothing but this pool refers to it: no variable, container,
+# view (a view refers to its base) or exported buffer (memoryview, mpi4py) of
+# it is left, so no holder can see it change. Two per shape and dtype, at
+# most RESULTS_MAX_BYTES in all (past that the pool forgets what it kept).
+RESULT_MIN_BYTES, RESULTS_MAX_BYTES = 1 << 16, 1 << 28
+_RESULTS: dict[tuple[tuple[int, ...], np.dtype], list[np.ndarray]] = {}
+
+
+def _references_of_unheld() -> int:
+    """What sys.getrefcount reports, in `result`'s loop, for an array only the
+    pool holds (the list's reference, the loop's and the call's argument's;
+    measured rather than assumed, as it differs between Python versions)."""
+    kept = [np.empty(0)]
+    for a in kept:
+        return sys.getrefcount(a)
+    raise AssertionError("unreachable")
+
+
+_UNHELD = _references_of_unheld()
+
+
+def result(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialized C-contiguous array that owns its memory, for a result:
+    a kept one nobody holds any more where the size is in range, else a new one."""
+    nbytes = prod(shape) * np.dtype(dtype).itemsize
+    if nbytes < RESULT_MIN_BYTES:
+        return np.empty(shape, dtype)
+    kept = _RESULTS.setdefault((shape, np.dtype(dtype)), [])
+    for a in kept:
+        if sys.getrefcount(a) == _UNHELD:
+            return a
+    out = np.empty(shape, dtype)
+    if len(kept) < 2:
+        if sum(a.nbytes for k in _RESULTS.values() for a in k) + nbytes > RESULTS_MAX_BYTES:
+            _RESULTS.clear()
+            kept = _RESULTS[(shape, np.dtype(dtype))] = []
+        kept.append(out)
+    return out
+
+
 Run = Callable[[MPI.Comm, np.ndarray], np.ndarray]  # (the team's communicator, this rank's buffer) -> result
 PLANS: dict[type, Callable[..., Run | None]] = {}
 plan = registrar(PLANS)
@@ -114,7 +159,7 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
     mine = slice(rank * shape[axis], (rank + 1) * shape[axis])
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
-        whole, count = np.empty(front, x.dtype), x.nbytes  # counts from the buffer: its dtype's bytes
+        whole, count = result(front, x.dtype), x.nbytes  # counts from the buffer: its dtype's bytes
         sent = moved_first(x, axis)
         if sent.flags.c_contiguous:  # already in order: sent from its own memory
             wait(comm.Iallgather([sent, count, MPI.BYTE], [whole, count, MPI.BYTE]), "an allgather")
@@ -144,7 +189,7 @@ def _allreduce_plan(op: ops.Allreduce, src: TensorType, team: Team, rank: int) -
             return _sliced_allreduce(comm, sent, kind)
         every = np.empty((n, x.size), x.dtype)
         wait(comm.Iallgather([sent, x.nbytes, MPI.BYTE], [every, x.nbytes, MPI.BYTE]), "an allreduce")
-        out = np.empty(x.shape, x.dtype)
+        out = result(x.shape, x.dtype)
         fold_into(out.reshape(-1), kind, every)
         return out
 
@@ -158,7 +203,7 @@ def _sliced_allreduce(comm: MPI.Comm, x: np.ndarray, kind: str) -> np.ndarray:
     flat, n = x.reshape(-1), comm.size
     counts = _slice_counts(flat.size, x.itemsize, n)
     mine = scratch("received", (n, counts[comm.rank] // x.itemsize), x.dtype)  # slice `rank` of every partial
-    whole = np.empty(x.shape, x.dtype)
+    whole = result(x.shape, x.dtype)
     if flat.size % n == 0:
         wait(comm.Ialltoall([flat, counts[0], MPI.BYTE], [mine, counts[0], MPI.BYTE]), "an allreduce")
         folded = fold_into(scratch("folded", mine.shape[1:], x.dtype), kind, mine)
@@ -193,7 +238,7 @@ def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, ran
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         got, count = scratch("received", (n, *mine), x.dtype), x.nbytes // n
         wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [got, count, MPI.BYTE]), "a reduce_scatter")
-        return fold_into(np.empty(mine, x.dtype), kind, got)
+        return fold_into(result(mine, x.dtype), kind, got)
 
     return run
 
@@ -212,7 +257,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
     pieces = _sender(shape, n, split_axis, axis)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
-        whole, count = np.empty(front, x.dtype), x.nbytes // n
+        whole, count = result(front, x.dtype), x.nbytes // n
         wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
         return whole if back is None else whole.transpose(back)
 
