@@ -25,6 +25,7 @@ from mpi4py import MPI
 
 from interp.host_copy import copy_into, pieces_into
 from interp.impls import COMBINE
+from interp.mpi_shared import SHARED_MIN_BYTES, SharedSegments, shared_segments
 from refir import ops
 from refir.memo import by_identity
 from refir.mpi import wait
@@ -163,6 +164,12 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
         sent = moved_first(x, axis)
         if sent.flags.c_contiguous:  # already in order: sent from its own memory
             wait(comm.Iallgather([sent, count, MPI.BYTE], [whole, count, MPI.BYTE]), "an allgather")
+        elif count >= SHARED_MIN_BYTES and (shared := shared_segments(team.devices, count)) is not None:
+            # laid out straight into this rank's segment, the others' copied out
+            turn = shared.next_half()
+            copy_into(shared.half(rank, turn, count).view(x.dtype).reshape(sent.shape), sent)
+            shared.written()
+            _gathered_from(shared, turn, whole.reshape(-1).view(np.uint8), count, 0)
         else:  # laid out by one copy in its own place (as MPI would copy it there), the others' come in place
             copy_into(whole[mine], sent)
             wait(comm.Iallgather(MPI.IN_PLACE, [whole, count, MPI.BYTE]), "an allgather")
@@ -258,10 +265,24 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         whole, count = result(front, x.dtype), x.nbytes // n
-        wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
+        shared = shared_segments(team.devices, x.nbytes) if x.nbytes >= SHARED_MIN_BYTES else None
+        if shared is None:
+            wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
+        else:  # packed straight into this rank's segment; piece `rank` of each copied out
+            turn = shared.next_half()
+            pieces(x, shared.half(rank, turn, x.nbytes).view(x.dtype))
+            shared.written()
+            _gathered_from(shared, turn, whole.reshape(-1).view(np.uint8), count, rank * count)
         return whole if back is None else whole.transpose(back)
 
     return run
+
+
+def _gathered_from(shared: SharedSegments, turn: int, out: np.ndarray, count: int, offset: int) -> None:
+    """Bytes [offset, offset + count) of every member's half `turn`, one after
+    another into `out` (after `shared.written()`)."""
+    for member in range(shared.comm.size):
+        np.copyto(out[member * count:(member + 1) * count], shared.half(member, turn, offset + count)[offset:])
 
 
 def _front_first(shape: tuple[int, ...], axis: int) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
@@ -288,14 +309,19 @@ def _sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> Calla
     # A dense buffer whose pieces go in their own C order: (outer, n, run) -> (n, outer, run).
     outer, run = prod(shape[:split_axis]), longest * prod(shape[split_axis + 1:])
 
-    def pieces(x: np.ndarray) -> np.ndarray:
+    def pieces(x: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
+        """The packed pieces: in `into` (a C-contiguous array of x's size and
+        dtype) where given, else wherever is cheapest."""
         if in_order and x.flags.c_contiguous:
-            return x
+            if into is None:
+                return x
+            np.copyto(into.reshape(x.shape), x)
+            return into
         if axis_first_moves_nothing and x.flags.c_contiguous:
-            send = scratch("send", (n, outer, run), x.dtype)
+            send = scratch("send", (n, outer, run), x.dtype) if into is None else into.reshape(n, outer, run)
             pieces_into(send, x.reshape(outer, n, run))
             return send
-        send = scratch("send", stacked, x.dtype)
+        send = scratch("send", stacked, x.dtype) if into is None else into.reshape(stacked)
         copy_into(send, x.reshape(cut).transpose(order))
         return send
 
