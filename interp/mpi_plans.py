@@ -10,7 +10,8 @@ it about twice over (benchmarks/RESULTS.md, "third pass"). Results are fresh
 arrays of their own, in C order where the result's axes keep their order, so
 that spmd's NumpyTransport need not copy them again. Uneven blocks are not
 planned: interp/mpi_transport.py's rules move them with MPI's v-variants.
-Reductions fold in team order (`fold`: interp.impls.fold's bits), never MPI's.
+Reductions fold in team order (interp.impls.fold, the in-process transport's
+fold), never MPI's.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 from mpi4py import MPI
 
 from interp.host_copy import copy_into, pieces_into
-from interp.impls import COMBINE
+from interp.impls import fold
 from interp.mpi_shared import SHARED_MIN_BYTES, SharedSegments, shared_segments
 from refir import ops
 from refir.memo import by_identity
@@ -40,25 +41,6 @@ def moved_first(x: np.ndarray, axis: int) -> np.ndarray:
     if axis == 0 or x.ndim < 2:  # nothing to move (a 0-d buffer has no axis)
         return x
     return x.transpose(axis_first(x.ndim, axis))
-
-
-def fold(kind: str, parts: Sequence[np.ndarray]) -> np.ndarray:
-    """interp.impls.fold's left-to-right combination (the same bits), into one
-    fresh array instead of a copy per step."""
-    return fold_into(np.empty(parts[0].shape, parts[0].dtype), kind, parts)
-
-
-def fold_into(out: np.ndarray, kind: str, parts: Sequence[np.ndarray]) -> np.ndarray:
-    """`fold` written into `out` (of the parts' shape and dtype; the parts may be
-    the rows of one array)."""
-    combine = COMBINE[kind]
-    if len(parts) == 1:
-        np.copyto(out, parts[0])
-        return out
-    combine(parts[0], parts[1], out=out, casting="unsafe")  # cast back as interp.impls.fold does (`astype`)
-    for p in parts[2:]:
-        combine(out, p, out=out, casting="unsafe")
-    return out
 
 
 def displacements(counts: Sequence[int]) -> list[int]:
@@ -197,7 +179,7 @@ def _allreduce_plan(op: ops.Allreduce, src: TensorType, team: Team, rank: int) -
         every = np.empty((n, x.size), x.dtype)
         wait(comm.Iallgather([sent, x.nbytes, MPI.BYTE], [every, x.nbytes, MPI.BYTE]), "an allreduce")
         out = result(x.shape, x.dtype)
-        fold_into(out.reshape(-1), kind, every)
+        fold(kind, every, out.reshape(-1))
         return out
 
     return run
@@ -213,13 +195,13 @@ def _sliced_allreduce(comm: MPI.Comm, x: np.ndarray, kind: str) -> np.ndarray:
     whole = result(x.shape, x.dtype)
     if flat.size % n == 0:
         wait(comm.Ialltoall([flat, counts[0], MPI.BYTE], [mine, counts[0], MPI.BYTE]), "an allreduce")
-        folded = fold_into(scratch("folded", mine.shape[1:], x.dtype), kind, mine)
+        folded = fold(kind, mine, scratch("folded", mine.shape[1:], x.dtype))
         wait(comm.Iallgather([folded, counts[0], MPI.BYTE], [whole, counts[0], MPI.BYTE]), "an allreduce")
         return whole
     displs, got = displacements(counts), [mine[0].nbytes] * n
     wait(comm.Ialltoallv([flat, counts, displs, MPI.BYTE], [mine, got, displacements(got), MPI.BYTE]),
             "an allreduce")
-    folded = fold_into(scratch("folded", mine.shape[1:], x.dtype), kind, mine)
+    folded = fold(kind, mine, scratch("folded", mine.shape[1:], x.dtype))
     wait(comm.Iallgatherv([folded, counts[comm.rank], MPI.BYTE], [whole, counts, displs, MPI.BYTE]),
             "an allreduce")
     return whole
@@ -245,7 +227,7 @@ def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, ran
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         got, count = scratch("received", (n, *mine), x.dtype), x.nbytes // n
         wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [got, count, MPI.BYTE]), "a reduce_scatter")
-        return fold_into(result(mine, x.dtype), kind, got)
+        return fold(kind, got, result(mine, x.dtype))
 
     return run
 

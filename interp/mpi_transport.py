@@ -35,7 +35,8 @@ from mpi4py import MPI
 
 from interp.collectives import block_index, split
 from interp.host_copy import copy_into
-from interp.mpi_plans import PLANS, block_shapes, displacements, fold, moved_first, planned
+from interp.impls import fold
+from interp.mpi_plans import PLANS, block_shapes, displacements, moved_first, planned
 from interp.transport import rank_part
 from refir import ops
 from refir import teams as team_forming

@@ -2,8 +2,9 @@
 plain test run never loads mpi4py): a strided buffer laid out in place by
 pack_into, and equal pieces packed by one stacked copy, give the bytes
 to_bytes gives (small buffers through numpy's copy, large ones through the
-tiled and in-order copies of interp/host_copy.py), and the transport's fold has
-interp.impls.fold's bits."""
+tiled and in-order copies of interp/host_copy.py), and the fold both transports
+use (interp.impls.fold) combines left to right in the parts' dtype, into any
+layout. Under mpiexec: the collectives that go through a shared window."""
 
 import subprocess
 import sys
@@ -48,8 +49,15 @@ for dtype in (np.float16, ml_dtypes.bfloat16, np.float32, np.int8, np.bool_):
             parts = [(rng.standard_normal((3, 5)) * 300).astype(dtype) for _ in range(n)]
             parts[0][0, 0] = np.nan if np.dtype(dtype).kind == "f" else parts[0][0, 0]
             with np.errstate(all="ignore"):
-                want, got = impls.fold(kind, parts), fold(kind, parts)
-            assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (dtype, kind, n)
+                want = parts[0].copy()  # left to right, each step's result cast back to the parts' dtype
+                for p in parts[1:]:
+                    want = impls.COMBINE[kind](want, p).astype(dtype)
+                got = fold(kind, parts)
+                rows = fold(kind, np.stack(parts), np.full_like(parts[0], 7))  # the MPI plans' call: rows, into
+                f = fold(kind, [np.asfortranarray(p) for p in parts])
+            for out in (got, rows, f):
+                assert out.dtype == want.dtype and out.tobytes() == want.tobytes(), (dtype, kind, n)
+            assert got.flags.c_contiguous and f.flags.f_contiguous  # laid out as the first partial
 print("folds agree")
 """
 
