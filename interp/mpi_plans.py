@@ -6,9 +6,10 @@ piece goes, whether the pieces already lie in order and the view that packs
 them) follows from the op, the type and the team: a plan works it out once, and
 a call is then a few numpy and MPI calls. At 1K elements the Python around the
 MPI call was most of a call's time, and four ranks sharing two cores pay for
-it about twice over (benchmarks/RESULTS.md, "third pass"). Results are fresh
-arrays of their own, in C order where the result's axes keep their order, so
-that spmd's NumpyTransport need not copy them again. Uneven blocks are not
+it about twice over (benchmarks/RESULTS.md, "third pass"). Results are arrays
+of their own (`result`: kept ones nobody holds any more, past 64 KiB), in C
+order where the result's axes keep their order, so that spmd's NumpyTransport
+need not copy them again. Uneven blocks are not
 planned: interp/mpi_transport.py's rules move them with MPI's v-variants.
 Reductions fold in team order (interp.impls.fold, the in-process transport's
 fold), never MPI's.
@@ -144,14 +145,14 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         whole, count = result(front, x.dtype), x.nbytes  # counts from the buffer: its dtype's bytes
         sent = moved_first(x, axis)
-        if sent.flags.c_contiguous:  # already in order: sent from its own memory
-            wait(comm.Iallgather([sent, count, MPI.BYTE], [whole, count, MPI.BYTE]), "an allgather")
-        elif count >= SHARED_MIN_BYTES and (shared := shared_segments(team.devices, count)) is not None:
-            # laid out straight into this rank's segment, the others' copied out
+        if count >= SHARED_MIN_BYTES and (shared := shared_segments(team.devices, count)) is not None:
+            # laid out straight into this rank's segment (transposed there where it is strided), all copied out
             turn = shared.next_half()
             copy_into(shared.half(rank, turn, count).view(x.dtype).reshape(sent.shape), sent)
             shared.written()
             _gathered_from(shared, turn, whole.reshape(-1).view(np.uint8), count, 0)
+        elif sent.flags.c_contiguous:  # already in order: sent from its own memory
+            wait(comm.Iallgather([sent, count, MPI.BYTE], [whole, count, MPI.BYTE]), "an allgather")
         else:  # laid out by one copy in its own place (as MPI would copy it there), the others' come in place
             copy_into(whole[mine], sent)
             wait(comm.Iallgather(MPI.IN_PLACE, [whole, count, MPI.BYTE]), "an allgather")

@@ -172,7 +172,7 @@ from refir.types import Axis, Mesh, TensorType
 # Collectives past SHARED_MIN_BYTES per rank, against numpy on every rank's
 # blocks (each rank makes them all from the seeds): all_to_all through the
 # team's shared window (dense and column-major sources, f32 and f16), the
-# column-major allgather too, each called three times (both halves of the
+# allgather too (row- and column-major sources), each called three times (both halves of the
 # window, then the first again) with the earlier results still held: they must
 # be unchanged (held results are never handed out again).
 comm = MPI.COMM_WORLD
@@ -212,11 +212,12 @@ def check():
         held = []
         for seed in range(3):
             mine = blocks(shape, np.float32, seed)
-            got = t.communicate(ops.Allgather(axis, "DIDx"), src, dst, {rank: np.asfortranarray(mine[rank])})[rank]
             want = np.concatenate(mine, axis=axis)
-            assert np.array_equal(got, want), (axis, seed)
-            held.append((got, want))
-            cases += 1
+            for layout in (np.ascontiguousarray, np.asfortranarray):
+                got = t.communicate(ops.Allgather(axis, "DIDx"), src, dst, {rank: layout(mine[rank])})[rank]
+                assert np.array_equal(got, want), (axis, seed, layout.__name__)
+                held.append((got, want))
+                cases += 1
         assert all(np.array_equal(g, w) for g, w in held), axis
     assert [k for k, _ in COMMS.others if k.startswith("shared window")], COMMS.others
     if rank == 0:
@@ -238,4 +239,4 @@ def test_shared_window_collectives_under_mpiexec_keep_values_and_held_results(tm
     for n in (2, 4):
         done = run_mpi(n, ["-c", SHARED_CHILD], timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
-        assert done.stdout.split() == ["agree", "30"]
+        assert done.stdout.split() == ["agree", "36"]
