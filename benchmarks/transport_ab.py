@@ -1,9 +1,9 @@
 """transport_bench on two checkouts, launches alternating: medians of refir/MPI.
 
-    python -m benchmarks.transport_ab BEFORE_DIR [AFTER_DIR] [--launches 8] [-- BENCH_ARGS...]
+    python -m benchmarks.transport_ab BEFORE_DIR [AFTER_DIR] [--launches 8] [--ranks 4] [-- BENCH_ARGS...]
 
 BEFORE_DIR is a copy of the code before (`git archive COMMIT | tar -x -C DIR`),
-AFTER_DIR this checkout by default. Each launch runs `mpiexec -n 4 python -m
+AFTER_DIR this checkout by default. Each launch runs `mpiexec -n RANKS python -m
 benchmarks.transport_bench --no-bounds BENCH_ARGS` in that directory, with this
 checkout's benchmark file (copied into BEFORE_DIR first, so that both sides time
 alike) and OMP_NUM_THREADS=1. Launches alternate (before, after, then after,
@@ -42,10 +42,10 @@ def idle_share(seconds: float = 1.0) -> float:
     return (idle1 - idle0) / max(total1 - total0, 1)
 
 
-def launch(code: Path, bench_args: list[str]) -> dict[tuple[str, int], tuple[float, float]]:
+def launch(code: Path, bench_args: list[str], ranks: int = 4) -> dict[tuple[str, int], tuple[float, float]]:
     """One launch: per (row, elements), refir/MPI of the best calls and refir's best ms."""
     mpiexec = Path(sys.executable).with_name("mpiexec")
-    command = [str(mpiexec), "-n", "4", sys.executable, "-m", "benchmarks.transport_bench", "--no-bounds",
+    command = [str(mpiexec), "-n", str(ranks), sys.executable, "-m", "benchmarks.transport_bench", "--no-bounds",
                *bench_args]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(code))
     out = subprocess.run(command, cwd=code, capture_output=True, text=True, env=env, check=True).stdout
@@ -65,6 +65,7 @@ def main() -> None:
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path, nargs="?", default=HERE.parent)
     parser.add_argument("--launches", type=int, default=8)
+    parser.add_argument("--ranks", type=int, default=4, help="mpiexec -n (default: %(default)s)")
     args = parser.parse_args(argv)
     shutil.copy(HERE / "transport_bench.py", args.before / "benchmarks" / "transport_bench.py")
     sides = {"before": args.before, "after": args.after}
@@ -76,9 +77,9 @@ def main() -> None:
             pass
         waits.append(round(time.monotonic() - start))
         for name in (["before", "after"] if i % 2 == 0 else ["after", "before"]):
-            for key, value in launch(sides[name], bench_args).items():
+            for key, value in launch(sides[name], bench_args, args.ranks).items():
                 got[name].setdefault(key, []).append(value)
-    print(f"{args.launches} launches each; waited for a quiet machine (s): {waits}")
+    print(f"{args.ranks} ranks, {args.launches} launches each; waited for a quiet machine (s): {waits}")
     print(f"{'row':<32}{'elements':>9}  {'before: ratio (lo-hi), refir ms':<34} after: ratio (lo-hi), refir ms")
     for key in got["after"]:
         cells = []

@@ -8,7 +8,7 @@ once; integer arithmetic wraps in its own dtype.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -122,16 +122,22 @@ def copy(op: object, x: np.ndarray) -> np.ndarray:
     return x
 
 
-def fold(kind: str, parts: list[np.ndarray]) -> np.ndarray:
-    """Combine per-device partials left to right, in their own dtype, into a
-    fresh array (each step's result is new: no copy of it is needed)."""
+def fold(kind: str, parts: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+    """Combine per-device partials left to right, every step's result cast back
+    to the first partial's dtype, into `out` where given (of the parts' shape
+    and dtype, any layout; the parts may be the rows of one array), else into a
+    fresh array laid out as the first partial (order 'K'). The in-process and
+    the MPI transports both fold with it: the same bits, in team order."""
+    combine = COMBINE[kind]
+    if out is None:
+        out = np.empty_like(parts[0])
     if len(parts) == 1:
-        return np.array(parts[0], copy=True)
-    dtype = parts[0].dtype
-    acc = COMBINE[kind](parts[0], parts[1]).astype(dtype, copy=False)
+        np.copyto(out, parts[0])
+        return out
+    combine(parts[0], parts[1], out=out, casting="unsafe")  # unsafe: computed as the inputs ask, then cast back
     for p in parts[2:]:
-        acc = COMBINE[kind](acc, p).astype(dtype, copy=False)
-    return acc
+        combine(out, p, out=out, casting="unsafe")
+    return out
 
 
 def compute(op: object, args: list[object], dtype: np.dtype) -> np.ndarray:

@@ -6,15 +6,18 @@ piece goes, whether the pieces already lie in order and the view that packs
 them) follows from the op, the type and the team: a plan works it out once, and
 a call is then a few numpy and MPI calls. At 1K elements the Python around the
 MPI call was most of a call's time, and four ranks sharing two cores pay for
-it about twice over (benchmarks/RESULTS.md, "third pass"). Results are fresh
-arrays of their own, in C order where the result's axes keep their order, so
-that spmd's NumpyTransport need not copy them again. Uneven blocks are not
+it about twice over (benchmarks/RESULTS.md, "third pass"). Results are arrays
+of their own (`result`: kept ones nobody holds any more, past 64 KiB), in C
+order where the result's axes keep their order, so that spmd's NumpyTransport
+need not copy them again. Uneven blocks are not
 planned: interp/mpi_transport.py's rules move them with MPI's v-variants.
-Reductions fold in team order (`fold`: interp.impls.fold's bits), never MPI's.
+Reductions fold in team order (interp.impls.fold, the in-process transport's
+fold), never MPI's.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from math import prod
@@ -23,7 +26,8 @@ import numpy as np
 from mpi4py import MPI
 
 from interp.host_copy import copy_into, pieces_into
-from interp.impls import COMBINE
+from interp.impls import fold
+from interp.mpi_shared import SHARED_MIN_BYTES, SharedSegments, shared_segments
 from refir import ops
 from refir.memo import by_identity
 from refir.mpi import wait
@@ -38,25 +42,6 @@ def moved_first(x: np.ndarray, axis: int) -> np.ndarray:
     if axis == 0 or x.ndim < 2:  # nothing to move (a 0-d buffer has no axis)
         return x
     return x.transpose(axis_first(x.ndim, axis))
-
-
-def fold(kind: str, parts: Sequence[np.ndarray]) -> np.ndarray:
-    """interp.impls.fold's left-to-right combination (the same bits), into one
-    fresh array instead of a copy per step."""
-    return fold_into(np.empty(parts[0].shape, parts[0].dtype), kind, parts)
-
-
-def fold_into(out: np.ndarray, kind: str, parts: Sequence[np.ndarray]) -> np.ndarray:
-    """`fold` written into `out` (of the parts' shape and dtype; the parts may be
-    the rows of one array)."""
-    combine = COMBINE[kind]
-    if len(parts) == 1:
-        np.copyto(out, parts[0])
-        return out
-    combine(parts[0], parts[1], out=out, casting="unsafe")  # cast back as interp.impls.fold does (`astype`)
-    for p in parts[2:]:
-        combine(out, p, out=out, casting="unsafe")
-    return out
 
 
 def displacements(counts: Sequence[int]) -> list[int]:
@@ -92,6 +77,50 @@ def scratch(role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return kept[:nbytes].view(dtype).reshape(shape)
 
 
+# Results go to the caller, who keeps them: each must be an array no later call
+# writes into while anyone holds it. A fresh large array each call cost a 1M
+# allgather about a fifth of its time (16 MiB faulted and zeroed by the kernel).
+# So results from RESULT_MIN_BYTES up are kept here too, and one is handed out
+# again only once nothing but this pool refers to it: no variable, container,
+# view (a view refers to its base) or exported buffer (memoryview, mpi4py) of
+# it is left, so no holder can see it change. Two per shape and dtype, at
+# most RESULTS_MAX_BYTES in all (past that the pool forgets what it kept).
+RESULT_MIN_BYTES, RESULTS_MAX_BYTES = 1 << 16, 1 << 28
+_RESULTS: dict[tuple[tuple[int, ...], np.dtype], list[np.ndarray]] = {}
+
+
+def _references_of_unheld() -> int:
+    """What sys.getrefcount reports, in `result`'s loop, for an array only the
+    pool holds (the list's reference, the loop's and the call's argument's;
+    measured rather than assumed, as it differs between Python versions)."""
+    kept = [np.empty(0)]
+    for a in kept:
+        return sys.getrefcount(a)
+    raise AssertionError("unreachable")
+
+
+_UNHELD = _references_of_unheld()
+
+
+def result(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialized C-contiguous array that owns its memory, for a result:
+    a kept one nobody holds any more where the size is in range, else a new one."""
+    nbytes = prod(shape) * np.dtype(dtype).itemsize
+    if nbytes < RESULT_MIN_BYTES:
+        return np.empty(shape, dtype)
+    kept = _RESULTS.setdefault((shape, np.dtype(dtype)), [])
+    for a in kept:
+        if sys.getrefcount(a) == _UNHELD:
+            return a
+    out = np.empty(shape, dtype)
+    if len(kept) < 2:
+        if sum(a.nbytes for k in _RESULTS.values() for a in k) + nbytes > RESULTS_MAX_BYTES:
+            _RESULTS.clear()
+            kept = _RESULTS[(shape, np.dtype(dtype))] = []
+        kept.append(out)
+    return out
+
+
 Run = Callable[[MPI.Comm, np.ndarray], np.ndarray]  # (the team's communicator, this rank's buffer) -> result
 PLANS: dict[type, Callable[..., Run | None]] = {}
 plan = registrar(PLANS)
@@ -114,9 +143,15 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
     mine = slice(rank * shape[axis], (rank + 1) * shape[axis])
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
-        whole, count = np.empty(front, x.dtype), x.nbytes  # counts from the buffer: its dtype's bytes
+        whole, count = result(front, x.dtype), x.nbytes  # counts from the buffer: its dtype's bytes
         sent = moved_first(x, axis)
-        if sent.flags.c_contiguous:  # already in order: sent from its own memory
+        if count >= SHARED_MIN_BYTES and (shared := shared_segments(team.devices, count)) is not None:
+            # laid out straight into this rank's segment (transposed there where it is strided), all copied out
+            turn = shared.next_half()
+            copy_into(shared.half(rank, turn, count).view(x.dtype).reshape(sent.shape), sent)
+            shared.written()
+            _gathered_from(shared, turn, whole.reshape(-1).view(np.uint8), count, 0)
+        elif sent.flags.c_contiguous:  # already in order: sent from its own memory
             wait(comm.Iallgather([sent, count, MPI.BYTE], [whole, count, MPI.BYTE]), "an allgather")
         else:  # laid out by one copy in its own place (as MPI would copy it there), the others' come in place
             copy_into(whole[mine], sent)
@@ -144,8 +179,8 @@ def _allreduce_plan(op: ops.Allreduce, src: TensorType, team: Team, rank: int) -
             return _sliced_allreduce(comm, sent, kind)
         every = np.empty((n, x.size), x.dtype)
         wait(comm.Iallgather([sent, x.nbytes, MPI.BYTE], [every, x.nbytes, MPI.BYTE]), "an allreduce")
-        out = np.empty(x.shape, x.dtype)
-        fold_into(out.reshape(-1), kind, every)
+        out = result(x.shape, x.dtype)
+        fold(kind, every, out.reshape(-1))
         return out
 
     return run
@@ -158,16 +193,16 @@ def _sliced_allreduce(comm: MPI.Comm, x: np.ndarray, kind: str) -> np.ndarray:
     flat, n = x.reshape(-1), comm.size
     counts = _slice_counts(flat.size, x.itemsize, n)
     mine = scratch("received", (n, counts[comm.rank] // x.itemsize), x.dtype)  # slice `rank` of every partial
-    whole = np.empty(x.shape, x.dtype)
+    whole = result(x.shape, x.dtype)
     if flat.size % n == 0:
         wait(comm.Ialltoall([flat, counts[0], MPI.BYTE], [mine, counts[0], MPI.BYTE]), "an allreduce")
-        folded = fold_into(scratch("folded", mine.shape[1:], x.dtype), kind, mine)
+        folded = fold(kind, mine, scratch("folded", mine.shape[1:], x.dtype))
         wait(comm.Iallgather([folded, counts[0], MPI.BYTE], [whole, counts[0], MPI.BYTE]), "an allreduce")
         return whole
     displs, got = displacements(counts), [mine[0].nbytes] * n
     wait(comm.Ialltoallv([flat, counts, displs, MPI.BYTE], [mine, got, displacements(got), MPI.BYTE]),
             "an allreduce")
-    folded = fold_into(scratch("folded", mine.shape[1:], x.dtype), kind, mine)
+    folded = fold(kind, mine, scratch("folded", mine.shape[1:], x.dtype))
     wait(comm.Iallgatherv([folded, counts[comm.rank], MPI.BYTE], [whole, counts, displs, MPI.BYTE]),
             "an allreduce")
     return whole
@@ -193,7 +228,7 @@ def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, ran
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         got, count = scratch("received", (n, *mine), x.dtype), x.nbytes // n
         wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [got, count, MPI.BYTE]), "a reduce_scatter")
-        return fold_into(np.empty(mine, x.dtype), kind, got)
+        return fold(kind, got, result(mine, x.dtype))
 
     return run
 
@@ -212,11 +247,25 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
     pieces = _sender(shape, n, split_axis, axis)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
-        whole, count = np.empty(front, x.dtype), x.nbytes // n
-        wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
+        whole, count = result(front, x.dtype), x.nbytes // n
+        shared = shared_segments(team.devices, x.nbytes) if x.nbytes >= SHARED_MIN_BYTES else None
+        if shared is None:
+            wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
+        else:  # packed straight into this rank's segment; piece `rank` of each copied out
+            turn = shared.next_half()
+            pieces(x, shared.half(rank, turn, x.nbytes).view(x.dtype))
+            shared.written()
+            _gathered_from(shared, turn, whole.reshape(-1).view(np.uint8), count, rank * count)
         return whole if back is None else whole.transpose(back)
 
     return run
+
+
+def _gathered_from(shared: SharedSegments, turn: int, out: np.ndarray, count: int, offset: int) -> None:
+    """Bytes [offset, offset + count) of every member's half `turn`, one after
+    another into `out` (after `shared.written()`)."""
+    for member in range(shared.comm.size):
+        np.copyto(out[member * count:(member + 1) * count], shared.half(member, turn, offset + count)[offset:])
 
 
 def _front_first(shape: tuple[int, ...], axis: int) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
@@ -243,14 +292,19 @@ def _sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> Calla
     # A dense buffer whose pieces go in their own C order: (outer, n, run) -> (n, outer, run).
     outer, run = prod(shape[:split_axis]), longest * prod(shape[split_axis + 1:])
 
-    def pieces(x: np.ndarray) -> np.ndarray:
+    def pieces(x: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
+        """The packed pieces: in `into` (a C-contiguous array of x's size and
+        dtype) where given, else wherever is cheapest."""
         if in_order and x.flags.c_contiguous:
-            return x
+            if into is None:
+                return x
+            np.copyto(into.reshape(x.shape), x)
+            return into
         if axis_first_moves_nothing and x.flags.c_contiguous:
-            send = scratch("send", (n, outer, run), x.dtype)
+            send = scratch("send", (n, outer, run), x.dtype) if into is None else into.reshape(n, outer, run)
             pieces_into(send, x.reshape(outer, n, run))
             return send
-        send = scratch("send", stacked, x.dtype)
+        send = scratch("send", stacked, x.dtype) if into is None else into.reshape(stacked)
         copy_into(send, x.reshape(cut).transpose(order))
         return send
 

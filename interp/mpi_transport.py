@@ -7,10 +7,13 @@ it is needed anyway: an allgather copies this rank's block into its place in the
 gathered result (tiled, interp/host_copy.py, where the layout changes) and
 gathers the others in place; all_to_all and reduce_scatter send their pieces
 from the array's own memory where they lie one after another, else pack them by
-one copy, and receive them side by side. MPI datatypes that walk the strides
-were measured several times slower than these copies (MPICH 4-5, 2-core EPYC;
-a vector type for 4 MiB all_to_all pieces: 60 ms against 8 for the contiguous
-call, 2026-12-01). Reductions never use MPI's own: partials are gathered and
+one copy, and receive them side by side. Past 64 KiB per rank, where a team's
+members share a node, an all_to_all and an allgather of a strided block pack or
+transpose straight into the team's shared-memory window instead, and copy out
+(interp/mpi_shared.py): the packing is then the copy MPI would make anyway. MPI
+datatypes that walk the strides were measured several times slower than these
+copies (MPICH 4-5, 2-core EPYC; a vector type for 4 MiB all_to_all pieces: 24-60
+ms against 2-8 for the contiguous call, 2026-12-01). Reductions never use MPI's own: partials are gathered and
 folded in team order, so the bits equal the in-process transport's. Every wait
 is a polite, bounded poll: four ranks on two cores would otherwise busy-spin
 each other.
@@ -35,7 +38,8 @@ from mpi4py import MPI
 
 from interp.collectives import block_index, split
 from interp.host_copy import copy_into
-from interp.mpi_plans import PLANS, block_shapes, displacements, fold, moved_first, planned
+from interp.impls import fold
+from interp.mpi_plans import PLANS, block_shapes, displacements, moved_first, planned
 from interp.transport import rank_part
 from refir import ops
 from refir import teams as team_forming

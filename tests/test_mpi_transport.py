@@ -2,8 +2,9 @@
 plain test run never loads mpi4py): a strided buffer laid out in place by
 pack_into, and equal pieces packed by one stacked copy, give the bytes
 to_bytes gives (small buffers through numpy's copy, large ones through the
-tiled and in-order copies of interp/host_copy.py), and the transport's fold has
-interp.impls.fold's bits."""
+tiled and in-order copies of interp/host_copy.py), and the fold both transports
+use (interp.impls.fold) combines left to right in the parts' dtype, into any
+layout. Under mpiexec: the collectives that go through a shared window."""
 
 import subprocess
 import sys
@@ -48,8 +49,15 @@ for dtype in (np.float16, ml_dtypes.bfloat16, np.float32, np.int8, np.bool_):
             parts = [(rng.standard_normal((3, 5)) * 300).astype(dtype) for _ in range(n)]
             parts[0][0, 0] = np.nan if np.dtype(dtype).kind == "f" else parts[0][0, 0]
             with np.errstate(all="ignore"):
-                want, got = impls.fold(kind, parts), fold(kind, parts)
-            assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (dtype, kind, n)
+                want = parts[0].copy()  # left to right, each step's result cast back to the parts' dtype
+                for p in parts[1:]:
+                    want = impls.COMBINE[kind](want, p).astype(dtype)
+                got = fold(kind, parts)
+                rows = fold(kind, np.stack(parts), np.full_like(parts[0], 7))  # the MPI plans' call: rows, into
+                f = fold(kind, [np.asfortranarray(p) for p in parts])
+            for out in (got, rows, f):
+                assert out.dtype == want.dtype and out.tobytes() == want.tobytes(), (dtype, kind, n)
+            assert got.flags.c_contiguous and f.flags.f_contiguous  # laid out as the first partial
 print("folds agree")
 """
 
@@ -149,3 +157,86 @@ def test_plans_equal_blocks_only_and_yield_to_replaced_rules():
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines() == ["planned where blocks are equal", "pieces agree", "scratch kept",
                                         "rules replaced are called"]
+
+
+SHARED_CHILD = r"""
+import numpy as np
+from mpi4py import MPI
+
+from interp.collectives import split
+from interp.mpi_transport import MpiTransport
+from refir import ops
+from refir.mpi import COMMS
+from refir.types import Axis, Mesh, TensorType
+
+# Collectives past SHARED_MIN_BYTES per rank, against numpy on every rank's
+# blocks (each rank makes them all from the seeds): all_to_all through the
+# team's shared window (dense and column-major sources, f32 and f16), the
+# allgather too (row- and column-major sources), each called three times (both halves of the
+# window, then the first again) with the earlier results still held: they must
+# be unchanged (held results are never handed out again).
+comm = MPI.COMM_WORLD
+
+
+def check():
+    n, rank = comm.size, comm.rank
+    mesh = Mesh("m", (n,), tuple(range(n)))
+    t = MpiTransport()
+    def blocks(shape, dtype, seed):
+        return [np.random.default_rng(seed * 10 + r).standard_normal(shape).astype(dtype) for r in range(n)]
+    cases = 0
+    for dtype, code in ((np.float32, "f32"), (np.float16, "f16")):
+        for concat_axis, split_axis in ((0, 1), (1, 0)):
+            shape = (96 * n, 64 * n)
+            src = TensorType(code, tuple(Axis(e * n, "DIDx") if a == concat_axis else Axis(e)
+                                         for a, e in enumerate(shape)), mesh)
+            dst = TensorType(code, tuple(Axis(e * n) if a == concat_axis else Axis(e, "DIDx")
+                                         for a, e in enumerate(shape)), mesh)
+            op = ops.AllToAll("DIDx", split_axis, concat_axis)
+            held = []
+            for seed in range(3):
+                mine = blocks(shape, dtype, seed)
+                want = np.concatenate([split(b, n, split_axis)[rank] for b in mine], axis=concat_axis)
+                for layout in (np.ascontiguousarray, np.asfortranarray):
+                    got = t.communicate(op, src, dst, {rank: layout(mine[rank])})[rank]
+                    assert np.array_equal(got, want), (code, split_axis, concat_axis, seed, layout.__name__)
+                    held.append((got, want))
+                    cases += 1
+            assert all(np.array_equal(g, w) for g, w in held), (code, split_axis, concat_axis)
+    for axis in (0, 1):
+        shape = (128, 64 * n)
+        axes = [Axis(e) for e in shape]
+        axes[axis] = Axis(shape[axis] * n, "DIDx")
+        src = TensorType("f32", tuple(axes), mesh, (1, 0))
+        dst = TensorType("f32", tuple(Axis(a.extent) for a in axes), mesh)
+        held = []
+        for seed in range(3):
+            mine = blocks(shape, np.float32, seed)
+            want = np.concatenate(mine, axis=axis)
+            for layout in (np.ascontiguousarray, np.asfortranarray):
+                got = t.communicate(ops.Allgather(axis, "DIDx"), src, dst, {rank: layout(mine[rank])})[rank]
+                assert np.array_equal(got, want), (axis, seed, layout.__name__)
+                held.append((got, want))
+                cases += 1
+        assert all(np.array_equal(g, w) for g, w in held), axis
+    assert [k for k, _ in COMMS.others if k.startswith("shared window")], COMMS.others
+    if rank == 0:
+        print("agree", cases)
+
+
+try:
+    check()
+except BaseException:  # a failed check on one rank stops the job at once, not at the others' timeout
+    import traceback
+    traceback.print_exc()
+    comm.Abort(1)
+"""
+
+
+def test_shared_window_collectives_under_mpiexec_keep_values_and_held_results(tmp_path):
+    from helpers import run_mpi
+
+    for n in (2, 4):
+        done = run_mpi(n, ["-c", SHARED_CHILD], timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.split() == ["agree", "36"]
