@@ -27,7 +27,7 @@ from mpi4py import MPI
 
 from interp.host_copy import copy_into, pieces_into
 from interp.impls import fold
-from interp.mpi_shared import SHARED_MIN_BYTES, SharedSegments, shared_segments
+from interp.mpi_shared import SharedSegments, shared_segments
 from refir import ops
 from refir.memo import by_identity
 from refir.mpi import wait
@@ -145,7 +145,7 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         whole, count = result(front, x.dtype), x.nbytes  # counts from the buffer: its dtype's bytes
         sent = moved_first(x, axis)
-        if count >= SHARED_MIN_BYTES and (shared := shared_segments(team.devices, count)) is not None:
+        if (shared := shared_segments(team.devices, count)) is not None:
             # laid out straight into this rank's segment (transposed there where it is strided), all copied out
             turn = shared.next_half()
             copy_into(shared.half(rank, turn, count).view(x.dtype).reshape(sent.shape), sent)
@@ -248,7 +248,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         whole, count = result(front, x.dtype), x.nbytes // n
-        shared = shared_segments(team.devices, x.nbytes) if x.nbytes >= SHARED_MIN_BYTES else None
+        shared = shared_segments(team.devices, x.nbytes)
         if shared is None:
             wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
         else:  # packed straight into this rank's segment; piece `rank` of each copied out

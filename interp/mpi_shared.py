@@ -31,8 +31,11 @@ from refir.errors import RunError
 from refir.mpi import COMMS, barrier
 
 # Below this many bytes per rank a collective's own call costs less than the
-# barrier and copies (and 1K calls are bound by Python, not bytes).
-SHARED_MIN_BYTES = 1 << 16
+# barrier and copies (and 1K calls are bound by Python, not bytes). Above the
+# most, MPI's own call is used: a window lives as long as the team's
+# communicator, twice its size per rank, in the node's shared memory (/dev/shm
+# in a container may be small), one per power-of-two size.
+SHARED_MIN_BYTES, SHARED_MAX_BYTES = 1 << 16, 1 << 26
 
 
 class SharedSegments:
@@ -90,6 +93,10 @@ def _free(segments: SharedSegments | None) -> None:
 
 def shared_segments(devices: tuple[int, ...], nbytes: int) -> SharedSegments | None:
     """The team's window with halves of at least `nbytes` (a power of two, so
-    that a few sizes share one), or None where the team spans nodes."""
+    that a few sizes share one), or None where the team spans nodes or
+    `nbytes` is out of the window's range (the same answer on every member:
+    the blocks are even)."""
+    if not SHARED_MIN_BYTES <= nbytes <= SHARED_MAX_BYTES:
+        return None
     size = 1 << max(nbytes - 1, 1).bit_length()
     return COMMS.other(f"shared window {size}", devices, _make(size), _free)
