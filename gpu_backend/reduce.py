@@ -57,15 +57,16 @@ from interp.impls import identity
 
 @cache
 def _run(kind: str, to_acc: Callable, loads: int = 8, pairs: bool = False) -> Callable:
-    combine = BINARY[COMBINE[kind]]
+    combine, fold8 = BINARY[COMBINE[kind]], _fold8(kind, to_acc, pairs)
     assert loads in (8, 16), "the runs spell out eight or sixteen loads"
 
     @cuda.jit(device=True)
     def run(acc: Any, x: Arr, row: int, k: int, stop: int, step: int, stride: int) -> Any:
         """Fold x[row + j * stride] for j = k, k + step, ... below `stop`.
         `loads` loads go out before the first is folded (latency hidden), and
-        are folded in index order, one at a time, or with `pairs`, each eight
-        as a tree first (a shorter chain of dependent folds)."""
+        are folded eight at a time by `_fold8`: in index order, one at a time,
+        or with `pairs`, each eight as a tree first (a shorter chain of
+        dependent folds)."""
         d = step * stride
         while k + (loads - 1) * step < stop:
             p = row + k * stride
@@ -74,32 +75,9 @@ def _run(kind: str, to_acc: Callable, loads: int = 8, pairs: bool = False) -> Ca
             if loads == 16:
                 w0, w1, w2, w3 = x[p + 8 * d], x[p + 9 * d], x[p + 10 * d], x[p + 11 * d]
                 w4, w5, w6, w7 = x[p + 12 * d], x[p + 13 * d], x[p + 14 * d], x[p + 15 * d]
-            if pairs:  # eight values as a tree, then into acc: a chain of four folds, not eight
-                u0 = combine(combine(to_acc(v0), to_acc(v1)), combine(to_acc(v2), to_acc(v3)))
-                u1 = combine(combine(to_acc(v4), to_acc(v5)), combine(to_acc(v6), to_acc(v7)))
-                acc = combine(acc, combine(u0, u1))
-                if loads == 16:
-                    u2 = combine(combine(to_acc(w0), to_acc(w1)), combine(to_acc(w2), to_acc(w3)))
-                    u3 = combine(combine(to_acc(w4), to_acc(w5)), combine(to_acc(w6), to_acc(w7)))
-                    acc = combine(acc, combine(u2, u3))
-            else:
-                acc = combine(acc, to_acc(v0))
-                acc = combine(acc, to_acc(v1))
-                acc = combine(acc, to_acc(v2))
-                acc = combine(acc, to_acc(v3))
-                acc = combine(acc, to_acc(v4))
-                acc = combine(acc, to_acc(v5))
-                acc = combine(acc, to_acc(v6))
-                acc = combine(acc, to_acc(v7))
-                if loads == 16:
-                    acc = combine(acc, to_acc(w0))
-                    acc = combine(acc, to_acc(w1))
-                    acc = combine(acc, to_acc(w2))
-                    acc = combine(acc, to_acc(w3))
-                    acc = combine(acc, to_acc(w4))
-                    acc = combine(acc, to_acc(w5))
-                    acc = combine(acc, to_acc(w6))
-                    acc = combine(acc, to_acc(w7))
+            acc = fold8(acc, v0, v1, v2, v3, v4, v5, v6, v7)
+            if loads == 16:
+                acc = fold8(acc, w0, w1, w2, w3, w4, w5, w6, w7)
             k += loads * step
         while k < stop:
             acc = combine(acc, to_acc(x[row + k * stride]))
@@ -278,8 +256,8 @@ def _columns(kind: str, to_acc: Callable, store: Callable, loads: int, pairs: bo
 
 @cache
 def _fold8(kind: str, to_acc: Callable, pairs: bool) -> Callable:
-    """acc folded with eight values in index order, as `_run` folds eight loads
-    (one at a time, or with `pairs` as a tree first): the same order, value by value."""
+    """acc folded with eight values in index order (one at a time, or with
+    `pairs` as a tree first): how `_run` and `_wide_run` fold eight loads."""
     combine = BINARY[COMBINE[kind]]
 
     @cuda.jit(device=True)
