@@ -25,7 +25,7 @@ import numpy as np
 
 from benchmarks.gpu_ops import ElementwiseCase, _buffer, _torch_in, copy_ceiling, sides
 from benchmarks.gpu_timing import MIB, median_time, pipelined_time
-from gpu_backend import kernels, reduce, reduce_kernels, transpose
+from gpu_backend import elementwise_kernels, kernels, reduce, reduce_kernels, transpose
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED, cuda
 from gpu_backend.functions import accumulator, binary, cast, narrow
@@ -315,8 +315,8 @@ def _elementwise(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> N
     t_add = median_time(lambda: torch.add(ta, tb, out=tc), torch.cuda.synchronize, NONE)
     t_cast = median_time(lambda: th.copy_(ta), torch.cuda.synchronize, NONE)
     say(f"  torch add {100 * ceil[12 * n] / t_add:.0f}%, torch cast {100 * ceil[6 * n] / t_cast:.0f}%")
-    half = kernels._dense1(kernels._ignoring_scalar(cast(f32, np.dtype(np.float16))))
-    say(f"  regs dense add {regs(kernels._dense2(binary('add', f32)))}, cast {regs(half)}")
+    half = elementwise_kernels.dense1_kernel(elementwise_kernels.ignoring_scalar(cast(f32, np.dtype(np.float16))))
+    say(f"  regs dense add {regs(elementwise_kernels.dense2_kernel(binary('add', f32)))}, cast {regs(half)}")
 
 
 def tiled(dst: DeviceBuffer, src: DeviceBuffer) -> bool:
