@@ -42,6 +42,8 @@ from gpu_backend.strides import Arr, coalesce, padded
 from gpu_backend.transpose import clear_plans as clear_transpose_plans
 from gpu_backend.transpose import transpose_plan
 
+# ---- elementwise: out[i] = fn(x[i], ...) --------------------------------------------
+
 # The dense kernels' grids, one and two operands: at most this many times
 # max_blocks() (benchmarks/kernel_probe.py). The simulator, where every thread
 # is a Python thread, keeps its two small blocks.
