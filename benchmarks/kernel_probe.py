@@ -25,7 +25,7 @@ import numpy as np
 
 from benchmarks.gpu_ops import ElementwiseCase, _buffer, _torch_in, copy_ceiling, sides
 from benchmarks.gpu_timing import MIB, median_time, pipelined_time
-from gpu_backend import kernels, reduce, transpose
+from gpu_backend import elementwise_kernels, kernels, reduce, reduce_kernels, transpose
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED, cuda
 from gpu_backend.functions import accumulator, binary, cast, narrow
@@ -209,7 +209,8 @@ def _permutes(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None
         say(f"  regs transpose side {side} rows {rows} walk {walk}: {regs(transpose._transpose(4, side, rows, walk))}")
 
 
-# Reduction variants per case: knobs of gpu_backend/reduce.py; the first is the default.
+# Reduction variants per case: knobs of gpu_backend/reduce.py (its kernels: reduce_kernels.py); the first is the
+# default.
 NO_WARPS = 1 << 62  # WARP_ROWS_FROM that no plane reaches
 # No VECTOR_BYTES: an element a load, the kernels before vector loads (main at 78df4e1).
 SCALAR = {"VECTOR_BYTES": {}}
@@ -250,15 +251,15 @@ def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> No
     for kind in ("sum", "max"):
         for loads, pairs in [(16, kind in reduce.PAIRED)]:
             say(f"  regs {kind} loads {loads} pairs {pairs}: "
-                f"plane {regs(reduce._plane(kind, to_acc, store, acc_dtype.type, loads, pairs))}, "
-                f"columns {regs(reduce._columns(kind, to_acc, store, loads, pairs))}, "
-                f"columns at most 32 {regs(reduce._columns(kind, to_acc, store, loads, pairs, 32))}, "
-                f"total {regs(reduce._total(kind, to_acc, store, acc_dtype.type, loads, pairs))}, "
-                f"a warp a row {regs(reduce._warp_rows(kind, to_acc, store, loads, pairs))}")
+                f"plane {regs(reduce_kernels.plane_kernel(kind, to_acc, store, acc_dtype.type, loads, pairs))}, "
+                f"columns {regs(reduce_kernels.columns_kernel(kind, to_acc, store, loads, pairs))}, "
+                f"columns at most 32 {regs(reduce_kernels.columns_kernel(kind, to_acc, store, loads, pairs, 32))}, "
+                f"total {regs(reduce_kernels.total_kernel(kind, to_acc, store, acc_dtype.type, loads, pairs))}, "
+                f"a warp a row {regs(reduce_kernels.warp_rows_kernel(kind, to_acc, store, loads, pairs))}")
         for lanes, loads in [(4, 16), (2, 16)]:
-            say(f"  regs {kind} vectors of {lanes}, {loads} loads: "
-                f"columns {regs(reduce._wide_columns(kind, to_acc, store, lanes, loads, kind in reduce.PAIRED))}"
-                + (f", total {regs(reduce._total(kind, to_acc, store, acc_dtype.type, 16, True, lanes))}"
+            wide = reduce_kernels.wide_columns_kernel(kind, to_acc, store, lanes, loads, kind in reduce.PAIRED)
+            say(f"  regs {kind} vectors of {lanes}, {loads} loads: columns {regs(wide)}"
+                + (f", total {regs(reduce_kernels.total_kernel(kind, to_acc, store, acc_dtype.type, 16, True, lanes))}"
                    if kind == "max" else ""))
 
 
@@ -314,8 +315,8 @@ def _elementwise(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> N
     t_add = median_time(lambda: torch.add(ta, tb, out=tc), torch.cuda.synchronize, NONE)
     t_cast = median_time(lambda: th.copy_(ta), torch.cuda.synchronize, NONE)
     say(f"  torch add {100 * ceil[12 * n] / t_add:.0f}%, torch cast {100 * ceil[6 * n] / t_cast:.0f}%")
-    half = kernels._dense1(kernels._ignoring_scalar(cast(f32, np.dtype(np.float16))))
-    say(f"  regs dense add {regs(kernels._dense2(binary('add', f32)))}, cast {regs(half)}")
+    half = elementwise_kernels.dense1_kernel(elementwise_kernels.ignoring_scalar(cast(f32, np.dtype(np.float16))))
+    say(f"  regs dense add {regs(elementwise_kernels.dense2_kernel(binary('add', f32)))}, cast {regs(half)}")
 
 
 def tiled(dst: DeviceBuffer, src: DeviceBuffer) -> bool:

@@ -79,14 +79,16 @@ def integer_cast_saturates() -> Iterator[None]:
         by="values", backend="gpu", needs=(ops.Reduction,))
 def gpu_tree_skips_last_level() -> Iterator[None]:
     import gpu_backend.reduce as reduce
+    import gpu_backend.reduce_kernels as reduce_kernels
 
-    tree = reduce._tree
-    built = (reduce._per_block, reduce._plane, reduce._total)  # every kernel that folds through the tree
+    tree = reduce_kernels._tree
+    # every kernel that folds through the tree
+    built = (reduce_kernels.per_block_kernel, reduce_kernels.plane_kernel, reduce_kernels.total_kernel)
     for kernels in built:
         kernels.cache_clear()  # kernels built with the right tree must not be reused
     reduce.clear_plans()  # nor launches kept ready with them
     try:
-        with mock.patch.object(reduce, "_tree", lambda kind: tree(kind, last=2)):
+        with mock.patch.object(reduce_kernels, "_tree", lambda kind: tree(kind, last=2)):
             yield
     finally:
         for kernels in built:

@@ -1,243 +1,48 @@
-"""Elementwise and data-movement kernels over buffers of any strides.
+"""Elementwise ops and copies over buffers of any strides: the planning and
+launching (the elementwise kernels themselves: gpu_backend/elementwise_kernels.py).
 
-Elementwise kernels walk the result's memory order, its innermost axis along
-threadIdx.x (coalesced writes, and coalesced reads of operands laid out
-alike), unravelling the outer axes once per work item of many elements. Shapes
-and strides travel as int tuples, padded to a multiple of four axes so that
-each kernel compiles for few ranks (gpu_backend/strides.py). A copy between
-buffers whose fastest axes differ goes through gpu_backend/transpose.py's
-shared-memory tile instead, so both its reads and its writes are coalesced.
-
-Two common shapes get lean kernels (few registers, no division per element):
-operands that are one unit-stride run each (a plain grid-stride loop), and
-unit-stride rows at two strided outer axes (a permute that keeps the innermost
-axis; copies move such rows as 8-byte words where they align). Every kernel
-has each thread load several elements before it stores or uses any, so that
-the loads are in flight together. Launch shapes (tile, threads, grids) were
-chosen by measurement: benchmarks/kernel_probe.py, benchmarks/RESULTS.md.
+An elementwise launch is worked out once per layout (`_plan`, kept in
+`_plans`): operands coalesced to one unit-stride run each take the dense
+kernels, unit-stride rows at two strided outer axes the row kernel, the rest
+the general walk over the result's memory order. Shapes and strides travel as
+int tuples, padded to a multiple of four axes so that each kernel compiles
+for few ranks (gpu_backend/strides.py). A copy (`copy_into`) between buffers
+dense alike is the driver's memcpy; between buffers that keep one innermost
+axis, the elementwise row kernels (as 8-byte words where the rows align);
+between buffers whose fastest axes differ, gpu_backend/transpose.py's
+shared-memory tile, so both its reads and its writes are coalesced. Between
+pooled Memory, launches are kept ready per layout (`_ready_maps`,
+`_ready_copies`). Launch shapes (tile, threads, grids) were chosen by
+measurement: benchmarks/kernel_probe.py, benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from functools import cache
 from math import prod
 
 import numpy as np
 
 from gpu_backend.buffer import DeviceBuffer
-from gpu_backend.device import (
-    ITEM_ROWS,
-    SIMULATED,
-    UNROLL,
-    blocks_for,
-    cuda,
-    fitted,
-    max_blocks,
-    rows_block,
-)
+from gpu_backend.device import SIMULATED, blocks_for, cuda, fitted, max_blocks, rows_block
 from gpu_backend.driver_launch import copy_bytes
+from gpu_backend.elementwise_kernels import (
+    dense1_kernel,
+    dense2_kernel,
+    ignoring_scalar,
+    map1_kernel,
+    map2_kernel,
+    rows1_kernel,
+    walk_geometry,
+)
 from gpu_backend.launch import counts, launch, prepared, values
 from gpu_backend.memory import Memory
-from gpu_backend.strides import Arr, Ints, coalesce, padded, unravel
+from gpu_backend.strides import Arr, coalesce, padded
 from gpu_backend.transpose import clear_plans as clear_transpose_plans
 from gpu_backend.transpose import transpose_plan
 
 # ---- elementwise: out[i] = fn(x[i], ...) --------------------------------------------
-# The walk: [outer..., mid, inner] in the result's memory order. A work item is
-# `span` elements of one inner row (threadIdx.x side by side), or, where rows
-# are shorter than that, `span` elements' worth of consecutive rows: the outer
-# index is unravelled once per item, never per element.
-
-
-@cuda.jit(device=True)
-def _item(item: int, walk: Ints) -> tuple[int, int, int, int, int]:
-    """Work item -> (outer row, first and end mid index, first and end inner index)."""
-    mid, inner, span, per_item, items_mid, items_in = walk[0], walk[1], walk[2], walk[3], walk[4], walk[5]
-    c = item % items_in
-    q = item // items_in
-    m0 = q % items_mid * per_item
-    return q // items_mid, m0, min(m0 + per_item, mid), c * span, min(c * span + span, inner)
-
-
-def _walk(rows: int, mid: int, inner: int, bx: int) -> tuple[tuple[int, ...], int]:
-    """The walk's geometry for the kernels, and its number of work items."""
-    span = bx * ITEM_ROWS
-    items_in = -(-inner // span)
-    per_item = max(1, span // inner) if items_in == 1 else 1
-    items_mid = -(-mid // per_item)
-    return (mid, inner, span, per_item, items_mid, items_in), rows * items_mid * items_in
-
-
-# Each thread loads UNROLL elements (block widths apart) before it stores any:
-# a GPU thread stalls only where it first uses a loaded value, so the loads are
-# in flight together. (One load, then its store, in turn, leaves the memory
-# system idle for most of each round trip.)
-assert UNROLL == 4, "the elementwise kernels spell out four loads"
-
-
-# The one-operand kernels apply `fn(value, scalar)`: `scalar` is a kernel
-# argument (a binary op's Python scalar, gpu_backend/scalars.py), or an unused
-# 0 for a unary function (`elementwise` wraps it with `_ignoring_scalar`).
-
-
-@cache
-def _ignoring_scalar(fn: Callable) -> Callable:
-    @cuda.jit(device=True)
-    def apply(a: object, scalar: object) -> object:
-        return fn(a)
-
-    return apply
-
-
-@cache
-def _map1(fn: Callable) -> Callable:
-    @cuda.jit
-    def kernel(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
-               a: Arr, a_off: int, a_outer: Ints, a_mid: int, a_in: int, outer: Ints, walk: Ints, items: int,
-               c: object) -> None:
-        bx = cuda.blockDim.x
-        for item in range(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y, items,
-                          cuda.gridDim.x * cuda.blockDim.y):
-            row, m0, m1, j0, j1 = _item(item, walk)
-            o = o_off + unravel(row, outer, o_outer)
-            p = a_off + unravel(row, outer, a_outer)
-            for m in range(m0, m1):
-                om, pm = o + m * o_mid, p + m * a_mid
-                j = j0 + cuda.threadIdx.x
-                while j + 3 * bx < j1:
-                    v0, v1 = a[pm + j * a_in], a[pm + (j + bx) * a_in]
-                    v2, v3 = a[pm + (j + 2 * bx) * a_in], a[pm + (j + 3 * bx) * a_in]
-                    out[om + j * o_in] = fn(v0, c)
-                    out[om + (j + bx) * o_in] = fn(v1, c)
-                    out[om + (j + 2 * bx) * o_in] = fn(v2, c)
-                    out[om + (j + 3 * bx) * o_in] = fn(v3, c)
-                    j += 4 * bx
-                while j < j1:
-                    out[om + j * o_in] = fn(a[pm + j * a_in], c)
-                    j += bx
-
-    return kernel
-
-
-@cache
-def _map2(fn: Callable) -> Callable:
-    @cuda.jit
-    def kernel(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
-               a: Arr, a_off: int, a_outer: Ints, a_mid: int, a_in: int,
-               b: Arr, b_off: int, b_outer: Ints, b_mid: int, b_in: int, outer: Ints, walk: Ints, items: int) -> None:
-        bx = cuda.blockDim.x
-        for item in range(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y, items,
-                          cuda.gridDim.x * cuda.blockDim.y):
-            row, m0, m1, j0, j1 = _item(item, walk)
-            o = o_off + unravel(row, outer, o_outer)
-            p = a_off + unravel(row, outer, a_outer)
-            q = b_off + unravel(row, outer, b_outer)
-            for m in range(m0, m1):
-                om, pm, qm = o + m * o_mid, p + m * a_mid, q + m * b_mid
-                j = j0 + cuda.threadIdx.x
-                while j + 3 * bx < j1:
-                    v0, v1 = a[pm + j * a_in], a[pm + (j + bx) * a_in]
-                    v2, v3 = a[pm + (j + 2 * bx) * a_in], a[pm + (j + 3 * bx) * a_in]
-                    w0, w1 = b[qm + j * b_in], b[qm + (j + bx) * b_in]
-                    w2, w3 = b[qm + (j + 2 * bx) * b_in], b[qm + (j + 3 * bx) * b_in]
-                    out[om + j * o_in] = fn(v0, w0)
-                    out[om + (j + bx) * o_in] = fn(v1, w1)
-                    out[om + (j + 2 * bx) * o_in] = fn(v2, w2)
-                    out[om + (j + 3 * bx) * o_in] = fn(v3, w3)
-                    j += 4 * bx
-                while j < j1:
-                    out[om + j * o_in] = fn(a[pm + j * a_in], b[qm + j * b_in])
-                    j += bx
-
-    return kernel
-
-
-# The dense case: every operand one unit-stride run (after coalesce), walked by a
-# plain grid-stride loop: no index arithmetic beyond an add per element.
-
-
-@cache
-def _four(fn: Callable) -> Callable:
-    @cuda.jit(device=True)
-    def four(out: Arr, po: int, a: Arr, pa: int, k: int, bx: int, c: object) -> None:
-        """out[po + k + q bx] = fn(a[pa + k + q bx], c) for q < 4, all four loads first."""
-        v0, v1, v2, v3 = a[pa + k], a[pa + k + bx], a[pa + k + 2 * bx], a[pa + k + 3 * bx]
-        out[po + k] = fn(v0, c)
-        out[po + k + bx] = fn(v1, c)
-        out[po + k + 2 * bx] = fn(v2, c)
-        out[po + k + 3 * bx] = fn(v3, c)
-
-    return four
-
-
-@cache
-def _dense1(fn: Callable) -> Callable:
-    four = _four(fn)
-
-    @cuda.jit
-    def kernel(out: Arr, o_off: int, a: Arr, a_off: int, n: int, c: object) -> None:
-        bx = cuda.blockDim.x
-        i = cuda.blockIdx.x * bx * 4 + cuda.threadIdx.x
-        step = cuda.gridDim.x * bx * 4
-        while i + 3 * bx < n:
-            four(out, o_off, a, a_off, i, bx, c)
-            i += step
-        while i < n:  # the ragged end: what is left of this thread's last four
-            out[o_off + i] = fn(a[a_off + i], c)
-            i += bx
-
-    return kernel
-
-
-@cache
-def _dense2(fn: Callable) -> Callable:
-    @cuda.jit
-    def kernel(out: Arr, o_off: int, a: Arr, a_off: int, b: Arr, b_off: int, n: int) -> None:
-        bx = cuda.blockDim.x
-        i = cuda.blockIdx.x * bx * 4 + cuda.threadIdx.x
-        step = cuda.gridDim.x * bx * 4
-        while i + 3 * bx < n:
-            v0, v1, v2, v3 = a[a_off + i], a[a_off + i + bx], a[a_off + i + 2 * bx], a[a_off + i + 3 * bx]
-            w0, w1, w2, w3 = b[b_off + i], b[b_off + i + bx], b[b_off + i + 2 * bx], b[b_off + i + 3 * bx]
-            out[o_off + i] = fn(v0, w0)
-            out[o_off + i + bx] = fn(v1, w1)
-            out[o_off + i + 2 * bx] = fn(v2, w2)
-            out[o_off + i + 3 * bx] = fn(v3, w3)
-            i += step
-        while i < n:
-            out[o_off + i] = fn(a[a_off + i], b[b_off + i])
-            i += bx
-
-    return kernel
-
-
-@cache
-def _rows1(fn: Callable) -> Callable:
-    """Unit-stride rows at two strided outer axes (i, j): a permute that keeps
-    the innermost axis. Blocks stride over i on x and over j on y, threads
-    along the row four elements apart: no division anywhere."""
-    four = _four(fn)
-
-    @cuda.jit
-    def kernel(out: Arr, o_off: int, o_i: int, o_j: int, a: Arr, a_off: int, a_i: int, a_j: int,
-               ni: int, nj: int, inner: int, c: object) -> None:
-        bx = cuda.blockDim.x
-        for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
-            for j in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, nj,
-                           cuda.gridDim.y * cuda.blockDim.y):
-                po, pa = o_off + i * o_i + j * o_j, a_off + i * a_i + j * a_j
-                k = cuda.threadIdx.x
-                while k + 3 * bx < inner:
-                    four(out, po, a, pa, k, bx, c)
-                    k += 4 * bx
-                while k < inner:
-                    out[po + k] = fn(a[pa + k], c)
-                    k += bx
-
-    return kernel
-
 
 # The dense kernels' grids, one and two operands: at most this many times
 # max_blocks() (benchmarks/kernel_probe.py). The simulator, where every thread
@@ -345,14 +150,14 @@ def _plan(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], has_sca
         return None, 0, 0, (), ()  # type: ignore[return-value]
     views = [out] + [x.broadcast_to(out.shape) for x in xs]
     if len(xs) == 1 and not has_scalar:
-        fn = _ignoring_scalar(fn)  # the one-operand kernels take a scalar: an unused 0
+        fn = ignoring_scalar(fn)  # the one-operand kernels take a scalar: an unused 0
     shape, strides = coalesce(out.shape, [v.strides for v in views], out.strides)
     if len(shape) == 1 and all(st == [1] for st in strides):
         n = shape[0]
         threads = fitted(-(-n // 4))
         cap = (DENSE1_BLOCKS if len(xs) == 1 else DENSE2_BLOCKS) * max_blocks()
         blocks = max(1, min(-(-n // (threads * 4)), cap))
-        return (_dense1 if len(xs) == 1 else _dense2)(fn), blocks, threads, ((),) * len(views), (n,)
+        return (dense1_kernel if len(xs) == 1 else dense2_kernel)(fn), blocks, threads, ((),) * len(views), (n,)
     if len(xs) == 1 and len(shape) <= 3 and all(st[-1] == 1 for st in strides):
         (ni, nj, inner), ((o_i, o_j, _), (a_i, a_j, _)) = [1] * (3 - len(shape)) + shape, [
             [0] * (3 - len(shape)) + st for st in strides]
@@ -360,13 +165,13 @@ def _plan(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], has_sca
         by = fitted(nj, by)
         gi = min(ni, max_blocks())
         gj = min(-(-nj // by), max(1, max_blocks() // gi), 65535)
-        return _rows1(fn), (gi, gj), (bx, by), ((o_i, o_j), (a_i, a_j)), (ni, nj, inner)
+        return rows1_kernel(fn), (gi, gj), (bx, by), ((o_i, o_j), (a_i, a_j)), (ni, nj, inner)
     shape, strides = [1] + shape, [[0] + st for st in strides]  # a mid axis, at worst of extent 1
     outer = padded(shape[:-2], 1)
     bx, by = rows_block(shape[-1])
-    walk, items = _walk(prod(outer), shape[-2], shape[-1], bx)
+    walk, items = walk_geometry(prod(outer), shape[-2], shape[-1], bx)
     by = fitted(items, by)
-    kernel = (_map1 if len(xs) == 1 else _map2)(fn)
+    kernel = (map1_kernel if len(xs) == 1 else map2_kernel)(fn)
     per_buffer = tuple((padded(st[:-2], 0), st[-2], st[-1]) for st in strides)
     return kernel, blocks_for(items, by), (bx, by), per_buffer, (outer, walk, items)
 

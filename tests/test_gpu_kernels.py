@@ -459,13 +459,13 @@ def test_reduction_over_contiguous_rows_takes_a_warp_a_row(monkeypatch, name, ki
 
     if reduce.SIMULATED:
         pytest.skip("warp shuffles run on a GPU only (the simulator takes the group kernel)")
-    built, launched = reduce._warp_rows, []
+    built, launched = reduce.warp_rows_kernel, []
 
     def spy(*args):
         launched.append(args)
         return built(*args)
 
-    monkeypatch.setattr(reduce, "_warp_rows", spy)
+    monkeypatch.setattr(reduce, "warp_rows_kernel", spy)  # where _reduce looks it up
     monkeypatch.setattr(reduce, "WARP_ROWS_FROM", 1)
     monkeypatch.setattr(reduce, "_plans", {})  # plans of the default threshold are not reused, nor these after
     dtype = DTYPES[name]
