@@ -5,9 +5,11 @@ the source's contiguous axis is another one (a column-major block sent row-major
 an axis moved to the front), every read jumps a whole row of the source, and
 4 MiB take about 3 ms on a 2-core EPYC against 0.1 ms for a plain copy. A tiled
 copy reads a tile along the source's contiguous axis and writes it along the
-destination's while both stay in cache: about 0.5 ms for the same bytes. Only
-bytes move (elements as unsigned integers of their size), so any dtype keeps
-its bits.
+destination's while both stay in cache: about 0.5 ms for the same bytes, and
+0.15 ms for 32-bit elements, whose 8 x 8 tiles move as eight vector loads,
+shuffles and eight vector stores (numba's own loops move one element at a
+time on one side). Only bytes move (elements as unsigned integers of their
+size), so any dtype keeps its bits.
 """
 
 from __future__ import annotations
