@@ -145,12 +145,12 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         whole, count = result(front, x.dtype), x.nbytes  # counts from the buffer: its dtype's bytes
         sent = moved_first(x, axis)
-        if (shared := shared_segments(team.devices, count)) is not None:
-            # laid out in this rank's own place in the result (transposed there where it is strided), copied
-            # from there into its segment, the others' copied out of theirs
+        if (shared := shared_segments(team.devices, count)) is not None and shared.crowded:
+            # laid out straight into this rank's segment (transposed there where it is strided), copied out
+            # into its own place at once, the others' after the barrier
             turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
-            copy_into(whole[mine], sent)
-            np.copyto(shared.half(rank, turn, count), flat[rank * count:(rank + 1) * count])
+            copy_into(shared.half(rank, turn, count).view(x.dtype).reshape(sent.shape), sent)
+            np.copyto(flat[rank * count:(rank + 1) * count], shared.half(rank, turn, count))
             shared.written()
             _gathered_from(shared, turn, flat, count, 0)
         elif sent.flags.c_contiguous:  # already in order: sent from its own memory
@@ -251,7 +251,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         whole, count = result(front, x.dtype), x.nbytes // n
         shared = shared_segments(team.devices, x.nbytes)
-        if shared is None:
+        if shared is None or not shared.crowded:
             wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
         else:  # packed straight into this rank's segment; piece `rank` of each copied out, its own first
             turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
