@@ -25,7 +25,7 @@ from math import prod
 import numpy as np
 from mpi4py import MPI
 
-from interp.host_copy import copy_into, pieces_into
+from interp.host_copy import copy_into, piece_into, pieces_into
 from interp.impls import fold
 from interp.mpi_shared import SharedSegments, shared_segments
 from refir import ops
@@ -145,7 +145,7 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         whole, count = result(front, x.dtype), x.nbytes  # counts from the buffer: its dtype's bytes
         sent = moved_first(x, axis)
-        if (shared := shared_segments(team.devices, count)) is not None and shared.crowded:
+        if (shared := shared_segments(team.devices, count)) is not None:
             # laid out straight into this rank's segment (transposed there where it is strided), copied out
             # into its own place at once, the others' after the barrier
             turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
@@ -247,12 +247,24 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
     piece = tuple(extent // n if a == split_axis else e for a, e in enumerate(shape))
     front, back = _front_first(tuple(e * n if a == axis else e for a, e in enumerate(piece)), axis)
     pieces = _sender(shape, n, split_axis, axis)
+    runs = _runs(shape, n, split_axis, axis)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         whole, count = result(front, x.dtype), x.nbytes // n
         shared = shared_segments(team.devices, x.nbytes)
-        if shared is None or not shared.crowded:
+        if shared is None:
             wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
+        elif runs is not None and x.flags.c_contiguous:
+            # Each piece is a run of every row: this rank's own piece goes straight from its buffer into its
+            # result (a quarter of the bytes two ranks move through the segments), the others' packed into its
+            # segment; piece `rank` of each other member's copied out.
+            turn, got = shared.next_half(), whole.reshape(n, *runs)
+            packed = shared.half(rank, turn, x.nbytes).view(x.dtype).reshape(n, *runs)
+            rows_of = x.reshape(runs[0], n, runs[1])
+            for k in range(n):
+                piece_into(got[k] if k == rank else packed[k], rows_of, k)
+            shared.written()
+            _gathered_from(shared, turn, whole.reshape(-1).view(np.uint8), count, rank * count)
         else:  # packed straight into this rank's segment; piece `rank` of each copied out, its own first
             turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
             pieces(x, shared.half(rank, turn, x.nbytes).view(x.dtype))
@@ -276,6 +288,17 @@ def _gathered_from(shared: SharedSegments, turn: int, out: np.ndarray, count: in
     for step in range(1, size):
         member = (me + step) % size
         np.copyto(out[member * count:(member + 1) * count], shared.half(member, turn, offset + count)[offset:])
+
+
+def _runs(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> tuple[int, int] | None:
+    """(rows, run) where a C-contiguous buffer of `shape`, seen as (rows, n, run),
+    holds piece k of its split as [:, k] and the piece's C order with `axis`
+    first is that view's own order (the axes before `axis` have one element);
+    else None."""
+    longest = shape[split_axis] // n
+    if any((longest if a == split_axis else shape[a]) > 1 for a in range(axis)):
+        return None
+    return prod(shape[:split_axis]), longest * prod(shape[split_axis + 1:])
 
 
 def _front_first(shape: tuple[int, ...], axis: int) -> tuple[tuple[int, ...], tuple[int, ...] | None]:

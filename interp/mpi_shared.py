@@ -24,7 +24,6 @@ long as the team's communicator (refir.mpi.COMMS frees both).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import numpy as np
@@ -44,8 +43,7 @@ SHARED_MIN_BYTES, SHARED_MAX_BYTES = 1 << 16, 1 << 26
 class SharedSegments:
     """Every member's segment of one window, `nbytes` per half."""
 
-    def __init__(self, comm: MPI.Comm, nbytes: int, crowded: bool) -> None:
-        self.crowded = crowded  # more ranks on the node than cores
+    def __init__(self, comm: MPI.Comm, nbytes: int) -> None:
         self.win = MPI.Win.Allocate_shared(2 * nbytes, 1, comm=comm)
         self.win.Lock_all(MPI.MODE_NOCHECK)  # one passive epoch: loads and stores, Sync around barriers
         self.comm, self.nbytes, self.turn = comm, nbytes, 0
@@ -85,11 +83,8 @@ def _make(nbytes: int) -> Callable[[MPI.Comm], SharedSegments | None]:
         barrier(comm)  # every member is here (within the timeout) before the blocking calls below
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         one_node = node.size == comm.size  # every member sees the same answer
-        # The launch's ranks on this node (Hydra's count; else the team's), against its cores: one answer
-        # on every member
-        crowded = int(os.environ.get("MPI_LOCALNRANKS", node.size)) > (os.cpu_count() or 1)
         node.Free()
-        return SharedSegments(comm, nbytes, crowded) if one_node else None
+        return SharedSegments(comm, nbytes) if one_node else None
     return make
 
 
