@@ -235,6 +235,13 @@ def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, ran
     return run
 
 
+# Up to this many ranks an all_to_all of runs sends this rank's own piece straight
+# into its result, piece by piece (1M, two ranks: 1.70 -> 1.41 of MPI's Alltoall);
+# with four, passing over the buffer once per piece lost to packing it whole
+# (1.33 -> 1.87; benchmarks/RESULTS.md).
+OWN_PIECE_DIRECT_RANKS = 2
+
+
 @plan(ops.AllToAll)
 def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -> Run | None:
     """Piece k to member k; the received pieces lie side by side, concatenation
@@ -254,7 +261,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
         shared = shared_segments(team.devices, x.nbytes)
         if shared is None:
             wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
-        elif runs is not None and x.flags.c_contiguous:
+        elif runs is not None and n <= OWN_PIECE_DIRECT_RANKS and x.flags.c_contiguous:
             # Each piece is a run of every row: this rank's own piece goes straight from its buffer into its
             # result (a quarter of the bytes two ranks move through the segments), the others' packed into its
             # segment; piece `rank` of each other member's copied out.

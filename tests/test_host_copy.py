@@ -64,3 +64,14 @@ def test_in_order_copies_widen_runs_to_8_byte_words(monkeypatch):
         host_copy.copy_into(got, x)
         assert got.tobytes() == np.ascontiguousarray(x).tobytes()
         assert seen[-1] == (np.dtype(want[0]), want[1])  # 3584 bytes a run: 448 words; 3348: not whole words
+
+
+@pytest.mark.parametrize("dtype, run", [(np.float32, 32), (np.float16, 33), (np.int8, 7), (np.float64, 3)])
+def test_piece_into_copies_one_piece_of_rows(dtype, run):
+    rng = np.random.default_rng(3)
+    for rows in (5, 4000):  # under and over the compiled copy's threshold
+        src = (rng.standard_normal((rows, 3, run)) * 50).astype(dtype)
+        for k in range(3):
+            got = np.full((rows, run), 7, dtype)
+            host_copy.piece_into(got, src, k)
+            assert got.tobytes() == np.ascontiguousarray(src[:, k]).tobytes()
