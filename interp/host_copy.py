@@ -68,10 +68,11 @@ _ROUNDS = (((0, 8, 1, 9, 4, 12, 5, 13), (2, 10, 3, 11, 6, 14, 7, 15)),
 
 
 @intrinsic
-def _transpose8x8(typingctx: object, dst: types.Type, dst_step: types.Type, src: types.Type,
+def _transpose8x8(typingctx: object, dst: types.Type, also: types.Type, dst_step: types.Type, src: types.Type,
                   src_step: types.Type) -> tuple[Signature, Callable[..., object]]:  # pragma: no cover - compiled
     """Eight rows of eight 32-bit words at address src (rows src_step bytes
-    apart) written transposed at dst (rows dst_step bytes apart): eight vector
+    apart) written transposed at dst (rows dst_step bytes apart), and at `also`
+    where it is another address (one read for two copies): eight vector
     loads, 24 shuffles, eight vector stores. numba's loops over 8 x 8 tiles
     compile to one word at a time instead (a strided read or write on one side);
     these are about 3.5x faster for 4 MiB of float32 (16384 x 64)."""
@@ -79,7 +80,7 @@ def _transpose8x8(typingctx: object, dst: types.Type, dst_step: types.Type, src:
     index = ir.IntType(64)
 
     def codegen(context: BaseContext, builder: ir.IRBuilder, signature: Signature, args: list[ir.Value]) -> object:
-        d, d_step, s, s_step = args
+        d, also, d_step, s, s_step = args
 
         def row(base: ir.Value, step: ir.Value, k: int) -> ir.Value:
             return builder.inttoptr(builder.add(base, builder.mul(step, ir.Constant(index, k))), words.as_pointer())
@@ -99,15 +100,20 @@ def _transpose8x8(typingctx: object, dst: types.Type, dst_step: types.Type, src:
         for k in range(8):
             store = builder.store(out[k], row(d, d_step, k))
             store.align = 1
+        with builder.if_then(builder.icmp_unsigned("!=", also, d)):
+            for k in range(8):
+                store = builder.store(out[k], row(also, d_step, k))
+                store.align = 1
         return context.get_dummy_value()
 
-    return types.void(types.intp, types.intp, types.intp, types.intp), codegen
+    return types.void(types.intp, types.intp, types.intp, types.intp, types.intp), codegen
 
 
 @numba.njit(cache=True, nogil=True)
-def _tiled32(dst: np.ndarray, src: np.ndarray) -> None:  # pragma: no cover - compiled
+def _tiled32(dst: np.ndarray, src: np.ndarray, also: np.ndarray) -> None:  # pragma: no cover - compiled
     """_tiled for 32-bit words, with both contiguous axes of step 4, through
-    _transpose8x8. Taller than wide: 64 x 64 blocks, down each block's strips of
+    _transpose8x8, written to `also` as well where it is another array of dst's
+    shape and strides. Taller than wide: 64 x 64 blocks, down each block's strips of
     8 columns (eight source streams). Wider than tall: strips of 256 columns of
     all rows, along the rows (eight destination streams). Measured alone on
     shapes from 16384 x 64 to 64 x 16384 (benchmarks/RESULTS.md): 0.14-0.45 ms
@@ -117,28 +123,30 @@ def _tiled32(dst: np.ndarray, src: np.ndarray) -> None:  # pragma: no cover - co
     r8, c8 = rows - rows % 8, cols - cols % 8
     down = rows >= cols
     block_rows, block_cols = (64, 64) if down else (max(r8, 8), 256)
-    d0, s0 = dst.ctypes.data, src.ctypes.data
+    d0, s0, a0 = dst.ctypes.data, src.ctypes.data, also.ctypes.data
     d_slice, d_row = dst.strides[0], dst.strides[1]
     s_slice, s_col = src.strides[0], src.strides[2]
     for s in range(slices):
-        d, f = d0 + s * d_slice, s0 + s * s_slice
+        d, f, a = d0 + s * d_slice, s0 + s * s_slice, a0 + s * d_slice
         for bi in range(0, r8, block_rows):
             for bj in range(0, c8, block_cols):
                 i_end, j_end = min(bi + block_rows, r8), min(bj + block_cols, c8)
                 if down:
                     for j8 in range(bj, j_end, 8):
                         for i8 in range(bi, i_end, 8):
-                            _transpose8x8(d + i8 * d_row + j8 * 4, d_row, f + i8 * 4 + j8 * s_col, s_col)
+                            at = i8 * d_row + j8 * 4
+                            _transpose8x8(d + at, a + at, d_row, f + i8 * 4 + j8 * s_col, s_col)
                 else:
                     for i8 in range(bi, i_end, 8):
                         for j8 in range(bj, j_end, 8):
-                            _transpose8x8(d + i8 * d_row + j8 * 4, d_row, f + i8 * 4 + j8 * s_col, s_col)
+                            at = i8 * d_row + j8 * 4
+                            _transpose8x8(d + at, a + at, d_row, f + i8 * 4 + j8 * s_col, s_col)
         for i in range(r8, rows):
             for j in range(cols):
-                dst[s, i, j] = src[s, i, j]
+                dst[s, i, j] = also[s, i, j] = src[s, i, j]
         for i in range(r8):
             for j in range(c8, cols):
-                dst[s, i, j] = src[s, i, j]
+                dst[s, i, j] = also[s, i, j] = src[s, i, j]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -201,10 +209,13 @@ def piece_into(dst: np.ndarray, src: np.ndarray, k: int) -> None:
     _piece_of(to, frm, k)
 
 
-def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
-    """dst[...] = src for a C-contiguous `dst` of src's shape and dtype."""
+def copy_into(dst: np.ndarray, src: np.ndarray, also: np.ndarray | None = None) -> None:
+    """dst[...] = src for a C-contiguous `dst` of src's shape and dtype, and
+    also[...] = src for another such array where given (a transposing copy
+    writes both from one read)."""
     if src.nbytes < TILED_MIN_BYTES or dst.itemsize not in _BITS or src.ndim < 2:
         np.copyto(dst, src)
+        _again(also, dst)
         return
     bits = _BITS[dst.itemsize]
     across = _across_axis(src)
@@ -213,11 +224,17 @@ def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
         others = [a for a in range(src.ndim) if a not in (across, last)]
         order = (*others, across, last)  # the two axes the tiles span, last
         to, frm = dst.view(bits).transpose(order), src.view(bits).transpose(order)
+        to2 = to if also is None else also.view(bits).transpose(order)
         if not others:
-            to, frm = to[None], frm[None]
-        kernel = _tiled32 if _shuffles_fit(to, frm) else _tiled
+            to, frm, to2 = to[None], frm[None], to2[None]
+        shuffled = _shuffles_fit(to, frm) and to2.strides == to.strides
         for index in product(*(range(src.shape[a]) for a in others[:-1])):  # the slices' axes, the last one compiled
-            kernel(to[index], frm[index])
+            if shuffled:
+                _tiled32(to[index], frm[index], to2[index])
+            else:
+                _tiled(to[index], frm[index])
+        if not shuffled:
+            _again(also, dst)
         return
     # Runs along the last axis, but the others out of memory order (pieces of a
     # split stacked one after another): numpy walks dst's order and jumps about
@@ -226,8 +243,14 @@ def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
     to, frm = _merged(dst.view(bits).transpose(order), src.view(bits).transpose(order))
     if order != sorted(order) and to.ndim == 3:
         _in_order(*_widened(to, frm))
-        return
-    np.copyto(dst, src)
+    else:
+        np.copyto(dst, src)
+    _again(also, dst)
+
+
+def _again(also: np.ndarray | None, dst: np.ndarray) -> None:
+    if also is not None:
+        np.copyto(also, dst)
 
 
 def _shuffles_fit(dst: np.ndarray, src: np.ndarray) -> bool:

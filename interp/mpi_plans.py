@@ -146,11 +146,10 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
         whole, count = result(front, x.dtype), x.nbytes  # counts from the buffer: its dtype's bytes
         sent = moved_first(x, axis)
         if (shared := shared_segments(team.devices, count)) is not None:
-            # laid out straight into this rank's segment (transposed there where it is strided), copied out
-            # into its own place at once, the others' after the barrier
+            # laid out straight into this rank's segment and its own place in the result (transposed into both
+            # from one read where it is strided), the others' copied out after the barrier
             turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
-            copy_into(shared.half(rank, turn, count).view(x.dtype).reshape(sent.shape), sent)
-            np.copyto(flat[rank * count:(rank + 1) * count], shared.half(rank, turn, count))
+            copy_into(shared.half(rank, turn, count).view(x.dtype).reshape(sent.shape), sent, whole[mine])
             shared.written()
             _gathered_from(shared, turn, flat, count, 0)
         elif sent.flags.c_contiguous:  # already in order: sent from its own memory

@@ -75,3 +75,11 @@ def test_piece_into_copies_one_piece_of_rows(dtype, run):
             got = np.full((rows, run), 7, dtype)
             host_copy.piece_into(got, src, k)
             assert got.tobytes() == np.ascontiguousarray(src[:, k]).tobytes()
+
+
+@pytest.mark.parametrize("name", ["column-major", "permuted", "negative strides", "float16", "row-major", "small"])
+def test_copy_into_writes_a_second_array_alike(name):
+    x, _ = _cases()[name]
+    got, also = np.full(x.shape, 3, x.dtype), np.full(x.shape, 5, x.dtype)
+    host_copy.copy_into(got, x, also)
+    assert got.tobytes() == also.tobytes() == np.ascontiguousarray(x).tobytes()
