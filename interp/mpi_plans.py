@@ -25,7 +25,7 @@ from math import prod
 import numpy as np
 from mpi4py import MPI
 
-from interp.host_copy import copy_into, pieces_into
+from interp.host_copy import copy_into, piece_into, pieces_into
 from interp.impls import fold
 from interp.mpi_shared import SharedSegments, shared_segments
 from refir import ops
@@ -146,11 +146,12 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
         whole, count = result(front, x.dtype), x.nbytes  # counts from the buffer: its dtype's bytes
         sent = moved_first(x, axis)
         if (shared := shared_segments(team.devices, count)) is not None:
-            # laid out straight into this rank's segment (transposed there where it is strided), all copied out
-            turn = shared.next_half()
-            copy_into(shared.half(rank, turn, count).view(x.dtype).reshape(sent.shape), sent)
+            # laid out straight into this rank's segment and its own place in the result (transposed into both
+            # from one read where it is strided), the others' copied out after the barrier
+            turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
+            copy_into(shared.half(rank, turn, count).view(x.dtype).reshape(sent.shape), sent, whole[mine])
             shared.written()
-            _gathered_from(shared, turn, whole.reshape(-1).view(np.uint8), count, 0)
+            _gathered_from(shared, turn, flat, count, 0)
         elif sent.flags.c_contiguous:  # already in order: sent from its own memory
             wait(comm.Iallgather([sent, count, MPI.BYTE], [whole, count, MPI.BYTE]), "an allgather")
         else:  # laid out by one copy in its own place (as MPI would copy it there), the others' come in place
@@ -233,6 +234,13 @@ def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, ran
     return run
 
 
+# Up to this many ranks an all_to_all of runs sends this rank's own piece straight
+# into its result, piece by piece (1M, two ranks: 1.70 -> 1.41 of MPI's Alltoall);
+# with four, passing over the buffer once per piece lost to packing it whole
+# (1.33 -> 1.87; benchmarks/RESULTS.md).
+OWN_PIECE_DIRECT_RANKS = 2
+
+
 @plan(ops.AllToAll)
 def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -> Run | None:
     """Piece k to member k; the received pieces lie side by side, concatenation
@@ -245,27 +253,58 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
     piece = tuple(extent // n if a == split_axis else e for a, e in enumerate(shape))
     front, back = _front_first(tuple(e * n if a == axis else e for a, e in enumerate(piece)), axis)
     pieces = _sender(shape, n, split_axis, axis)
+    runs = _runs(shape, n, split_axis, axis)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         whole, count = result(front, x.dtype), x.nbytes // n
         shared = shared_segments(team.devices, x.nbytes)
         if shared is None:
             wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
-        else:  # packed straight into this rank's segment; piece `rank` of each copied out
-            turn = shared.next_half()
-            pieces(x, shared.half(rank, turn, x.nbytes).view(x.dtype))
+        elif runs is not None and n <= OWN_PIECE_DIRECT_RANKS and x.flags.c_contiguous:
+            # Each piece is a run of every row: this rank's own piece goes straight from its buffer into its
+            # result (a quarter of the bytes two ranks move through the segments), the others' packed into its
+            # segment; piece `rank` of each other member's copied out.
+            turn, got = shared.next_half(), whole.reshape(n, *runs)
+            packed = shared.half(rank, turn, x.nbytes).view(x.dtype).reshape(n, *runs)
+            rows_of = x.reshape(runs[0], n, runs[1])
+            for k in range(n):
+                piece_into(got[k] if k == rank else packed[k], rows_of, k)
             shared.written()
             _gathered_from(shared, turn, whole.reshape(-1).view(np.uint8), count, rank * count)
+        else:  # packed straight into this rank's segment; piece `rank` of each copied out, its own first
+            turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
+            pieces(x, shared.half(rank, turn, x.nbytes).view(x.dtype))
+            np.copyto(flat[rank * count:(rank + 1) * count], shared.half(rank, turn, (rank + 1) * count)[rank * count:])
+            shared.written()
+            _gathered_from(shared, turn, flat, count, rank * count)
         return whole if back is None else whole.transpose(back)
 
     return run
 
 
 def _gathered_from(shared: SharedSegments, turn: int, out: np.ndarray, count: int, offset: int) -> None:
-    """Bytes [offset, offset + count) of every member's half `turn`, one after
-    another into `out` (after `shared.written()`)."""
-    for member in range(shared.comm.size):
+    """Bytes [offset, offset + count) of every other member's half `turn`, into
+    `out` at that member's place (after `shared.written()`; this rank's own part
+    is in place before it: copied while the others may still be writing, and
+    one copy fewer out of shared memory). Each rank starts with the member after
+    it, so that the ranks read different segments at once. Two ranks, 4 MiB
+    each (benchmarks/RESULTS.md): allgather 1.14 -> 1.07 ms, all_to_all 0.78 ->
+    0.55 ms against every part copied out in rank order after the barrier."""
+    me, size = shared.comm.rank, shared.comm.size
+    for step in range(1, size):
+        member = (me + step) % size
         np.copyto(out[member * count:(member + 1) * count], shared.half(member, turn, offset + count)[offset:])
+
+
+def _runs(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> tuple[int, int] | None:
+    """(rows, run) where a C-contiguous buffer of `shape`, seen as (rows, n, run),
+    holds piece k of its split as [:, k] and the piece's C order with `axis`
+    first is that view's own order (the axes before `axis` have one element);
+    else None."""
+    longest = shape[split_axis] // n
+    if any((longest if a == split_axis else shape[a]) > 1 for a in range(axis)):
+        return None
+    return prod(shape[:split_axis]), longest * prod(shape[split_axis + 1:])
 
 
 def _front_first(shape: tuple[int, ...], axis: int) -> tuple[tuple[int, ...], tuple[int, ...] | None]:

@@ -1,8 +1,10 @@
 """A team's shared-memory window (MPI-3), for collectives that must change a
 buffer's layout on the way: where every member runs on one node, each writes
-its contribution straight into its segment in the layout the receivers want
-(packing or transposing as it goes), one barrier, and each copies what it
-receives out of the others' segments into its result.
+its contribution into its segment in the layout the receivers want (an
+all_to_all packs straight into it; an allgather transposes into its own place
+in its result and copies that in), one barrier, and each copies what it
+receives out of the others' segments into its result (its own part before the
+barrier).
 
 MPI's own collective over shared memory copies every byte in and out once;
 refir's all_to_all of column pieces and its allgather of a column-major block
