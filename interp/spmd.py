@@ -131,7 +131,9 @@ def step_facts(lowered: Lowered, step: Step, device: int, scope: dict[str, Buffe
     shape: operand_values and local_shape, worked out once per step, device,
     segment symbols and operand shapes (a pure function of them), so a
     program run again on inputs of the same shapes does not bind its
-    symbols afresh at every step."""
+    symbols afresh at every step. (A plain dict per program rather than a
+    refir.memo.Memo: asked at every step of every run, the Memo's
+    bookkeeping cost ~10% of a small spmd run.)"""
     kept = _FACTS.get(id(lowered))
     if kept is None or kept[0] is not lowered:
         if len(_FACTS) >= 16:
@@ -141,17 +143,21 @@ def step_facts(lowered: Lowered, step: Step, device: int, scope: dict[str, Buffe
     key = (step.out, device, known_key, tuple(tuple(scope[n][device].shape) for n in tensor_names(step)))
     got = facts.get(key)
     if got is None:
+        if len(facts) >= FACTS_KEPT:  # a program run on ever new shapes: start again
+            facts.clear()
         args, bound = operand_values(step, device, scope, lowered.types, known)
         fill = tuple((True, a.name) if isinstance(a, Var) else (False, v) for a, v in zip(step.args, args))
         got = facts[key] = (fill, local_shape(step.type, bound, device))
     return got
 
 
+FACTS_KEPT = 4096  # per program
 _FACTS: dict[int, tuple[Lowered, dict[tuple, tuple[Fill, tuple[int, ...]]]]] = {}
 
 
 def tensor_names(step: Step) -> tuple[str, ...]:
-    """step.tensor_args(), made once per step."""
+    """step.tensor_args(), made once per step (by hand rather than
+    refir.memo.by_identity, whose generic key costs ~5% of a small spmd run)."""
     got = _NAMES.get(id(step))
     if got is None or got[0] is not step:
         if len(_NAMES) >= 4096:

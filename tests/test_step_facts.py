@@ -44,3 +44,14 @@ def test_a_result_of_the_wrong_shape_is_refused_after_facts_are_kept(monkeypatch
     monkeypatch.setattr(spmd.NumpyLocal, "__call__", short)
     with pytest.raises(RunError, match=r"local shape \(2, 2\).*gives \(3, 2\).*shard_c1"):
         refir.run(program, {"x": x}, backend="spmd")
+
+
+def test_a_program_on_ever_new_shapes_keeps_a_bounded_number_of_facts(monkeypatch):
+    monkeypatch.setattr(spmd, "FACTS_KEPT", 4)
+    program = refir.load(PROGRAM)
+    lowered = lowered_of(verified(program, None))
+    for m in range(1, 9):  # two steps on two devices: four facts a shape
+        x = np.arange(m * 4, dtype=np.float32).reshape(m, 4)
+        got = refir.run(program, {"x": x}, backend="spmd").outputs["s"]
+        assert np.array_equal(got, (x + 4).sum(axis=1, dtype=np.float64).astype(np.float32))
+        assert len(spmd._FACTS[id(lowered)][1]) <= 4
