@@ -33,6 +33,48 @@ ALONG_A, ALONG_B, DIAGONAL = 0, 1, 2
 
 
 @cache
+def _tile_mover(side: int, rows: int) -> Callable:
+    """One tile's trip through shared memory, for both kernels below: each
+    thread loads its side / rows elements along the source's fastest axis,
+    then stores its column of the tile along the destination's. Interior
+    tiles (all but the edges) skip the bounds checks; each thread steps from
+    one base address by a fixed stride."""
+    per = side // rows
+
+    @cuda.jit(device=True)
+    def move(dst: Arr, do: int, d_a: int, d_b: int, src: Arr, so: int, s_a: int, s_b: int, tile: Arr,
+             held: Arr, ta: int, tb: int, na: int, nb: int) -> None:
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        full = (ta + 1) * side <= na and (tb + 1) * side <= nb
+        a, b = ta * side + tx, tb * side + ty  # read along the source's fastest axis
+        p, step = so + a * s_a + b * s_b, rows * s_b
+        if full:
+            for i in range(per):
+                held[i] = src[p + i * step]
+        else:
+            for i in range(per):
+                if a < na and b + i * rows < nb:
+                    held[i] = src[p + i * step]
+        for i in range(per):
+            tile[ty + i * rows, tx] = held[i]
+        cuda.syncthreads()
+        a, b = ta * side + ty, tb * side + tx  # write along the destination's fastest axis
+        q, step = do + a * d_a + b * d_b, rows * d_a
+        for i in range(per):
+            held[i] = tile[tx, ty + i * rows]
+        if full:
+            for i in range(per):
+                dst[q + i * step] = held[i]
+        else:
+            for i in range(per):
+                if b < nb and a + i * rows < na:
+                    dst[q + i * step] = held[i]
+        cuda.syncthreads()
+
+    return move
+
+
+@cache
 def _transpose(itemsize: int, side: int, rows: int, walk: int) -> Callable:
     """The tiled transpose of up to two batch axes (c inner, e outer): a
     block of `side` x `rows` threads moves a `side` x `side` tile, each thread
@@ -40,6 +82,7 @@ def _transpose(itemsize: int, side: int, rows: int, walk: int) -> Callable:
     word = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
     tile_shape = (side, side + 1)  # +1: no shared-memory bank conflicts
     per = side // rows
+    move = _tile_mover(side, rows)
 
     @cuda.jit
     def kernel(dst: Arr, d_off: int, d_a: int, d_b: int, d_c: int, d_e: int, src: Arr, s_off: int, s_a: int,
@@ -48,7 +91,6 @@ def _transpose(itemsize: int, side: int, rows: int, walk: int) -> Callable:
             tile = cuda.shared.array(tile_shape, word)
             cuda.syncthreads()
         held = cuda.local.array(per, word)
-        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         tiles_a = (na + side - 1) // side
         tiles_b = (nb + side - 1) // side
         tiles = tiles_a * tiles_b
@@ -67,33 +109,8 @@ def _transpose(itemsize: int, side: int, rows: int, walk: int) -> Callable:
                 ta = (ta + tb) % tiles_a
             e = entry // nc
             c = entry - e * nc
-            # Interior tiles (all but the edges) skip the bounds checks;
-            # each thread steps from one base address by a fixed stride.
-            full = (ta + 1) * side <= na and (tb + 1) * side <= nb
-            a, b = ta * side + tx, tb * side + ty  # read along the source's fastest axis
-            p, step = s_off + c * s_c + e * s_e + a * s_a + b * s_b, rows * s_b
-            if full:
-                for i in range(per):
-                    held[i] = src[p + i * step]
-            else:
-                for i in range(per):
-                    if a < na and b + i * rows < nb:
-                        held[i] = src[p + i * step]
-            for i in range(per):
-                tile[ty + i * rows, tx] = held[i]
-            cuda.syncthreads()
-            a, b = ta * side + ty, tb * side + tx  # write along the destination's fastest axis
-            q, step = d_off + c * d_c + e * d_e + a * d_a + b * d_b, rows * d_a
-            for i in range(per):
-                held[i] = tile[tx, ty + i * rows]
-            if full:
-                for i in range(per):
-                    dst[q + i * step] = held[i]
-            else:
-                for i in range(per):
-                    if b < nb and a + i * rows < na:
-                        dst[q + i * step] = held[i]
-            cuda.syncthreads()
+            move(dst, d_off + c * d_c + e * d_e, d_a, d_b, src, s_off + c * s_c + e * s_e, s_a, s_b, tile, held,
+                 ta, tb, na, nb)
 
     return kernel
 
@@ -105,6 +122,7 @@ def _transpose_batched(itemsize: int) -> Callable:
     word = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
     side, rows, tile_shape = TILE, TILE_ROWS, (TILE, TILE + 1)
     per = TILE // TILE_ROWS
+    move = _tile_mover(side, rows)
 
     @cuda.jit
     def kernel(dst: Arr, d_off: int, d_batch: Ints, d_a: int, d_b: int, src: Arr, s_off: int, s_batch: Ints,
@@ -113,7 +131,6 @@ def _transpose_batched(itemsize: int) -> Callable:
             tile = cuda.shared.array(tile_shape, word)
             cuda.syncthreads()
         held = cuda.local.array(per, word)
-        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         tiles_a = (na + side - 1) // side
         tiles = tiles_a * ((nb + side - 1) // side)
         # Blocks stride over batch entries along y and over the tiles of one
@@ -125,33 +142,7 @@ def _transpose_batched(itemsize: int) -> Callable:
             for t in range(cuda.blockIdx.x, tiles, cuda.gridDim.x):
                 tb = t // tiles_a
                 ta = t - tb * tiles_a
-                # Interior tiles (all but the edges) skip the bounds checks;
-                # each thread steps from one base address by a fixed stride.
-                full = (ta + 1) * side <= na and (tb + 1) * side <= nb
-                a, b = ta * side + tx, tb * side + ty  # read along the source's fastest axis
-                p, step = so + a * s_a + b * s_b, rows * s_b
-                if full:
-                    for r in range(per):
-                        held[r] = src[p + r * step]
-                else:
-                    for r in range(per):
-                        if a < na and b + r * rows < nb:
-                            held[r] = src[p + r * step]
-                for r in range(per):
-                    tile[ty + r * rows, tx] = held[r]
-                cuda.syncthreads()
-                a, b = ta * side + ty, tb * side + tx  # write along the destination's fastest axis
-                q, step = do + a * d_a + b * d_b, rows * d_a
-                for r in range(per):
-                    held[r] = tile[tx, ty + r * rows]
-                if full:
-                    for r in range(per):
-                        dst[q + r * step] = held[r]
-                else:
-                    for r in range(per):
-                        if b < nb and a + r * rows < na:
-                            dst[q + r * step] = held[r]
-                cuda.syncthreads()
+                move(dst, do, d_a, d_b, src, so, s_a, s_b, tile, held, ta, tb, na, nb)
 
     return kernel
 
