@@ -31,8 +31,7 @@ from gpu_backend.elementwise_kernels import (
     dense1_kernel,
     dense2_kernel,
     ignoring_scalar,
-    map1_kernel,
-    map2_kernel,
+    map_kernel,
     rows1_kernel,
     walk_geometry,
 )
@@ -171,7 +170,7 @@ def _plan(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], has_sca
     bx, by = rows_block(shape[-1])
     walk, items = walk_geometry(prod(outer), shape[-2], shape[-1], bx)
     by = fitted(items, by)
-    kernel = (map1_kernel if len(xs) == 1 else map2_kernel)(fn)
+    kernel = map_kernel(fn, len(xs))
     per_buffer = tuple((padded(st[:-2], 0), st[-2], st[-1]) for st in strides)
     return kernel, blocks_for(items, by), (bx, by), per_buffer, (outer, walk, items)
 
