@@ -3,12 +3,13 @@
     NUMBA_ENABLE_CUDASIM=1 python -m benchmarks.kept_launch_host
 
 Between pooled Memory, elementwise, copy_into and reduce_into keep a launch
-per layout (gpu_backend/launch.py `KeptLaunches`); a repeated call then costs
+per layout (gpu_backend/launch.py `keep_launch`); a repeated call then costs
 a dict lookup, the filling of its parameters and the driver call. This times
-that Python, per call (µs, best of 15), with the driver call replaced by a
-function that does nothing, over memory at made-up addresses (the same
-stubs as tests/test_gpu_kernels.py's kept-launch test), for each kind of
-kept launch: the device time is not measured here, only what the host adds.
+that Python, per call (µs, the best of many short runs: on a busy machine a
+short run more often goes unpreempted), with the driver call replaced by a
+function that does nothing, over memory at made-up addresses (the same stubs
+as tests/test_gpu_kernels.py's kept-launch test), for each kind of kept
+launch: the device time is not measured here, only what the host adds.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gpu_backend import functions, kernels, launch, reduce
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.memory import Memory
 
-CALLS = 20_000
+CALLS, ROUNDS = 2_000, 150
 F32 = np.dtype(np.float32)
 
 
@@ -73,9 +74,8 @@ def main() -> None:
     for name, call in cases().items():
         call()  # the full path, its launch kept
         before = len(calls)
-        call()
+        best = min(timeit.repeat(call, number=CALLS, repeat=ROUNDS)) / CALLS * 1e6
         assert len(calls) == before, f"{name}: not a kept launch"
-        best = min(timeit.repeat(call, number=CALLS, repeat=15)) / CALLS * 1e6
         print(f"{name:38s} {best:.2f} µs")
 
 
