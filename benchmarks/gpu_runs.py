@@ -97,10 +97,10 @@ def per_call(fn: Callable[[], object], n: int = 300) -> float:
 def launch_costs(one: DeviceBuffer, out: DeviceBuffer) -> list[str]:
     """The launch path and the allocator, piece by piece (gpu_backend/launch.py, pool.py)."""
     from gpu_backend import launch as gl
-    from gpu_backend.elementwise_kernels import ignoring_scalar, map1_kernel
+    from gpu_backend.elementwise_kernels import ignoring_scalar, map_kernel
     from gpu_backend.kernels import _same, elementwise
 
-    kernel = map1_kernel(ignoring_scalar(_same))
+    kernel = map_kernel(ignoring_scalar(_same), 1)
     args = (out.data, 0, (0, 0, 0, 0), 0, 1, one.data, 0, (0, 0, 0, 0), 0, 1, (1, 1, 1, 1), (1, 1, 1, 1, 1, 1), 1, 0)
     fast = gl.FAST
     costs = {"numba kernel[grid, block](*args)": per_call(lambda: kernel[1, (1, 256)](*args))}

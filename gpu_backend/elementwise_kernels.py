@@ -4,10 +4,10 @@ kernel, its grid and block, the strides it takes) and launches it, for
 elementwise ops and for the row copies of copy_into; this file is only what
 runs on the device, and the geometry of the walk its general kernels decode.
 
-The general kernels (`map1_kernel`, `map2_kernel`) walk the result's memory
-order, its innermost axis along threadIdx.x (coalesced writes, and coalesced
-reads of operands laid out alike), unravelling the outer axes once per work
-item of many elements. Two common shapes get lean kernels (few registers, no
+The general kernel (`map_kernel`, of one or two operands) walks the result's
+memory order, its innermost axis along threadIdx.x (coalesced writes, and
+coalesced reads of operands laid out alike), unravelling the outer axes once
+per work item of many elements. Two common shapes get lean kernels (few registers, no
 division per element): operands that are one unit-stride run each
 (`dense1_kernel`, `dense2_kernel`: a plain grid-stride loop), and unit-stride
 rows at two strided outer axes (`rows1_kernel`: a permute that keeps the
@@ -69,67 +69,76 @@ def ignoring_scalar(fn: Callable) -> Callable:
     return apply
 
 
-@cache
-def map1_kernel(fn: Callable) -> Callable:
-    @cuda.jit
-    def kernel(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
-               a: Arr, a_off: int, a_outer: Ints, a_mid: int, a_in: int, outer: Ints, walk: Ints, items: int,
-               c: object) -> None:
+# One walk serves both operand counts: fn's second argument, `b`, is a second
+# array read at the element's place (two operands) or the one-operand kernel's
+# scalar, the same for every element. Which, is a constant of the closure
+# (`two`): numba prunes the branch not taken before typing, so each kernel
+# compiles to the PTX it had when spelled out alone (benchmarks/kernel_ptx.py).
+# Device functions for b's loads instead cost 20-45% more compile time a
+# kernel and moved one of its loads; inlined by numba (the same PTX), 50-70%.
+
+
+def _walk(fn: Callable, two: bool) -> Callable:
+    """The general walk: out[...] = fn(a[...], b[...] if `two` else b)."""
+
+    def walk_items(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
+                   a: Arr, a_off: int, a_outer: Ints, a_mid: int, a_in: int,
+                   b: object, b_off: int, b_outer: Ints, b_mid: int, b_in: int,
+                   outer: Ints, walk: Ints, items: int) -> None:
         bx = cuda.blockDim.x
         for item in range(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y, items,
                           cuda.gridDim.x * cuda.blockDim.y):
             row, m0, m1, j0, j1 = _item(item, walk)
             o = o_off + unravel(row, outer, o_outer)
             p = a_off + unravel(row, outer, a_outer)
-            for m in range(m0, m1):
-                om, pm = o + m * o_mid, p + m * a_mid
-                j = j0 + cuda.threadIdx.x
-                while j + 3 * bx < j1:
-                    v0, v1 = a[pm + j * a_in], a[pm + (j + bx) * a_in]
-                    v2, v3 = a[pm + (j + 2 * bx) * a_in], a[pm + (j + 3 * bx) * a_in]
-                    out[om + j * o_in] = fn(v0, c)
-                    out[om + (j + bx) * o_in] = fn(v1, c)
-                    out[om + (j + 2 * bx) * o_in] = fn(v2, c)
-                    out[om + (j + 3 * bx) * o_in] = fn(v3, c)
-                    j += 4 * bx
-                while j < j1:
-                    out[om + j * o_in] = fn(a[pm + j * a_in], c)
-                    j += bx
-
-    return kernel
-
-
-@cache
-def map2_kernel(fn: Callable) -> Callable:
-    @cuda.jit
-    def kernel(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
-               a: Arr, a_off: int, a_outer: Ints, a_mid: int, a_in: int,
-               b: Arr, b_off: int, b_outer: Ints, b_mid: int, b_in: int, outer: Ints, walk: Ints, items: int) -> None:
-        bx = cuda.blockDim.x
-        for item in range(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y, items,
-                          cuda.gridDim.x * cuda.blockDim.y):
-            row, m0, m1, j0, j1 = _item(item, walk)
-            o = o_off + unravel(row, outer, o_outer)
-            p = a_off + unravel(row, outer, a_outer)
-            q = b_off + unravel(row, outer, b_outer)
+            q = b_off + unravel(row, outer, b_outer) if two else 0
             for m in range(m0, m1):
                 om, pm, qm = o + m * o_mid, p + m * a_mid, q + m * b_mid
                 j = j0 + cuda.threadIdx.x
                 while j + 3 * bx < j1:
                     v0, v1 = a[pm + j * a_in], a[pm + (j + bx) * a_in]
                     v2, v3 = a[pm + (j + 2 * bx) * a_in], a[pm + (j + 3 * bx) * a_in]
-                    w0, w1 = b[qm + j * b_in], b[qm + (j + bx) * b_in]
-                    w2, w3 = b[qm + (j + 2 * bx) * b_in], b[qm + (j + 3 * bx) * b_in]
+                    if two:
+                        w0, w1 = b[qm + j * b_in], b[qm + (j + bx) * b_in]
+                        w2, w3 = b[qm + (j + 2 * bx) * b_in], b[qm + (j + 3 * bx) * b_in]
+                    else:
+                        w0 = w1 = w2 = w3 = b
                     out[om + j * o_in] = fn(v0, w0)
                     out[om + (j + bx) * o_in] = fn(v1, w1)
                     out[om + (j + 2 * bx) * o_in] = fn(v2, w2)
                     out[om + (j + 3 * bx) * o_in] = fn(v3, w3)
                     j += 4 * bx
                 while j < j1:
-                    out[om + j * o_in] = fn(a[pm + j * a_in], b[qm + j * b_in])
+                    out[om + j * o_in] = fn(a[pm + j * a_in], b[qm + j * b_in] if two else b)
                     j += bx
 
-    return kernel
+    return walk_items
+
+
+@cache
+def map_kernel(fn: Callable, operands: int) -> Callable:
+    """The general kernel of one or two operands: out[i] = fn(a[i], scalar) or
+    fn(a[i], b[i]). Its parameters are each buffer's (data, offset, outer
+    strides, mid stride, inner stride), then the walk's (outer shape, geometry,
+    work items), then for one operand the scalar. The two-operand kernel is the
+    walk; the one-operand kernel calls it with the scalar in b's place (its
+    parameters come in another order, and numba's kernels take no *args): the
+    same PTX but for an unused status word, at about a quarter more compile
+    time (benchmarks/kernel_ptx.py)."""
+    if operands == 2:
+        return cuda.jit(_walk(fn, True))
+    if operands == 1:
+        walk_items = cuda.jit(device=True)(_walk(fn, False))
+
+        @cuda.jit
+        def one(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
+                a: Arr, a_off: int, a_outer: Ints, a_mid: int, a_in: int, outer: Ints, walk: Ints, items: int,
+                c: object) -> None:
+            walk_items(out, o_off, o_outer, o_mid, o_in, a, a_off, a_outer, a_mid, a_in, c, 0, outer, 0, 0,
+                       outer, walk, items)
+
+        return one
+    raise ValueError(f"the elementwise kernels take one or two operands, not {operands}")
 
 
 # The dense case: every operand one unit-stride run (after coalesce), walked by a

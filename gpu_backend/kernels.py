@@ -31,12 +31,11 @@ from gpu_backend.elementwise_kernels import (
     dense1_kernel,
     dense2_kernel,
     ignoring_scalar,
-    map1_kernel,
-    map2_kernel,
+    map_kernel,
     rows1_kernel,
     walk_geometry,
 )
-from gpu_backend.launch import counts, launch, prepared, values
+from gpu_backend.launch import KeptLaunches, counts, keep_launch, launch, values
 from gpu_backend.memory import Memory
 from gpu_backend.strides import Arr, coalesce, padded
 from gpu_backend.transpose import clear_plans as clear_transpose_plans
@@ -72,11 +71,10 @@ def clear_plans() -> None:
 
 # Elementwise launches between pooled Memory ready to go again, by the function,
 # the scalar's type and each buffer's shape, strides and dtype: the driver
-# launch (launch.prepared), its grid and block, each buffer's parameters after
-# its memory and offset, and those after the last buffer's (the scalar, if
-# any, follows them). A repeated call costs a dict lookup and the launch, as a
-# kept copy does.
-_ready_maps: dict[tuple[object, ...], tuple[object, ...]] = {}
+# launch, its grid and block, each buffer's parameters after its memory and
+# offset, and those after the last buffer's (the scalar, if any, follows them).
+# A repeated call costs a dict lookup and the launch, as a kept copy does.
+_ready_maps: KeptLaunches = {}
 
 
 def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: object = None) -> DeviceBuffer:
@@ -106,21 +104,10 @@ def elementwise(fn: Callable, out: DeviceBuffer, *xs: DeviceBuffer, scalar: obje
     if plan[0] is not None:
         launch(plan[0], plan[1], plan[2], *args)
         if key is not None:
-            _remember_map(key, plan, args)
+            kernel, grid, block, per_buffer, tail = plan
+            keep_launch(_ready_maps, key, kernel, args, grid, block,
+                        lambda: (tuple(tuple(values(c)) for c in per_buffer), tuple(values(tail))))
     return out
-
-
-def _remember_map(key: tuple[object, ...], plan: Plan, args: tuple[object, ...]) -> None:
-    """Keep an elementwise launch just made (args: each buffer's memory, offset and
-    plan constants, then the plan's tail and, with one operand, the scalar)."""
-    kernel, grid, block, per_buffer, tail = plan
-    direct = prepared(kernel, args)
-    if direct is None:
-        return
-    if len(_ready_maps) >= PLANS_KEPT:
-        _ready_maps.clear()
-    consts = tuple(tuple(values(c)) for c in per_buffer)
-    _ready_maps[key] = (direct, grid, block, consts, tuple(values(tail)))
 
 
 def _launch_args(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], scalar: object) -> tuple[Plan, tuple]:
@@ -171,7 +158,7 @@ def _plan(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], has_sca
     bx, by = rows_block(shape[-1])
     walk, items = walk_geometry(prod(outer), shape[-2], shape[-1], bx)
     by = fitted(items, by)
-    kernel = (map1_kernel if len(xs) == 1 else map2_kernel)(fn)
+    kernel = map_kernel(fn, len(xs))
     per_buffer = tuple((padded(st[:-2], 0), st[-2], st[-1]) for st in strides)
     return kernel, blocks_for(items, by), (bx, by), per_buffer, (outer, walk, items)
 
@@ -232,10 +219,10 @@ def _as_words(b: DeviceBuffer, f: int, word: np.dtype, shape: tuple[int, ...],
 # strides, element size and the offsets' alignment to a word.
 _copies: dict[tuple[object, ...], tuple[object, ...]] = {}
 # Copies between pooled Memory ready to go again, by the same key: the driver
-# launch (launch.prepared), its grid and block, the elements a word (f) and
-# the word's bytes, and the kernel parameters after dst's memory and offset and
-# after src's: a repeated copy costs a dict lookup and the launch.
-_ready_copies: dict[tuple[object, ...], tuple[object, ...]] = {}
+# launch, its grid and block, the elements a word (f) and the word's bytes,
+# and the kernel parameters after dst's memory and offset and after src's: a
+# repeated copy costs a dict lookup and the launch.
+_ready_copies: KeptLaunches = {}
 # A copy between two buffers dense in one memory order (a layout-preserving
 # copy): "memcpy", the driver's cuMemcpyDtoDAsync on the kernels' stream, as
 # torch's copy_ does; "kernel", the dense row copy (benchmarks/kernel_probe.py
@@ -314,12 +301,8 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
 def _remember_copy(key: tuple[object, ...], kernel: Callable, grid: object, block: object, args: tuple[object, ...],
                    f: int, size: int, n: int) -> None:
     """Keep a copy's launch just made (args: dst's words and offset, n more, src's words and offset, the rest)."""
-    direct = prepared(kernel, args)
-    if direct is None:
-        return
-    if len(_ready_copies) >= PLANS_KEPT:
-        _ready_copies.clear()
-    _ready_copies[key] = (direct, grid, block, f, size, tuple(values(args[2:2 + n])), tuple(values(args[4 + n:])))
+    keep_launch(_ready_copies, key, kernel, args, grid, block,
+                lambda: (f, size, tuple(values(args[2:2 + n])), tuple(values(args[4 + n:]))))
 
 
 def laid_out(x: DeviceBuffer, order: tuple[int, ...]) -> DeviceBuffer:

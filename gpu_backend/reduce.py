@@ -25,7 +25,7 @@ from gpu_backend import memory, vectors
 from gpu_backend.buffer import DeviceBuffer, to_device
 from gpu_backend.device import SIMULATED, THREADS, blocks_for, fitted, max_blocks
 from gpu_backend.functions import accumulator, narrow
-from gpu_backend.launch import counts, launch, prepared, values
+from gpu_backend.launch import KeptLaunches, counts, keep_launch, launch, values
 from gpu_backend.memory import Memory
 from gpu_backend.reduce_kernels import (
     ORDER_FREE,
@@ -115,12 +115,11 @@ def _unused(dtype: np.dtype) -> Any:
 
 
 # One-launch reductions ready to go again, by kind, the memory dtypes and what _plans
-# keys on: the driver launch (gpu_backend/launch.py `prepared`), its grid and
-# block, and the kernel parameters between out's memory and offset and x's, and
-# after x's. A repeated call then costs a dict lookup and the launch: no
-# dtype, identity or kernel lookups, no pass over the arguments.
-Ready = tuple[Any, Any, int, tuple[Any, ...], tuple[Any, ...]]
-_ready: dict[tuple[Any, ...], Ready] = {}
+# keys on: the driver launch, its grid and block, and the kernel parameters
+# between out's memory and offset and x's, and after x's. A repeated call then
+# costs a dict lookup and the launch: no dtype, identity or kernel lookups, no
+# pass over the arguments.
+_ready: KeptLaunches = {}
 
 
 def reduce_into(out: DeviceBuffer, x: DeviceBuffer, dims: tuple[int, ...], kind: str,
@@ -182,13 +181,9 @@ def _lanes(itemsize: int, n_out: int, x_out: int, x_red: int, alignment: int, wi
 def _remember(key: tuple[Any, ...], kernel: Any, plan: _Plan, args: tuple[Any, ...]) -> None:
     """Keep the launch of a one-kernel reduction just made (args: out's memory
     and offset, plan.out_args, x's memory and offset, the rest) for reduce_into."""
-    direct = prepared(kernel, args)
-    if direct is None:
-        return
-    if len(_ready) >= PLANS_KEPT:
-        _ready.clear()
     n = len(plan.out_args)
-    _ready[key] = (direct, plan.grid, plan.block, tuple(values(plan.out_args)), tuple(values(args[4 + n:])))
+    keep_launch(_ready, key, kernel, args, plan.grid, plan.block,
+                lambda: (tuple(values(plan.out_args)), tuple(values(args[4 + n:]))))
 
 
 class _Plan(NamedTuple):

@@ -335,7 +335,7 @@ def test_kept_launches_hand_the_driver_what_the_full_path_would(monkeypatch):
     ready = lambda kernel, args: lambda grid, block, vals: direct.append((grid, block, list(vals)))  # noqa: E731
     for module in (reduce, kernels):
         monkeypatch.setattr(module, "launch", record)
-        monkeypatch.setattr(module, "prepared", ready)
+    monkeypatch.setattr(launcher, "prepared", ready)  # what KeptLaunches.keep asks for the driver launch
     for scratch in ("_scratch", "_unused"):  # the kernels' own buffers, pooled on a GPU
         monkeypatch.setattr(reduce, scratch, lambda *shape: Memory(1 << 40, 64, np.dtype(np.float64), None))
     monkeypatch.setattr(reduce, "_counter", lambda: Memory(1 << 41, 1, np.dtype(np.int32), None))
@@ -388,6 +388,21 @@ def test_kept_launches_hand_the_driver_what_the_full_path_would(monkeypatch):
     for case in cases:
         full_then_kept(case, kernels._ready_maps.clear)
     assert len({plan[0] for plan in kernels._plans.values()}) == 4  # four kernels: each case took its own path
+
+
+def test_kept_launches_keep_only_direct_launches_and_are_bounded(monkeypatch):
+    from gpu_backend import launch as launcher
+
+    kept: launcher.KeptLaunches = {}
+    monkeypatch.setattr(launcher, "prepared", lambda kernel, args: None)  # no direct launch for this signature
+    launcher.keep_launch(kept, "a", "kernel", (), 1, 1, lambda: pytest.fail("constants made for a launch not kept"))
+    assert kept == {}
+    monkeypatch.setattr(launcher, "prepared", lambda kernel, args: ("direct", kernel, args))
+    monkeypatch.setattr(launcher, "LAUNCHES_KEPT", 2)
+    for name in "abc":
+        launcher.keep_launch(kept, name, name.upper(), (1, 2), (4, 1), 32, lambda name=name: (name, (5, 6)))
+        assert kept[name] == (("direct", name.upper(), (1, 2)), (4, 1), 32, name, (5, 6))
+    assert list(kept) == ["c"]  # full at two entries: it started again
 
 
 # ---- reductions ------------------------------------------------------------------------
