@@ -79,6 +79,21 @@ class SizeClassPool:
             self.peak = max(self.peak, self.in_use)
         return block, size
 
+    def take_exact(self, size: int, address: int) -> Any | None:
+        """The free block of class `size` at device `address`, taken as `take`
+        takes one; None where no such block is free (gpu_backend/replay.py)."""
+        with self.lock:
+            spare = self.free.get(size, ())
+            for i in range(len(spare) - 1, -1, -1):  # the most recently given first, as take's pop
+                if spare[i].device_pointer_value == address:
+                    block = spare.pop(i)  # type: ignore[attr-defined]
+                    self.reused += 1
+                    self.lent[id(block)] = block
+                    self.in_use += size
+                    self.peak = max(self.peak, self.in_use)
+                    return block
+        return None
+
     def _fresh(self, size: int) -> Any:
         try:
             block = self.upstream(size)
