@@ -55,8 +55,11 @@ class Cublas:
 
     def compute_type(self, char: str) -> int | None:
         """cuBLAS's compute type for cupy's current setting (None: one not mirrored here)."""
-        setting = self.linalg.compute_type_to_str(self.linalg.get_compute_type(np.dtype(char)))
+        setting = self.linalg.compute_type_to_str(self.linalg.get_compute_type(_DTYPES[char]))
         return self.computes.get((char, setting))
+
+
+_DTYPES = {c: np.dtype(c) for c in "fd"}
 
 
 @cache
@@ -99,17 +102,35 @@ def gemm_call(blas: Cublas, c: tuple[int, tuple, tuple], a: tuple[int, tuple, tu
               char: str) -> tuple[Any, ...] | None:
     """The arguments of cupy's cublasGemmEx for c = a @ b, each operand as
     (address of element [0, 0], shape, strides in elements), or None where
-    cupy's matmul would not make exactly this one call."""
+    cupy's matmul would not make exactly this one call. Worked out once per
+    operands (pooled blocks come back at the same addresses run after run);
+    cupy's compute type and this thread's handle are read at every call."""
+    compute = blas.compute_type(char)
+    key = (c, a, b, char, compute)
+    got = _calls.get(key, False)
+    if got is False:
+        if len(_calls) >= CALLS_KEPT:
+            _calls.clear()
+        got = _calls[key] = _arguments(blas, c, a, b, char, compute)
+    return None if got is None else (blas.handle(), *got)
+
+
+_calls: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
+CALLS_KEPT = 256
+
+
+def _arguments(blas: Cublas, c: tuple[int, tuple, tuple], a: tuple[int, tuple, tuple],
+               b: tuple[int, tuple, tuple], char: str, compute: int | None) -> tuple[Any, ...] | None:
+    """gemm_call's arguments after the handle."""
     (ca, cs, cst), (aa, ash, ast), (ba, bsh, bst) = c, a, b
-    if len(ash) != 2 or len(bsh) != 2 or len(cs) != 2 or char not in blas.types:
+    if len(ash) != 2 or len(bsh) != 2 or len(cs) != 2 or char not in blas.types or compute is None:
         return None
     (m, k), n = ash, bsh[1]
     if m * n * k == 0 or (m == 1 and n == 1) or not contiguous(cs, cst, fortran=False):
         return None  # zeros, a dot product, a temporary result: cupy's own ways
     transa = _operand((k, m), (ast[1], ast[0]), 0, k)  # dot sees a as a.T
     transb = _operand(bsh, bst, 1, k)
-    compute = blas.compute_type(char)
-    if transa is None or transb is None or compute is None:
+    if transa is None or transb is None:
         return None
     size = np.dtype(char).itemsize
     out = _span(ca, cs, cst, size)
@@ -119,5 +140,5 @@ def gemm_call(blas: Cublas, c: tuple[int, tuple, tuple], a: tuple[int, tuple, tu
             return None  # cupy's may_share_bounds: it computes into a temporary and copies
     one, zero = blas.scalars[char]
     dtype = blas.types[char]
-    return (blas.handle(), transb[0], transa[0], n, m, k, one.ctypes.data, ba, dtype, transb[1],
+    return (transb[0], transa[0], n, m, k, one.ctypes.data, ba, dtype, transb[1],
             aa, dtype, transa[1], zero.ctypes.data, ca, dtype, n, compute, blas.algo)

@@ -221,6 +221,7 @@ def fake_blas() -> gemm.Cublas:
 
 
 def test_gemm_arguments_are_cupys():
+    gemm._calls.clear()
     blas = fake_blas()
     m, k, n = 4, 6, 5
     c = (1000, (m, n), (n, 1))
