@@ -61,11 +61,11 @@ last_taint: list[str] = []  # why the last recording was not kept
 class Trace:
     """One recorded run: its pool traffic and its calls, in order."""
 
-    __slots__ = ("lowered", "pool", "blocks", "calls", "computes")
+    __slots__ = ("lowered", "pool", "blocks", "calls", "computes", "results")
 
     def __init__(self, lowered: Lowered, pool: Any, blocks: list[tuple[bool, int, int]],
-                 calls: list[tuple[Any, ...]], computes: list[tuple[int, int]]) -> None:
-        self.lowered, self.pool = lowered, pool
+                 calls: list[tuple[Any, ...]], computes: list[tuple[int, int]], results: tuple[str, ...]) -> None:
+        self.lowered, self.pool, self.results = lowered, pool, results
         self.blocks = tuple(blocks)  # (taken, class size, address)
         self.calls = tuple(calls)  # ("call", fn, args), ("input", name, device, address), ("output", ...)
         self.computes = tuple(computes)  # (cudaDataType, cuBLAS compute type) of each recorded gemm
@@ -91,7 +91,7 @@ class Trace:
                         pool.give(b, s)
                     return None
                 held[address] = (block, size)
-            out: dict[str, dict[int, np.ndarray]] = {}
+            out: dict[str, dict[int, np.ndarray]] = {name: {} for name in self.results}
             try:
                 for entry in self.calls:
                     kind = entry[0]
@@ -103,7 +103,7 @@ class Trace:
                         _, name, d, address, count, storage, dtype, offset, shape, strides = entry
                         host = np.empty(count, storage)
                         transfers.down(host, address)
-                        out.setdefault(name, {})[d] = shaped(host.view(dtype), offset, shape, strides)
+                        out[name][d] = shaped(host.view(dtype), offset, shape, strides)
             except Exception as exc:
                 raise RunError(f"a replayed gpu run failed: {type(exc).__name__}: {exc}") from exc
         return out
@@ -169,6 +169,7 @@ class Recorder:
         self.key = None if recording.active is not None else key_of(lowered, inputs, scalars, world, self.pool)
         self.blocks: list[tuple[bool, int, int]] = []
         self.record: recording.Recording | None = None
+        self.results: tuple[str, ...] = ()
 
     def __enter__(self) -> Recorder:
         if self.key is None:
@@ -217,9 +218,11 @@ class Recorder:
         out: dict[str, dict[int, np.ndarray]] = {}
         if record is not None:
             record.host_copies = True
+        self.results = tuple(results)
         for name, blocks in results.items():
+            out[name] = {}  # also where this process hosts none of its devices
             for d, b in blocks.items():
-                out.setdefault(name, {})[d] = download(b)
+                out[name][d] = download(b)
                 if record is not None:
                     self._output(record, name, d, b)
         results.clear()
@@ -252,7 +255,7 @@ class Recorder:
             return
         if len(_traces) >= KEPT:
             _traces.clear()
-        _traces[self.key] = Trace(self.lowered, self.pool, self.blocks, record.calls, record.gemms)  # type: ignore[index]
+        _traces[self.key] = Trace(self.lowered, self.pool, self.blocks, record.calls, record.gemms, self.results)  # type: ignore[index]
         counts["recorded"] += 1
 
     def _unkept(self) -> str | None:
