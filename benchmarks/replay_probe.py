@@ -3,18 +3,16 @@
     python -m benchmarks.replay_probe      (one GPU)
 
 After a run is recorded (gpu_backend/replay.py), times each piece of its
-replay as it comes in a run (host µs, median of 50 runs on fresh inputs):
-the pool's takes and gives, each upload, each recorded call (the cuBLAS call,
-the launches), the download; then captures the recorded calls once into a
-CUDA graph (on a stream of its own, cuBLAS's call included through cupy's
-current stream) and replays runs as uploads, one cuGraphLaunch, download:
-its host time against the replay's, and its results' bits against the
-replay's on the same fresh inputs.
+replay made call by call, as it comes in a run (host µs, median of 50 runs
+on fresh inputs): the pool's takes and gives, each upload, each recorded
+call (the cuBLAS call, the launches), the download; then the whole replay
+call by call against the same with its calls as one CUDA graph
+(gpu_backend/graph.py), alternating on the same fresh inputs, and whether
+the two give the same bits.
 """
 
 from __future__ import annotations
 
-import ctypes
 import sys
 import time
 from typing import Any
@@ -23,19 +21,15 @@ import numpy as np
 
 import refir
 from benchmarks.phases import PATTERN
-from gpu_backend import replay
-from gpu_backend.buffer import host_span, shaped
+from gpu_backend import gemm, replay
+from gpu_backend import graph as graphs
+from gpu_backend.buffer import host_span
 from gpu_backend.device import SIMULATED, cuda
-from gpu_backend.driver_launch import DirectLaunch, LaunchError, _libcuda, copy_bytes, error_name
+from gpu_backend.driver_launch import DirectLaunch, copy_bytes
 from refir import runner
 
 SIZES = [(256, 512, 256), (512, 512, 512)]
 RUNS = 50
-
-
-def checked(what: str, rc: int) -> None:
-    if rc:
-        raise LaunchError(f"{what}: {error_name(rc)} ({rc})")
 
 
 def inputs_of(m: int, k: int, n: int, seed: int) -> dict[str, np.ndarray]:
@@ -76,71 +70,6 @@ def pieces(trace: replay.Trace, shards: dict[str, dict[int, np.ndarray]]) -> dic
     return spent
 
 
-class Graph:
-    """The trace's recorded calls captured once into a CUDA graph on a stream of its own."""
-
-    def __init__(self, trace: replay.Trace, cupy: Any) -> None:
-        lib = _libcuda()
-        vp = ctypes.c_void_p
-        for name, args in (("cuStreamCreate", [ctypes.POINTER(vp), ctypes.c_uint]),
-                           ("cuStreamBeginCapture_v2", [vp, ctypes.c_int]),
-                           ("cuStreamEndCapture", [vp, ctypes.POINTER(vp)]),
-                           ("cuGraphInstantiateWithFlags", [ctypes.POINTER(vp), vp, ctypes.c_ulonglong]),
-                           ("cuGraphLaunch", [vp, vp]), ("cuStreamSynchronize", [vp])):
-            getattr(lib, name).argtypes = args
-            getattr(lib, name).restype = ctypes.c_int
-        self.lib, self.trace = lib, trace
-        self.stream = vp()
-        checked("cuStreamCreate", lib.cuStreamCreate(ctypes.byref(self.stream), 0))  # blocking: ordered with stream 0
-        graph, self.exec = vp(), vp()
-        cuda.synchronize()
-        checked("cuStreamBeginCapture", lib.cuStreamBeginCapture_v2(self.stream, 2))  # relaxed
-        try:
-            with cupy.cuda.ExternalStream(self.stream.value):
-                for entry in trace.calls:
-                    if entry[0] != "call":
-                        continue
-                    fn, args = entry[1], entry[2]
-                    if type(fn) is DirectLaunch:
-                        grid, block, values = args
-                        fn.layout.pack_into(fn.buffer, 0, *values)
-                        gx, gy, gz = (grid, 1, 1) if type(grid) is int else (*grid, 1, 1)[:3]
-                        bx, by, bz = (block, 1, 1) if type(block) is int else (*block, 1, 1)[:3]
-                        checked("cuLaunchKernel", fn.call(fn.function, gx, gy, gz, bx, by, bz, 0, self.stream,
-                                                          fn.params, None))
-                    elif fn is copy_bytes:
-                        copy_bytes(args[0], args[1], args[2], self.stream.value)
-                    else:
-                        fn(*args)  # cupy's gemmEx: the handle on cupy's current stream, this one
-        finally:
-            checked("cuStreamEndCapture", lib.cuStreamEndCapture(self.stream, ctypes.byref(graph)))
-        checked("cuGraphInstantiate", lib.cuGraphInstantiateWithFlags(ctypes.byref(self.exec), graph, 0))
-
-    def run(self, shards: dict[str, dict[int, np.ndarray]]) -> dict[str, np.ndarray]:
-        trace, pool = self.trace, self.trace.pool
-        out = {}
-        with pool.lock:
-            held: dict[int, tuple[Any, int]] = {}
-            for taken, size, address in trace.blocks:
-                if taken:
-                    held[address] = (pool.take_exact(size, address), size)
-                else:
-                    pool.give(*held.pop(address))
-            launched = False
-            for entry in trace.calls:
-                if entry[0] == "input":
-                    replay.DriverTransfers.up(entry[3], host_span(shards[entry[1]][entry[2]])[0])
-                elif entry[0] == "output":
-                    if not launched:
-                        checked("cuGraphLaunch", self.lib.cuGraphLaunch(self.exec, self.stream))
-                        launched = True
-                    _, name, d, address, count, storage, dtype, offset, shape, strides = entry
-                    host = np.empty(count, storage)
-                    replay.DriverTransfers.down(host, address)  # stream 0 waits for the graph's blocking stream
-                    out[name] = shaped(host.view(dtype), offset, shape, strides)
-        return out
-
-
 def main() -> int:
     if SIMULATED:
         sys.stderr.write("replay_probe needs a GPU\n")
@@ -164,25 +93,23 @@ def main() -> int:
             cuda.synchronize()
         print(f"{m}, {k}, {n}: a replay's pieces, host µs (median of {RUNS}): " + ", ".join(
             f"{label} {np.median(t) * 1e6:.1f}" for label, t in times.items()), flush=True)
-        try:
-            graph = Graph(trace, cupy)
-        except Exception as exc:  # capture refused (cuBLAS under capture, an older driver): say so
-            print(f"  no CUDA graph: {type(exc).__name__}: {exc}", flush=True)
+        graph = graphs.capture([(c[1], c[2]) for c in trace.parts[1]], gemm.cublas_of(cupy).gemm_ex)
+        if graph is None:
+            print("  no CUDA graph: the capture was refused", flush=True)
             continue
-        same, graphed, replayed = True, [], []
+        kept, same, graphed, by_call = trace.graph, True, [], []  # type: ignore[var-annotated]
         for seed in range(RUNS):
-            fresh = inputs_of(m, k, n, 100 + seed)
-            local = runner.shard_inputs(checked_, fresh, (0,))
-            t = time.perf_counter()
-            got = graph.run(local)["out"]
-            graphed.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            want = replay.replayed(lowered, local, bindings, world)["out"][0]
-            replayed.append(time.perf_counter() - t)
-            same &= got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
-        print(f"  as one CUDA graph (uploads, cuGraphLaunch, download): host µs {np.median(graphed) * 1e6:.1f} "
-              f"against the replay's {np.median(replayed) * 1e6:.1f}; the same bits as the replay: {same}",
-              flush=True)
+            local = runner.shard_inputs(checked_, inputs_of(m, k, n, 100 + seed), (0,))
+            results = []
+            for way, spent in ((graph, graphed), (False, by_call)):
+                trace.graph = way
+                t = time.perf_counter()
+                results.append(replay.replayed(lowered, local, bindings, world)["out"][0])
+                spent.append(time.perf_counter() - t)
+            same &= results[0].view(np.uint32).tobytes() == results[1].view(np.uint32).tobytes()
+        trace.graph = kept
+        print(f"  replay with its calls as one CUDA graph: host µs {np.median(graphed) * 1e6:.1f}, call by call "
+              f"{np.median(by_call) * 1e6:.1f}; the same bits: {same}", flush=True)
     return 0
 
 

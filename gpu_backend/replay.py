@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from gpu_backend import gemm, launch, memory, recording
+from gpu_backend import graph as graphs
 from gpu_backend.buffer import DeviceBuffer, host_span, shaped, upload
 from gpu_backend.device import SIMULATED
 from gpu_backend.memory import Memory
@@ -54,14 +55,16 @@ from refir.world import World
 
 ENABLED = not SIMULATED and os.environ.get("REFIR_GPU_REPLAY", "1") != "0"
 KEPT = 64  # traces per process; then they start again
-counts = {"replayed": 0, "recorded": 0, "refused": 0, "tainted": 0}  # for benchmarks and tests
+counts = {"replayed": 0, "recorded": 0, "refused": 0, "tainted": 0,  # for benchmarks and tests
+          "graphed": 0, "graphs kept": 0, "graphs with other bits": 0, "no graph": 0}
+capture_graph = graphs.capture  # (tests put a fake in its place)
 last_taint: list[str] = []  # why the last recording was not kept
 
 
 class Trace:
     """One recorded run: its pool traffic and its calls, in order."""
 
-    __slots__ = ("lowered", "pool", "blocks", "calls", "computes", "results")
+    __slots__ = ("lowered", "pool", "blocks", "calls", "computes", "results", "parts", "graph")
 
     def __init__(self, lowered: Lowered, pool: Any, blocks: list[tuple[bool, int, int]],
                  calls: list[tuple[Any, ...]], computes: list[tuple[int, int]], results: tuple[str, ...]) -> None:
@@ -69,6 +72,13 @@ class Trace:
         self.blocks = tuple(blocks)  # (taken, class size, address)
         self.calls = tuple(calls)  # ("call", fn, args), ("input", name, device, address), ("output", ...)
         self.computes = tuple(computes)  # (cudaDataType, cuBLAS compute type) of each recorded gemm
+        kinds = [c[0] for c in calls]
+        ins, outs = kinds.count("input"), kinds.count("output")
+        ordered = kinds == ["input"] * ins + ["call"] * (len(kinds) - ins - outs) + ["output"] * outs
+        # the uploads, the device calls, the downloads, where the run made them in that order (run_gpu does)
+        self.parts = (self.calls[:ins], self.calls[ins:len(kinds) - outs], self.calls[len(kinds) - outs:])
+        # None: not tried yet; False: no graph (off, refused, or other bits); else graph.Graph
+        self.graph: Any = None if ordered and graphs.ENABLED else False
 
     def replay(self, inputs: dict[str, dict[int, np.ndarray]],
                transfers: Any) -> dict[str, dict[int, np.ndarray]] | None:
@@ -91,22 +101,61 @@ class Trace:
                         pool.give(b, s)
                     return None
                 held[address] = (block, size)
-            out: dict[str, dict[int, np.ndarray]] = {name: {} for name in self.results}
             try:
-                for entry in self.calls:
-                    kind = entry[0]
-                    if kind == "call":
-                        entry[1](*entry[2])
-                    elif kind == "input":
-                        transfers.up(entry[3], host_span(inputs[entry[1]][entry[2]])[0])
-                    else:
-                        _, name, d, address, count, storage, dtype, offset, shape, strides = entry
-                        host = np.empty(count, storage)
-                        transfers.down(host, address)
-                        out[name][d] = shaped(host.view(dtype), offset, shape, strides)
+                if self.graph:
+                    counts["graphed"] += 1
+                    return self._run(inputs, transfers, self.graph)
+                out = self._run(inputs, transfers, None)
+                if self.graph is None:
+                    self.graph = self._graph_of(inputs, transfers, out)
+                return out
             except Exception as exc:
                 raise RunError(f"a replayed gpu run failed: {type(exc).__name__}: {exc}") from exc
+
+    def _run(self, inputs: dict[str, dict[int, np.ndarray]], transfers: Any,
+             graph: Any) -> dict[str, dict[int, np.ndarray]]:
+        """The uploads, the device calls (as they are, or the graph), the downloads."""
+        out: dict[str, dict[int, np.ndarray]] = {name: {} for name in self.results}
+        ins, calls, outs = (self.parts[0], (), self.parts[2]) if graph else ((), self.calls, ())
+        for _, name, d, address in ins:
+            transfers.up(address, host_span(inputs[name][d])[0])
+        if graph:
+            graph.launch()
+        for entry in calls:
+            kind = entry[0]
+            if kind == "call":
+                entry[1](*entry[2])
+            elif kind == "input":
+                transfers.up(entry[3], host_span(inputs[entry[1]][entry[2]])[0])
+            else:
+                _download(entry, transfers, out)
+        for entry in outs:
+            _download(entry, transfers, out)
         return out
+
+    def _graph_of(self, inputs: dict[str, dict[int, np.ndarray]], transfers: Any,
+                  want: dict[str, dict[int, np.ndarray]]) -> Any:
+        """The device calls as one graph, run once more on these inputs and
+        kept only where it gives `want` (the calls' own results) bit for bit;
+        False where there is none."""
+        blas = gemm.cublas_of(_cupy()) if self.computes else None
+        graph = capture_graph([(c[1], c[2]) for c in self.parts[1]], None if blas is None else blas.gemm_ex)
+        if graph is None:
+            counts["no graph"] += 1
+            return False
+        got = self._run(inputs, transfers, graph)
+        same = all(got[name][d].tobytes() == a.tobytes() and got[name][d].strides == a.strides
+                   for name, blocks in want.items() for d, a in blocks.items())
+        counts["graphs kept" if same else "graphs with other bits"] += 1
+        return graph if same else False
+
+
+def _download(entry: tuple[Any, ...], transfers: Any, out: dict[str, dict[int, np.ndarray]]) -> None:
+    """A recorded output into a fresh host array, laid out as download lays it out."""
+    _, name, d, address, count, storage, dtype, offset, shape, strides = entry
+    host = np.empty(count, storage)
+    transfers.down(host, address)
+    out[name][d] = shaped(host.view(dtype), offset, shape, strides)
 
 
 class DriverTransfers:

@@ -211,6 +211,36 @@ def test_runs_a_replay_would_not_repeat_are_not_kept(device, monkeypatch):
     assert replay.last_taint == ["a host copy (a download) inside the steps"]
 
 
+class FakeGraph:
+    """The captured calls, run one by one at each launch; `skew` spoils the first result."""
+
+    def __init__(self, calls, dev, skew=False) -> None:
+        self.calls, self.dev, self.skew, self.launches = calls, dev, skew, 0
+
+    def launch(self) -> None:
+        self.launches += 1
+        for fn, args in self.calls:
+            fn(*args)
+        if self.skew:
+            self.dev.memory[self.calls[0][1][0]][0] += 1
+
+
+@pytest.mark.parametrize("skew", [False, True])
+def test_a_graph_is_kept_only_where_its_bits_are_the_calls(device, monkeypatch, skew):
+    made = []
+    monkeypatch.setattr(replay, "capture_graph", lambda calls, gemm_ex: made.append(FakeGraph(calls, device, skew))
+                        or made[-1])
+    lowered = lower(refir.verify(refir.load(PROGRAM)))
+    run(device, lowered, data(1))
+    assert replays_again(device, lowered, data(2))  # replayed call by call, then the graph made and tried
+    assert len(made) == 1 and made[0].launches == 1 and len(made[0].calls) == 1
+    assert replay.counts["graphs with other bits" if skew else "graphs kept"] == 1, str(replay.counts)
+    for seed in (3, 4):
+        assert replays_again(device, lowered, data(seed))
+    assert made[0].launches == (1 if skew else 3) and replay.counts["graphed"] == (0 if skew else 2)
+    assert len(made) == 1  # never captured again
+
+
 def fake_blas() -> gemm.Cublas:
     blas = gemm.Cublas.__new__(gemm.Cublas)
     blas.types, blas.chars = {"f": 0, "d": 1}, {0: "f", 1: "d"}
@@ -255,7 +285,7 @@ def test_replayed_examples_equal_the_full_path(monkeypatch):
         program = refir.load(path)
         checked = refir.verify(program)
         before = replay.counts["replayed"]
-        for draw in range(4):  # the first run compiles, the second records, the rest replay
+        for draw in range(5):  # compiles; records; replays, then makes and tries the graph; the graph
             inputs = draw_inputs(checked, default_bindings(checked), seed=draw)
             got = refir.run(program, inputs, backend="gpu")
             monkeypatch.setattr(replay, "ENABLED", False)
@@ -265,4 +295,4 @@ def test_replayed_examples_equal_the_full_path(monkeypatch):
                 for d, buf in blocks.items():
                     mine = got.shards[name][d]
                     assert mine.strides == buf.strides and mine.tobytes() == buf.tobytes(), (path.stem, name, d)
-        print(path.stem, replay.counts["replayed"] - before, "replayed; last recording not kept:", replay.last_taint)
+        print(path.stem, replay.counts["replayed"] - before, "replayed", replay.counts, replay.last_taint)
