@@ -11,7 +11,9 @@ the pool's takes and gives are watched), and a later run with the same key
 takes the very same blocks back from the pool, uploads its inputs into them,
 queues the recorded calls as they are, and downloads its results: a dict
 lookup and a few driver calls instead of interp.spmd.execute's loop, the
-launch plans and the Python of every step.
+launch plans and the Python of every step. From a trace's second replay on,
+its device calls are one CUDA graph (gpu_backend/graph.py), made at its
+first replay and kept only where it gives that replay's results bit for bit.
 
 What a replay assumes, and how each assumption is checked (anything else
 runs the full path, which records afresh):
@@ -27,7 +29,8 @@ runs the full path, which records afresh):
 - the pool's blocks: every block the recorded run took is free in the pool
   again, at the same address and of the same class (pool.take_exact), else
   nothing is queued and the full path runs;
-- cupy's compute type for each recorded cuBLAS call is still the one it had.
+- cupy's compute type for each recorded cuBLAS call is still the one it had;
+  REFIR_GPU_GRAPH=0 keeps the calls one by one.
 
 A recording is kept only if the run did nothing a replay would not repeat:
 every launch went through a DirectLaunch (no numba or cuda.core launch), a
@@ -102,11 +105,11 @@ class Trace:
                     return None
                 held[address] = (block, size)
             try:
-                if self.graph:
+                if self.graph and graphs.ENABLED:
                     counts["graphed"] += 1
                     return self._run(inputs, transfers, self.graph)
                 out = self._run(inputs, transfers, None)
-                if self.graph is None:
+                if self.graph is None and graphs.ENABLED:
                     self.graph = self._graph_of(inputs, transfers, out)
                 return out
             except Exception as exc:

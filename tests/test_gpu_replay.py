@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import refir
-from gpu_backend import gemm, kernels, launch, memory, recording, replay
+from gpu_backend import gemm, graph, kernels, launch, memory, recording, replay
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED
 from gpu_backend.memory import Lease, Memory
@@ -239,6 +239,9 @@ def test_a_graph_is_kept_only_where_its_bits_are_the_calls(device, monkeypatch, 
         assert replays_again(device, lowered, data(seed))
     assert made[0].launches == (1 if skew else 3) and replay.counts["graphed"] == (0 if skew else 2)
     assert len(made) == 1  # never captured again
+    monkeypatch.setattr(graph, "ENABLED", False)  # REFIR_GPU_GRAPH=0: the calls one by one
+    assert replays_again(device, lowered, data(5))
+    assert made[0].launches == (1 if skew else 3)
 
 
 def fake_blas() -> gemm.Cublas:
