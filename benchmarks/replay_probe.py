@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
 
 import numpy as np
 
@@ -43,13 +42,9 @@ def pieces(trace: replay.Trace, shards: dict[str, dict[int, np.ndarray]]) -> dic
     spent: dict[str, float] = {}
     pool = trace.pool
     t0 = time.perf_counter()
-    held: dict[int, tuple[Any, int]] = {}
     with pool.lock:
-        for taken, size, address in trace.blocks:
-            if taken:
-                held[address] = (pool.take_exact(size, address), size)
-            else:
-                pool.give(*held.pop(address))
+        if not pool.retake(*trace.retake):
+            raise RuntimeError("the recorded blocks are not free")
         spent["pool takes and gives"] = time.perf_counter() - t0
         for i, entry in enumerate(trace.calls):
             t = time.perf_counter()

@@ -67,12 +67,13 @@ last_taint: list[str] = []  # why the last recording was not kept
 class Trace:
     """One recorded run: its pool traffic and its calls, in order."""
 
-    __slots__ = ("lowered", "pool", "blocks", "calls", "computes", "results", "parts", "graph")
+    __slots__ = ("lowered", "pool", "blocks", "calls", "computes", "results", "parts", "graph", "retake")
 
     def __init__(self, lowered: Lowered, pool: Any, blocks: list[tuple[bool, int, int]],
                  calls: list[tuple[Any, ...]], computes: list[tuple[int, int]], results: tuple[str, ...]) -> None:
         self.lowered, self.pool, self.results = lowered, pool, results
         self.blocks = tuple(blocks)  # (taken, class size, address)
+        self.retake = folded(blocks)  # their net effect on the pool: pool.retake's arguments
         self.calls = tuple(calls)  # ("call", fn, args), ("input", name, device, address), ("output", ...)
         self.computes = tuple(computes)  # (cudaDataType, cuBLAS compute type) of each recorded gemm
         kinds = [c[0] for c in calls]
@@ -92,18 +93,9 @@ class Trace:
             blas = gemm.cublas_of(_cupy())
             if blas is None or any(blas.compute_type(blas.chars[c]) != t for c, t in self.computes):
                 return None
-        with pool.lock:  # no other thread takes a block given back below before the calls that use it are queued
-            held: dict[int, tuple[Any, int]] = {}
-            for taken, size, address in self.blocks:
-                if not taken:
-                    pool.give(*held.pop(address))
-                    continue
-                block = pool.take_exact(size, address)
-                if block is None:
-                    for b, s in held.values():
-                        pool.give(b, s)
-                    return None
-                held[address] = (block, size)
+        with pool.lock:  # no other thread takes one of the run's blocks before the calls that use it are queued
+            if not pool.retake(*self.retake):
+                return None
             try:
                 if self.graph and graphs.ENABLED:
                     counts["graphed"] += 1
@@ -151,6 +143,28 @@ class Trace:
                    for name, blocks in want.items() for d, a in blocks.items())
         counts["graphs kept" if same else "graphs with other bits"] += 1
         return graph if same else False
+
+
+def folded(blocks: list[tuple[bool, int, int]]) -> tuple[list[tuple[int, int]], list[tuple[int, int]], int, int]:
+    """A run's pool takes and gives (taken, class size, address), each block
+    taken first and given back last in it, as what they do together: the
+    blocks (class, address) in the order first taken, the same in the order
+    last given back (their places on the free lists after the run), the
+    number of takes, and the most bytes in use above the run's start."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    in_use = rise = takes = 0
+    for taken, size, address in blocks:
+        if taken:
+            first.setdefault(address, size)
+            takes += 1
+            in_use += size
+            rise = max(rise, in_use)
+        else:
+            last.pop(address, None)
+            last[address] = size
+            in_use -= size
+    return ([(s, a) for a, s in first.items()], [(s, a) for a, s in last.items()], takes, rise)
 
 
 def _download(entry: tuple[Any, ...], transfers: Any, out: dict[str, dict[int, np.ndarray]]) -> None:

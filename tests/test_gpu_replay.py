@@ -136,6 +136,38 @@ def test_a_recorded_run_is_replayed_on_new_data(device):
     assert device.pool.stats().in_use == 0
 
 
+def test_retake_leaves_the_pool_as_the_run_did():
+    """pool.retake of replay.folded(a run's takes and gives) against the takes and gives themselves."""
+    pools = []
+    for _ in range(2):
+        dev = FakeDevice()
+        warm = [dev.pool.take(n) for n in (600, 700, 2000, 600, 5000)]
+        for block, size in warm:
+            dev.pool.give(block, size)
+        pools.append(dev.pool)
+    stepwise, folded_ = pools
+    events, held = [], {}
+    for step in ("take 600", "take 2000", "take 600", "give 0", "take 700", "give 2", "take 600", "give 1",
+                 "give 3", "give 4", "take 5000", "give 5"):
+        verb, n = step.split()
+        if verb == "take":
+            block, size = stepwise.take(int(n))
+            held[len(held)] = (block, size)
+            events.append((True, size, block.device_pointer_value))
+        else:
+            block, size = held[int(n)]
+            stepwise.give(block, size)
+            events.append((False, size, block.device_pointer_value))
+    assert folded_.retake(*replay.folded(events))
+    lists = [{c: [b.device_pointer_value for b in blocks] for c, blocks in p.free.items()} for p in pools]
+    assert lists[0] == lists[1]
+    assert stepwise.stats() == folded_.stats()
+    taken = folded_.take(600)
+    assert not folded_.retake(*replay.folded(events))  # a block in use: nothing taken
+    folded_.give(*taken)
+    assert folded_.stats().in_use == 0 and sum(map(len, folded_.free.values())) == 5
+
+
 def replays_again(device, lowered, inputs, **kw) -> bool:
     before = replay.counts["replayed"]
     got = run(device, lowered, inputs, **kw)["out"][0]
