@@ -15,7 +15,10 @@ and downloads run, and the graph wait for each other's earlier work.
 Whether cuBLAS picks the same kernel under capture is not assumed:
 replay.py runs the graph once on the inputs of the replay that captured it
 and keeps it only if every result is the same, bit for bit, as the calls
-made one by one gave. REFIR_GPU_GRAPH=0 keeps the calls one by one.
+made one by one gave. A graph is only ever launched by its trace, whose
+assumptions (the pool's blocks, the key) it shares; it also holds cupy's
+per-thread cuBLAS handle's workspace, which lives as long as the process.
+REFIR_GPU_GRAPH=0 keeps the calls one by one.
 """
 
 from __future__ import annotations

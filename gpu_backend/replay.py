@@ -27,7 +27,7 @@ runs the full path, which records afresh):
   recording.generation, which every clear_plans (the launch geometry knobs)
   bumps; REFIR_GPU_REPLAY=0 turns replays off. These make the key.
 - the pool's blocks: every block the recorded run took is free in the pool
-  again, at the same address and of the same class (pool.take_exact), else
+  again, at the same address and of the same class (pool.retake), else
   nothing is queued and the full path runs;
 - cupy's compute type for each recorded cuBLAS call is still the one it had;
   REFIR_GPU_GRAPH=0 keeps the calls one by one.
