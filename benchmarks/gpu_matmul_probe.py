@@ -33,6 +33,8 @@ def main() -> int:
     if SIMULATED or cupy is None:
         sys.stderr.write("gpu_matmul_probe needs a GPU and cupy\n")
         return 1
+    if "--gemm" in sys.argv:
+        return direct_gemm(cupy)
     if "--threads" in sys.argv:  # only the uploads on another thread (a second, shorter run)
         for m, k, n in SHAPES:
             rng = np.random.default_rng(2)
@@ -89,6 +91,54 @@ def main() -> int:
         print("  after the uploads, host µs (median of 50): " + ", ".join(
             f"{name} {t:.1f}" for name, t in after_uploads(x, w).items()), flush=True)
     return 0
+
+
+GEMM_SHAPES = [(256, 512, 256), (512, 512, 512), (1, 512, 256), (256, 512, 1), (7, 13, 5), (64, 1, 64),
+               (1000, 300, 70), (4096, 4096, 4096)]
+
+
+def direct_gemm(cupy: object) -> int:
+    """gemm.py's direct cuBLAS call against cupy's matmul on the same views:
+    the same bits for every shape and layout (a and b row- or column-major,
+    a gapped; what cupy would copy first falls back to cupy), and host µs
+    per call, back to back."""
+    from gpu_backend import gemm
+    from gpu_backend.matmul import _operand
+
+    bad = 0
+    for m, k, n in GEMM_SHAPES:
+        rng = np.random.default_rng(3)
+        x, w = rng.random((m, 2 * k), np.float32) - 0.5, rng.random((k, n), np.float32) - 0.5
+        layouts = {"a row-major": upload(np.ascontiguousarray(x[:, :k])),
+                   "a column-major": upload(np.ascontiguousarray(x[:, :k].T)).transpose((1, 0)),
+                   "a gapped": upload(x).take(1, 0, k)}
+        bs = {"b row-major": upload(w), "b column-major": upload(np.ascontiguousarray(w.T)).transpose((1, 0))}
+        out = DeviceBuffer.empty((m, n), np.dtype(np.float32))
+        line = []
+        for an, a in layouts.items():
+            for bn, b in bs.items():
+                gemm.ENABLED = False
+                matmul_into(out, a, b)
+                want = download(out).copy()
+                gemm.ENABLED = True
+                blas = gemm.cublas_of(cupy)
+                direct = gemm.gemm_call(blas, _operand(out), _operand(a), _operand(b), "f") is not None
+                out_fill = upload(np.full((m, n), np.nan, np.float32))
+                matmul_into(out_fill, a, b)
+                got = download(out_fill)
+                same = want.view(np.uint32).tobytes() == got.view(np.uint32).tobytes()
+                bad += not same
+                cost = ""
+                if (an, bn) == ("a row-major", "b row-major"):
+                    gemm.ENABLED = False
+                    through_cupy = per_call(lambda: matmul_into(out, a, b), 100)  # noqa: B023
+                    gemm.ENABLED = True
+                    direct_cost = per_call(lambda: matmul_into(out, a, b), 100)  # noqa: B023
+                    cost = f" (µs a call: cupy {through_cupy:.1f}, direct {direct_cost:.1f})"
+                line.append(f"{an}, {bn}: {'direct' if direct else 'cupy'}, same bits {same}{cost}")
+        print(f"{m}, {k}, {n}: " + "; ".join(line), flush=True)
+    print(f"direct cuBLAS against cupy's matmul: {'all the same bits' if not bad else f'{bad} DIFFER'}")
+    return 1 if bad else 0
 
 
 def uploads_elsewhere(x: np.ndarray, w: np.ndarray) -> dict[str, float]:

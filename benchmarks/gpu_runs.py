@@ -42,8 +42,10 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
     """Median ms of each phase of a refir.run on this rank (the functions it
     calls, timed by wrapping them for the measurement only)."""
     import gpu_backend.backend as gb
+    import gpu_backend.buffer as gbuf
     import gpu_backend.impls as gi
     import gpu_backend.pending as gp
+    import gpu_backend.replay as rp
     import gpu_backend.transports as gt
     import refir.ranks as rr
     import refir.runner as rn
@@ -52,15 +54,19 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
              (rn, "host_arrays", "host_arrays"), (rn, "bind_and_check", "bind"), (rn, "world_for", "world"),
              (rn, "shard_inputs", "shard"), (gb, "check_local_inputs", "check inputs"),
              (gb, "use_device", "use_device"), (gb, "transport_for", "transport_for"),
-             (gb, "upload", "upload"), (gb, "execute", "steps"), (gi.GpuLocal, "__call__", "(local steps)"),
+             (rp, "upload", "upload"), (gb, "execute", "steps"), (gi.GpuLocal, "__call__", "(local steps)"),
              (gi, "matmul_into", "(of which matmul"),
              (gi, "elementwise", "elementwise"), (gt.LaidOut, "communicate", "allreduce)"),
-             (gb, "download", "download"), (gp, "settle", "(of which the wait for collectives)")]
+             (gbuf, "download", "download"), (gp, "settle", "(of which the wait for collectives)"),
+             (rp.DriverTransfers, "up", "upload"), (rp.DriverTransfers, "down", "download"),
+             (rp.Trace, "replay", "(replay, all of it)")]
     import gpu_backend.matmul as gm
 
     if gm._cupy() is not None:  # cupy's own call, within matmul
         spots.insert(spots.index((gi, "matmul_into", "(of which matmul")) + 1, (gm, "library_matmul", "(cupy's call)"))
     parts, total = phase_medians(fn, barrier, spots, REPEATS)
+    if parts["(replay, all of it)"]:
+        parts["(replay's pool and calls)"] = parts["(replay, all of it)"] - parts["upload"] - parts["download"]
     parts["rest"] = total - sum(t for label, t in parts.items() if not nested(label) and label != "elementwise")
     return ", ".join(f"{label} {t * 1e3:.2f}" for label, t in parts.items()) + f" (of {total * 1e3:.2f} ms)"
 
@@ -172,7 +178,9 @@ def whole_runs(torch: object, world: World) -> list[str]:
     program = refir.load(PATTERN.format(devices=", ".join(map(str, range(world.size)))))
     barrier, sync = (lambda: None) if solo else world.comm.Barrier, torch.cuda.synchronize
     all_reduce = (lambda c: None) if solo else dist.all_reduce
-    lines = [f"{'M, K, N':<18} {'refir first':>11} {'refir':>9} {'rank 0 in':>9} {'torch host':>10} "
+    import gpu_backend.replay as rp
+
+    lines = [f"{'M, K, N':<18} {'refir first':>11} {'refir':>9} {'no replay':>9} {'rank 0 in':>9} {'torch host':>10} "
              f"{'torch dev':>9} {'refir/host':>10} {'refir/dev':>9}  (ms, median of {REPEATS})"]
     notes: list[str] = []
     memory: list[str] = ["", "device memory of one run (gpu_backend/pool.py against interp/liveness.py):"]
@@ -189,6 +197,9 @@ def whole_runs(torch: object, world: World) -> list[str]:
         first = time.perf_counter() - start
         created = dict(COMMS.created)
         ours = median_time(lambda: refir.run(program, inputs, backend="gpu"), sync, barrier)  # noqa: B023
+        rp.ENABLED, replaying = False, rp.ENABLED  # the full path every run (the direct cuBLAS call still)
+        full = median_time(lambda: refir.run(program, inputs, backend="gpu"), sync, barrier)  # noqa: B023
+        rp.ENABLED = replaying
         assert COMMS.created == created, "a later run made a communicator"
         mine = inputs if world.is_root else {}
         root_in = (median_time(lambda: refir.run(program, mine, backend="gpu"), sync, barrier)  # noqa: B023
@@ -213,7 +224,8 @@ def whole_runs(torch: object, world: World) -> list[str]:
         if world.is_root:
             tol = 1e-4 * k ** 0.5
             assert np.allclose(got["out"], want, atol=tol), "refir and torch disagree"
-        lines.append(f"{f'{m}, {k}, {n}':<18} {first * 1e3:>11.2f} {ours * 1e3:>9.2f} {root_in * 1e3:>9.2f} "
+        lines.append(f"{f'{m}, {k}, {n}':<18} {first * 1e3:>11.2f} {ours * 1e3:>9.2f} {full * 1e3:>9.2f} "
+                     f"{root_in * 1e3:>9.2f} "
                      f"{theirs * 1e3:>10.2f} {on_device * 1e3:>9.2f} {ours / theirs:>10.2f} {ours / on_device:>9.1f}")
         if world.is_root:  # as it comes: a later size may fail or run out of time
             print("\n".join(lines[-2 if len(lines) == 2 else -1:]), flush=True)
@@ -224,6 +236,11 @@ def whole_runs(torch: object, world: World) -> list[str]:
         if (m, k, n) in (SIZES[0], SIZES[1]):
             notes += ["", f"phases of a run at {m}, {k}, {n} on rank {world.rank}, ms: "
                       + phases(lambda: refir.run(program, inputs, backend="gpu"), barrier)]  # noqa: B023
+            rp.ENABLED = False
+            notes += [f"phases of a run without replays at {m}, {k}, {n} on rank {world.rank}, ms: "
+                      + phases(lambda: refir.run(program, inputs, backend="gpu"), barrier)]  # noqa: B023
+            rp.ENABLED = replaying
+            notes += [f"replays so far: {rp.counts}; last recording not kept: {rp.last_taint}"]
             notes += profiled(lambda: refir.run(program, inputs, backend="gpu"), barrier,  # noqa: B023
                               f"one run at {m}, {k}, {n} on rank {world.rank}")
         torch.cuda.empty_cache()

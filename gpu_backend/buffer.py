@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend import memory, pending
+from gpu_backend import memory, pending, recording
 from gpu_backend.device import SIMULATED, cuda
 from refir.types import BF16, block, dense_strides
 
@@ -44,6 +44,8 @@ def to_device(x: np.ndarray) -> Any:
     (gpu_backend/memory.py), without numba's layout checks and host-side
     conversions (tens of µs)."""
     x = x.view(_BITS) if x.dtype == BF16 else x
+    if recording.active is not None:
+        recording.host_copy("an upload")
     pending.settle()  # the copy waits for the stream: first wait, boundedly, for queued collectives
     if SIMULATED or not x.flags.c_contiguous or x.size == 0:
         return cuda.to_device(x)
@@ -60,6 +62,8 @@ def to_device(x: np.ndarray) -> Any:
 
 def to_host(a: Any) -> np.ndarray:
     """A contiguous device array's elements in a fresh host array (one driver copy on a GPU)."""
+    if recording.active is not None:
+        recording.host_copy("a download")
     pending.settle()
     if SIMULATED or a.size == 0:
         return np.asarray(a.copy_to_host())
@@ -173,18 +177,27 @@ class DeviceBuffer:
 def upload(x: np.ndarray) -> DeviceBuffer:
     """A device copy of `x` with the same strides: the memory span its elements
     cover is copied as it lies, gaps included."""
+    host, offset, shape, strides = host_span(x)
+    return DeviceBuffer(to_device(host), offset, shape, strides)
+
+
+def host_span(x: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...], tuple[int, ...]]:
+    """What `upload` copies for `x`: a 1-D host array (the span its elements
+    cover, as it lies; a dense copy where no element grid expresses its
+    strides), and the device buffer's offset, shape and strides over it."""
     x = np.asarray(x)
     if x.size == 0 or x.ndim == 0 or any(s % x.itemsize for s in x.strides):
         dense = np.ascontiguousarray(x)  # nothing to lay out, or strides no element grid can express
-        return DeviceBuffer.dense(to_device(dense.reshape(-1) if dense.size else np.empty(1, x.dtype)), x.shape)
+        flat = dense.reshape(-1) if dense.size else np.empty(1, x.dtype)
+        return flat, 0, x.shape, _dense_strides(x.shape, tuple(range(x.ndim)), 1)
     strides = tuple(s // x.itemsize for s in x.strides)
     if x.flags.c_contiguous and min(strides) >= 0:  # its span is its elements, in order: no copy on the host
-        return DeviceBuffer(to_device(x.reshape(-1)), 0, x.shape, strides)
+        return x.reshape(-1), 0, x.shape, strides
     corner = x[tuple(slice(n - 1, n) if s < 0 else slice(0, 1) for n, s in zip(x.shape, strides))]
     low = sum((n - 1) * s for n, s in zip(x.shape, strides) if s < 0)
     high = sum((n - 1) * s for n, s in zip(x.shape, strides) if s > 0)
     memory = np.lib.stride_tricks.as_strided(corner, shape=(high - low + 1,), strides=(x.itemsize,))
-    return DeviceBuffer(to_device(np.ascontiguousarray(memory)), -low, x.shape, strides)
+    return np.ascontiguousarray(memory), -low, x.shape, strides
 
 
 def download(b: DeviceBuffer) -> np.ndarray:
@@ -193,10 +206,15 @@ def download(b: DeviceBuffer) -> np.ndarray:
         strides = tuple(s * b.dtype.itemsize for s in b.strides)
         return np.ndarray(b.shape, b.dtype, np.empty(0, b.dtype), strides=strides)
     low, high = b.span()
-    memory = to_host(b.data[low:high]).view(b.dtype)
-    strides = tuple(s * b.dtype.itemsize for s in b.strides)
-    if b.offset == low and memory.size == b.size:  # dense row-major, most often: a reshape, if its strides agree
-        shaped = memory.reshape(b.shape)
-        if shaped.strides == strides:
-            return shaped
-    return np.lib.stride_tricks.as_strided(memory[b.offset - low:], shape=b.shape, strides=strides)
+    return shaped(to_host(b.data[low:high]).view(b.dtype), b.offset - low, b.shape, b.strides)
+
+
+def shaped(memory: np.ndarray, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+    """The host array `download` makes of the span it copied (`memory`, a 1-D
+    array of the logical dtype): `offset`, `shape` and `strides` in elements."""
+    byte_strides = tuple(s * memory.itemsize for s in strides)
+    if offset == 0 and memory.size == prod(shape):  # dense row-major, most often: a reshape, if its strides agree
+        reshaped = memory.reshape(shape)
+        if reshaped.strides == byte_strides:
+            return reshaped
+    return np.lib.stride_tricks.as_strided(memory[offset:], shape=shape, strides=byte_strides)

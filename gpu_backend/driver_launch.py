@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
+from gpu_backend import recording
+
 SLOT = 8  # bytes per parameter slot: numba's widest scalar and every pointer
 _CUDA_ERROR_INVALID_VALUE = 1
 
@@ -133,6 +135,8 @@ class DirectLaunch:
         self.call = _libcuda().cuLaunchKernel
 
     def __call__(self, grid: Any, block: Any, values: Sequence[Any]) -> None:
+        if recording.active is not None:  # gpu_backend/replay.py: launched again as it is
+            recording.note(self, grid, block, tuple(values))
         self.layout.pack_into(self.buffer, 0, *values)
         gx, gy, gz = (grid, 1, 1) if type(grid) is int else (*grid, 1, 1)[:3]
         bx, by, bz = (block, 1, 1) if type(block) is int else (*block, 1, 1)[:3]
@@ -172,6 +176,8 @@ def direct_launch(kernel_handle: Any, numba_values: Sequence[Any], values: Seque
 def copy_bytes(dst: int, src: int, nbytes: int, stream: int = 0) -> None:
     """`nbytes` from device address `src` to `dst`, queued on `stream` (0: the
     legacy default stream, the kernels' own): the driver's cuMemcpyDtoDAsync."""
+    if recording.active is not None:
+        recording.note(copy_bytes, dst, src, nbytes, stream)
     rc = _libcuda().cuMemcpyDtoDAsync_v2(dst, src, nbytes, stream)
     if rc:
         raise LaunchError(f"cuMemcpyDtoDAsync: {error_name(rc)} ({rc})")

@@ -24,6 +24,7 @@ from math import prod
 
 import numpy as np
 
+from gpu_backend import recording
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED, blocks_for, cuda, fitted, max_blocks, rows_block
 from gpu_backend.driver_launch import copy_bytes
@@ -62,6 +63,7 @@ PLANS_KEPT = 4096  # then the cache starts again (programs of many shapes)
 
 def clear_plans() -> None:
     """Forget the elementwise and copy plans (after the launch geometry knobs change)."""
+    recording.forget()  # recorded runs (gpu_backend/replay.py) assumed the old plans
     _plans.clear()
     _ready_maps.clear()
     _copies.clear()

@@ -1,7 +1,9 @@
 """matmul: [..., M, K] x [..., K, N] -> [..., M, N], batch axes equal.
 
 On a real GPU, float32 and float64 go to cuBLAS through cupy when cupy is
-installed (zero-copy views of our buffers, any strides); everything else, and
+installed: the very cublasGemmEx call cupy's matmul makes, made directly
+(gpu_backend/gemm.py) where cupy would make just that call, else cupy's matmul
+on zero-copy views of our buffers (any strides); everything else, and
 everything under the simulator, uses the tiled kernel here: square tiles of A
 and B staged in shared memory, accumulated in float64 (floats) or int64
 (integers, which then wrap when stored), as interp/impls.py defines matmul.
@@ -14,6 +16,7 @@ from functools import cache
 from math import prod
 from typing import Any
 
+from gpu_backend import gemm, recording
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import MATMUL_TILE, SHARED_ASKS, SIMULATED, blocks_for, cuda
 from gpu_backend.functions import accumulator, narrow
@@ -136,8 +139,24 @@ def matmul_into(out: DeviceBuffer, a: DeviceBuffer, b: DeviceBuffer, library: bo
     cupy = _cupy() if library and not SIMULATED and a.data.dtype.char in "fd" else None
     if cupy is None or out.size == 0:
         return tiled_matmul(out, a, b)
+    blas = gemm.cublas_of(cupy) if gemm.ENABLED else None
+    call = None if blas is None else gemm.gemm_call(blas, _operand(out), _operand(a), _operand(b), a.data.dtype.char)
+    if call is not None:
+        blas.gemm_ex(*call)  # type: ignore[union-attr]
+        if recording.active is not None:  # replayed as it is, while cupy's compute type stays (replay.py)
+            recording.note(blas.gemm_ex, *call)  # type: ignore[union-attr]
+            recording.active.gemms.append((call[8], call[17]))
+        return out
+    recording.taint("cupy's matmul")  # its copies and temporaries are cupy's own memory
     library_matmul(cupy, _as_cupy(cupy, a), _as_cupy(cupy, b), _as_cupy(cupy, out))
     return out
+
+
+def _operand(b: DeviceBuffer) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """(address of element [0, ...], shape, strides in elements), as gemm.gemm_call takes it."""
+    data = b.data
+    base = data.ptr if type(data) is Memory else data.__cuda_array_interface__["data"][0]
+    return base + b.offset * data.dtype.itemsize, b.shape, b.strides
 
 
 def library_matmul(cupy: Any, a: Any, b: Any, out: Any) -> None:

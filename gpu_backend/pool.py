@@ -79,6 +79,32 @@ class SizeClassPool:
             self.peak = max(self.peak, self.in_use)
         return block, size
 
+    def retake(self, blocks: list[tuple[int, int]], order: list[tuple[int, int]], takes: int, rise: int) -> bool:
+        """What a recorded run's takes and gives did to the free lists, done at
+        once (gpu_backend/replay.py): every (class size, device address) of
+        `blocks` must be free; each ends back on its list, in `order` (of
+        each block's last give), as the run left them. `takes` counts as
+        reused, `rise` (the run's most bytes in use above its start) as the
+        peak. False, and nothing taken, where a block is not free. The caller
+        holds `lock` until the work on those blocks is queued."""
+        with self.lock:
+            found: dict[int, tuple[int, Any]] = {}
+            for size, address in blocks:
+                spare = self.free.get(size, [])
+                for i in range(len(spare) - 1, -1, -1):  # the most recently given first, as take's pop
+                    if spare[i].device_pointer_value == address:
+                        found[address] = (size, spare.pop(i))
+                        break
+                else:
+                    for size_, block in found.values():
+                        self.free[size_].append(block)
+                    return False
+            for size, address in order:
+                self.free[size].append(found[address][1])
+            self.reused += takes
+            self.peak = max(self.peak, self.in_use + rise)
+        return True
+
     def _fresh(self, size: int) -> Any:
         try:
             block = self.upstream(size)

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gpu_backend import memory, vectors
+from gpu_backend import memory, recording, vectors
 from gpu_backend.buffer import DeviceBuffer, to_device
 from gpu_backend.device import SIMULATED, THREADS, blocks_for, fitted, max_blocks
 from gpu_backend.functions import accumulator, narrow
@@ -212,6 +212,7 @@ PLANS_KEPT = 4096
 
 def clear_plans() -> None:
     """Forget the plans (after the launch geometry knobs above change)."""
+    recording.forget()  # recorded runs (gpu_backend/replay.py) assumed the old plans
     _plans.clear()
     _ready.clear()
 

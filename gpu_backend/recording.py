@@ -1,0 +1,59 @@
+"""The device work a run queues, noted while gpu_backend/replay.py records it.
+
+A few places queue work on the GPU: the driver launches (DirectLaunch, which
+every kept and cached launch goes through), the driver's device-to-device
+copy, the direct cuBLAS call (gpu_backend/gemm.py), and the host copies. While
+a run is recorded (`active` is set), each of them either notes itself here
+as a call to make again with the same arguments, or, where it cannot be
+repeated as it is (a launch through numba or cuda.core, cupy's own matmul, a
+host copy inside the steps), taints the recording, which is then not kept.
+Outside a recording each hook costs one attribute test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class Recording:
+    """What one run queued, in order, and why it cannot be replayed (None: it can)."""
+
+    __slots__ = ("calls", "tainted", "host_copies", "gemms")
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []  # ("call", fn, args), ("input", ...), ("output", ...)
+        self.tainted: str | None = None
+        self.host_copies = False  # True while the run uploads its inputs or downloads its results
+        self.gemms: list[tuple[int, int]] = []  # (cudaDataType, cuBLAS compute type) of each direct cuBLAS call
+
+
+active: Recording | None = None
+# Bumped whenever something a recorded run assumed may have changed (launch
+# geometry knobs and their plans): replay.py keys its traces by it.
+generation = 0
+
+
+def note(fn: Callable[..., Any], *args: Any) -> None:
+    """`fn(*args)` was queued and can be queued again as it is."""
+    if active is not None:
+        active.calls.append(("call", fn, args))
+
+
+def taint(why: str) -> None:
+    """Work was done that a replay would not repeat: the recording is not kept."""
+    if active is not None and active.tainted is None:
+        active.tainted = why
+
+
+def host_copy(what: str) -> None:
+    """A copy between host and device: a run's own inputs and results are
+    replayed with the run's data; any other taints the recording."""
+    if active is not None and not active.host_copies:
+        taint(f"a host copy ({what}) inside the steps")
+
+
+def forget() -> None:
+    """Every recorded run is stale (called where launch plans are cleared)."""
+    global generation
+    generation += 1

@@ -1,0 +1,333 @@
+"""Replayed gpu runs (gpu_backend/replay.py) and the direct cuBLAS call's
+arguments (gpu_backend/gemm.py).
+
+Under the simulator there is no pool and no driver launch, so the replay's
+logic runs here on a fake device: "device memory" is a dict of numpy arrays
+by address, blocks come from a real SizeClassPool over fake upstream blocks,
+and the run's one "kernel" is a Python call noted as the driver's launches
+note themselves. A run is recorded, replayed on new data, and every changed
+assumption must send the run down the full path. On a GPU, the last test
+runs every shared example again and again: replayed results must equal the
+full path's bit for bit."""
+
+import os
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import refir
+from gpu_backend import gemm, graph, kernels, launch, memory, recording, replay
+from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.device import SIMULATED
+from gpu_backend.memory import Lease, Memory
+from gpu_backend.pool import SizeClassPool
+from refir.inputs import default_bindings, draw_inputs
+from refir.lower import lower
+from refir.world import local_world
+
+sys.path.insert(0, os.path.dirname(__file__))
+from helpers import EXAMPLES  # noqa: E402
+
+PROGRAM = """mesh m = [0]
+func main(x: f32[M, K@DIDx], w: f32[K@DIDx, N]) {
+  out = matmul(x, w)
+  return out
+}
+"""
+
+
+class Block:
+    def __init__(self, address: int) -> None:
+        self.device_pointer_value = address
+
+
+class FakeDevice:
+    """Device memory by address, the pool over it, and the replay's host copies."""
+
+    def __init__(self) -> None:
+        self.memory: dict[int, np.ndarray] = {}
+        self.next = 1 << 20
+        self.pool = SizeClassPool(self._upstream)
+
+    def _upstream(self, size: int) -> Block:
+        self.next += size
+        return Block(self.next - size)
+
+    def up(self, address: int, host: np.ndarray) -> None:
+        self.memory[address] = host.copy()
+
+    def down(self, host: np.ndarray, address: int) -> None:
+        host[...] = self.memory[address].view(host.dtype)[:host.size]
+
+    def upload(self, x: np.ndarray) -> DeviceBuffer:  # stands in for buffer.upload
+        block, size = memory._pool.take(x.nbytes)
+        data = Memory(block.device_pointer_value, x.size, x.dtype, Lease(memory._pool, block, size))
+        self.up(data.ptr, np.ascontiguousarray(x).reshape(-1))
+        return DeviceBuffer.dense(data, x.shape)
+
+    def download(self, b: DeviceBuffer) -> np.ndarray:  # stands in for buffer.download
+        host = np.empty(b.size, b.dtype)
+        self.down(host, b.data.ptr)
+        return host.reshape(b.shape)
+
+    def matmul(self, out: int, a: int, b: int, m: int, k: int, n: int) -> None:  # the one "kernel"
+        x = self.memory[a][:m * k].reshape(m, k)
+        w = self.memory[b][:k * n].reshape(k, n)
+        self.memory[out] = (x @ w).reshape(-1)
+
+
+@pytest.fixture
+def device(monkeypatch):
+    dev = FakeDevice()
+    monkeypatch.setattr(memory, "_pool", dev.pool)
+    monkeypatch.setattr(replay, "ENABLED", True)
+    monkeypatch.setattr(launch, "FAST", True)
+    monkeypatch.setattr(launch, "DIRECT", True)
+    monkeypatch.setattr(replay, "upload", dev.upload)
+    monkeypatch.setattr("gpu_backend.buffer.download", dev.download)
+    replay.forget()
+    for k in replay.counts:
+        monkeypatch.setitem(replay.counts, k, 0)
+    yield dev
+    replay.forget()
+
+
+def run(dev: FakeDevice, lowered, inputs, world=None, scalars=None, spoil=None):
+    """run_gpu's shape, on the fake device: a replay, else a recorded full run."""
+    world = world or local_world(1)
+    scalars = {"M": inputs["x"][0].shape[0], "K": 8, "N": 3} if scalars is None else scalars
+    again = replay.replayed(lowered, inputs, scalars, world, dev)
+    if again is not None:
+        return again
+    with replay.Recorder(lowered, inputs, scalars, world) as record:
+        bufs = record.uploads(inputs)
+        x, w = bufs["x"][0], bufs["w"][0]
+        (m, k), n = x.shape, w.shape[1]
+        out = DeviceBuffer.empty((m, n), x.dtype)
+        recording.note(dev.matmul, out.data.ptr, x.data.ptr, w.data.ptr, m, k, n)
+        dev.matmul(out.data.ptr, x.data.ptr, w.data.ptr, m, k, n)
+        if spoil is not None:
+            spoil()
+        results = {"out": {0: out}}
+        del bufs, x, w, out  # as run_gpu holds nothing but `results`, which downloads empties
+        return record.downloads(results)
+
+
+def data(seed: int, m: int = 4, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    return {"x": {0: rng.integers(-4, 4, (m, 8)).astype(dtype)}, "w": {0: rng.integers(-4, 4, (8, 3)).astype(dtype)}}
+
+
+def test_a_recorded_run_is_replayed_on_new_data(device):
+    lowered = lower(refir.verify(refir.load(PROGRAM)))
+    first = data(1)
+    got = run(device, lowered, first)["out"][0]
+    assert np.array_equal(got, first["x"][0] @ first["w"][0])
+    assert replay.counts["recorded"] == 1, replay.last_taint
+    in_use = device.pool.stats().in_use
+    assert in_use == 0  # the recording saw every block go back
+    for seed in (2, 3):
+        new = data(seed)
+        got = run(device, lowered, new)["out"][0]
+        assert np.array_equal(got, new["x"][0] @ new["w"][0])
+    assert replay.counts["replayed"] == 2 and replay.counts["recorded"] == 1
+    assert device.pool.stats().in_use == 0
+
+
+def test_retake_leaves_the_pool_as_the_run_did():
+    """pool.retake of replay.folded(a run's takes and gives) against the takes and gives themselves."""
+    pools = []
+    for _ in range(2):
+        dev = FakeDevice()
+        warm = [dev.pool.take(n) for n in (600, 700, 2000, 600, 5000)]
+        for block, size in warm:
+            dev.pool.give(block, size)
+        pools.append(dev.pool)
+    stepwise, folded_ = pools
+    events, held = [], {}
+    for step in ("take 600", "take 2000", "take 600", "give 0", "take 700", "give 2", "take 600", "give 1",
+                 "give 3", "give 4", "take 5000", "give 5"):
+        verb, n = step.split()
+        if verb == "take":
+            block, size = stepwise.take(int(n))
+            held[len(held)] = (block, size)
+            events.append((True, size, block.device_pointer_value))
+        else:
+            block, size = held[int(n)]
+            stepwise.give(block, size)
+            events.append((False, size, block.device_pointer_value))
+    assert folded_.retake(*replay.folded(events))
+    lists = [{c: [b.device_pointer_value for b in blocks] for c, blocks in p.free.items()} for p in pools]
+    assert lists[0] == lists[1]
+    assert stepwise.stats() == folded_.stats()
+    taken = folded_.take(600)
+    assert not folded_.retake(*replay.folded(events))  # a block in use: nothing taken
+    folded_.give(*taken)
+    assert folded_.stats().in_use == 0 and sum(map(len, folded_.free.values())) == 5
+
+
+def replays_again(device, lowered, inputs, **kw) -> bool:
+    before = replay.counts["replayed"]
+    got = run(device, lowered, inputs, **kw)["out"][0]
+    assert np.array_equal(got, inputs["x"][0] @ inputs["w"][0])
+    return replay.counts["replayed"] > before
+
+
+def test_every_changed_assumption_falls_back_to_the_full_path(device, monkeypatch):
+    lowered = lower(refir.verify(refir.load(PROGRAM)))
+    run(device, lowered, data(1))
+    assert replays_again(device, lowered, data(2))
+    assert not replays_again(device, lowered, data(2, m=5))  # input shapes
+    assert not replays_again(device, lowered, data(2, m=5, dtype=np.float64))  # dtypes
+    strided = data(2)
+    strided["x"][0] = np.asfortranarray(strided["x"][0])
+    assert not replays_again(device, lowered, strided)  # layouts
+    assert not replays_again(device, lowered, data(2), scalars={"M": 4, "K": 8, "N": 3, "extra": 1})
+    assert not replays_again(device, lowered, data(2), world=local_world(2))
+    assert not replays_again(device, lower(refir.verify(refir.load(PROGRAM))), data(2))  # another program
+    kernels.clear_plans()  # the launch knobs may have changed
+    assert not replays_again(device, lowered, data(3))
+    assert replays_again(device, lowered, data(4))
+    for owner, knob in ((launch, "FAST"), (launch, "DIRECT"), (gemm, "ENABLED")):
+        monkeypatch.setattr(owner, knob, not getattr(owner, knob))
+        assert not replays_again(device, lowered, data(5))
+        monkeypatch.undo()
+        monkeypatch.setattr(memory, "_pool", device.pool)
+        monkeypatch.setattr(replay, "ENABLED", True)
+        monkeypatch.setattr(launch, "FAST", True)
+        monkeypatch.setattr(launch, "DIRECT", True)
+        monkeypatch.setattr(replay, "upload", device.upload)
+        monkeypatch.setattr("gpu_backend.buffer.download", device.download)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(replays_again(device, lowered, data(6))))
+    thread.start()
+    thread.join()
+    assert seen == [False]  # cupy's cuBLAS handle is per thread
+    monkeypatch.setattr(replay, "ENABLED", False)
+    assert not replays_again(device, lowered, data(6))
+
+
+def test_a_block_in_use_elsewhere_refuses_the_replay(device):
+    lowered = lower(refir.verify(refir.load(PROGRAM)))
+    run(device, lowered, data(1))
+    assert replays_again(device, lowered, data(2))
+    hogs = [device.pool.take(4 * 32) for _ in range(3)]  # the input blocks, now someone else's
+    refused = replay.counts["refused"]
+    assert not replays_again(device, lowered, data(3))
+    assert replay.counts["refused"] == refused + 1
+    for block, size in hogs:
+        device.pool.give(block, size)
+    assert device.pool.stats().in_use == 0  # what the refused replay took went back
+    assert replays_again(device, lowered, data(4))  # the full run recorded afresh
+    device.pool.trim()  # the blocks are gone
+    assert not replays_again(device, lowered, data(5))
+
+
+def test_runs_a_replay_would_not_repeat_are_not_kept(device, monkeypatch):
+    lowered = lower(refir.verify(refir.load(PROGRAM)))
+    run(device, lowered, data(1), spoil=lambda: recording.taint("a numba launch"))
+    assert replay.counts["tainted"] == 1 and replay.last_taint == ["a numba launch"]
+    assert not replays_again(device, lowered, data(2))  # this one recorded
+    replay.forget()
+    run(device, lowered, data(1), spoil=lambda: launch.counts.__setitem__("numba", launch.counts["numba"] + 1))
+    assert replay.last_taint == ["a launch through numba or cuda.core"]
+    replay.forget()
+    kept = []
+    run(device, lowered, data(1), spoil=lambda: kept.append(memory.empty(4, np.dtype(np.float32))))
+    assert replay.last_taint == ["a block taken in the run is still held"]
+    kept.clear()
+    replay.forget()
+    run(device, lowered, data(1), spoil=lambda: recording.host_copy("a download"))
+    assert replay.last_taint == ["a host copy (a download) inside the steps"]
+
+
+class FakeGraph:
+    """The captured calls, run one by one at each launch; `skew` spoils the first result."""
+
+    def __init__(self, calls, dev, skew=False) -> None:
+        self.calls, self.dev, self.skew, self.launches = calls, dev, skew, 0
+
+    def launch(self) -> None:
+        self.launches += 1
+        for fn, args in self.calls:
+            fn(*args)
+        if self.skew:
+            self.dev.memory[self.calls[0][1][0]][0] += 1
+
+
+@pytest.mark.parametrize("skew", [False, True])
+def test_a_graph_is_kept_only_where_its_bits_are_the_calls(device, monkeypatch, skew):
+    made = []
+    monkeypatch.setattr(replay, "capture_graph", lambda calls, gemm_ex: made.append(FakeGraph(calls, device, skew))
+                        or made[-1])
+    lowered = lower(refir.verify(refir.load(PROGRAM)))
+    run(device, lowered, data(1))
+    assert replays_again(device, lowered, data(2))  # replayed call by call, then the graph made and tried
+    assert len(made) == 1 and made[0].launches == 1 and len(made[0].calls) == 1
+    assert replay.counts["graphs with other bits" if skew else "graphs kept"] == 1, str(replay.counts)
+    for seed in (3, 4):
+        assert replays_again(device, lowered, data(seed))
+    assert made[0].launches == (1 if skew else 3) and replay.counts["graphed"] == (0 if skew else 2)
+    assert len(made) == 1  # never captured again
+    monkeypatch.setattr(graph, "ENABLED", False)  # REFIR_GPU_GRAPH=0: the calls one by one
+    assert replays_again(device, lowered, data(5))
+    assert made[0].launches == (1 if skew else 3)
+
+
+def fake_blas() -> gemm.Cublas:
+    blas = gemm.Cublas.__new__(gemm.Cublas)
+    blas.types, blas.chars = {"f": 0, "d": 1}, {0: "f", 1: "d"}
+    blas.handle, blas.algo = (lambda: 7), 99
+    blas.scalars = {c: (np.ones(1, c), np.zeros(1, c)) for c in "fd"}
+    blas.compute_type = lambda char: 68 if char == "f" else 70
+    return blas
+
+
+def test_gemm_arguments_are_cupys():
+    gemm._calls.clear()
+    blas = fake_blas()
+    m, k, n = 4, 6, 5
+    c = (1000, (m, n), (n, 1))
+    dense_a, dense_b = (2000, (m, k), (k, 1)), (3000, (k, n), (n, 1))
+    call = gemm.gemm_call(blas, c, dense_a, dense_b, "f")
+    # C^T = B^T A^T in column-major terms: both operands as they lie, no transposition
+    assert call[1:6] == (0, 0, n, m, k) and call[7:10] == (3000, 0, n) and call[10:13] == (2000, 0, k)
+    assert call[14:] == (1000, 0, n, 68, 99)
+    column_a = (2000, (m, k), (1, m))  # a.T is C-contiguous: transposed, lda its row stride
+    assert gemm.gemm_call(blas, c, column_a, dense_b, "f")[2] == 1
+    assert gemm.gemm_call(blas, c, column_a, dense_b, "f")[12] == m
+    column_b = (3000, (k, n), (1, k))
+    assert gemm.gemm_call(blas, c, dense_a, column_b, "d")[1] == 1
+    assert gemm.gemm_call(blas, c, dense_a, column_b, "d")[9] == k
+    assert gemm.gemm_call(blas, c, dense_a, column_b, "d")[17] == 70
+    gapped_a = (2000, (m, k), (2 * k, 1))  # a column block of a wider x: cupy copies it first
+    assert gemm.gemm_call(blas, c, gapped_a, dense_b, "f") is None
+    assert gemm.gemm_call(blas, (1000, (m, n), (1, m)), dense_a, dense_b, "f") is None  # result not C-contiguous
+    assert gemm.gemm_call(blas, (2004, (m, n), (n, 1)), dense_a, dense_b, "f") is None  # overlaps a
+    assert gemm.gemm_call(blas, (1000, (1, 1), (1, 1)), (2000, (1, k), (k, 1)), (3000, (k, 1), (1, 1)), "f") is None
+    assert gemm.gemm_call(blas, (1000, (2, m, n), (m * n, n, 1)), dense_a, dense_b, "f") is None  # batched
+    one_row = gemm.gemm_call(blas, (1000, (1, n), (n, 1)), (2000, (1, k), (99, 1)), dense_b, "f")
+    assert one_row[2] == 0 and one_row[12] == 99  # F-contiguous a.T: lda = max(stride, K), as cupy
+    blas.compute_type = lambda char: None  # a compute type cupy was set to that is not mirrored
+    assert gemm.gemm_call(blas, c, dense_a, dense_b, "f") is None
+
+
+@pytest.mark.skipif(SIMULATED, reason="replays need the pool and driver launches of a GPU")
+def test_replayed_examples_equal_the_full_path(monkeypatch):
+    for path in EXAMPLES:
+        program = refir.load(path)
+        checked = refir.verify(program)
+        before = replay.counts["replayed"]
+        for draw in range(5):  # compiles; records; replays, then makes and tries the graph; the graph
+            inputs = draw_inputs(checked, default_bindings(checked), seed=draw)
+            got = refir.run(program, inputs, backend="gpu")
+            monkeypatch.setattr(replay, "ENABLED", False)
+            want = refir.run(program, inputs, backend="gpu")
+            monkeypatch.setattr(replay, "ENABLED", True)
+            for name, blocks in want.shards.items():
+                for d, buf in blocks.items():
+                    mine = got.shards[name][d]
+                    assert mine.strides == buf.strides and mine.tobytes() == buf.tobytes(), (path.stem, name, d)
+        print(path.stem, replay.counts["replayed"] - before, "replayed", replay.counts, replay.last_taint)
