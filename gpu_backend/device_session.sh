@@ -119,7 +119,7 @@ stage examples 120 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_ex
 stage mpi-examples 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_examples.py'
 stage mpi-collectives 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_collectives.py $COLL_CASES'
 stage kernels 300 "$PY" -m pytest -q -p no:cacheprovider -rfE $WORKERS tests/test_gpu_kernels.py \
-  tests/test_gpu_collectives.py -k "not under_mpi"
+  tests/test_gpu_collectives.py tests/test_gpu_replay.py -k "not under_mpi"
 stage cli 90 bash -c cli
 stage conform 240 "$PY" -m refir conform --backend gpu --cases 40 --seed 3
 stage mpi-conform 150 bash -c 'ranks "$NGPU" -m mpi4py -m refir conform --backend gpu --cases 20 --seed 5'

@@ -28,7 +28,7 @@ from refir.lower import lower
 from refir.world import local_world
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import EXAMPLES  # noqa: E402
+from helpers import EXAMPLES, OWN_EXAMPLES, ROOT  # noqa: E402
 
 PROGRAM = """mesh m = [0]
 func main(x: f32[M, K@DIDx], w: f32[K@DIDx, N]) {
@@ -316,7 +316,10 @@ def test_gemm_arguments_are_cupys():
 
 @pytest.mark.skipif(SIMULATED, reason="replays need the pool and driver launches of a GPU")
 def test_replayed_examples_equal_the_full_path(monkeypatch):
-    for path in EXAMPLES:
+    # The shared examples, the project's own and the conformance corpus: every
+    # layout, collective and extent the suite knows, replayed and as a graph.
+    corpus = sorted((ROOT / "conformance" / "corpus").glob("*.rir"))
+    for path in EXAMPLES + OWN_EXAMPLES + corpus:
         program = refir.load(path)
         checked = refir.verify(program)
         before = replay.counts["replayed"]
