@@ -49,7 +49,7 @@ import numpy as np
 
 from gpu_backend import gemm, launch, memory, recording
 from gpu_backend import graph as graphs
-from gpu_backend.buffer import DeviceBuffer, host_span, shaped, upload
+from gpu_backend.buffer import DeviceBuffer, host_span, shaped, storage, upload
 from gpu_backend.device import SIMULATED
 from gpu_backend.memory import Memory
 from refir.errors import RunError
@@ -180,6 +180,7 @@ class DriverTransfers:
 
     @staticmethod
     def up(address: int, host: np.ndarray) -> None:
+        host = host.view(storage(host.dtype))  # bfloat16 goes as its bits, as buffer.to_device sends it
         Memory(address, host.size, host.dtype, None).upload(host)
 
     @staticmethod

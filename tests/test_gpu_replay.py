@@ -25,6 +25,7 @@ from gpu_backend.memory import Lease, Memory
 from gpu_backend.pool import SizeClassPool
 from refir.inputs import default_bindings, draw_inputs
 from refir.lower import lower
+from refir.types import BF16
 from refir.world import local_world
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -134,6 +135,28 @@ def test_a_recorded_run_is_replayed_on_new_data(device):
         assert np.array_equal(got, new["x"][0] @ new["w"][0])
     assert replay.counts["replayed"] == 2 and replay.counts["recorded"] == 1
     assert device.pool.stats().in_use == 0
+
+
+def test_replayed_uploads_hand_the_driver_bfloat16_as_its_bits(monkeypatch):
+    """The driver copy takes a plain buffer: bfloat16 (no buffer format) goes as uint16."""
+    seen = []
+
+    class Recorded:
+        def __init__(self, address, size, dtype, lease) -> None:
+            seen.append((address, size, np.dtype(dtype)))
+
+        def upload(self, host: np.ndarray) -> None:
+            seen.append(host.copy())
+
+    monkeypatch.setattr(replay, "Memory", Recorded)
+    x = np.array([2.0, -4.0, 0.5], BF16)
+    replay.DriverTransfers.up(4096, x)
+    (address, size, dtype), host = seen
+    assert (address, size, dtype) == (4096, 3, np.dtype(np.uint16))
+    assert host.dtype == np.uint16 and host.tobytes() == x.tobytes()
+    f = np.array([1.5, 2.5], np.float32)
+    replay.DriverTransfers.up(8192, f)
+    assert seen[2][2] == np.float32 and np.array_equal(seen[3], f)
 
 
 def test_retake_leaves_the_pool_as_the_run_did():
