@@ -206,8 +206,13 @@ class SharedResults:
 
 def _own_slots(capacity: int) -> tuple[list[mmap.mmap], str]:
     """RESULT_SLOTS mappings of a new file of the node's shared memory, and its
-    path. Its pages are allocated here (posix_fallocate): a full /dev/shm is an
-    OSError now, not a SIGBUS at a later write."""
+    path, where they take at most a quarter of its free room (a container's
+    /dev/shm may be 64 MiB, and MPI's windows live there too). Its pages are
+    allocated here (posix_fallocate): a full /dev/shm is an OSError now, not a
+    SIGBUS at a later write."""
+    room = os.statvfs(SHARED_RESULTS_DIR)
+    if capacity * RESULT_SLOTS > room.f_bavail * room.f_frsize // 4:  # leave MPI's own segments their room
+        raise OSError(f"{SHARED_RESULTS_DIR} has too little room for result slots")
     fd, path = tempfile.mkstemp(prefix="refir-results-", dir=SHARED_RESULTS_DIR)
     try:
         os.posix_fallocate(fd, 0, capacity * RESULT_SLOTS)

@@ -166,6 +166,7 @@ import os
 import numpy as np
 from mpi4py import MPI
 
+from interp import mpi_shared
 from interp.collectives import split
 from interp.mpi_transport import MpiTransport
 from interp.spmd import NumpyTransport
@@ -257,6 +258,16 @@ def check():
         assert rank == 0 or in_slot(got)
     else:
         assert all(v is None for v in pools) and not any(slotted), (pools, slotted)
+    # A member that cannot make its slots (here rank 1, for a new size): every member takes the window.
+    if rank == 1:
+        mpi_shared.SHARED_RESULTS_DIR = "/nonexistent"
+    src = TensorType("f32", (Axis(512 * n, "DIDx"), Axis(64)), mesh, (1, 0))
+    dst = TensorType("f32", (Axis(512 * n), Axis(64)), mesh)
+    mine = blocks((512, 64), np.float32, 7)
+    got = t.communicate(ops.Allgather(0, "DIDx"), src, dst, {rank: np.asfortranarray(mine[rank])})[rank]
+    assert np.array_equal(got, np.concatenate(mine)) and not in_slot(got)
+    assert [v for (k, _), (v, _) in COMMS.others.items() if k == f"shared results {1 << 18 + (n > 2)}"] == [None]
+    cases += 1
     if rank == 0:
         print("agree", cases)
 
@@ -276,7 +287,7 @@ def test_shared_window_collectives_under_mpiexec_keep_values_and_held_results(tm
     for n in (2, 4):
         done = run_mpi(n, ["-c", SHARED_CHILD], timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
-        assert done.stdout.split() == ["agree", "40"]
+        assert done.stdout.split() == ["agree", "41"]
 
 
 # A member that stops between reading the others' blocks out of their results
