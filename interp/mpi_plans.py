@@ -133,7 +133,7 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
         count = x.nbytes  # counts from the buffer: its dtype's bytes
         sent = moved_first(x, axis)
         shared = shared_segments(team.devices, count)
-        if shared is not None and (results := shared_results(team.devices, n * count)) is not None:
+        if shared is not None and (results := shared_results(team.devices, count)) is not None:
             whole = _gathered_in_results(shared, results, sent, front, mine, rank)
             return whole if back is None else whole.transpose(back)
         whole = result(front, x.dtype)

@@ -261,17 +261,22 @@ def _free_results(results: SharedResults | None) -> None:
         results.free()
 
 
-# A member's result slots take RESULT_SLOTS times a result's bytes of the node's
-# shared memory for as long as the team lives; larger results go through the window.
-SHARED_RESULT_MAX_BYTES = 1 << 26
+# Blocks under SHARED_RESULT_MIN_BLOCK go through the window: there the round
+# and the second barrier cost more than the copy saves (two ranks, a call of
+# transport_bench: 64 KiB blocks 0.040 -> 0.050 ms; 256 KiB ones, phases alone,
+# 0.059 -> 0.052; benchmarks/RESULTS.md). A member's result slots take
+# RESULT_SLOTS times a result's bytes of the node's shared memory for as long
+# as the team lives; results past SHARED_RESULT_MAX_BYTES go through the window.
+SHARED_RESULT_MIN_BLOCK, SHARED_RESULT_MAX_BYTES = 1 << 18, 1 << 26
 
 
-def shared_results(devices: tuple[int, ...], nbytes: int) -> SharedResults | None:
-    """The team's result slots of at least `nbytes` (a power of two, so that a
-    few sizes share them), or None where the team spans nodes, the node's
-    shared memory cannot hold them, or `nbytes` is out of range (the same
-    answer on every member)."""
-    if not SHARED_MIN_BYTES <= nbytes <= SHARED_RESULT_MAX_BYTES:
+def shared_results(devices: tuple[int, ...], block: int) -> SharedResults | None:
+    """The team's result slots for an allgather of `block` bytes a member (of
+    a power of two of at least every member's blocks, so that a few sizes share
+    them), or None where the team spans nodes, the node's shared memory cannot
+    hold them, or the sizes are out of range (the same answer on every member)."""
+    nbytes = block * len(devices)
+    if block < SHARED_RESULT_MIN_BLOCK or nbytes > SHARED_RESULT_MAX_BYTES:
         return None
     size = 1 << max(nbytes - 1, 1).bit_length()
     return COMMS.other(f"shared results {size}", devices, _make_results(size), _free_results)

@@ -234,9 +234,9 @@ def check():
     # result, so its slots run out and its later blocks go through the window, while the others'
     # mostly stay in their slots; held or not, every result keeps its values.
     del held, got
-    shape = (256, 64)  # 64 KiB a block: the smallest the window takes
-    src = TensorType("f32", (Axis(256 * n, "DIDx"), Axis(64)), mesh, (1, 0))
-    dst = TensorType("f32", (Axis(256 * n), Axis(64)), mesh)
+    shape = (1024, 64)  # 256 KiB a block: the smallest that goes through result slots
+    src = TensorType("f32", (Axis(1024 * n, "DIDx"), Axis(64)), mesh, (1, 0))
+    dst = TensorType("f32", (Axis(1024 * n), Axis(64)), mesh)
     held = []
     for seed in range(4):
         mine = blocks(shape, np.float32, seed)
@@ -261,12 +261,12 @@ def check():
     # A member that cannot make its slots (here rank 1, for a new size): every member takes the window.
     if rank == 1:
         mpi_shared.SHARED_RESULTS_DIR = "/nonexistent"
-    src = TensorType("f32", (Axis(512 * n, "DIDx"), Axis(64)), mesh, (1, 0))
-    dst = TensorType("f32", (Axis(512 * n), Axis(64)), mesh)
-    mine = blocks((512, 64), np.float32, 7)
+    src = TensorType("f32", (Axis(2048 * n, "DIDx"), Axis(64)), mesh, (1, 0))
+    dst = TensorType("f32", (Axis(2048 * n), Axis(64)), mesh)
+    mine = blocks((2048, 64), np.float32, 7)
     got = t.communicate(ops.Allgather(0, "DIDx"), src, dst, {rank: np.asfortranarray(mine[rank])})[rank]
     assert np.array_equal(got, np.concatenate(mine)) and not in_slot(got)
-    assert [v for (k, _), (v, _) in COMMS.others.items() if k == f"shared results {1 << 18 + (n > 2)}"] == [None]
+    assert [v for (k, _), (v, _) in COMMS.others.items() if k == f"shared results {1 << 20 + (n > 2)}"] == [None]
     cases += 1
     if rank == 0:
         print("agree", cases)
@@ -309,10 +309,10 @@ from refir.types import Axis, Mesh, TensorType
 comm = MPI.COMM_WORLD
 n, rank = comm.size, comm.rank
 mesh = Mesh("m", (n,), tuple(range(n)))
-src = TensorType("f32", (Axis(256 * n, "DIDx"), Axis(64)), mesh)
-dst = TensorType("f32", (Axis(256 * n), Axis(64)), mesh)
+src = TensorType("f32", (Axis(1024 * n, "DIDx"), Axis(64)), mesh)
+dst = TensorType("f32", (Axis(1024 * n), Axis(64)), mesh)
 t = MpiTransport()
-block = np.full((256, 64), rank, np.float32)
+block = np.full((1024, 64), rank, np.float32)
 t.communicate(ops.Allgather(0, "DIDx"), src, dst, {rank: block})
 if not [v for (k, _), (v, _) in COMMS.others.items() if k.startswith("shared results") and v is not None]:
     print("no shared results")
