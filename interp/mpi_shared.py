@@ -126,8 +126,9 @@ def shared_segments(devices: tuple[int, ...], nbytes: int) -> SharedSegments | N
 # ranks: about 20 MiB of traffic a rank through the window, 16 this way). The
 # price is a second barrier: no member may return its result, which its caller
 # may then change, while another still reads it; so only where every member has
-# a core of its own (four ranks on two cores waited longer for the barrier than
-# the copy saved: benchmarks/RESULTS.md). Each member keeps
+# a core of its own (four ranks on two cores: a few percent faster than the
+# window at 1M on a quiet machine, slower on a busy one, where the barrier
+# waits for ranks taken off their core: benchmarks/RESULTS.md). Each member keeps
 # RESULT_SLOTS results in a file of the node's shared memory (/dev/shm) that
 # the others map read-only; a slot is handed out again only when nothing but
 # this pool refers to it (as interp.mpi_plans.result's kept results), and a
