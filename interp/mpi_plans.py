@@ -7,7 +7,8 @@ them) follows from the op, the type and the team: a plan works it out once, and
 a call is then a few numpy and MPI calls. At 1K elements the Python around the
 MPI call was most of a call's time, and four ranks sharing two cores pay for
 it about twice over (benchmarks/RESULTS.md, "third pass"). Results are arrays
-of their own (`result`: kept ones nobody holds any more, past 64 KiB), in C
+of their own (`result`: kept ones nobody holds any more, past 64 KiB; an
+allgather's may be a result slot in shared memory, interp/mpi_shared.py), in C
 order where the result's axes keep their order, so that spmd's NumpyTransport
 need not copy them again. Uneven blocks are not
 planned: interp/mpi_transport.py's rules move them with MPI's v-variants.
@@ -17,7 +18,6 @@ fold), never MPI's.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from math import prod
@@ -27,10 +27,11 @@ from mpi4py import MPI
 
 from interp.host_copy import copy_into, piece_into, pieces_into
 from interp.impls import fold
-from interp.mpi_shared import SharedSegments, shared_segments
+from interp.mpi_shared import SharedResults, SharedSegments, first_unheld, shared_results, shared_segments
+from interp.transport import HANDED_OUT
 from refir import ops
 from refir.memo import by_identity
-from refir.mpi import wait
+from refir.mpi import barrier, wait
 from refir.tables import registrar
 from refir.teams import Team
 from refir.types import TensorType, axis_first, block, local_shape
@@ -89,19 +90,6 @@ RESULT_MIN_BYTES, RESULTS_MAX_BYTES = 1 << 16, 1 << 28
 _RESULTS: dict[tuple[tuple[int, ...], np.dtype], list[np.ndarray]] = {}
 
 
-def _references_of_unheld() -> int:
-    """What sys.getrefcount reports, in `result`'s loop, for an array only the
-    pool holds (the list's reference, the loop's and the call's argument's;
-    measured rather than assumed, as it differs between Python versions)."""
-    kept = [np.empty(0)]
-    for a in kept:
-        return sys.getrefcount(a)
-    raise AssertionError("unreachable")
-
-
-_UNHELD = _references_of_unheld()
-
-
 def result(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialized C-contiguous array that owns its memory, for a result:
     a kept one nobody holds any more where the size is in range, else a new one."""
@@ -109,9 +97,8 @@ def result(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     if nbytes < RESULT_MIN_BYTES:
         return np.empty(shape, dtype)
     kept = _RESULTS.setdefault((shape, np.dtype(dtype)), [])
-    for a in kept:
-        if sys.getrefcount(a) == _UNHELD:
-            return a
+    if (unheld := first_unheld(kept)) is not None:
+        return kept[unheld]
     out = np.empty(shape, dtype)
     if len(kept) < 2:
         if sum(a.nbytes for k in _RESULTS.values() for a in k) + nbytes > RESULTS_MAX_BYTES:
@@ -143,9 +130,14 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
     mine = slice(rank * shape[axis], (rank + 1) * shape[axis])
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
-        whole, count = result(front, x.dtype), x.nbytes  # counts from the buffer: its dtype's bytes
+        count = x.nbytes  # counts from the buffer: its dtype's bytes
         sent = moved_first(x, axis)
-        if (shared := shared_segments(team.devices, count)) is not None:
+        shared = shared_segments(team.devices, count)
+        if shared is not None and (results := shared_results(team.devices, count)) is not None:
+            whole = _gathered_in_results(shared, results, sent, front, mine, rank)
+            return whole if back is None else whole.transpose(back)
+        whole = result(front, x.dtype)
+        if shared is not None:
             # laid out straight into this rank's segment and its own place in the result (transposed into both
             # from one read where it is strided), the others' copied out after the barrier
             turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
@@ -280,6 +272,36 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
         return whole if back is None else whole.transpose(back)
 
     return run
+
+
+def _gathered_in_results(shared: SharedSegments, results: SharedResults, sent: np.ndarray, front: tuple[int, ...],
+                         mine: slice, rank: int) -> np.ndarray:
+    """An allgather whose blocks are read out of their owners' results: this
+    rank lays its block out in its own place in a result slot (transposed there
+    where it is strided), and every member copies the others' blocks from
+    theirs. Where all of this rank's slots are held, its result is a kept array
+    of its own and its block goes into its window half as well (where each
+    block is, every member learns in the round after the writes). A second
+    barrier keeps every member's result unchanged until all have read it."""
+    count, turn = sent.nbytes, shared.next_half()
+    slot = results.free_slot()
+    if slot is None:
+        whole = result(front, sent.dtype)
+        copy_into(shared.half(rank, turn, count).view(sent.dtype).reshape(sent.shape), sent, whole[mine])
+    else:
+        whole = results.array(slot, front, sent.dtype, count * shared.comm.size)
+        HANDED_OUT[id(whole)] = whole  # spmd keeps it as a buffer of its own: nothing else refers to the slot
+        copy_into(whole[mine], sent)
+    where = results.written(slot, shared)
+    flat, size = whole.reshape(-1).view(np.uint8), shared.comm.size
+    for step in range(1, size):
+        member = (rank + step) % size
+        theirs = shared.half(member, turn, count) if where[member] < 0 else \
+            results.peer(member, int(where[member]))[member * count:(member + 1) * count]
+        np.copyto(flat[member * count:(member + 1) * count], theirs)
+    if where.max() >= 0:
+        barrier(shared.comm)
+    return whole
 
 
 def _gathered_from(shared: SharedSegments, turn: int, out: np.ndarray, count: int, offset: int) -> None:

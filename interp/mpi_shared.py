@@ -14,6 +14,10 @@ collective). Writing the packed layout into the window is that packing and the
 copy in at once. MPI datatypes that walk the strides instead were ten times
 slower (benchmarks/RESULTS.md).
 
+Where every member also has a core of its own, an allgather's blocks need not
+pass through the window at all: each stays in its owner's result, which lies in
+shared memory the others read (SharedResults, below).
+
 Each rank's segment has two halves used by turns: a call writes one half and
 reads the others' same half after the barrier; the next call writes the other
 half, and the call after it reuses the first only after everyone passed the
@@ -24,13 +28,17 @@ long as the team's communicator (refir.mpi.COMMS frees both).
 
 from __future__ import annotations
 
+import mmap
+import os
+import sys
+import tempfile
 from collections.abc import Callable
 
 import numpy as np
 from mpi4py import MPI
 
 from refir.errors import RunError
-from refir.mpi import COMMS, barrier
+from refir.mpi import COMMS, allgather_obj, barrier, wait
 
 # Below this many bytes per rank a collective's own call costs less than the
 # barrier and copies (and 1K calls are bound by Python, not bytes). Above the
@@ -78,13 +86,18 @@ class SharedSegments:
         self.win.Free()
 
 
+def _one_node(comm: MPI.Comm) -> bool:
+    """Whether every member runs on this node (the same answer on every member)."""
+    barrier(comm)  # every member is here (within the timeout) before the blocking call below
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    one_node = node.size == comm.size
+    node.Free()
+    return one_node
+
+
 def _make(nbytes: int) -> Callable[[MPI.Comm], SharedSegments | None]:
     def make(comm: MPI.Comm) -> SharedSegments | None:
-        barrier(comm)  # every member is here (within the timeout) before the blocking calls below
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-        one_node = node.size == comm.size  # every member sees the same answer
-        node.Free()
-        return SharedSegments(comm, nbytes) if one_node else None
+        return SharedSegments(comm, nbytes) if _one_node(comm) else None
     return make
 
 
@@ -102,3 +115,169 @@ def shared_segments(devices: tuple[int, ...], nbytes: int) -> SharedSegments | N
         return None
     size = 1 << max(nbytes - 1, 1).bit_length()
     return COMMS.other(f"shared window {size}", devices, _make(size), _free)
+
+
+# ---- results the other members read ------------------------------------------------------
+
+# A collective whose result holds every member's block (an allgather) can leave
+# each block in its owner's result, in memory the others map, and have them
+# copy it from there: each block is then written once into shared memory and
+# read once out of it, as MPI's own single-copy transfer moves it (1M, two
+# ranks: about 20 MiB of traffic a rank through the window, 16 this way). The
+# price is a second barrier: no member may return its result, which its caller
+# may then change, while another still reads it; so only where every member has
+# a core of its own (four ranks on two cores: a few percent faster than the
+# window at 1M on a quiet machine, slower on a busy one, where the barrier
+# waits for ranks taken off their core: benchmarks/RESULTS.md). Each member keeps
+# RESULT_SLOTS results in a file of the node's shared memory (/dev/shm) that
+# the others map read-only; a slot is handed out again only when nothing but
+# this pool refers to it (as interp.mpi_plans.result's kept results), and a
+# member whose slots are all held writes its block into the window instead
+# (every member says where its block is in the round that replaces the first
+# barrier). A slot is a mapping of its own: arrays handed out keep it mapped
+# however long they live, also after the team is freed, and a member that died
+# leaves the others' mappings of its file valid (its file is unlinked once all
+# have mapped it).
+RESULT_SLOTS = 2
+SHARED_RESULTS_DIR = "/dev/shm"
+
+
+def _references_of_unheld() -> int:
+    """What sys.getrefcount reports, in `first_unheld`'s loop, for an array only
+    its list holds (the list's reference, the loop's and the call's argument's;
+    measured rather than assumed, as it differs between Python versions)."""
+    kept = [np.empty(0)]
+    for a in kept:
+        return sys.getrefcount(a)
+    raise AssertionError("unreachable")
+
+
+UNHELD = _references_of_unheld()
+
+
+def first_unheld(arrays: list[np.ndarray]) -> int | None:
+    """The index of the first of `arrays` nothing but the list refers to (no
+    variable, container, view or exported buffer of it left), or None."""
+    index = 0
+    for a in arrays:
+        if sys.getrefcount(a) == UNHELD:
+            return index
+        index += 1
+    return None
+
+
+class SharedResults:
+    """This member's result slots of `capacity` bytes each, and read-only views
+    of every other member's (None for this member's own)."""
+
+    def __init__(self, comm: MPI.Comm, capacity: int, slots: list[mmap.mmap],
+                 peers: list[list[np.ndarray] | None]) -> None:
+        self.comm, self.capacity = comm, capacity
+        # Each slot's array over its whole mapping: everything handed out is a view of it (numpy points a
+        # view's base at the first array over foreign memory), so its references count every holder.
+        self.roots = [np.frombuffer(m, np.uint8) for m in slots]
+        self.peers = peers
+        self.where = np.empty(comm.size, np.int64)
+        self.mine = np.empty(1, np.int64)
+
+    def free_slot(self) -> int | None:
+        return first_unheld(self.roots)
+
+    def array(self, slot: int, shape: tuple[int, ...], dtype: np.dtype, nbytes: int) -> np.ndarray:
+        return self.roots[slot][:nbytes].view(dtype).reshape(shape)
+
+    def peer(self, member: int, slot: int) -> np.ndarray:
+        return self.peers[member][slot]
+
+    def written(self, slot: int | None, window: SharedSegments) -> np.ndarray:
+        """After this member wrote its block (into result slot `slot`, or its
+        window half where None): wait until every member has, and learn where
+        each one's block is (a slot, or -1: its window half)."""
+        self.mine[0] = -1 if slot is None else slot
+        window.win.Sync()
+        wait(self.comm.Iallgather(self.mine, self.where), "a barrier")
+        window.win.Sync()
+        return self.where
+
+    def free(self) -> None:
+        """Drop this pool's references: a slot stays mapped while arrays handed
+        out of it live (no member waits for another here)."""
+        self.roots, self.peers = [], []
+
+
+def _own_slots(capacity: int) -> tuple[list[mmap.mmap], str]:
+    """RESULT_SLOTS mappings of a new file of the node's shared memory, and its
+    path, where they take at most a quarter of its free room (a container's
+    /dev/shm may be 64 MiB, and MPI's windows live there too). Its pages are
+    allocated here (posix_fallocate): a full /dev/shm is an OSError now, not a
+    SIGBUS at a later write."""
+    room = os.statvfs(SHARED_RESULTS_DIR)
+    if capacity * RESULT_SLOTS > room.f_bavail * room.f_frsize // 4:  # leave MPI's own segments their room
+        raise OSError(f"{SHARED_RESULTS_DIR} has too little room for result slots")
+    fd, path = tempfile.mkstemp(prefix="refir-results-", dir=SHARED_RESULTS_DIR)
+    try:
+        os.posix_fallocate(fd, 0, capacity * RESULT_SLOTS)
+        return [mmap.mmap(fd, capacity, offset=k * capacity) for k in range(RESULT_SLOTS)], path
+    except OSError:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
+
+
+def _peer_slots(path: str, capacity: int) -> list[np.ndarray]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        whole = np.frombuffer(mmap.mmap(fd, capacity * RESULT_SLOTS, access=mmap.ACCESS_READ), np.uint8)
+    finally:
+        os.close(fd)
+    return [whole[k * capacity:(k + 1) * capacity] for k in range(RESULT_SLOTS)]
+
+
+def _make_results(capacity: int) -> Callable[[MPI.Comm], SharedResults | None]:
+    def make(comm: MPI.Comm) -> SharedResults | None:
+        if not _one_node(comm) or comm.size > (os.cpu_count() or 1):  # the node's count: one answer on every member
+            return None
+        slots, path = [], ""
+        try:
+            slots, path = _own_slots(capacity)
+        except OSError:
+            pass
+        paths = allgather_obj(comm, path, "shared result files")
+        peers: list[list[np.ndarray] | None] = []
+        try:
+            if all(paths):
+                peers = [None if r == comm.rank else _peer_slots(p, capacity) for r, p in enumerate(paths)]
+        except OSError:
+            peers = []
+        mapped = allgather_obj(comm, bool(peers), "shared result files mapped")  # every member is past its opens
+        if path:
+            os.unlink(path)
+        return SharedResults(comm, capacity, slots, peers) if all(mapped) else None
+    return make
+
+
+def _free_results(results: SharedResults | None) -> None:
+    if results is not None:
+        results.free()
+
+
+# Blocks under SHARED_RESULT_MIN_BLOCK go through the window: there the round
+# and the second barrier cost more than the copy saves (two ranks, a call of
+# transport_bench: 64 KiB blocks 0.040 -> 0.050 ms; 256 KiB ones, phases alone,
+# 0.059 -> 0.052; benchmarks/RESULTS.md). A member's result slots take
+# RESULT_SLOTS times a result's bytes of the node's shared memory for as long
+# as the team lives; results past SHARED_RESULT_MAX_BYTES go through the window.
+SHARED_RESULT_MIN_BLOCK, SHARED_RESULT_MAX_BYTES = 1 << 18, 1 << 26
+
+
+def shared_results(devices: tuple[int, ...], block: int) -> SharedResults | None:
+    """The team's result slots for an allgather of `block` bytes a member (of
+    a power of two of at least every member's blocks, so that a few sizes share
+    them), or None where the team spans nodes, the node's shared memory cannot
+    hold them, or the sizes are out of range (the same answer on every member)."""
+    nbytes = block * len(devices)
+    if block < SHARED_RESULT_MIN_BLOCK or nbytes > SHARED_RESULT_MAX_BYTES:
+        return None
+    size = 1 << max(nbytes - 1, 1).bit_length()
+    return COMMS.other(f"shared results {size}", devices, _make_results(size), _free_results)

@@ -15,7 +15,7 @@ import numpy as np
 
 from interp.impls import compute
 from interp.liveness import drops
-from interp.transport import Transport
+from interp.transport import Transport, own_buffer
 from refir import ops
 from refir.bindings import bind_local
 from refir.errors import RefirError, RunError
@@ -231,10 +231,11 @@ class NumpyLocal:
 
 def fresh_in_order(x: Any, order: tuple[int, ...]) -> bool:
     """Whether `x` is a numpy array (not a numpy scalar: a 0-d fold gives one)
-    that owns its memory and has exactly the strides a materialized
+    that owns its memory (or was handed out as a buffer of its own:
+    interp.transport.own_buffer) and has exactly the strides a materialized
     copy in `order` would have (an empty one is always copied: its strides are
     refir's, not numpy's)."""
-    return (type(x) is np.ndarray and x.flags.owndata and x.size > 0
+    return (type(x) is np.ndarray and own_buffer(x) and x.size > 0
             and x.strides == dense_strides(x.shape, order, x.itemsize))
 
 

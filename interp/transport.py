@@ -8,6 +8,7 @@ give identical bits. `InProcess` runs every rank in this process; `MpiTransport`
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -17,6 +18,19 @@ from interp.collectives import exchange
 from refir import ops
 from refir.teams import Team, teams, teams_of
 from refir.types import TensorType
+
+# Arrays a transport hands out as buffers of their own though they do not own
+# their memory (interp.mpi_shared's result slots: shared memory that nothing
+# else refers to while one is out), by id, so that spmd keeps them as it keeps
+# arrays that own their memory rather than copying them. The array itself
+# counts, not its views; an entry leaves with its array.
+HANDED_OUT: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+
+
+def own_buffer(x: np.ndarray) -> bool:
+    """Whether x is a buffer of its own: it owns its memory, or a transport
+    handed it out as one."""
+    return x.flags.owndata or HANDED_OUT.get(id(x)) is x
 
 
 class Transport(Protocol):

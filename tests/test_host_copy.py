@@ -26,6 +26,7 @@ def _cases():
         "int32": (np.asfortranarray((BASE * 1e6).astype(np.int32)), "tiled32"),
         "negative strides": (f[::-1, :, ::-1], "tiled"),  # the source's contiguous axis reversed
         "gaps": (f[:, ::2], "tiled32"),
+        "tall and narrow": (np.asfortranarray(WORDS.view(np.float32)[:, :61].repeat(9, axis=0)), "tiled32"),  # bands
         "float16": (np.asfortranarray(BASE.astype(np.float16)), "tiled"),
         "bfloat16": (BASE.astype(ml_dtypes.bfloat16).transpose(0, 2, 1), "tiled"),
         "float64": (np.asfortranarray(BASE.astype(np.float64)), "tiled"),

@@ -160,11 +160,16 @@ def test_plans_equal_blocks_only_and_yield_to_replaced_rules():
 
 
 SHARED_CHILD = r"""
+import mmap
+import os
+
 import numpy as np
 from mpi4py import MPI
 
+from interp import mpi_shared
 from interp.collectives import split
 from interp.mpi_transport import MpiTransport
+from interp.spmd import NumpyTransport
 from refir import ops
 from refir.mpi import COMMS
 from refir.types import Axis, Mesh, TensorType
@@ -176,6 +181,11 @@ from refir.types import Axis, Mesh, TensorType
 # window, then the first again) with the earlier results still held: they must
 # be unchanged (held results are never handed out again).
 comm = MPI.COMM_WORLD
+
+
+def in_slot(a):
+    # whether `a` lies in a result slot (a mapping of shared memory), not an array of its own
+    return a.base is not None and isinstance(a.base.base, memoryview) and isinstance(a.base.base.obj, mmap.mmap)
 
 
 def check():
@@ -220,6 +230,44 @@ def check():
                 cases += 1
         assert all(np.array_equal(g, w) for g, w in held), axis
     assert [k for k, _ in COMMS.others if k.startswith("shared window")], COMMS.others
+    # Blocks read out of their owners' results where every member has a core: rank 0 holds every
+    # result, so its slots run out and its later blocks go through the window, while the others'
+    # mostly stay in their slots; held or not, every result keeps its values.
+    del held, got
+    shape = (1024, 64)  # 256 KiB a block: the smallest that goes through result slots
+    src = TensorType("f32", (Axis(1024 * n, "DIDx"), Axis(64)), mesh, (1, 0))
+    dst = TensorType("f32", (Axis(1024 * n), Axis(64)), mesh)
+    held = []
+    for seed in range(4):
+        mine = blocks(shape, np.float32, seed)
+        want = np.concatenate(mine)
+        got = t.communicate(ops.Allgather(0, "DIDx"), src, dst, {rank: np.asfortranarray(mine[rank])})[rank]
+        assert np.array_equal(got, want), seed
+        if rank == 0 or seed == 0:
+            held.append((got, want))
+        cases += 1
+    assert all(np.array_equal(g, w) for g, w in held)
+    slotted = [in_slot(g) for g, _ in held]
+    del got  # a slot free again on ranks 1..: spmd's transport keeps the result in it, not a copy
+    got = NumpyTransport(t).communicate(ops.Allgather(0, "DIDx"), src, dst, {rank: mine[rank]})[rank]
+    assert np.array_equal(got, want)
+    pools = [v for (k, _), (v, _) in COMMS.others.items() if k.startswith("shared results")]
+    if n <= os.cpu_count():
+        assert any(v is not None for v in pools), COMMS.others
+        assert rank != 0 or slotted == [True, True, False, False], slotted
+        assert rank == 0 or in_slot(got)
+    else:
+        assert all(v is None for v in pools) and not any(slotted), (pools, slotted)
+    # A member that cannot make its slots (here rank 1, for a new size): every member takes the window.
+    if rank == 1:
+        mpi_shared.SHARED_RESULTS_DIR = "/nonexistent"
+    src = TensorType("f32", (Axis(2048 * n, "DIDx"), Axis(64)), mesh, (1, 0))
+    dst = TensorType("f32", (Axis(2048 * n), Axis(64)), mesh)
+    mine = blocks((2048, 64), np.float32, 7)
+    got = t.communicate(ops.Allgather(0, "DIDx"), src, dst, {rank: np.asfortranarray(mine[rank])})[rank]
+    assert np.array_equal(got, np.concatenate(mine)) and not in_slot(got)
+    assert [v for (k, _), (v, _) in COMMS.others.items() if k == f"shared results {1 << 20 + (n > 2)}"] == [None]
+    cases += 1
     if rank == 0:
         print("agree", cases)
 
@@ -239,4 +287,56 @@ def test_shared_window_collectives_under_mpiexec_keep_values_and_held_results(tm
     for n in (2, 4):
         done = run_mpi(n, ["-c", SHARED_CHILD], timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
-        assert done.stdout.split() == ["agree", "36"]
+        assert done.stdout.split() == ["agree", "41"]
+
+
+# A member that stops between reading the others' blocks out of their results
+# and the second barrier (rank 1's barrier made a stall): rank 0 gives up within
+# REFIR_MPI_TIMEOUT and ends the job, as at every other wait.
+STALL_CHILD = r"""
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import interp.mpi_plans as plans
+from interp.mpi_transport import MpiTransport
+from refir import ops
+from refir.errors import RunError
+from refir.mpi import COMMS
+from refir.types import Axis, Mesh, TensorType
+
+comm = MPI.COMM_WORLD
+n, rank = comm.size, comm.rank
+mesh = Mesh("m", (n,), tuple(range(n)))
+src = TensorType("f32", (Axis(1024 * n, "DIDx"), Axis(64)), mesh)
+dst = TensorType("f32", (Axis(1024 * n), Axis(64)), mesh)
+t = MpiTransport()
+block = np.full((1024, 64), rank, np.float32)
+t.communicate(ops.Allgather(0, "DIDx"), src, dst, {rank: block})
+if not [v for (k, _), (v, _) in COMMS.others.items() if k.startswith("shared results") and v is not None]:
+    print("no shared results")
+    raise SystemExit(0)
+if rank == 1:
+    plans.barrier = lambda c: time.sleep(3600)
+start = time.monotonic()
+try:
+    t.communicate(ops.Allgather(0, "DIDx"), src, dst, {rank: block})
+except RunError as exc:
+    print(f"rank {rank} gave up after {time.monotonic() - start:.0f} s: {exc}", flush=True)
+    comm.Abort(3)
+"""
+
+
+def test_a_member_stalled_in_a_shared_result_allgather_ends_the_job():
+    import time
+
+    from helpers import run_mpi
+
+    start = time.monotonic()
+    done = run_mpi(2, ["-c", STALL_CHILD], timeout=60, env={"REFIR_MPI_TIMEOUT": "2"})
+    took = time.monotonic() - start
+    if "no shared results" in done.stdout:  # a node with one core: the window path, tested above
+        return
+    assert done.returncode != 0 and took < 30, (done.returncode, took, done.stdout + done.stderr)
+    assert "rank 0 gave up after 2 s: rank 0: gave up waiting for a barrier" in done.stdout, done.stdout + done.stderr
