@@ -7,11 +7,14 @@ a run is recorded (`active` is set), each of them either notes itself here
 as a call to make again with the same arguments, or, where it cannot be
 repeated as it is (a launch through numba or cuda.core, cupy's own matmul, a
 host copy inside the steps), taints the recording, which is then not kept.
-Outside a recording each hook costs one attribute test.
+Outside a recording each hook costs one attribute test. Work queued by
+another thread while a run is recorded (the hooks see every thread) taints
+the recording: a replay must repeat this run's work and no other's.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -19,9 +22,10 @@ from typing import Any
 class Recording:
     """What one run queued, in order, and why it cannot be replayed (None: it can)."""
 
-    __slots__ = ("calls", "tainted", "host_copies", "gemms")
+    __slots__ = ("calls", "tainted", "host_copies", "gemms", "thread")
 
     def __init__(self) -> None:
+        self.thread = threading.get_ident()  # the recorded run's; work from any other taints it
         self.calls: list[tuple[Any, ...]] = []  # ("call", fn, args), ("input", ...), ("output", ...)
         self.tainted: str | None = None
         self.host_copies = False  # True while the run uploads its inputs or downloads its results
@@ -37,6 +41,8 @@ generation = 0
 def note(fn: Callable[..., Any], *args: Any) -> None:
     """`fn(*args)` was queued and can be queued again as it is."""
     if active is not None:
+        if threading.get_ident() != active.thread:
+            taint("work queued by another thread")
         active.calls.append(("call", fn, args))
 
 
@@ -49,8 +55,8 @@ def taint(why: str) -> None:
 def host_copy(what: str) -> None:
     """A copy between host and device: a run's own inputs and results are
     replayed with the run's data; any other taints the recording."""
-    if active is not None and not active.host_copies:
-        taint(f"a host copy ({what}) inside the steps")
+    if active is not None and (not active.host_copies or threading.get_ident() != active.thread):
+        taint(f"a host copy ({what}) inside the steps or by another thread")
 
 
 def forget() -> None:

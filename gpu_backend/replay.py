@@ -36,7 +36,8 @@ A recording is kept only if the run did nothing a replay would not repeat:
 every launch went through a DirectLaunch (no numba or cuda.core launch), a
 matmul through the direct cuBLAS call (not cupy's matmul), no host copy but
 its own inputs and results, no empty result, only pooled memory for inputs
-and results, and every block it took it gave back (none from before).
+and results, every block it took it gave back (none from before), and no
+other thread queued device work or took a pool block meanwhile.
 """
 
 from __future__ import annotations
@@ -241,12 +242,14 @@ class Recorder:
     def __enter__(self) -> Recorder:
         if self.key is None:
             return self
-        self.record = recording.active = recording.Recording()
+        record = self.record = recording.active = recording.Recording()
         self.launches = (launch.counts["fast"], launch.counts["numba"])
         pool, blocks = self.pool, self.blocks
         take, give = pool.take, pool.give
 
         def watched_take(nbytes: int) -> tuple[Any, int]:
+            if threading.get_ident() != record.thread:
+                recording.taint("a pool block taken by another thread")
             block, size = take(nbytes)
             blocks.append((True, size, block.device_pointer_value))
             return block, size

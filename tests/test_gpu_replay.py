@@ -263,7 +263,14 @@ def test_runs_a_replay_would_not_repeat_are_not_kept(device, monkeypatch):
     kept.clear()
     replay.forget()
     run(device, lowered, data(1), spoil=lambda: recording.host_copy("a download"))
-    assert replay.last_taint == ["a host copy (a download) inside the steps"]
+    assert replay.last_taint == ["a host copy (a download) inside the steps or by another thread"]
+    for elsewhere, why in [(lambda: recording.note(print, "a launch"), "work queued by another thread"),
+                           (lambda: memory._pool.give(*memory._pool.take(64)), "a pool block taken by another thread")]:
+        replay.forget()
+        other = threading.Thread(target=elsewhere)
+        run(device, lowered, data(1), spoil=lambda t=other: (t.start(), t.join()))
+        assert replay.last_taint == [why]  # another thread's work must not be replayed as this run's
+        assert not replays_again(device, lowered, data(2))
 
 
 class FakeGraph:
