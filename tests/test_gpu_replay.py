@@ -79,15 +79,20 @@ class FakeDevice:
         self.memory[out] = (x @ w).reshape(-1)
 
 
-@pytest.fixture
-def device(monkeypatch):
-    dev = FakeDevice()
+def use_fake(monkeypatch, dev: FakeDevice) -> None:
+    """The pool, uploads and downloads of `dev`, with replays and direct launches on."""
     monkeypatch.setattr(memory, "_pool", dev.pool)
     monkeypatch.setattr(replay, "ENABLED", True)
     monkeypatch.setattr(launch, "FAST", True)
     monkeypatch.setattr(launch, "DIRECT", True)
     monkeypatch.setattr(replay, "upload", dev.upload)
     monkeypatch.setattr("gpu_backend.buffer.download", dev.download)
+
+
+@pytest.fixture
+def device(monkeypatch):
+    dev = FakeDevice()
+    use_fake(monkeypatch, dev)
     replay.forget()
     for k in replay.counts:
         monkeypatch.setitem(replay.counts, k, 0)
@@ -217,12 +222,7 @@ def test_every_changed_assumption_falls_back_to_the_full_path(device, monkeypatc
         monkeypatch.setattr(owner, knob, not getattr(owner, knob))
         assert not replays_again(device, lowered, data(5))
         monkeypatch.undo()
-        monkeypatch.setattr(memory, "_pool", device.pool)
-        monkeypatch.setattr(replay, "ENABLED", True)
-        monkeypatch.setattr(launch, "FAST", True)
-        monkeypatch.setattr(launch, "DIRECT", True)
-        monkeypatch.setattr(replay, "upload", device.upload)
-        monkeypatch.setattr("gpu_backend.buffer.download", device.download)
+        use_fake(monkeypatch, device)
     seen = []
     thread = threading.Thread(target=lambda: seen.append(replays_again(device, lowered, data(6))))
     thread.start()
