@@ -29,20 +29,13 @@ from typing import Any
 import numpy as np
 
 from benchmarks.gpu_ops import _memory, collective_cases, copy_ceiling, sides
-from benchmarks.gpu_timing import ELEMS, median_time, pipelined_time
+from benchmarks.gpu_timing import ELEMS, NONE, median_time, pipelined_time, say
 from benchmarks.kernel_probe import knobs
 from gpu_backend import launch, packing, rank_transport, transpose
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED, cuda
 from gpu_backend.kernels import copy_into, laid_out
 from refir.types import axis_first
-
-NONE = lambda: None  # noqa: E731  (no barrier: one process)
-
-
-def say(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
 
 
 class NoWire:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 
@@ -16,6 +17,13 @@ SIZES_MIB = [int(m) for m in os.environ.get("GPU_BENCH_MIB", "1 1024").split()]
 MIB = SIZES_MIB[-1]
 ELEMS = MIB * (1 << 20) // 4
 REPEATS = 10
+NONE = lambda: None  # noqa: E731  (no barrier: one process)
+
+
+def say(line: str) -> None:
+    """Print a line at once (a long probe's progress shows as it goes)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def median_time(fn: Callable[[], object], sync: Callable[[], object], barrier: Callable[[], object]) -> float:

@@ -24,20 +24,13 @@ from typing import Any
 import numpy as np
 
 from benchmarks.gpu_ops import ElementwiseCase, _buffer, _torch_in, copy_ceiling, sides
-from benchmarks.gpu_timing import MIB, median_time, pipelined_time
+from benchmarks.gpu_timing import MIB, NONE, median_time, pipelined_time, say
 from gpu_backend import elementwise_kernels, kernels, reduce, reduce_kernels, transpose
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED, cuda
 from gpu_backend.functions import accumulator, binary, cast, narrow
 from gpu_backend.kernels import copy_into
 from gpu_backend.reduce import reduce_into
-
-NONE = lambda: None  # noqa: E731  (no barrier: one process)
-
-
-def say(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
 
 
 @contextmanager

@@ -12,7 +12,7 @@
 #   examples         every shared example on gpu in one process, against spmd
 #   mpi-examples     every example that fits the GPUs, under mpiexec (NCCL)
 #   mpi-collectives  the nine communications with random layouts, through NCCL (COLL_CASES=N: the first N only)
-#   kernels          tests/test_gpu_kernels.py and the in-process collective tests
+#   kernels          tests/test_gpu_kernels.py, the in-process collective tests, tests/test_gpu_replay.py
 #   cli              `python -m refir run ... --backend gpu` under mpiexec
 #   conform          the conformance corpus and 40 generated programs on gpu, in one process
 #   mpi-conform      the corpus (programs that fit the GPUs) and 20 generated ones, under mpiexec

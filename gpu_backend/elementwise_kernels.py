@@ -123,8 +123,9 @@ def map_kernel(fn: Callable, operands: int) -> Callable:
     work items), then for one operand the scalar. The two-operand kernel is the
     walk; the one-operand kernel calls it with the scalar in b's place (its
     parameters come in another order, and numba's kernels take no *args): the
-    same PTX but for an unused status word, at about a quarter more compile
-    time (benchmarks/kernel_ptx.py)."""
+    same PTX but for an unused status word, at a fifth more compile time than
+    a one-operand kernel spelled out, half of it the call, half the walk's
+    pruned branches (benchmarks/walk_compile.py; benchmarks/RESULTS.md)."""
     if operands == 2:
         return cuda.jit(_walk(fn, True))
     if operands == 1:

@@ -62,14 +62,10 @@ class NumpyArrays:
 NUMPY = NumpyArrays()
 
 
-@rule(ops.Allgather)
-def _allgather(op: ops.Allgather, team: Team, x: Blocks, src: TensorType, dst: TensorType, xp: Arrays) -> Blocks:
-    whole = xp.concatenate([x[s] for s in team.senders], op.axis)
-    return {r: whole for r in team.receivers}
-
-
-@rule(ops.Gather)
-def _gather(op: ops.Gather, team: Team, x: Blocks, src: TensorType, dst: TensorType, xp: Arrays) -> Blocks:
+@rule(ops.Allgather, ops.Gather)
+def _gather(op: ops.Allgather | ops.Gather, team: Team, x: Blocks, src: TensorType, dst: TensorType,
+            xp: Arrays) -> Blocks:
+    """Every receiver gets the senders' blocks joined (a gather's team has one receiver)."""
     whole = xp.concatenate([x[s] for s in team.senders], op.axis)
     return {r: whole for r in team.receivers}
 

@@ -18,7 +18,7 @@ import numpy as np
 import refir
 from refir.errors import InputError, ParseError, RefirError, RunError, VerifyError
 from refir.expect import check_expects
-from refir.inputs import bind_lines, default_bindings, draw_inputs, parse_bind, read_inputs, source_text, writable_file
+from refir.inputs import bindings_for, draw_inputs, read_inputs, writable_file
 from refir.limits import DEVICES
 from refir.verify import Checked, verify_all
 from refir.world import mpi_world, say
@@ -27,14 +27,6 @@ from refir.world import mpi_world, say
 def _program_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("program", help="a .rir file, or - for standard input")
     p.add_argument("--func", help="the function to use (default: main, or the only one)")
-
-
-def _bindings(args: argparse.Namespace, checked: Checked) -> dict[str, int]:
-    given = parse_bind(" ".join(args.bind)) if args.bind else None
-    if given is None:
-        listed = bind_lines(source_text(checked.program))
-        given = listed[0] if listed else None
-    return default_bindings(checked, given)
 
 
 def _out_path(out: str | None) -> Path | None:
@@ -62,7 +54,7 @@ def _prepare(args: argparse.Namespace, root: bool) -> tuple[refir.Program, Check
         return program, checked, {}, out
     if args.inputs:
         return program, checked, read_inputs(args.inputs), out
-    return program, checked, draw_inputs(checked, _bindings(args, checked), args.seed or 0), out
+    return program, checked, draw_inputs(checked, bindings_for(checked, args.bind), args.seed or 0), out
 
 
 def cmd_run(args: argparse.Namespace) -> int:

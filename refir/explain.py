@@ -23,7 +23,7 @@ import refir
 from refir import ops
 from refir.bindings import check_world, devices_needed
 from refir.errors import InputError
-from refir.inputs import bind_lines, default_bindings, parse_bind, source_text
+from refir.inputs import bindings_for
 from refir.lower import Lowered, lower
 from refir.pictures import step_picture, value_picture
 from refir.placement import CommFacts, Explained, Placement, explain, placement
@@ -44,15 +44,6 @@ def add_view_args(p: argparse.ArgumentParser, pictures: bool = False) -> None:
         p.add_argument("--value", metavar="NAME", help="show only NAME (an input, or the steps that make it)")
         p.add_argument("--svg", metavar="FILE", help="also write the pictures as SVG")
         p.add_argument("--html", metavar="FILE", help="also write the pictures as HTML")
-
-
-def bindings_for(args: argparse.Namespace, checked: Checked) -> dict[str, int]:
-    """--bind, else the first `# bind:` line, else refir's defaults."""
-    given = parse_bind(" ".join(args.bind)) if getattr(args, "bind", None) else None
-    if given is None:
-        listed = bind_lines(source_text(checked.program))
-        given = listed[0] if listed else None
-    return default_bindings(checked, given)
 
 
 def world_for(checked: Checked, asked: int | None) -> int:
@@ -161,7 +152,7 @@ def explained_of(args: argparse.Namespace) -> tuple[Lowered, Explained]:
     lowered = lower(checked)
     world = world_for(checked, getattr(args, "world", None))
     check_device(getattr(args, "device", None), world)
-    return lowered, explain(lowered, bindings_for(args, checked), world)
+    return lowered, explain(lowered, bindings_for(checked, getattr(args, "bind", None)), world)
 
 
 def json_check(args: argparse.Namespace) -> int:
@@ -169,7 +160,7 @@ def json_check(args: argparse.Namespace) -> int:
     docs = []
     for name in [args.func] if args.func else [f.name for f in program.funcs]:
         checked = refir.verify(program, name)
-        docs.append(checked_json(checked, bindings_for(args, checked)))
+        docs.append(checked_json(checked, bindings_for(checked, getattr(args, "bind", None))))
     print_json(docs[0] if len(docs) == 1 else docs)
     return 0
 

@@ -36,6 +36,16 @@ def bind_lines(text: str) -> list[dict[str, int]]:
     return [parse_bind(m.group(1)) for m in _BIND.finditer(text)]
 
 
+def bindings_for(checked: Checked, bind: list[str] | None) -> dict[str, int]:
+    """A command's bindings: its --bind words, else the program's first `# bind:`
+    line, else refir's defaults."""
+    given = parse_bind(" ".join(bind)) if bind else None
+    if given is None:
+        listed = bind_lines(source_text(checked.program))
+        given = listed[0] if listed else None
+    return default_bindings(checked, given)
+
+
 def default_bindings(checked: Checked, given: dict[str, int] | None = None) -> dict[str, int]:
     """A value for every symbol: the given one, else the smallest multiple of every
     mesh-axis size that shards it that is at least 4."""

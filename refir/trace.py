@@ -18,8 +18,8 @@ from rich.text import Text
 
 import refir
 from refir.errors import InputError
-from refir.explain import bindings_for, check_device, is_printer, make_console, wanted, world_for
-from refir.inputs import draw_inputs, read_inputs
+from refir.explain import check_device, is_printer, make_console, wanted, world_for
+from refir.inputs import bindings_for, draw_inputs, read_inputs
 from refir.lower import lower
 from refir.pictures import comm_picture, ints, spans, step_line
 from refir.placement import Explained, Placement, StepFacts, explain, intersect
@@ -131,7 +131,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
             raise InputError("--inputs fixes every extent and value: leave out --bind and --seed")
         inputs = read_inputs(args.inputs)
     else:
-        inputs = draw_inputs(checked, bindings_for(args, checked), args.seed or 0)
+        inputs = draw_inputs(checked, bindings_for(checked, args.bind), args.seed or 0)
     world = world_for(checked, args.world)
     check_device(args.device, world)
     names = [p.name for p in checked.func.params] + [s.out for s in lower(checked).steps]

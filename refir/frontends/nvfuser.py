@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 from refir.errors import Loc, ParseError
 from refir.frontends.nvfuser_axes import Ax, EqualityClasses, kept, logical_axes
+from refir.frontends.nvfuser_dump import Call, Domain, Scalar, Statement, TVRef
 from refir.frontends.nvfuser_ops import COMM_NAMES, OpMapper, short
-from refir.frontends.nvfuser_parse import Call, Domain, Scalar, Statement, TVRef, parse_dump
+from refir.frontends.nvfuser_parse import parse_dump
 from refir.parser import parse
 from refir.program import Program
 from refir.types import RESERVED

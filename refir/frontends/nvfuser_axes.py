@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from refir.errors import Loc, ParseError
-from refir.frontends.nvfuser_parse import Call, Domain, TVRef
+from refir.frontends.nvfuser_dump import Call, Domain, TVRef
 
 
 @dataclass

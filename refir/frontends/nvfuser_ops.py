@@ -10,7 +10,7 @@ import re
 
 from refir.errors import Loc, ParseError
 from refir.frontends.nvfuser_axes import Ax, EqualityClasses, flags_of, kept
-from refir.frontends.nvfuser_parse import Call, Scalar, Statement, TVRef
+from refir.frontends.nvfuser_dump import Call, Scalar, Statement, TVRef
 
 CAST = re.compile(r"^_*(half|float|double|bfloat16|bfloat|int64|int32|int|bool)2"
                r"(half|float|double|bfloat16|bfloat|int64|int32|int|bool)$")

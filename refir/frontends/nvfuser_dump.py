@@ -1,0 +1,86 @@
+"""What a printed nvFuser fusion holds once read: its TensorViews, their
+IterDomains and the statements that define them (read by
+refir/frontends/nvfuser_parse.py, mapped onto refir by refir/frontends/nvfuser.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from refir.errors import Loc
+
+# nvFuser's printed dtypes (after a TensorView, or in its name) -> refir dtypes.
+NV_DTYPES = {
+    "float": "f32", "double": "f64", "half": "f16", "__half": "f16", "bfloat": "bf16", "__bfloat": "bf16",
+    "bfloat16": "bf16", "__nv_bfloat16": "bf16", "int": "i32", "int32_t": "i32", "int64_t": "i64",
+    "int64": "i64", "int32": "i32", "long": "i64", "bool": "bool", "char": "i8", "int8_t": "i8",
+    "int16_t": "i16", "uint8_t": "u8",
+}
+
+Extent = int | str | tuple  # a number, a symbol, or ("ceilDiv", a, b)
+
+
+@dataclass(frozen=True)
+class Domain:
+    """One IterDomain as printed, e.g. `ideviceIdx.x12{4}` or `rS7{5}rf`."""
+
+    text: str
+    kind: str  # i (iteration), r (reduction), b (broadcast)
+    ptype: str  # S (serial), deviceIdx.x/y/z, or another parallel type
+    number: int
+    extent: Extent
+    rf: bool
+    loc: Loc
+
+    @property
+    def device(self) -> str | None:
+        """DIDx/DIDy/DIDz for a device-parallel domain."""
+        return "DID" + self.ptype[-1] if self.ptype.startswith("deviceIdx.") else None
+
+
+@dataclass(frozen=True)
+class TVRef:
+    """A TensorView as printed: `T4_g[ ... ] (DeviceMesh{0 1}), float`.
+    `name` is empty for an operand printed without its name (`[ ... ]`)."""
+
+    name: str
+    spelling: str
+    domains: tuple[Domain, ...]
+    mesh: tuple[tuple[int, ...], tuple[int, ...]] | None  # (shape, devices)
+    dtype: str | None
+    loc: Loc
+
+
+@dataclass(frozen=True)
+class Scalar:
+    value: int | float
+    loc: Loc
+
+
+@dataclass(frozen=True)
+class Call:
+    """`op(args, key = value, ...)`, an infix `a + b`, or a cast."""
+
+    op: str
+    args: tuple[TVRef | Scalar, ...]
+    keywords: dict[str, str] = field(hash=False)
+    loc: Loc
+
+
+@dataclass(frozen=True)
+class Statement:
+    out: TVRef
+    expr: TVRef | Call
+    text: str  # the statement as printed, on one line
+    segment: int
+
+
+@dataclass
+class Dump:
+    statements: list[Statement] = field(default_factory=list)
+    inputs: list[TVRef] = field(default_factory=list)  # from `Inputs:` lists
+    outputs: list[TVRef] = field(default_factory=list)  # from `Outputs:` lists
+    mentions: list[TVRef] = field(default_factory=list)  # every TensorView printed
+    segments: int = 0
+    # `Outer split: iS0{6} by factor 2 -> ideviceIdx.x4{2}, iS5{3}` (printTransforms):
+    # the number of the inner domain -> the extent of the split logical domain.
+    splits: dict[int, Extent] = field(default_factory=dict)
