@@ -96,7 +96,7 @@ def main() -> int:
         for seed in range(RUNS):
             local = runner.shard_inputs(checked_, inputs_of(m, k, n, 100 + seed), (0,))
             results = []
-            for way, spent in ((graph, graphed), (False, by_call)):
+            for way, spent in (((graph,), graphed), (False, by_call)):
                 trace.graph = way
                 t = time.perf_counter()
                 results.append(replay.replayed(lowered, local, bindings, world)["out"][0])

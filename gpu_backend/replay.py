@@ -42,13 +42,14 @@ other thread queued device work or took a pool block meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import Any
 
 import numpy as np
 
-from gpu_backend import gemm, launch, memory, recording
+from gpu_backend import gemm, launch, memory, pending, recording
 from gpu_backend import graph as graphs
 from gpu_backend.buffer import DeviceBuffer, host_span, shaped, storage, upload
 from gpu_backend.device import SIMULATED
@@ -59,7 +60,7 @@ from refir.world import World
 
 ENABLED = not SIMULATED and os.environ.get("REFIR_GPU_REPLAY", "1") != "0"
 KEPT = 64  # traces per process; then they start again
-counts = {"replayed": 0, "recorded": 0, "refused": 0, "tainted": 0,  # for benchmarks and tests
+counts = {"replayed": 0, "recorded": 0, "refused": 0, "declined": 0, "tainted": 0,  # for benchmarks and tests
           "graphed": 0, "graphs kept": 0, "graphs with other bits": 0, "no graph": 0}
 capture_graph = graphs.capture  # (tests put a fake in its place)
 last_taint: list[str] = []  # why the last recording was not kept
@@ -68,58 +69,70 @@ last_taint: list[str] = []  # why the last recording was not kept
 class Trace:
     """One recorded run: its pool traffic and its calls, in order."""
 
-    __slots__ = ("lowered", "pool", "blocks", "calls", "computes", "results", "parts", "graph", "retake")
+    __slots__ = ("lowered", "pool", "comm", "blocks", "calls", "computes", "results", "parts", "graph", "retake",
+                 "requires", "collectives", "run_id")
 
-    def __init__(self, lowered: Lowered, pool: Any, blocks: list[tuple[bool, int, int]],
-                 calls: list[tuple[Any, ...]], computes: list[tuple[int, int]], results: tuple[str, ...]) -> None:
+    def __init__(self, lowered: Lowered, pool: Any, blocks: list[tuple[bool, int, int]], record: recording.Recording,
+                 results: tuple[str, ...], comm: Any = None, run_id: int = -1) -> None:
         self.lowered, self.pool, self.results = lowered, pool, results
+        self.comm, self.run_id = comm, run_id  # under MPI: the world's communicator, the run's agreed number
         self.blocks = tuple(blocks)  # (taken, class size, address)
         self.retake = folded(blocks)  # their net effect on the pool: pool.retake's arguments
-        self.calls = tuple(calls)  # ("call", fn, args), ("input", name, device, address), ("output", ...)
-        self.computes = tuple(computes)  # (cudaDataType, cuBLAS compute type) of each recorded gemm
+        calls = record.calls
+        # ("call", fn, args), ("collective", fn, args), ("input", name, device, address), ("output", ...)
+        self.calls = tuple(calls)
+        self.computes = tuple(record.gemms)  # (cudaDataType, cuBLAS compute type) of each recorded gemm
+        self.requires = tuple(record.requires.values())  # checked before each replay
+        self.collectives = record.collectives
         kinds = [c[0] for c in calls]
         ins, outs = kinds.count("input"), kinds.count("output")
-        ordered = kinds == ["input"] * ins + ["call"] * (len(kinds) - ins - outs) + ["output"] * outs
+        ordered = kinds[:ins] == ["input"] * ins and kinds[len(kinds) - outs:] == ["output"] * outs \
+            and "input" not in kinds[ins:] and "output" not in kinds[:len(kinds) - outs]
         # the uploads, the device calls, the downloads, where the run made them in that order (run_gpu does)
         self.parts = (self.calls[:ins], self.calls[ins:len(kinds) - outs], self.calls[len(kinds) - outs:])
-        # None: not tried yet; False: no graph (off, refused, or other bits); else graph.Graph
+        # None: not tried yet; False: no graph (off, refused, or other bits); else the pieces: graph.Graph
+        # objects, and between them the collectives, made as they are (replay.py's docstring says why)
         self.graph: Any = None if ordered and graphs.ENABLED else False
 
-    def replay(self, inputs: dict[str, dict[int, np.ndarray]],
-               transfers: Any) -> dict[str, dict[int, np.ndarray]] | None:
-        """Queue the recorded calls on this run's inputs; None (nothing queued)
-        where a block is not free or a setting changed."""
-        pool = self.pool
+    def ready(self) -> bool:
+        """Whether what the recorded run assumed beyond the key still holds
+        (cupy's compute types, the communicators it used)."""
         if self.computes:
             blas = gemm.cublas_of(_cupy())
             if blas is None or any(blas.compute_type(blas.chars[c]) != t for c, t in self.computes):
-                return None
-        with pool.lock:  # no other thread takes one of the run's blocks before the calls that use it are queued
-            if not pool.retake(*self.retake):
-                return None
-            try:
-                if self.graph and graphs.ENABLED:
-                    counts["graphed"] += 1
-                    return self._run(inputs, transfers, self.graph)
-                out = self._run(inputs, transfers, None)
-                if self.graph is None and graphs.ENABLED:
-                    self.graph = self._graph_of(inputs, transfers, out)
-                return out
-            except Exception as exc:
-                raise RunError(f"a replayed gpu run failed: {type(exc).__name__}: {exc}") from exc
+                return False
+        return all(check() for check in self.requires)
+
+    def replay(self, inputs: dict[str, dict[int, np.ndarray]],
+               transfers: Any) -> dict[str, dict[int, np.ndarray]]:
+        """Queue the recorded calls on this run's inputs (the caller has
+        retaken the run's blocks and holds the pool's lock)."""
+        try:
+            if self.graph and graphs.ENABLED:
+                counts["graphed"] += 1
+                return self._run(inputs, transfers, self.graph)
+            out = self._run(inputs, transfers, None)
+            if self.graph is None and graphs.ENABLED:
+                self.graph = self._graph_of(inputs, transfers, out)
+            return out
+        except Exception as exc:
+            raise RunError(f"a replayed gpu run failed: {type(exc).__name__}: {exc}") from exc
 
     def _run(self, inputs: dict[str, dict[int, np.ndarray]], transfers: Any,
              graph: Any) -> dict[str, dict[int, np.ndarray]]:
-        """The uploads, the device calls (as they are, or the graph), the downloads."""
+        """The uploads, the device calls (as they are, or the graph's pieces), the downloads."""
         out: dict[str, dict[int, np.ndarray]] = {name: {} for name in self.results}
         ins, calls, outs = (self.parts[0], (), self.parts[2]) if graph else ((), self.calls, ())
         for _, name, d, address in ins:
             transfers.up(address, host_span(inputs[name][d])[0])
-        if graph:
-            graph.launch()
+        for piece in graph or ():
+            if type(piece) is tuple:  # a collective, made as it is
+                piece[1](*piece[2])
+            else:
+                piece.launch()
         for entry in calls:
             kind = entry[0]
-            if kind == "call":
+            if kind == "call" or kind == "collective":
                 entry[1](*entry[2])
             elif kind == "input":
                 transfers.up(entry[3], host_span(inputs[entry[1]][entry[2]])[0])
@@ -131,19 +144,34 @@ class Trace:
 
     def _graph_of(self, inputs: dict[str, dict[int, np.ndarray]], transfers: Any,
                   want: dict[str, dict[int, np.ndarray]]) -> Any:
-        """The device calls as one graph, run once more on these inputs and
-        kept only where it gives `want` (the calls' own results) bit for bit;
-        False where there is none."""
+        """The device calls as graphs, one for each stretch between collectives
+        (which stay calls), run once more on these inputs and kept only where
+        they give `want` (the calls' own results) bit for bit; False where
+        there are none. Under MPI every rank makes this second run, graphs or
+        not, since its collectives need every rank's."""
         blas = gemm.cublas_of(_cupy()) if self.computes else None
-        graph = capture_graph([(c[1], c[2]) for c in self.parts[1]], None if blas is None else blas.gemm_ex)
-        if graph is None:
+        gemm_ex = None if blas is None else blas.gemm_ex
+        pieces: list[Any] = []
+        stretch: list[tuple[Any, ...]] = []
+        for entry in (*self.parts[1], None):
+            if entry is not None and entry[0] == "call":
+                stretch.append(entry)
+                continue
+            if stretch:
+                pieces.append(capture_graph([(c[1], c[2]) for c in stretch], gemm_ex))
+                stretch = []
+            if entry is not None:
+                pieces.append(entry)
+        if not pieces or any(p is None for p in pieces):
             counts["no graph"] += 1
+            if self.collectives:
+                self._run(inputs, transfers, None)  # the second run every rank makes
             return False
-        got = self._run(inputs, transfers, graph)
+        got = self._run(inputs, transfers, tuple(pieces))
         same = all(got[name][d].tobytes() == a.tobytes() and got[name][d].strides == a.strides
                    for name, blocks in want.items() for d, a in blocks.items())
         counts["graphs kept" if same else "graphs with other bits"] += 1
-        return graph if same else False
+        return tuple(pieces) if same else False
 
 
 def folded(blocks: list[tuple[bool, int, int]]) -> tuple[list[tuple[int, int]], list[tuple[int, int]], int, int]:
@@ -181,11 +209,13 @@ class DriverTransfers:
 
     @staticmethod
     def up(address: int, host: np.ndarray) -> None:
+        pending.settle()  # the copy waits for the stream: first, boundedly, for queued collectives
         host = host.view(storage(host.dtype))  # bfloat16 goes as its bits, as buffer.to_device sends it
         Memory(address, host.size, host.dtype, None).upload(host)
 
     @staticmethod
     def down(host: np.ndarray, address: int) -> None:
+        pending.settle()
         Memory(address, host.size, host.dtype, None).download(host)
 
 
@@ -201,7 +231,7 @@ def _cupy() -> Any:
 def key_of(lowered: Lowered, inputs: dict[str, dict[int, Any]], scalars: dict[str, int], world: World,
            pool: Any) -> tuple[Any, ...] | None:
     """Everything a recorded run assumed but the pool's blocks (None: never replayed)."""
-    if not ENABLED or world.comm is not None or not pool or not (launch.FAST and launch.DIRECT):
+    if not ENABLED or not pool or not (launch.FAST and launch.DIRECT):
         return None
     layouts = []
     for name, blocks in inputs.items():
@@ -209,21 +239,74 @@ def key_of(lowered: Lowered, inputs: dict[str, dict[int, Any]], scalars: dict[st
             if type(x) is not np.ndarray:
                 return None
             layouts.append((name, d, x.shape, x.strides, x.dtype))
-    return (id(lowered), tuple(layouts), tuple(scalars.items()), world.size, world.hosted, id(pool),
+    return (id(lowered), tuple(layouts), tuple(scalars.items()), world.size, world.hosted, id(world.comm), id(pool),
             threading.get_ident(), recording.generation, gemm.ENABLED)
 
 
 def replayed(lowered: Lowered, inputs: dict[str, dict[int, Any]], scalars: dict[str, int], world: World,
              transfers: Any = DriverTransfers) -> dict[str, dict[int, np.ndarray]] | None:
-    """The run's results by a replay of its recording, or None: run it in full."""
+    """The run's results by a replay of its recording, or None: run it in full.
+    Under MPI every rank says whether it can replay, and all replay or none
+    (`_together`): a rank on the full path while others replay would leave
+    their collectives unmatched."""
     pool = memory._pool
     key = key_of(lowered, inputs, scalars, world, pool)
     trace = None if key is None else _traces.get(key)
-    if trace is None or trace.lowered is not lowered or trace.pool is not pool:
+    if trace is not None and (trace.lowered is not lowered or trace.pool is not pool or trace.comm is not world.comm):
+        trace = None
+    if world.comm is not None:
+        return _together(trace, inputs, transfers, world.comm) if ENABLED else None
+    if trace is None:
         return None
-    out = trace.replay(inputs, transfers)
-    counts["replayed" if out is not None else "refused"] += 1
-    return out
+    with pool.lock:  # no other thread takes one of the run's blocks before the calls that use it are queued
+        if not trace.ready() or pool.retake(*trace.retake) is None:
+            counts["refused"] += 1
+            return None
+        counts["replayed"] += 1
+        return trace.replay(inputs, transfers)
+
+
+def _together(trace: Trace | None, inputs: dict[str, dict[int, Any]], transfers: Any,
+              comm: Any) -> dict[str, dict[int, np.ndarray]] | None:
+    """A replay under MPI: this rank retakes its trace's blocks, then one
+    small allreduce says whether every rank did so for a trace of the same
+    recorded run (traces carry the run's agreed number); else the blocks go
+    back, untouched, and every rank runs in full, recording afresh."""
+    pool = trace.pool if trace is not None else None
+    with pool.lock if pool is not None else _NO_LOCK:
+        retaken = pool.retake(*trace.retake) if trace is not None and trace.ready() else None
+        if trace is not None and retaken is None:
+            counts["refused"] += 1
+        run_id, every = _agreed(comm, trace.run_id if retaken is not None else -1)
+        _last_run[0] = run_id
+        if retaken is None:
+            return None
+        if not every:
+            retaken.undo()
+            counts["declined"] += 1
+            return None
+        counts["replayed"] += 1
+        return trace.replay(inputs, transfers)  # type: ignore[union-attr]
+
+
+_NO_LOCK = contextlib.nullcontext()
+_last_run: list[int] = [-1]  # the number the last round agreed for this run (a recording under MPI keeps it)
+_runs_seen = [0]  # runs under MPI so far, as the last round agreed (every rank's the same after it)
+
+
+def _agreed(comm: Any, mine: int) -> tuple[int, bool]:
+    """One allreduce (max) of every rank's count of runs and its trace's run
+    number (-1: none): this run's agreed number, and whether every rank
+    holds a trace of one and the same recorded run, ready to replay."""
+    from mpi4py import MPI
+
+    from refir.mpi import wait
+
+    sent = np.array([_runs_seen[0], mine, -mine], np.int64)
+    got = np.empty(3, np.int64)
+    wait(comm.Iallreduce(sent, got, op=MPI.MAX), "every rank to say whether it replays its run")
+    _runs_seen[0] = int(got[0]) + 1
+    return int(got[0]), bool(got[1] >= 0 and got[1] == -got[2])
 
 
 class Recorder:
@@ -232,9 +315,14 @@ class Recorder:
 
     def __init__(self, lowered: Lowered, inputs: dict[str, dict[int, Any]], scalars: dict[str, int],
                  world: World) -> None:
-        self.lowered = lowered
+        self.lowered, self.comm = lowered, world.comm
         self.pool = memory._pool
         self.key = None if recording.active is not None else key_of(lowered, inputs, scalars, world, self.pool)
+        self.run_id = -1
+        if world.comm is not None:  # the number this run's round agreed (_together), taken once
+            self.run_id, _last_run[0] = _last_run[0], -1
+            if self.run_id < 0:
+                self.key = None
         self.blocks: list[tuple[bool, int, int]] = []
         self.record: recording.Recording | None = None
         self.results: tuple[str, ...] = ()
@@ -325,7 +413,8 @@ class Recorder:
             return
         if len(_traces) >= KEPT:
             _traces.clear()
-        _traces[self.key] = Trace(self.lowered, self.pool, self.blocks, record.calls, record.gemms, self.results)  # type: ignore[index]
+        _traces[self.key] = Trace(self.lowered, self.pool, self.blocks, record, self.results,  # type: ignore[index]
+                                  self.comm, self.run_id)
         counts["recorded"] += 1
 
     def _unkept(self) -> str | None:
