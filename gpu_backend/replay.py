@@ -20,8 +20,7 @@ runs the full path, which records afresh):
 
 - the same lowered program (by identity), the same inputs: per parameter and
   device, shape, byte strides and dtype; the same scalars; the same world
-  (size, hosted ranks), with no MPI (`world.comm` None: collectives across
-  processes are never replayed); the same thread (cupy's cuBLAS handle is
+  (size, hosted ranks, and under MPI the world's communicator); the same thread (cupy's cuBLAS handle is
   per thread); the same pool object (a new CUDA context has a new one);
   the same knobs: launch.FAST, launch.DIRECT, gemm.ENABLED, and
   recording.generation, which every clear_plans (the launch geometry knobs)
@@ -31,6 +30,34 @@ runs the full path, which records afresh):
   nothing is queued and the full path runs;
 - cupy's compute type for each recorded cuBLAS call is still the one it had;
   REFIR_GPU_GRAPH=0 keeps the calls one by one.
+
+Under MPI (one rank per process, NCCL between GPUs) each rank records its
+NCCL calls too (gpu_backend/wires.py notes each as a collective: the NCCL
+call on the wire's stream, and the stream ordering around it, made again on
+the same device pointers), with the requirement that the communicator found
+for the team in refir.mpi.COMMS is still the very one the call used
+(refir.close() frees them; a trace never calls a freed one). A rank cannot
+replay alone: its collectives, and the shape headers the full path sends
+through MPI, would not be matched by a rank on the full path. So all ranks
+decide together (`_together`): each finds its trace and retakes its blocks,
+then one small allreduce carries every rank's "the trace of run R" (-1:
+none, not ready, or a block not free) and its count of runs; all replay
+where every rank named the same R, else the ranks that retook give their
+blocks back (pool.Retaken.undo) and all run in full, recording afresh. The
+same allreduce numbers the runs alike on every rank (its maximum), so R
+names one run on every rank and traces of different runs (say each rank's
+inputs laid out as in another earlier run) are never replayed together.
+The round is taken whenever replays are on (REFIR_GPU_REPLAY must be the
+same on every rank), also by a rank without a key.
+
+Graphs under MPI: NCCL can be captured, but a rank whose capture failed or
+whose graph gave other bits would then make other calls than its peers, and
+nothing of it could be measured on two GPUs here; so NCCL calls stay calls,
+and each stretch of device calls between them is a graph of its own
+(gpu_backend/graph.py's stream is blocking: ordered with the legacy stream,
+on which the wire's events are recorded). The trial run that decides
+whether graphs are kept is made by every rank at the same replay (its
+collectives need every rank's), graphs or not.
 
 A recording is kept only if the run did nothing a replay would not repeat:
 every launch went through a DirectLaunch (no numba or cuda.core launch), a
