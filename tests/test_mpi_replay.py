@@ -48,7 +48,8 @@ def _gpu() -> bool:
 @pytest.mark.skipif(not _gpu(), reason="replays need the pool and driver launches of a GPU")
 def test_replayed_runs_under_mpi_equal_the_full_path():
     done = run_mpi(1, ["-m", "mpi4py", "tests/test_mpi_replay.py"], timeout=400,
-                   env={"REFIR_MPI_ALONE": "1", "NUMBA_ENABLE_CUDASIM": "0", "PYTHONPATH": str(ROOT)})
+                   env={"REFIR_MPI_ALONE": "1", "NUMBA_ENABLE_CUDASIM": "0",
+                        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "ok seed2" in done.stdout, done.stdout
 
