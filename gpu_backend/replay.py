@@ -57,7 +57,10 @@ and each stretch of device calls between them is a graph of its own
 (gpu_backend/graph.py's stream is blocking: ordered with the legacy stream,
 on which the wire's events are recorded). The trial run that decides
 whether graphs are kept is made by every rank at the same replay (its
-collectives need every rank's), graphs or not.
+collectives need every rank's), graphs or not. REFIR_GPU_GRAPH_NCCL=1 (for
+measuring it on two GPUs) captures the NCCL calls too, into one graph made
+and kept on every rank or on none (`_whole_graph`: two more rounds, at a
+trace's first replay only).
 
 A recording is kept only if the run did nothing a replay would not repeat:
 every launch went through a DirectLaunch (no numba or cuda.core launch), a
@@ -157,6 +160,8 @@ class Trace:
                 piece[1](*piece[2])
             else:
                 piece.launch()
+        if graph and self.collectives:
+            pending.queued("a replay's NCCL calls")  # the host's next copy waits for them, boundedly
         for entry in calls:
             kind = entry[0]
             if kind == "call" or kind == "collective":
@@ -178,6 +183,8 @@ class Trace:
         not, since its collectives need every rank's."""
         blas = gemm.cublas_of(_cupy()) if self.computes else None
         gemm_ex = None if blas is None else blas.gemm_ex
+        if graphs.WITH_NCCL and self.comm is not None:
+            return self._whole_graph(inputs, transfers, want, gemm_ex)
         pieces: list[Any] = []
         stretch: list[tuple[Any, ...]] = []
         for entry in (*self.parts[1], None):
@@ -199,6 +206,41 @@ class Trace:
                    for name, blocks in want.items() for d, a in blocks.items())
         counts["graphs kept" if same else "graphs with other bits"] += 1
         return tuple(pieces) if same else False
+
+    def _whole_graph(self, inputs: dict[str, dict[int, np.ndarray]], transfers: Any,
+                     want: dict[str, dict[int, np.ndarray]], gemm_ex: Any) -> Any:
+        """REFIR_GPU_GRAPH_NCCL=1 under MPI: every device call, NCCL's too, in
+        one graph; made and kept on every rank or on none (two rounds, at this
+        first replay only), so that no rank makes its NCCL calls through a
+        graph while a peer makes them one by one."""
+        calls = [(c[1], c[2]) for c in self.parts[1]]
+        graph = capture_graph(calls, gemm_ex, _in_graph) if calls else None
+        if not _every(self.comm, graph is not None):
+            counts["no graph"] += 1
+            return False
+        got = self._run(inputs, transfers, (graph,))
+        same = all(got[name][d].tobytes() == a.tobytes() and got[name][d].strides == a.strides
+                   for name, blocks in want.items() for d, a in blocks.items())
+        keep = _every(self.comm, same)
+        counts["graphs kept" if keep else "graphs with other bits"] += 1
+        return (graph,) if keep else False
+
+
+def _in_graph(fn: Any, args: tuple[Any, ...], stream: int | None) -> bool:
+    """A collective queued on a capturing stream by its own wire (gpu_backend/wires.py's in_graph)."""
+    owner = getattr(fn, "__self__", None)
+    return owner is not None and hasattr(owner, "in_graph") and owner.in_graph(fn, args, stream)
+
+
+def _every(comm: Any, mine: bool) -> bool:
+    """Whether every rank says so (one small allreduce)."""
+    from mpi4py import MPI
+
+    from refir.mpi import wait
+
+    got = np.empty(1, np.int64)
+    wait(comm.Iallreduce(np.array([int(mine)], np.int64), got, op=MPI.MIN), "every rank to say whether it graphs")
+    return bool(got[0])
 
 
 def folded(blocks: list[tuple[bool, int, int]]) -> tuple[list[tuple[int, int]], list[tuple[int, int]], int, int]:

@@ -221,6 +221,19 @@ class NcclWire:
     def _on_stream(self, call: Any, args: tuple[Any, ...]) -> None:
         call(*args, self._begin())
 
+    def in_graph(self, fn: Any, args: tuple[Any, ...], stream: int | None) -> bool:
+        """A noted call of this wire queued on a capturing `stream` (gpu_backend/graph.py;
+        None: only whether it can be): the NCCL call itself on that stream; the
+        ordering between streams is not needed there (everything is on one)."""
+        if getattr(fn, "__self__", None) is not self:
+            return False
+        if fn.__func__ is NcclWire._on_stream:
+            if stream is not None:
+                call, call_args = args
+                call(*call_args, stream)
+            return True
+        return fn.__func__ is NcclWire.settle
+
     def _settled(self, what: str) -> None:
         recording.collective(self.settle, what)
         self.settle(what)

@@ -20,10 +20,34 @@ sys.path.insert(0, os.path.dirname(__file__))
 from fake_device import PROGRAM, FakeDevice, data, run, use_fake  # noqa: E402
 
 import refir  # noqa: E402
+from gpu_backend import graph as graphs  # noqa: E402
 from gpu_backend import launch, replay  # noqa: E402
 from refir.lower import lower  # noqa: E402
 from refir.mpi import COMMS  # noqa: E402
 from refir.world import World, abort_on_error  # noqa: E402
+
+
+class Launch:
+    """A fake graph: the captured calls, made again at each launch."""
+
+    def __init__(self, calls: list) -> None:
+        self.calls = calls
+
+    def launch(self) -> None:
+        for fn, args in self.calls:
+            fn(*args)
+
+
+def capture(fails: bool, made: list) -> object:
+    """graph.capture's stand-in: a Launch of the calls, or None (refused) where `fails`."""
+
+    def made_of(calls: list, gemm_ex: object, other: object = None) -> Launch | None:
+        if fails:
+            return None
+        made.append(Launch(calls))
+        return made[-1]
+
+    return made_of
 
 
 def main() -> None:
@@ -42,11 +66,11 @@ def main() -> None:
     def want(seed: int) -> np.ndarray:  # the sum over the ranks of each rank's product
         return sum(inputs(seed, r)["x"][r] @ inputs(seed, r)["w"][r] for r in range(size))
 
-    def step(seed: int, variant: bool = False) -> tuple[np.ndarray, dict]:
+    def step(seed: int, variant: bool = False, program: object = lowered) -> tuple[np.ndarray, dict]:
         """One run; `variant`: with another key (a scalar more), the same work."""
         before = dict(replay.counts)
         scalars = {"M": 4, "K": 8, "N": 3, **({"variant": 1} if variant else {})}
-        got = run(dev, lowered, inputs(seed), world, scalars)["out"][rank]
+        got = run(dev, program, inputs(seed), world, scalars)["out"][rank]
         assert np.array_equal(got, want(seed)), (seed, got, want(seed))
         return got, {k: replay.counts[k] - before[k] for k in replay.counts}
 
@@ -99,6 +123,21 @@ def main() -> None:
     _, moved = step(11)
     assert moved["replayed"] == 1, moved
     done("a communicator made anew: both run in full, then replay again")
+
+    for fail_on, with_nccl in ((None, False), (1, False), (None, True), (1, True)):
+        made: list[Launch] = []
+        patch.setattr(replay, "capture_graph", capture(rank == fail_on, made))
+        patch.setattr(graphs, "WITH_NCCL", with_nccl)
+        program = lower(refir.verify(refir.load(PROGRAM)))  # a trace of its own
+        moved = [step(20 + k, program=program)[1] for k in range(4)]  # records; replays and tries graphs; graphs
+        total = {k: sum(m[k] for m in moved) for k in moved[0]}
+        assert total["recorded"] == 1 and total["replayed"] == 3, total
+        graphed = fail_on is None or (not with_nccl and rank != fail_on)  # with NCCL inside: every rank or none
+        assert total["graphs kept"] == graphed and total["graphed"] == 2 * graphed, total
+        if with_nccl and made:  # one graph, the collective captured in it
+            assert sum(fn == dev.allreduce for fn, _ in made[0].calls) == 1
+    patch.setattr(replay, "capture_graph", graphs.capture)
+    done("graphs between collectives or around them: right on every rank, NCCL inside only where all capture")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ SCENARIOS = ["both replay: the full path's bits",
              "one rank cannot replay: both run in full, then replay again",
              "a rank without a key: both run in full, and record together again",
              "traces of different runs are not replayed together",
-             "a communicator made anew: both run in full, then replay again"]
+             "a communicator made anew: both run in full, then replay again",
+             "graphs between collectives or around them: right on every rank, NCCL inside only where all capture"]
 
 
 def test_replays_under_mpi_are_decided_by_every_rank_together():
