@@ -21,7 +21,7 @@ from fake_device import PROGRAM, FakeDevice, data, run, use_fake  # noqa: E402
 
 import refir  # noqa: E402
 from gpu_backend import graph as graphs  # noqa: E402
-from gpu_backend import launch, replay  # noqa: E402
+from gpu_backend import launch, replay, replay_trace  # noqa: E402
 from refir.lower import lower  # noqa: E402
 from refir.mpi import COMMS  # noqa: E402
 from refir.world import World, abort_on_error  # noqa: E402
@@ -126,7 +126,7 @@ def main() -> None:
 
     for fail_on, with_nccl in ((None, False), (1, False), (None, True), (1, True)):
         made: list[Launch] = []
-        patch.setattr(replay, "capture_graph", capture(rank == fail_on, made))
+        patch.setattr(replay_trace, "capture_graph", capture(rank == fail_on, made))
         patch.setattr(graphs, "WITH_NCCL", with_nccl)
         program = lower(refir.verify(refir.load(PROGRAM)))  # a trace of its own
         moved = [step(20 + k, program=program)[1] for k in range(4)]  # records; replays and tries graphs; graphs
@@ -136,7 +136,7 @@ def main() -> None:
         assert total["graphs kept"] == graphed and total["graphed"] == 2 * graphed, total
         if with_nccl and made:  # one graph, the collective captured in it
             assert sum(fn == dev.allreduce for fn, _ in made[0].calls) == 1
-    patch.setattr(replay, "capture_graph", graphs.capture)
+    patch.setattr(replay_trace, "capture_graph", graphs.capture)
     done("graphs between collectives or around them: right on every rank, NCCL inside only where all capture")
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import refir
-from gpu_backend import gemm, graph, kernels, launch, memory, recording, replay
+from gpu_backend import gemm, graph, kernels, launch, memory, recording, replay, replay_trace
 from gpu_backend.device import SIMULATED
 from refir.inputs import default_bindings, draw_inputs
 from refir.lower import lower
@@ -243,8 +243,8 @@ class FakeGraph:
 @pytest.mark.parametrize("skew", [False, True])
 def test_a_graph_is_kept_only_where_its_bits_are_the_calls(device, monkeypatch, skew):
     made = []
-    monkeypatch.setattr(replay, "capture_graph", lambda calls, gemm_ex: made.append(FakeGraph(calls, device, skew))
-                        or made[-1])
+    monkeypatch.setattr(replay_trace, "capture_graph",
+                        lambda calls, gemm_ex: made.append(FakeGraph(calls, device, skew)) or made[-1])
     lowered = lower(refir.verify(refir.load(PROGRAM)))
     run(device, lowered, data(1))
     assert replays_again(device, lowered, data(2))  # replayed call by call, then the graph made and tried
