@@ -161,7 +161,7 @@ def _together(trace: Trace | None, inputs: dict[str, dict[int, Any]], transfers:
         if trace is not None and retaken is None:
             counts["refused"] += 1
         run_id, every = _agreed(comm, trace.run_id if retaken is not None else -1)
-        _last_run[0] = run_id
+        _last_run[0] = -1 if every else run_id  # what this run records, if it runs in full
         if retaken is None:
             return None
         if not every:
