@@ -1,6 +1,8 @@
 """Where a replayed seed-2 run's time goes, and the same calls as one CUDA graph.
 
     python -m benchmarks.replay_probe      (one GPU)
+    REFIR_MPI_ALONE=1 mpiexec -n 1 python -m benchmarks.replay_probe   (one GPU, refir's MPI path:
+                                           the NCCL calls of a one-rank communicator among the pieces)
 
 After a run is recorded (gpu_backend/replay.py), times each piece of its
 replay made call by call, as it comes in a run (host µs, median of 50 runs
@@ -26,6 +28,7 @@ from gpu_backend.buffer import host_span
 from gpu_backend.device import SIMULATED, cuda
 from gpu_backend.driver_launch import DirectLaunch, copy_bytes
 from refir import runner
+from refir.world import mpi_world
 
 SIZES = [(256, 512, 256), (512, 512, 512)]
 RUNS = 50
@@ -48,11 +51,14 @@ def pieces(trace: replay.Trace, shards: dict[str, dict[int, np.ndarray]]) -> dic
         spent["pool takes and gives"] = time.perf_counter() - t0
         for i, entry in enumerate(trace.calls):
             t = time.perf_counter()
-            if entry[0] == "call":
+            if entry[0] in ("call", "collective"):
                 entry[1](*entry[2])
                 fn = entry[1]
                 label = ("launch" if type(fn) is DirectLaunch else "device copy" if fn is copy_bytes
                          else getattr(fn, "__name__", "call"))
+                if entry[0] == "collective":
+                    label = f"collective {label}" + (f" ({entry[2][0].__name__})" if fn.__name__ == "_on_stream"
+                                                     else "")
             elif entry[0] == "input":
                 replay.DriverTransfers.up(entry[3], host_span(shards[entry[1]][entry[2]])[0])
                 label = f"upload {entry[1]}"
@@ -63,6 +69,12 @@ def pieces(trace: replay.Trace, shards: dict[str, dict[int, np.ndarray]]) -> dic
             spent[f"{i}: {label}"] = time.perf_counter() - t
     spent["whole"] = time.perf_counter() - t0
     return spent
+
+
+def timed(fn: object) -> float:
+    t = time.perf_counter()
+    fn()  # type: ignore[operator]
+    return time.perf_counter() - t
 
 
 def main() -> int:
@@ -78,16 +90,23 @@ def main() -> int:
         checked_ = runner.verified(program, None)
         lowered = runner.lowered_of(checked_)
         bindings = runner.bind_and_check(checked_, inputs_of(m, k, n, 0))
-        world = runner.world_for(checked_, None, None)
+        world = runner.backend_world(runner.world_for(checked_, None, mpi_world()))
         trace = next(t for t in replay._traces.values() if t.lowered is lowered and t.calls[-1][4] == m * n)
         times: dict[str, list[float]] = {}
         for seed in range(RUNS):
             local = runner.shard_inputs(checked_, inputs_of(m, k, n, 10 + seed), (0,))
+            if world.comm is not None:
+                replay._agreed(world.comm, -1)  # each replay under MPI takes its round first
             for label, t in pieces(trace, local).items():
                 times.setdefault(label, []).append(t)
             cuda.synchronize()
         print(f"{m}, {k}, {n}: a replay's pieces, host µs (median of {RUNS}): " + ", ".join(
             f"{label} {np.median(t) * 1e6:.1f}" for label, t in times.items()), flush=True)
+        if trace.collectives:
+            print(f"  the replay round alone, host µs (median of {RUNS}): "
+                  f"{np.median([timed(lambda c=world.comm: replay._agreed(c, -1)) for _ in range(RUNS)]) * 1e6:.1f}")
+            print("  (no single graph of a trace with collectives: its graphs are the stretches between them)")
+            continue
         graph = graphs.capture([(c[1], c[2]) for c in trace.parts[1]], gemm.cublas_of(cupy).gemm_ex)
         if graph is None:
             print("  no CUDA graph: the capture was refused", flush=True)
@@ -96,7 +115,7 @@ def main() -> int:
         for seed in range(RUNS):
             local = runner.shard_inputs(checked_, inputs_of(m, k, n, 100 + seed), (0,))
             results = []
-            for way, spent in ((graph, graphed), (False, by_call)):
+            for way, spent in (((graph,), graphed), (False, by_call)):
                 trace.graph = way
                 t = time.perf_counter()
                 results.append(replay.replayed(lowered, local, bindings, world)["out"][0])

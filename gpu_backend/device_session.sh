@@ -23,6 +23,11 @@
 #   probe            benchmarks/kernel_probe.py $PROBE: launch-geometry variants of the kernels, one GPU
 #   bench            benchmarks/gpu_bench.py: permutes, reductions, elementwise, collectives at 1 MiB and 1 GiB next to torch and the copy ceiling
 #   bench-run        benchmarks/gpu_bench.py run: whole refir.run calls of the seed-2 pattern next to torch
+#                    (under mpiexec with one rank per GPU: replayed under MPI where there are two GPUs)
+#   bench-run-alone  the same with one rank that takes the MPI path (REFIR_MPI_ALONE=1: the agreement,
+#                    the replay round, a one-rank NCCL allreduce, the gather), for one GPU
+#   mpi-replay       tests/test_mpi_replay.py as the driver, one rank per GPU (one GPU: REFIR_MPI_ALONE=1):
+#                    replayed runs under MPI, NCCL calls included, bit for bit those of the full path
 #   bench-uneven     benchmarks/gpu_bench.py uneven: allgather and reduce_scatter, even vs uneven (pad-and-slice), next to torch
 #   bench-coll       benchmarks/gpu_bench.py collectives: the collectives table alone (GPU_BENCH_MIB sets the sizes)
 #   phases           benchmarks/collective_phases.py: each collective's phases timed apart, its wire several ways, torch
@@ -72,7 +77,8 @@ ranks() {  # ranks N ARGS...: N pythons under mpiexec, one GPU each
   shift
   "$MPIEXEC" -n "$n" -x PYTHONPATH -x REFIR_SHARED -x NUMBA_ENABLE_CUDASIM -x NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS \
     -x REFIR_MPI_TIMEOUT -x PYTHONDONTWRITEBYTECODE -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST \
-    -x NVSHMEM_DISABLE_NVLS ${REFIR_FAULT:+-x REFIR_FAULT} ${GPU_BENCH_MIB:+-x GPU_BENCH_MIB} \
+    -x NVSHMEM_DISABLE_NVLS ${REFIR_FAULT:+-x REFIR_FAULT} ${REFIR_MPI_ALONE:+-x REFIR_MPI_ALONE} \
+    ${REFIR_GPU_GRAPH_NCCL:+-x REFIR_GPU_GRAPH_NCCL} ${GPU_BENCH_MIB:+-x GPU_BENCH_MIB} \
     bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$0" "$@"' "$PY" "$@"
 }
 
@@ -122,6 +128,7 @@ stage kernels 300 "$PY" -m pytest -q -p no:cacheprovider -rfE $WORKERS tests/tes
   tests/test_gpu_collectives.py tests/test_gpu_replay.py -k "not under_mpi"
 stage cli 90 bash -c cli
 stage conform 240 "$PY" -m refir conform --backend gpu --cases 40 --seed 3
+stage mpi-replay 300 bash -c 'REFIR_MPI_ALONE=$((NGPU == 1)) ranks "$NGPU" -m mpi4py tests/test_mpi_replay.py'
 stage mpi-conform 150 bash -c 'ranks "$NGPU" -m mpi4py -m refir conform --backend gpu --cases 20 --seed 5'
 stage bf16 100 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_bf16.py \
   tests/test_nvfuser_import.py::test_row_parallel_linear_in_bf16_with_two_segments
@@ -131,6 +138,7 @@ stage mpi-faults 200 bash -c faults
 stage probe 240 bash -c 'set -o pipefail; "$PY" -m benchmarks.kernel_probe $PROBE | tee "$OUT/probe.txt"'
 stage bench 300 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench | tee "$OUT/bench.txt"'
 stage bench-run 240 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench run | tee "$OUT/bench-run.txt"'
+stage bench-run-alone 240 bash -c 'set -o pipefail; REFIR_MPI_ALONE=1 ranks 1 -m mpi4py -m benchmarks.gpu_bench run | tee "$OUT/bench-run-alone.txt"'
 stage bench-uneven 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench uneven | tee "$OUT/bench-uneven.txt"'
 stage bench-coll 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench collectives | tee "$OUT/bench-coll.txt"'
 stage matmul 60 bash -c 'set -o pipefail; "$PY" -m benchmarks.gpu_matmul_probe | tee "$OUT/matmul.txt"'

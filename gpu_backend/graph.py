@@ -19,6 +19,11 @@ made one by one gave. A graph is only ever launched by its trace, whose
 assumptions (the pool's blocks, the key) it shares; it also holds cupy's
 per-thread cuBLAS handle's workspace, which lives as long as the process.
 REFIR_GPU_GRAPH=0 keeps the calls one by one.
+
+Under MPI the NCCL calls stay outside the graphs by default (each stretch
+between them is a graph of its own: gpu_backend/replay.py says why);
+REFIR_GPU_GRAPH_NCCL=1 captures them too (`other`), with every rank agreeing
+on capturing and keeping, for measuring where two GPUs are lent.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any
 from gpu_backend.driver_launch import DirectLaunch, LaunchError, _libcuda, copy_bytes, error_name
 
 ENABLED = os.environ.get("REFIR_GPU_GRAPH", "1") != "0"
+WITH_NCCL = os.environ.get("REFIR_GPU_GRAPH_NCCL", "0") == "1"  # NCCL calls captured too (off: between graphs)
 _CAPTURE_RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED: other threads' calls are not refused meanwhile
 
 
@@ -95,14 +101,19 @@ class Graph:
             pass
 
 
-def capture(calls: list[tuple[Callable[..., Any], tuple[Any, ...]]], gemm_ex: Any) -> Graph | None:
+def capture(calls: list[tuple[Callable[..., Any], tuple[Any, ...]]], gemm_ex: Any,
+            other: Callable[[Callable[..., Any], tuple[Any, ...], int | None], bool] | None = None) -> Graph | None:
     """`calls` (each (fn, args) as recording.note noted it) as one graph, or
-    None where one of them cannot be captured or the driver refuses."""
+    None where one of them cannot be captured or the driver refuses.
+    `other(fn, args, stream)` queues any other call on the capturing stream
+    (an NCCL call: gpu_backend/wires.py's `in_graph`; stream None: only say
+    whether it can), True where it did."""
     lib = _driver()
     blas = _cublas() if any(fn is gemm_ex for fn, _ in calls) else None
     if lib is None or (blas is None and any(fn is gemm_ex for fn, _ in calls)):
         return None
-    if any(type(fn) is not DirectLaunch and fn is not copy_bytes and fn is not gemm_ex for fn, _ in calls):
+    if any(type(fn) is not DirectLaunch and fn is not copy_bytes and fn is not gemm_ex
+           and (other is None or not other(fn, args, None)) for fn, args in calls):
         return None
     stream, graph, runnable = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
     if lib.cuStreamCreate(ctypes.byref(stream), 0):  # 0: blocking, ordered with the legacy default stream
@@ -117,9 +128,11 @@ def capture(calls: list[tuple[Callable[..., Any], tuple[Any, ...]]], gemm_ex: An
                 ok = ok and _launch_on(fn, stream, *args) == 0
             elif fn is copy_bytes:
                 copy_bytes(args[0], args[1], args[2], stream.value or 0)
-            else:
+            elif fn is gemm_ex:
                 ok = ok and _gemm_on(blas, stream, args) == 0
-    except LaunchError:
+            else:
+                ok = ok and other is not None and other(fn, args, stream.value or 0)
+    except Exception:  # a launch, or a library call under capture (NCCL's), refused: no graph
         ok = False
     finally:
         ended = lib.cuStreamEndCapture(stream, ctypes.byref(graph))

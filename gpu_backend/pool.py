@@ -79,31 +79,40 @@ class SizeClassPool:
             self.peak = max(self.peak, self.in_use)
         return block, size
 
-    def retake(self, blocks: list[tuple[int, int]], order: list[tuple[int, int]], takes: int, rise: int) -> bool:
+    def retake(self, blocks: list[tuple[int, int]], order: list[tuple[int, int]], takes: int,
+               rise: int) -> Retaken | None:
         """What a recorded run's takes and gives did to the free lists, done at
         once (gpu_backend/replay.py): every (class size, device address) of
         `blocks` must be free; each ends back on its list, in `order` (of
         each block's last give), as the run left them. `takes` counts as
         reused, `rise` (the run's most bytes in use above its start) as the
-        peak. False, and nothing taken, where a block is not free. The caller
-        holds `lock` until the work on those blocks is queued."""
+        peak. None where a block is not free, the pool left exactly as it was
+        (its free lists in their order: which block a later take gets depends
+        on it). The caller holds `lock` until the work on those blocks is
+        queued, or until it undoes the retake (`Retaken.undo`)."""
         with self.lock:
-            found: dict[int, tuple[int, Any]] = {}
+            popped: list[tuple[int, int, Any]] = []  # (class, index it had on its list, block), in popping order
             for size, address in blocks:
                 spare = self.free.get(size, [])
                 for i in range(len(spare) - 1, -1, -1):  # the most recently given first, as take's pop
                     if spare[i].device_pointer_value == address:
-                        found[address] = (size, spare.pop(i))
+                        popped.append((size, i, spare.pop(i)))
                         break
                 else:
-                    for size_, block in found.values():
-                        self.free[size_].append(block)
-                    return False
+                    self._put_back(popped)
+                    return None
+            found = {block.device_pointer_value: block for _, _, block in popped}
             for size, address in order:
-                self.free[size].append(found[address][1])
+                self.free[size].append(found[address])
+            retaken = Retaken(self, popped, order, takes, self.peak)
             self.reused += takes
             self.peak = max(self.peak, self.in_use + rise)
-        return True
+        return retaken
+
+    def _put_back(self, popped: list[tuple[int, int, Any]]) -> None:
+        """Blocks popped off their lists, each back at its index (the last popped first)."""
+        for size, i, block in reversed(popped):
+            self.free[size].insert(i, block)
 
     def _fresh(self, size: int) -> Any:
         try:
@@ -138,6 +147,28 @@ class SizeClassPool:
     def stats(self) -> PoolStats:
         with self.lock:
             return PoolStats(self.in_use, self.peak, self.held, self.fresh, self.reused)
+
+
+class Retaken:
+    """A retake done (SizeClassPool.retake), which `undo` takes back while the
+    caller still holds the pool's lock: under MPI every rank must agree to
+    replay, and a rank that retook gives its blocks back when one cannot."""
+
+    __slots__ = ("pool", "popped", "order", "takes", "peak")
+
+    def __init__(self, pool: SizeClassPool, popped: list[tuple[int, int, Any]], order: list[tuple[int, int]],
+                 takes: int, peak: int) -> None:
+        self.pool, self.popped, self.order, self.takes, self.peak = pool, popped, order, takes, peak
+
+    def undo(self) -> None:
+        """The pool as it was before the retake (nothing may have been taken or given since)."""
+        pool = self.pool
+        with pool.lock:
+            for size, _ in reversed(self.order):  # appended last: at each list's end
+                pool.free[size].pop()
+            pool._put_back(self.popped)
+            pool.reused -= self.takes
+            pool.peak = self.peak
 
 
 def _manager_class() -> type:

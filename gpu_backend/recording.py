@@ -10,6 +10,12 @@ host copy inside the steps), taints the recording, which is then not kept.
 Outside a recording each hook costs one attribute test. Work queued by
 another thread while a run is recorded (the hooks see every thread) taints
 the recording: a replay must repeat this run's work and no other's.
+
+Under MPI the NCCL wire (gpu_backend/wires.py) notes its calls too, as
+`collective`s: each queues an NCCL operation (or orders the streams around
+one) on a communicator that lives for the process, and `require`s that the
+communicator found for its team is still that one (refir.close() frees it);
+a replay checks every such requirement before it queues anything.
 """
 
 from __future__ import annotations
@@ -22,14 +28,16 @@ from typing import Any
 class Recording:
     """What one run queued, in order, and why it cannot be replayed (None: it can)."""
 
-    __slots__ = ("calls", "tainted", "host_copies", "gemms", "thread")
+    __slots__ = ("calls", "tainted", "host_copies", "gemms", "thread", "collectives", "requires")
 
     def __init__(self) -> None:
         self.thread = threading.get_ident()  # the recorded run's; work from any other taints it
-        self.calls: list[tuple[Any, ...]] = []  # ("call", fn, args), ("input", ...), ("output", ...)
+        self.calls: list[tuple[Any, ...]] = []  # ("call" or "collective", fn, args), ("input", ...), ("output", ...)
         self.tainted: str | None = None
         self.host_copies = False  # True while the run uploads its inputs or downloads its results
         self.gemms: list[tuple[int, int]] = []  # (cudaDataType, cuBLAS compute type) of each direct cuBLAS call
+        self.collectives = 0  # calls noted by `collective`: a replay of them needs every rank's (replay.py)
+        self.requires: dict[Any, Callable[[], bool]] = {}  # what a replay checks first, by what it is about
 
 
 active: Recording | None = None
@@ -44,6 +52,24 @@ def note(fn: Callable[..., Any], *args: Any) -> None:
         if threading.get_ident() != active.thread:
             taint("work queued by another thread")
         active.calls.append(("call", fn, args))
+
+
+def collective(fn: Callable[..., Any], *args: Any) -> None:
+    """`fn(*args)`, a call that only every rank of the team makes together
+    (an NCCL operation, or the stream ordering around one), was queued and
+    can be queued again as it is, by a replay that every rank makes."""
+    if active is not None:
+        if threading.get_ident() != active.thread:
+            taint("work queued by another thread")
+        active.calls.append(("collective", fn, args))
+        active.collectives += 1
+
+
+def require(about: Any, check: Callable[[], bool]) -> None:
+    """A replay of this run must first find `check()` true (say, that the
+    communicator a collective used is still the team's); one check per `about`."""
+    if active is not None:
+        active.requires.setdefault(about, check)
 
 
 def taint(why: str) -> None:

@@ -13,15 +13,15 @@ queues the recorded calls as they are, and downloads its results: a dict
 lookup and a few driver calls instead of interp.spmd.execute's loop, the
 launch plans and the Python of every step. From a trace's second replay on,
 its device calls are one CUDA graph (gpu_backend/graph.py), made at its
-first replay and kept only where it gives that replay's results bit for bit.
+first replay and kept only where it gives that replay's results bit for bit
+(a trace, and how it is made again: gpu_backend/replay_trace.py).
 
 What a replay assumes, and how each assumption is checked (anything else
 runs the full path, which records afresh):
 
 - the same lowered program (by identity), the same inputs: per parameter and
   device, shape, byte strides and dtype; the same scalars; the same world
-  (size, hosted ranks), with no MPI (`world.comm` None: collectives across
-  processes are never replayed); the same thread (cupy's cuBLAS handle is
+  (size, hosted ranks, and under MPI the world's communicator); the same thread (cupy's cuBLAS handle is
   per thread); the same pool object (a new CUDA context has a new one);
   the same knobs: launch.FAST, launch.DIRECT, gemm.ENABLED, and
   recording.generation, which every clear_plans (the launch geometry knobs)
@@ -31,6 +31,37 @@ runs the full path, which records afresh):
   nothing is queued and the full path runs;
 - cupy's compute type for each recorded cuBLAS call is still the one it had;
   REFIR_GPU_GRAPH=0 keeps the calls one by one.
+
+Under MPI (one rank per process, NCCL between GPUs) each rank records its
+NCCL calls too (gpu_backend/wires.py notes each as a collective: the NCCL
+call on the wire's stream, and the stream ordering around it, made again on
+the same device pointers), with the requirement that the communicator found
+for the team in refir.mpi.COMMS is still the very one the call used
+(refir.close() frees them; a trace never calls a freed one). A rank cannot
+replay alone: its collectives, and the shape headers the full path sends
+through MPI, would not be matched by a rank on the full path. So all ranks
+decide together (`_together`): each finds its trace and retakes its blocks,
+then one small allreduce carries every rank's "the trace of run R" (-1:
+none, not ready, or a block not free) and its count of runs; all replay
+where every rank named the same R, else the ranks that retook give their
+blocks back (pool.Retaken.undo) and all run in full, recording afresh. The
+same allreduce numbers the runs alike on every rank (its maximum), so R
+names one run on every rank and traces of different runs (say each rank's
+inputs laid out as in another earlier run) are never replayed together.
+The round is taken whenever replays are on (REFIR_GPU_REPLAY must be the
+same on every rank), also by a rank without a key.
+
+Graphs under MPI: NCCL can be captured, but a rank whose capture failed or
+whose graph gave other bits would then make other calls than its peers, and
+nothing of it could be measured on two GPUs here; so NCCL calls stay calls,
+and each stretch of device calls between them is a graph of its own
+(gpu_backend/graph.py's stream is blocking: ordered with the legacy stream,
+on which the wire's events are recorded). The trial run that decides
+whether graphs are kept is made by every rank at the same replay (its
+collectives need every rank's), graphs or not. REFIR_GPU_GRAPH_NCCL=1 (for
+measuring it on two GPUs) captures the NCCL calls too, into one graph made
+and kept on every rank or on none (replay_trace.py's `_whole_graph`: two more rounds, at a
+trace's first replay only).
 
 A recording is kept only if the run did nothing a replay would not repeat:
 every launch went through a DirectLaunch (no numba or cuda.core launch), a
@@ -42,138 +73,24 @@ other thread queued device work or took a pool block meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import Any
 
 import numpy as np
 
-from gpu_backend import gemm, launch, memory, recording
-from gpu_backend import graph as graphs
-from gpu_backend.buffer import DeviceBuffer, host_span, shaped, storage, upload
+from gpu_backend import gemm, launch, memory, pending, recording
+from gpu_backend.buffer import DeviceBuffer, storage, upload
 from gpu_backend.device import SIMULATED
 from gpu_backend.memory import Memory
-from refir.errors import RunError
+from gpu_backend.replay_trace import Trace, counts, folded  # noqa: F401 (folded: for tests and probes)
 from refir.lower import Lowered
 from refir.world import World
 
 ENABLED = not SIMULATED and os.environ.get("REFIR_GPU_REPLAY", "1") != "0"
 KEPT = 64  # traces per process; then they start again
-counts = {"replayed": 0, "recorded": 0, "refused": 0, "tainted": 0,  # for benchmarks and tests
-          "graphed": 0, "graphs kept": 0, "graphs with other bits": 0, "no graph": 0}
-capture_graph = graphs.capture  # (tests put a fake in its place)
 last_taint: list[str] = []  # why the last recording was not kept
-
-
-class Trace:
-    """One recorded run: its pool traffic and its calls, in order."""
-
-    __slots__ = ("lowered", "pool", "blocks", "calls", "computes", "results", "parts", "graph", "retake")
-
-    def __init__(self, lowered: Lowered, pool: Any, blocks: list[tuple[bool, int, int]],
-                 calls: list[tuple[Any, ...]], computes: list[tuple[int, int]], results: tuple[str, ...]) -> None:
-        self.lowered, self.pool, self.results = lowered, pool, results
-        self.blocks = tuple(blocks)  # (taken, class size, address)
-        self.retake = folded(blocks)  # their net effect on the pool: pool.retake's arguments
-        self.calls = tuple(calls)  # ("call", fn, args), ("input", name, device, address), ("output", ...)
-        self.computes = tuple(computes)  # (cudaDataType, cuBLAS compute type) of each recorded gemm
-        kinds = [c[0] for c in calls]
-        ins, outs = kinds.count("input"), kinds.count("output")
-        ordered = kinds == ["input"] * ins + ["call"] * (len(kinds) - ins - outs) + ["output"] * outs
-        # the uploads, the device calls, the downloads, where the run made them in that order (run_gpu does)
-        self.parts = (self.calls[:ins], self.calls[ins:len(kinds) - outs], self.calls[len(kinds) - outs:])
-        # None: not tried yet; False: no graph (off, refused, or other bits); else graph.Graph
-        self.graph: Any = None if ordered and graphs.ENABLED else False
-
-    def replay(self, inputs: dict[str, dict[int, np.ndarray]],
-               transfers: Any) -> dict[str, dict[int, np.ndarray]] | None:
-        """Queue the recorded calls on this run's inputs; None (nothing queued)
-        where a block is not free or a setting changed."""
-        pool = self.pool
-        if self.computes:
-            blas = gemm.cublas_of(_cupy())
-            if blas is None or any(blas.compute_type(blas.chars[c]) != t for c, t in self.computes):
-                return None
-        with pool.lock:  # no other thread takes one of the run's blocks before the calls that use it are queued
-            if not pool.retake(*self.retake):
-                return None
-            try:
-                if self.graph and graphs.ENABLED:
-                    counts["graphed"] += 1
-                    return self._run(inputs, transfers, self.graph)
-                out = self._run(inputs, transfers, None)
-                if self.graph is None and graphs.ENABLED:
-                    self.graph = self._graph_of(inputs, transfers, out)
-                return out
-            except Exception as exc:
-                raise RunError(f"a replayed gpu run failed: {type(exc).__name__}: {exc}") from exc
-
-    def _run(self, inputs: dict[str, dict[int, np.ndarray]], transfers: Any,
-             graph: Any) -> dict[str, dict[int, np.ndarray]]:
-        """The uploads, the device calls (as they are, or the graph), the downloads."""
-        out: dict[str, dict[int, np.ndarray]] = {name: {} for name in self.results}
-        ins, calls, outs = (self.parts[0], (), self.parts[2]) if graph else ((), self.calls, ())
-        for _, name, d, address in ins:
-            transfers.up(address, host_span(inputs[name][d])[0])
-        if graph:
-            graph.launch()
-        for entry in calls:
-            kind = entry[0]
-            if kind == "call":
-                entry[1](*entry[2])
-            elif kind == "input":
-                transfers.up(entry[3], host_span(inputs[entry[1]][entry[2]])[0])
-            else:
-                _download(entry, transfers, out)
-        for entry in outs:
-            _download(entry, transfers, out)
-        return out
-
-    def _graph_of(self, inputs: dict[str, dict[int, np.ndarray]], transfers: Any,
-                  want: dict[str, dict[int, np.ndarray]]) -> Any:
-        """The device calls as one graph, run once more on these inputs and
-        kept only where it gives `want` (the calls' own results) bit for bit;
-        False where there is none."""
-        blas = gemm.cublas_of(_cupy()) if self.computes else None
-        graph = capture_graph([(c[1], c[2]) for c in self.parts[1]], None if blas is None else blas.gemm_ex)
-        if graph is None:
-            counts["no graph"] += 1
-            return False
-        got = self._run(inputs, transfers, graph)
-        same = all(got[name][d].tobytes() == a.tobytes() and got[name][d].strides == a.strides
-                   for name, blocks in want.items() for d, a in blocks.items())
-        counts["graphs kept" if same else "graphs with other bits"] += 1
-        return graph if same else False
-
-
-def folded(blocks: list[tuple[bool, int, int]]) -> tuple[list[tuple[int, int]], list[tuple[int, int]], int, int]:
-    """A run's pool takes and gives (taken, class size, address), each block
-    taken first and given back last in it, as what they do together: the
-    blocks (class, address) in the order first taken, the same in the order
-    last given back (their places on the free lists after the run), the
-    number of takes, and the most bytes in use above the run's start."""
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    in_use = rise = takes = 0
-    for taken, size, address in blocks:
-        if taken:
-            first.setdefault(address, size)
-            takes += 1
-            in_use += size
-            rise = max(rise, in_use)
-        else:
-            last.pop(address, None)
-            last[address] = size
-            in_use -= size
-    return ([(s, a) for a, s in first.items()], [(s, a) for a, s in last.items()], takes, rise)
-
-
-def _download(entry: tuple[Any, ...], transfers: Any, out: dict[str, dict[int, np.ndarray]]) -> None:
-    """A recorded output into a fresh host array, laid out as download lays it out."""
-    _, name, d, address, count, storage, dtype, offset, shape, strides = entry
-    host = np.empty(count, storage)
-    transfers.down(host, address)
-    out[name][d] = shaped(host.view(dtype), offset, shape, strides)
 
 
 class DriverTransfers:
@@ -181,27 +98,23 @@ class DriverTransfers:
 
     @staticmethod
     def up(address: int, host: np.ndarray) -> None:
+        pending.settle()  # the copy waits for the stream: first, boundedly, for queued collectives
         host = host.view(storage(host.dtype))  # bfloat16 goes as its bits, as buffer.to_device sends it
         Memory(address, host.size, host.dtype, None).upload(host)
 
     @staticmethod
     def down(host: np.ndarray, address: int) -> None:
+        pending.settle()
         Memory(address, host.size, host.dtype, None).download(host)
 
 
 _traces: dict[tuple[Any, ...], Trace] = {}
 
 
-def _cupy() -> Any:
-    from gpu_backend.matmul import _cupy as found
-
-    return found()
-
-
 def key_of(lowered: Lowered, inputs: dict[str, dict[int, Any]], scalars: dict[str, int], world: World,
            pool: Any) -> tuple[Any, ...] | None:
     """Everything a recorded run assumed but the pool's blocks (None: never replayed)."""
-    if not ENABLED or world.comm is not None or not pool or not (launch.FAST and launch.DIRECT):
+    if not ENABLED or not pool or not (launch.FAST and launch.DIRECT):
         return None
     layouts = []
     for name, blocks in inputs.items():
@@ -209,21 +122,74 @@ def key_of(lowered: Lowered, inputs: dict[str, dict[int, Any]], scalars: dict[st
             if type(x) is not np.ndarray:
                 return None
             layouts.append((name, d, x.shape, x.strides, x.dtype))
-    return (id(lowered), tuple(layouts), tuple(scalars.items()), world.size, world.hosted, id(pool),
+    return (id(lowered), tuple(layouts), tuple(scalars.items()), world.size, world.hosted, id(world.comm), id(pool),
             threading.get_ident(), recording.generation, gemm.ENABLED)
 
 
 def replayed(lowered: Lowered, inputs: dict[str, dict[int, Any]], scalars: dict[str, int], world: World,
              transfers: Any = DriverTransfers) -> dict[str, dict[int, np.ndarray]] | None:
-    """The run's results by a replay of its recording, or None: run it in full."""
+    """The run's results by a replay of its recording, or None: run it in full.
+    Under MPI every rank says whether it can replay, and all replay or none
+    (`_together`): a rank on the full path while others replay would leave
+    their collectives unmatched."""
     pool = memory._pool
     key = key_of(lowered, inputs, scalars, world, pool)
     trace = None if key is None else _traces.get(key)
-    if trace is None or trace.lowered is not lowered or trace.pool is not pool:
+    if trace is not None and (trace.lowered is not lowered or trace.pool is not pool or trace.comm is not world.comm):
+        trace = None
+    if world.comm is not None:
+        return _together(trace, inputs, transfers, world.comm) if ENABLED else None
+    if trace is None:
         return None
-    out = trace.replay(inputs, transfers)
-    counts["replayed" if out is not None else "refused"] += 1
-    return out
+    with pool.lock:  # no other thread takes one of the run's blocks before the calls that use it are queued
+        if not trace.ready() or pool.retake(*trace.retake) is None:
+            counts["refused"] += 1
+            return None
+        counts["replayed"] += 1
+        return trace.replay(inputs, transfers)
+
+
+def _together(trace: Trace | None, inputs: dict[str, dict[int, Any]], transfers: Any,
+              comm: Any) -> dict[str, dict[int, np.ndarray]] | None:
+    """A replay under MPI: this rank retakes its trace's blocks, then one
+    small allreduce says whether every rank did so for a trace of the same
+    recorded run (traces carry the run's agreed number); else the blocks go
+    back, untouched, and every rank runs in full, recording afresh."""
+    pool = trace.pool if trace is not None else None
+    with pool.lock if pool is not None else _NO_LOCK:
+        retaken = pool.retake(*trace.retake) if trace is not None and trace.ready() else None
+        if trace is not None and retaken is None:
+            counts["refused"] += 1
+        run_id, every = _agreed(comm, trace.run_id if retaken is not None else -1)
+        _last_run[0] = -1 if every else run_id  # what this run records, if it runs in full
+        if retaken is None:
+            return None
+        if not every:
+            retaken.undo()
+            counts["declined"] += 1
+            return None
+        counts["replayed"] += 1
+        return trace.replay(inputs, transfers)  # type: ignore[union-attr]
+
+
+_NO_LOCK = contextlib.nullcontext()
+_last_run: list[int] = [-1]  # the number the last round agreed for this run (a recording under MPI keeps it)
+_runs_seen = [0]  # runs under MPI so far, as the last round agreed (every rank's the same after it)
+
+
+def _agreed(comm: Any, mine: int) -> tuple[int, bool]:
+    """One allreduce (max) of every rank's count of runs and its trace's run
+    number (-1: none): this run's agreed number, and whether every rank
+    holds a trace of one and the same recorded run, ready to replay."""
+    from mpi4py import MPI
+
+    from refir.mpi import wait
+
+    sent = np.array([_runs_seen[0], mine, -mine], np.int64)
+    got = np.empty(3, np.int64)
+    wait(comm.Iallreduce(sent, got, op=MPI.MAX), "every rank to say whether it replays its run")
+    _runs_seen[0] = int(got[0]) + 1
+    return int(got[0]), bool(got[1] >= 0 and got[1] == -got[2])
 
 
 class Recorder:
@@ -232,9 +198,14 @@ class Recorder:
 
     def __init__(self, lowered: Lowered, inputs: dict[str, dict[int, Any]], scalars: dict[str, int],
                  world: World) -> None:
-        self.lowered = lowered
+        self.lowered, self.comm = lowered, world.comm
         self.pool = memory._pool
         self.key = None if recording.active is not None else key_of(lowered, inputs, scalars, world, self.pool)
+        self.run_id = -1
+        if world.comm is not None:  # the number this run's round agreed (_together), taken once
+            self.run_id, _last_run[0] = _last_run[0], -1
+            if self.run_id < 0:
+                self.key = None
         self.blocks: list[tuple[bool, int, int]] = []
         self.record: recording.Recording | None = None
         self.results: tuple[str, ...] = ()
@@ -325,7 +296,8 @@ class Recorder:
             return
         if len(_traces) >= KEPT:
             _traces.clear()
-        _traces[self.key] = Trace(self.lowered, self.pool, self.blocks, record.calls, record.gemms, self.results)  # type: ignore[index]
+        _traces[self.key] = Trace(self.lowered, self.pool, self.blocks, record, self.results,  # type: ignore[index]
+                                  self.comm, self.run_id)
         counts["recorded"] += 1
 
     def _unkept(self) -> str | None:

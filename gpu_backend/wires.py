@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend import pending
+from gpu_backend import pending, recording
 from gpu_backend.buffer import DeviceBuffer
 from interp.mpi_transport import MpiTransport
 from refir.errors import RunError
@@ -145,14 +145,20 @@ class NcclWire:
         comm.abort()  # unlike destroy, it never waits for operations a failed run left behind
 
     def start(self) -> None:
-        self.world = self.team(tuple(range(self.mpi.comm.size)))
+        self.world = self.team(self._everyone())
+
+    def _everyone(self) -> tuple[int, ...]:
+        return tuple(range(self.mpi.comm.size))
 
     def team(self, devices: tuple[int, ...]) -> Any:
         return COMMS.other("nccl", devices, self._init, self._free)
 
     def _comm(self, devices: tuple[int, ...]) -> Any:
-        """The team's communicator as the bindings take it (a handle, not owning it)."""
-        return self.raw.Comm(self.team(devices).ptr)
+        """The team's communicator as the bindings take it (a handle, not owning
+        it); a replay of this run must find the same communicator for the team."""
+        owner = self.team(devices)
+        recording.require(("nccl", devices), lambda: COMMS.found("nccl", devices) is owner)
+        return self.raw.Comm(owner.ptr)
 
     def _check(self, result: tuple[Any, ...]) -> tuple[Any, ...]:
         if result[0] != self.driver.CUresult.CUDA_SUCCESS:
@@ -199,47 +205,75 @@ class NcclWire:
         """Pointer, byte count and NCCL's uint8 type of a dense buffer's bytes."""
         return _pointer(b), _nbytes(b), int(self.nccl.UINT8)
 
+    def _queue(self, team: tuple[int, ...] | None, call: Any, *args: Any) -> None:
+        """`call(*args, the team's communicator (None: the world's), the wire's
+        stream)` after everything issued so far; noted for a replay
+        (gpu_backend/recording.py), which must find the very communicator again."""
+        if team is not None:
+            comm = self._comm(team)
+        else:
+            owner = self.world
+            recording.require(("nccl", "world"), lambda: COMMS.found("nccl", self._everyone()) is owner)
+            comm = self.raw.Comm(owner.ptr)
+        recording.collective(self._on_stream, call, (*args, comm))
+        self._on_stream(call, (*args, comm))
+
+    def _on_stream(self, call: Any, args: tuple[Any, ...]) -> None:
+        call(*args, self._begin())
+
+    def in_graph(self, fn: Any, args: tuple[Any, ...], stream: int | None) -> bool:
+        """A noted call of this wire queued on a capturing `stream` (gpu_backend/graph.py;
+        None: only whether it can be): the NCCL call itself on that stream; the
+        ordering between streams is not needed there (everything is on one)."""
+        if getattr(fn, "__self__", None) is not self:
+            return False
+        if fn.__func__ is NcclWire._on_stream:
+            if stream is not None:
+                call, call_args = args
+                call(*call_args, stream)
+            return True
+        return fn.__func__ is NcclWire.settle
+
+    def _settled(self, what: str) -> None:
+        recording.collective(self.settle, what)
+        self.settle(what)
+
     def allgather(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer) -> None:
         if recv.size:
-            stream = self._begin()
             (s, count, u8), r = self._bytes(send), _pointer(recv)
-            self.raw.all_gather(s, r, count, u8, self._comm(team), stream)
-            self.settle("an NCCL allgather")
+            self._queue(team, self.raw.all_gather, s, r, count, u8)
+            self._settled("an NCCL allgather")
 
     def alltoall(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer) -> None:
         if recv.size:
-            stream = self._begin()
             (s, count, u8), r = self._bytes(send), _pointer(recv)
-            self.raw.allto_all(s, r, count // len(team), u8, self._comm(team), stream)
-            self.settle("an NCCL alltoall")
+            self._queue(team, self.raw.allto_all, s, r, count // len(team), u8)
+            self._settled("an NCCL alltoall")
 
     def broadcast(self, team: tuple[int, ...], buf: DeviceBuffer, root: int) -> None:
         if buf.size:
-            stream = self._begin()
             b, count, u8 = self._bytes(buf)
-            self.raw.broadcast(b, b, count, u8, root, self._comm(team), stream)
-            self.settle("an NCCL broadcast")
+            self._queue(team, self.raw.broadcast, b, b, count, u8, root)
+            self._settled("an NCCL broadcast")
 
     def allreduce(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer, kind: str) -> None:
         if recv.size:
-            stream = self._begin()
             (s, count, dtype), r = self._typed(send), _pointer(recv)
-            self.raw.all_reduce(s, r, count, dtype, self._op(kind), self._comm(team), stream)
-            self.settle("an NCCL allreduce")
+            self._queue(team, self.raw.all_reduce, s, r, count, dtype, self._op(kind))
+            self._settled("an NCCL allreduce")
 
     def reduce_scatter(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer, kind: str) -> None:
         if recv.size:
             self.start_reduce_scatter(team, send, recv, kind)
-            self.settle("an NCCL reduce scatter")
+            self._settled("an NCCL reduce scatter")
 
     def start_reduce_scatter(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer,
                              kind: str) -> None:
         """Queue a reduce_scatter after everything issued so far, as start_p2p
         does an exchange: `finish` orders the rest after it."""
         if recv.size:
-            stream = self._begin()
             s, (r, count, dtype) = _pointer(send), self._typed(recv)
-            self.raw.reduce_scatter(s, r, count, dtype, self._op(kind), self._comm(team), stream)
+            self._queue(team, self.raw.reduce_scatter, s, r, count, dtype, self._op(kind))
 
     def p2p(self, sends: list[tuple[int, DeviceBuffer]], recvs: list[tuple[int, DeviceBuffer]]) -> None:
         self.start_p2p(sends, recvs)
@@ -248,20 +282,23 @@ class NcclWire:
     def start_p2p(self, sends: list[tuple[int, DeviceBuffer]], recvs: list[tuple[int, DeviceBuffer]]) -> None:
         """Queue an exchange after everything issued so far; `finish` waits for it.
         Until then its buffers must stay alive and unwritten."""
-        stream, world = self._begin(), self.raw.Comm(self.world.ptr)
+        self._queue(None, self._group, tuple((*self._bytes(a), peer) for peer, a in sends if a.size),
+                    tuple((*self._bytes(a), peer) for peer, a in recvs if a.size))
+
+    def _group(self, sends: tuple[tuple[int, int, int, int], ...], recvs: tuple[tuple[int, int, int, int], ...],
+               world: Any, stream: int) -> None:
+        """One NCCL group of sends and receives (pointer, bytes, type, peer) on the world's communicator."""
         self.raw.group_start()
         try:
-            for peer, a in sends:
-                if a.size:
-                    self.raw.send(*self._bytes(a), peer, world, stream)
-            for peer, a in recvs:
-                if a.size:
-                    self.raw.recv(*self._bytes(a), peer, world, stream)
+            for args in sends:
+                self.raw.send(*args, world, stream)
+            for args in recvs:
+                self.raw.recv(*args, world, stream)
         finally:
             self.raw.group_end()
 
     def finish(self, what: str) -> None:
-        self.settle(what)
+        self._settled(what)
 
 
 def _pointer(b: DeviceBuffer) -> int:

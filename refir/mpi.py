@@ -145,6 +145,12 @@ class Comms:
             self._count(kind)
         return self.others[key][0]
 
+    def found(self, kind: str, devices: tuple[int, ...]) -> Any:
+        """The team's communicator of `kind` if one is made (None: none now),
+        without making one: a replayed run checks that its are still there."""
+        got = self.others.get((kind, devices))
+        return None if got is None else got[0]
+
     def _count(self, kind: str) -> None:
         self.created[kind] = self.created.get(kind, 0) + 1
 

@@ -42,14 +42,21 @@ def launched_by_mpi() -> bool:
 _LAUNCHED: list[bool] = []
 
 
+# REFIR_MPI_ALONE=1: a launch of one rank takes refir's MPI path all the same
+# (the agreement, the inputs handed out, the results gathered, a one-rank NCCL
+# communicator on a GPU), to measure and test that path where one GPU is all there is.
+ALONE = os.environ.get("REFIR_MPI_ALONE", "") == "1"
+
+
 def mpi_world() -> World | None:
-    """The MPI world when this process is one of several MPI ranks."""
+    """The MPI world when this process is one of several MPI ranks (or, with
+    REFIR_MPI_ALONE=1, the only one)."""
     if not launched_by_mpi():
         return None
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    if comm.size == 1:
+    if comm.size == 1 and not ALONE:
         return None
     return World(comm.size, (comm.rank,), comm)
 

@@ -18,75 +18,16 @@ import numpy as np
 import pytest
 
 import refir
-from gpu_backend import gemm, graph, kernels, launch, memory, recording, replay
-from gpu_backend.buffer import DeviceBuffer
+from gpu_backend import gemm, graph, kernels, launch, memory, recording, replay, replay_trace
 from gpu_backend.device import SIMULATED
-from gpu_backend.memory import Lease, Memory
-from gpu_backend.pool import SizeClassPool
 from refir.inputs import default_bindings, draw_inputs
 from refir.lower import lower
 from refir.types import BF16
 from refir.world import local_world
 
 sys.path.insert(0, os.path.dirname(__file__))
+from fake_device import PROGRAM, FakeDevice, data, run, use_fake  # noqa: E402
 from helpers import EXAMPLES, OWN_EXAMPLES, ROOT  # noqa: E402
-
-PROGRAM = """mesh m = [0]
-func main(x: f32[M, K@DIDx], w: f32[K@DIDx, N]) {
-  out = matmul(x, w)
-  return out
-}
-"""
-
-
-class Block:
-    def __init__(self, address: int) -> None:
-        self.device_pointer_value = address
-
-
-class FakeDevice:
-    """Device memory by address, the pool over it, and the replay's host copies."""
-
-    def __init__(self) -> None:
-        self.memory: dict[int, np.ndarray] = {}
-        self.next = 1 << 20
-        self.pool = SizeClassPool(self._upstream)
-
-    def _upstream(self, size: int) -> Block:
-        self.next += size
-        return Block(self.next - size)
-
-    def up(self, address: int, host: np.ndarray) -> None:
-        self.memory[address] = host.copy()
-
-    def down(self, host: np.ndarray, address: int) -> None:
-        host[...] = self.memory[address].view(host.dtype)[:host.size]
-
-    def upload(self, x: np.ndarray) -> DeviceBuffer:  # stands in for buffer.upload
-        block, size = memory._pool.take(x.nbytes)
-        data = Memory(block.device_pointer_value, x.size, x.dtype, Lease(memory._pool, block, size))
-        self.up(data.ptr, np.ascontiguousarray(x).reshape(-1))
-        return DeviceBuffer.dense(data, x.shape)
-
-    def download(self, b: DeviceBuffer) -> np.ndarray:  # stands in for buffer.download
-        host = np.empty(b.size, b.dtype)
-        self.down(host, b.data.ptr)
-        return host.reshape(b.shape)
-
-    def matmul(self, out: int, a: int, b: int, m: int, k: int, n: int) -> None:  # the one "kernel"
-        x = self.memory[a][:m * k].reshape(m, k)
-        w = self.memory[b][:k * n].reshape(k, n)
-        self.memory[out] = (x @ w).reshape(-1)
-
-
-def use_fake(monkeypatch, dev: FakeDevice) -> None:
-    """The pool, uploads and downloads of `dev`, with replays and direct launches on."""
-    monkeypatch.setattr(memory, "_pool", dev.pool)
-    monkeypatch.setattr(replay, "ENABLED", True)
-    monkeypatch.setattr(launch, "FAST", True)
-    monkeypatch.setattr(launch, "DIRECT", True)
-    monkeypatch.setattr(replay, "upload", dev.upload)
-    monkeypatch.setattr("gpu_backend.buffer.download", dev.download)
 
 
 @pytest.fixture
@@ -98,32 +39,6 @@ def device(monkeypatch):
         monkeypatch.setitem(replay.counts, k, 0)
     yield dev
     replay.forget()
-
-
-def run(dev: FakeDevice, lowered, inputs, world=None, scalars=None, spoil=None):
-    """run_gpu's shape, on the fake device: a replay, else a recorded full run."""
-    world = world or local_world(1)
-    scalars = {"M": inputs["x"][0].shape[0], "K": 8, "N": 3} if scalars is None else scalars
-    again = replay.replayed(lowered, inputs, scalars, world, dev)
-    if again is not None:
-        return again
-    with replay.Recorder(lowered, inputs, scalars, world) as record:
-        bufs = record.uploads(inputs)
-        x, w = bufs["x"][0], bufs["w"][0]
-        (m, k), n = x.shape, w.shape[1]
-        out = DeviceBuffer.empty((m, n), x.dtype)
-        recording.note(dev.matmul, out.data.ptr, x.data.ptr, w.data.ptr, m, k, n)
-        dev.matmul(out.data.ptr, x.data.ptr, w.data.ptr, m, k, n)
-        if spoil is not None:
-            spoil()
-        results = {"out": {0: out}}
-        del bufs, x, w, out  # as run_gpu holds nothing but `results`, which downloads empties
-        return record.downloads(results)
-
-
-def data(seed: int, m: int = 4, dtype=np.float32):
-    rng = np.random.default_rng(seed)
-    return {"x": {0: rng.integers(-4, 4, (m, 8)).astype(dtype)}, "w": {0: rng.integers(-4, 4, (8, 3)).astype(dtype)}}
 
 
 def test_a_recorded_run_is_replayed_on_new_data(device):
@@ -191,9 +106,47 @@ def test_retake_leaves_the_pool_as_the_run_did():
     assert lists[0] == lists[1]
     assert stepwise.stats() == folded_.stats()
     taken = folded_.take(600)
-    assert not folded_.retake(*replay.folded(events))  # a block in use: nothing taken
+    assert folded_.retake(*replay.folded(events)) is None  # a block in use: nothing taken
     folded_.give(*taken)
     assert folded_.stats().in_use == 0 and sum(map(len, folded_.free.values())) == 5
+
+
+def free_lists(pool):
+    return {c: [b.device_pointer_value for b in blocks] for c, blocks in pool.free.items()}
+
+
+def test_a_failed_or_undone_retake_leaves_the_pool_as_it_was():
+    """Which block a take hands out depends on the free lists' order: a retake
+    that finds some block in use, or one undone because another rank cannot
+    replay, must leave every list in its order, and the counts, as they were."""
+    dev = FakeDevice()
+    pool = dev.pool
+    warm = [pool.take(n) for n in (600, 600, 600, 700, 2000, 2000, 5000)]
+    for block, size in warm[::2] + warm[1::2]:  # given back out of order: the lists' order is not the take order
+        pool.give(block, size)
+    (a, klass), (b, _), (c, _), (e, _) = (pool.take(600) for _ in range(4))  # four blocks of one class
+    for block in (a, e, b, c):  # given back with e, not the run's, between the run's blocks
+        pool.give(block, klass)
+    d, size_d = pool.take(2000)
+    pool.give(d, size_d)
+    before, stats = free_lists(pool), pool.stats()
+    events = [(True, klass, x.device_pointer_value) for x in (a, b)] + [(True, size_d, d.device_pointer_value)]
+    events += [(True, klass, c.device_pointer_value)]  # the run's block that is found in use: looked for last
+    events += [(False, klass, x.device_pointer_value) for x in (b, c, a)] + [(False, size_d, d.device_pointer_value)]
+    hog = pool.take(5000)  # not in the run: a retake must not disturb it
+    held = pool.take(600)  # the last block of the class given back: one of the run's, now in use
+    assert held[0] is c
+    mid, mid_stats = free_lists(pool), pool.stats()
+    assert pool.retake(*replay.folded(events)) is None
+    assert free_lists(pool) == mid and pool.stats() == mid_stats  # every list as it was, in its order
+    pool.give(*held)
+    pool.give(*hog)
+    before, stats = free_lists(pool), pool.stats()
+    retaken = pool.retake(*replay.folded(events))
+    assert retaken is not None and free_lists(pool) != before
+    assert pool.stats().reused == stats.reused + 4
+    retaken.undo()
+    assert free_lists(pool) == before and pool.stats() == stats
 
 
 def replays_again(device, lowered, inputs, **kw) -> bool:
@@ -290,8 +243,8 @@ class FakeGraph:
 @pytest.mark.parametrize("skew", [False, True])
 def test_a_graph_is_kept_only_where_its_bits_are_the_calls(device, monkeypatch, skew):
     made = []
-    monkeypatch.setattr(replay, "capture_graph", lambda calls, gemm_ex: made.append(FakeGraph(calls, device, skew))
-                        or made[-1])
+    monkeypatch.setattr(replay_trace, "capture_graph",
+                        lambda calls, gemm_ex: made.append(FakeGraph(calls, device, skew)) or made[-1])
     lowered = lower(refir.verify(refir.load(PROGRAM)))
     run(device, lowered, data(1))
     assert replays_again(device, lowered, data(2))  # replayed call by call, then the graph made and tried

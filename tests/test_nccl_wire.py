@@ -167,3 +167,40 @@ def test_started_reduce_scatters_leave_the_kernels_free_until_finish():
                          ("reduce_scatter", 1000, 5000 + 64, 8, 4, 0, ("comm", 102), 77)]
     assert driver.calls[-2:] == [("record", "event2", 77), ("wait", 0, "event2")]
     assert pending.unsettled() == "a reduce_scatter"
+
+
+def test_a_recorded_run_notes_each_nccl_call_to_make_again_on_its_communicator(monkeypatch):
+    """Under a recording (gpu_backend/replay.py), the wire's calls are noted as
+    collectives; made again, they ask NCCL the very same; and a replay first
+    requires the team's communicator to be the one the calls used."""
+    from gpu_backend import recording
+    from refir.mpi import COMMS
+
+    w, driver, raw = wire()
+    owner = SimpleNamespace(ptr=102)
+    w.team = lambda devices: owner
+    w.mpi = SimpleNamespace(comm=SimpleNamespace(size=2))
+    a = DeviceBuffer.dense(Array(64, "float32"), (4,))
+    total = DeviceBuffer.dense(Array(256, "float32"), (4,))
+    record = recording.active = recording.Recording()
+    try:
+        w.allreduce((0, 1), a, total, "sum")
+        w.p2p([(1, a)], [])
+    finally:
+        recording.active = None
+    assert record.collectives == 4 and [c[0] for c in record.calls] == ["collective"] * 4
+    asked, recorded = list(raw.calls), [c for c in driver.calls if c[0] != "stream"]  # the stream: made once
+    raw.calls.clear()
+    driver.calls.clear()
+    pending._pending = None
+    for _, fn, args in record.calls:
+        fn(*args)
+    assert raw.calls == asked and driver.calls == recorded
+    assert pending.unsettled() == "an NCCL allreduce"
+    checks = record.requires
+    assert set(checks) == {("nccl", (0, 1)), ("nccl", "world")}
+    monkeypatch.setattr(COMMS, "others", {("nccl", (0, 1)): (owner, None)})
+    assert checks[("nccl", (0, 1))]() and not checks[("nccl", "world")]()  # the world's is not made here
+    monkeypatch.setattr(COMMS, "others", {("nccl", (0, 1)): (SimpleNamespace(ptr=102), None),
+                                          ("nccl", (0, 1)) * 0: None})
+    assert not checks[("nccl", (0, 1))]()  # made anew (refir.close(), then a run): not the one recorded
