@@ -48,8 +48,11 @@ blocks back (pool.Retaken.undo) and all run in full, recording afresh. The
 same allreduce numbers the runs alike on every rank (its maximum), so R
 names one run on every rank and traces of different runs (say each rank's
 inputs laid out as in another earlier run) are never replayed together.
-The round is taken whenever replays are on (REFIR_GPU_REPLAY must be the
-same on every rank), also by a rank without a key.
+The round is taken by every rank of every gpu run under MPI, also by a
+rank without a key or with replays off; it carries the replay and graph
+knobs too, and where REFIR_GPU_REPLAY, REFIR_GPU_GRAPH or
+REFIR_GPU_GRAPH_NCCL differ between ranks every rank stops with a RunError
+(a rank replaying, or graphing around NCCL, alone would hang its peers).
 
 Graphs under MPI: NCCL can be captured, but a rank whose capture failed or
 whose graph gave other bits would then make other calls than its peers, and
@@ -81,10 +84,12 @@ from typing import Any
 import numpy as np
 
 from gpu_backend import gemm, launch, memory, pending, recording
+from gpu_backend import graph as graphs
 from gpu_backend.buffer import DeviceBuffer, storage, upload
 from gpu_backend.device import SIMULATED
 from gpu_backend.memory import Memory
 from gpu_backend.replay_trace import Trace, counts, folded  # noqa: F401 (folded: for tests and probes)
+from refir.errors import RunError
 from refir.lower import Lowered
 from refir.world import World
 
@@ -138,7 +143,7 @@ def replayed(lowered: Lowered, inputs: dict[str, dict[int, Any]], scalars: dict[
     if trace is not None and (trace.lowered is not lowered or trace.pool is not pool or trace.comm is not world.comm):
         trace = None
     if world.comm is not None:
-        return _together(trace, inputs, transfers, world.comm) if ENABLED else None
+        return _together(trace, inputs, transfers, world.comm)  # the round also where replays are off
     if trace is None:
         return None
     with pool.lock:  # no other thread takes one of the run's blocks before the calls that use it are queued
@@ -160,7 +165,12 @@ def _together(trace: Trace | None, inputs: dict[str, dict[int, Any]], transfers:
         retaken = pool.retake(*trace.retake) if trace is not None and trace.ready() else None
         if trace is not None and retaken is None:
             counts["refused"] += 1
-        run_id, every = _agreed(comm, trace.run_id if retaken is not None else -1)
+        try:
+            run_id, every = _agreed(comm, trace.run_id if retaken is not None else -1)
+        except BaseException:
+            if retaken is not None:
+                retaken.undo()
+            raise
         _last_run[0] = -1 if every else run_id  # what this run records, if it runs in full
         if retaken is None:
             return None
@@ -185,10 +195,15 @@ def _agreed(comm: Any, mine: int) -> tuple[int, bool]:
 
     from refir.mpi import wait
 
-    sent = np.array([_runs_seen[0], mine, -mine], np.int64)
-    got = np.empty(3, np.int64)
+    knobs = int(ENABLED) | int(graphs.ENABLED) << 1 | int(graphs.WITH_NCCL) << 2
+    sent = np.array([_runs_seen[0], mine, -mine, knobs, -knobs], np.int64)
+    got = np.empty(5, np.int64)
     wait(comm.Iallreduce(sent, got, op=MPI.MAX), "every rank to say whether it replays its run")
     _runs_seen[0] = int(got[0]) + 1
+    if got[3] != -got[4]:  # a rank alone replaying, or graphing around NCCL, would leave its peers' calls unmatched
+        raise RunError("REFIR_GPU_REPLAY, REFIR_GPU_GRAPH and REFIR_GPU_GRAPH_NCCL must be set alike on every rank "
+                       f"(this rank: {os.environ.get('REFIR_GPU_REPLAY', '1')}, "
+                       f"{os.environ.get('REFIR_GPU_GRAPH', '1')}, {os.environ.get('REFIR_GPU_GRAPH_NCCL', '0')})")
     return int(got[0]), bool(got[1] >= 0 and got[1] == -got[2])
 
 

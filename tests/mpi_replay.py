@@ -22,6 +22,7 @@ from fake_device import PROGRAM, FakeDevice, data, run, use_fake  # noqa: E402
 import refir  # noqa: E402
 from gpu_backend import graph as graphs  # noqa: E402
 from gpu_backend import launch, replay, replay_trace  # noqa: E402
+from refir.errors import RunError  # noqa: E402
 from refir.lower import lower  # noqa: E402
 from refir.mpi import COMMS  # noqa: E402
 from refir.world import World, abort_on_error  # noqa: E402
@@ -123,6 +124,16 @@ def main() -> None:
     _, moved = step(11)
     assert moved["replayed"] == 1, moved
     done("a communicator made anew: both run in full, then replay again")
+
+    for knob, module in (("ENABLED", replay), ("ENABLED", graphs), ("WITH_NCCL", graphs)):
+        was = getattr(module, knob)
+        patch.setattr(module, knob, was if rank == 0 else not was)  # set unlike on the two ranks
+        with pytest.raises(RunError, match="must be set alike on every rank"):
+            step(12)
+        patch.setattr(module, knob, was)
+    _, moved = step(13)  # alike again: the rounds still line up
+    assert moved["replayed"] == 1, moved
+    done("knobs set unlike on the ranks: every rank stops with a RunError, none hangs")
 
     for fail_on, with_nccl in ((None, False), (1, False), (None, True), (1, True)):
         made: list[Launch] = []

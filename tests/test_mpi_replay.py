@@ -29,6 +29,7 @@ SCENARIOS = ["both replay: the full path's bits",
              "a rank without a key: both run in full, and record together again",
              "traces of different runs are not replayed together",
              "a communicator made anew: both run in full, then replay again",
+             "knobs set unlike on the ranks: every rank stops with a RunError, none hangs",
              "graphs between collectives or around them: right on every rank, NCCL inside only where all capture"]
 
 
