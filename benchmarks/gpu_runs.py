@@ -52,8 +52,9 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
 
     spots = [(rn, "verified", "verify"), (rn, "gather_outputs", "gather"), (rr, "settle", "agree"),
              (rr, "deliver_inputs", "deliver"), (rp, "_agreed", "replay round"),
-             (rn, "host_arrays", "host_arrays"), (rn, "bind_and_check", "bind"), (rn, "world_for", "world"),
-             (rn, "shard_inputs", "shard"), (gb, "check_local_inputs", "check inputs"),
+             (rn, "host_arrays", "host_arrays"), (rr, "host_arrays", "host_arrays"), (rn, "bind_and_check", "bind"),
+             (rr, "bind_and_check", "bind"), (rn, "world_for", "world"), (rn, "shard_inputs", "shard"),
+             (rr, "shard_inputs", "shard"), (gb, "check_local_inputs", "check inputs"),
              (gb, "use_device", "use_device"), (gb, "transport_for", "transport_for"),
              (rp, "upload", "upload"), (gb, "execute", "steps"), (gi.GpuLocal, "__call__", "(local steps)"),
              (gi, "matmul_into", "(of which matmul"),

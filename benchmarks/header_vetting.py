@@ -3,7 +3,7 @@
     python -m benchmarks.header_vetting
 
 Under MPI every run's result headers (refir.ranks.gather_to_root) reach
-every rank, and refir.runner.vet_headers checks them. Its skip for headers
+every rank, and refir.result_headers.vet_headers checks them. Its skip for headers
 seen good before used to be a second cache: a key of the bindings and every
 header, built and hashed on every call (refir.memo), on top of the headers'
 round (refir.mpi.allgather_obj with `reuse`), which already hands back the
@@ -24,8 +24,9 @@ import numpy as np
 
 import refir
 from benchmarks.phases import PATTERN
-from refir import runner
+from refir import result_headers
 from refir.memo import Memo
+from refir.prepare import bind_and_check, verified
 from refir.ranks import entry
 
 CALLS, ROUNDS = 2_000, 100
@@ -39,7 +40,7 @@ def two_caches(good: Memo[None]):  # noqa: ANN201
         hash(signature)
         if good.has(checked, signature):
             return None
-        error = runner._vet_headers(checked, bindings, every)
+        error = result_headers._vet_headers(checked, bindings, every)
         if error is None:
             good.put(checked, signature, None)
         return error
@@ -61,7 +62,7 @@ def through_memo(good: PeekMemo):  # noqa: ANN201
         signature = tuple(bindings.items())
         if good.peek(checked, signature) is every:
             return None
-        error = runner._vet_headers(checked, bindings, every)
+        error = result_headers._vet_headers(checked, bindings, every)
         if error is None:
             good.put(checked, signature, every)
         return error
@@ -71,19 +72,19 @@ def through_memo(good: PeekMemo):  # noqa: ANN201
 
 def main() -> None:
     for ranks in (2, 4):
-        checked = runner.verified(refir.load(PATTERN.format(devices=", ".join(map(str, range(ranks))))), None)
+        checked = verified(refir.load(PATTERN.format(devices=", ".join(map(str, range(ranks))))), None)
         inputs = {"x": np.zeros((8, 16), np.float32), "w": np.zeros((16, 8), np.float32),
                   "bias": np.zeros(8, np.float32)}
-        bindings = runner.bind_and_check(checked, inputs)
+        bindings = bind_and_check(checked, inputs)
         every = [[entry("out", 0, np.zeros((8, 8), np.float32))]] + [[] for _ in range(ranks - 1)]
         old, memo = two_caches(Memo()), through_memo(PeekMemo())
-        assert old(checked, bindings, every) is None and runner.vet_headers(checked, bindings, every) is None
+        assert old(checked, bindings, every) is None and result_headers.vet_headers(checked, bindings, every) is None
         assert memo(checked, bindings, every) is None
         costs = {
             "two caches (before)": lambda: old(checked, bindings, every),  # noqa: B023
-            "the round's reuse alone (after)": lambda: runner.vet_headers(checked, bindings, every),  # noqa: B023
+            "the round's reuse alone (after)": lambda: result_headers.vet_headers(checked, bindings, every),  # noqa: B023
             "the same through a Memo's peek": lambda: memo(checked, bindings, every),  # noqa: B023
-            "vetting afresh": lambda: runner._vet_headers(checked, bindings, every),  # noqa: B023
+            "vetting afresh": lambda: result_headers._vet_headers(checked, bindings, every),  # noqa: B023
         }
         best = dict.fromkeys(costs, float("inf"))
         for _ in range(ROUNDS):

@@ -27,7 +27,9 @@ from gpu_backend import graph as graphs
 from gpu_backend.buffer import host_span
 from gpu_backend.device import SIMULATED, cuda
 from gpu_backend.driver_launch import DirectLaunch, copy_bytes
-from refir import runner
+from refir.backends import backend_world, world_for
+from refir.prepare import bind_and_check, lowered_of, verified
+from refir.shard import shard_inputs
 from refir.world import mpi_world
 
 SIZES = [(256, 512, 256), (512, 512, 512)]
@@ -87,14 +89,14 @@ def main() -> int:
     for m, k, n in SIZES:
         for seed in range(3):  # compile, record, replay
             refir.run(program, inputs_of(m, k, n, seed), backend="gpu")
-        checked_ = runner.verified(program, None)
-        lowered = runner.lowered_of(checked_)
-        bindings = runner.bind_and_check(checked_, inputs_of(m, k, n, 0))
-        world = runner.backend_world(runner.world_for(checked_, None, mpi_world()))
+        checked_ = verified(program, None)
+        lowered = lowered_of(checked_)
+        bindings = bind_and_check(checked_, inputs_of(m, k, n, 0))
+        world = backend_world(world_for(checked_, None, mpi_world()))
         trace = next(t for t in replay._traces.values() if t.lowered is lowered and t.calls[-1][4] == m * n)
         times: dict[str, list[float]] = {}
         for seed in range(RUNS):
-            local = runner.shard_inputs(checked_, inputs_of(m, k, n, 10 + seed), (0,))
+            local = shard_inputs(checked_, inputs_of(m, k, n, 10 + seed), (0,))
             if world.comm is not None:
                 replay._agreed(world.comm, -1)  # each replay under MPI takes its round first
             for label, t in pieces(trace, local).items():
@@ -113,7 +115,7 @@ def main() -> int:
             continue
         kept, same, graphed, by_call = trace.graph, True, [], []  # type: ignore[var-annotated]
         for seed in range(RUNS):
-            local = runner.shard_inputs(checked_, inputs_of(m, k, n, 100 + seed), (0,))
+            local = shard_inputs(checked_, inputs_of(m, k, n, 100 + seed), (0,))
             results = []
             for way, spent in (((graph,), graphed), (False, by_call)):
                 trace.graph = way

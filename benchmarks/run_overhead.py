@@ -30,9 +30,12 @@ from benchmarks.phases import PATTERN, nested, phase_medians
 
 SIZES = [tuple(int(n) for n in s.split(",")) for s in os.environ.get("RUN_SIZES", "8,16,8 256,512,256").split()]
 REPEATS = int(os.environ.get("RUN_REPEATS", "300"))
-# (module, attribute, label); a label in parentheses is part of the phase before it
+# (module, attribute, label); a label in parentheses is part of the phase before it. Each
+# function is wrapped where its caller looks it up: refir.runner's and refir.ranks' names
+# (before the runner's split, refir.ranks looked both up in refir.runner, and has neither).
 SPOTS = [("refir.runner", "verified", "verify"), ("refir.runner", "bind_and_check", "bind"),
-         ("refir.ranks", "settle", "agree"), ("refir.runner", "shard_inputs", "shard"),
+         ("refir.ranks", "bind_and_check", "bind"), ("refir.ranks", "settle", "agree"),
+         ("refir.runner", "shard_inputs", "shard"), ("refir.ranks", "shard_inputs", "shard"),
          ("refir.ranks", "deliver_inputs", "deliver"), ("interp.backend", "run_spmd", "backend"),
          ("interp.spmd.NumpyLocal", "__call__", "(local steps"),
          ("interp.spmd.NumpyTransport", "communicate", "communication)"),

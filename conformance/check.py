@@ -23,12 +23,14 @@ from conformance.cases import Case
 from conformance.compare import Problem, assemble, layout_problems, sharing_problems, value_problems
 from conformance.data import changed, snapshot
 from interp.global_eval import eval_global
+from refir.backends import Backend, Shards, backend_named, backend_world, resolve_world
 from refir.bindings import bind_inputs, devices_needed
 from refir.errors import RefirError
 from refir.expect import check_expects
+from refir.gather import share_shards
 from refir.lower import Lowered, Segment, lower
 from refir.program import Param
-from refir.runner import Backend, Shards, backend_named, backend_world, resolve_world, shard_inputs, share_shards
+from refir.shard import shard_inputs
 from refir.world import World, mpi_world
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from refir import runner
+from refir.assemble import assemble as assemble_blocks
 from refir.types import Bindings, TensorType, dense_strides, has_layout, is_float, local_shape
 
 CHECKS: dict[str, str] = {
@@ -105,10 +105,10 @@ def _empty_dense(buf: np.ndarray, order: tuple[int, ...]) -> bool:
 
 def assemble(name: str, t: TensorType, buffers: dict[int, np.ndarray],
              bindings: Bindings) -> tuple[np.ndarray | None, list[Problem]]:
-    """The global array from every device's block (refir.runner.assemble);
+    """The global array from every device's block (refir.assemble.assemble);
     replicas must agree by the numerics model. A block of the wrong shape is
     left to layout_problems."""
-    got = runner.assemble(t, buffers, bindings, lambda a, b: not bad_elements(a, b, np.zeros(a.shape)).any())
+    got = assemble_blocks(t, buffers, bindings, lambda a, b: not bad_elements(a, b, np.zeros(a.shape)).any())
     problems = [Problem("error", f"the backend returned no buffer of {name} for device {d}") for d in got.missing]
     problems += [Problem("replicas", f"devices {first} and {d} hold different values for the same block of {name}")
                  for first, d in got.disagree]

@@ -24,9 +24,9 @@ import interp.spmd
 import interp.transport
 import refir.teams
 from refir import ops
+from refir.backends import Shards
 from refir.lower import Lowered, Step
 from refir.program import Sym
-from refir.runner import Shards
 from refir.teams import Team
 from refir.types import TensorType, block_size, has_layout, local_shape
 from refir.world import World, launched_by_mpi

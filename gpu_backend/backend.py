@@ -15,9 +15,9 @@ from gpu_backend.device import announce, use_device
 from gpu_backend.impls import GpuLocal
 from gpu_backend.transports import LaidOut, transport_for
 from interp.spmd import execute
+from refir.backends import Shards
 from refir.bindings import check_local_inputs
 from refir.lower import Lowered
-from refir.runner import Shards
 from refir.world import World
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 import refir
 from gpu_backend.device import SIMULATED, cuda, use_device
-from refir.runner import shard_inputs
+from refir.shard import shard_inputs
 from refir.world import mpi_world
 
 # (DTensor's placements from->to and the global shape, refir's parameters and equation, input shapes)

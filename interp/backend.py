@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from interp.spmd import NumpyLocal, NumpyTransport, execute
 from interp.transport import InProcess, Transport
+from refir.backends import Shards
 from refir.bindings import check_local_inputs
 from refir.lower import Lowered
-from refir.runner import Shards
 from refir.world import World
 
 

@@ -18,14 +18,15 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from refir.backends import Shards
 from refir.errors import InputError
 from refir.mpi import COMMS, agreed, allgather_obj, as_agreed, bcast_obj, fault, recv_bytes, wait
-from refir.runner import block_shape
-from refir.types import block_slices, global_shape, memory_order, receive_into, wire_bytes
+from refir.prepare import bind_and_check, host_arrays
+from refir.shard import shard_inputs
+from refir.types import block_shape, block_slices, global_shape, memory_order, receive_into, wire_bytes
 from refir.verify import Checked
 from refir.world import World
 
-Shards = dict[str, dict[int, np.ndarray]]
 INPUT_TAG, HEADER_TAG, RESULT_TAG = 41, 42, 43
 
 
@@ -37,8 +38,6 @@ def settle(checked: Checked, inputs: dict[str, Any],
     lowering) on every rank, in one exchange: any error stops every rank, rank
     0's bindings hold everywhere. Returns `step()`'s value, this rank's inputs
     as numpy arrays, the bindings and the ranks that were given no inputs."""
-    from refir.runner import bind_and_check, host_arrays
-
     comm = COMMS.world()
 
     def check() -> tuple[dict[str, int] | None, dict[str, np.ndarray], Any]:
@@ -59,8 +58,6 @@ def settle(checked: Checked, inputs: dict[str, Any],
 def deliver_inputs(checked: Checked, inputs: dict[str, np.ndarray], bindings: dict[str, int], world: World,
                    needy: list[int]) -> Shards:
     """Each needy rank's blocks, from rank 0; other ranks keep their own."""
-    from refir.runner import shard_inputs
-
     fault("inputs")
     shards: Shards = shard_inputs(checked, inputs, world.hosted) if inputs else {}
     if not needy:  # every rank was given the inputs: nothing travels

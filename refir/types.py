@@ -208,6 +208,11 @@ def block_slices(t: TensorType, device: int, shape: tuple[int, ...]) -> tuple[sl
     return tuple(out)
 
 
+def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, ...]:
+    """The shape of `index` (block_slices) in an array of `shape`."""
+    return tuple(len(range(*s.indices(n))) for s, n in zip(index, shape)) + shape[len(index):]
+
+
 def divides(t: TensorType, bindings: Bindings) -> bool:
     """Whether every sharded axis of `t` cuts into equal blocks."""
     return all(extent_value(a.extent, bindings) % t.mesh.size(a.shard) == 0 for a in t.axes if a.shard)

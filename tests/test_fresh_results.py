@@ -16,10 +16,10 @@ import refir
 from interp.backend import run_spmd
 from interp.spmd import execute
 from interp.transport import InProcess
+from refir.backends import Shards
 from refir.errors import RunError
 from refir.listing import format_lowered
 from refir.lower import lower
-from refir.runner import Shards
 from refir.world import mpi_world
 
 sys.path.insert(0, os.path.dirname(__file__))

@@ -12,7 +12,7 @@ from interp.spmd import NumpyLocal, NumpyTransport, execute
 from interp.transport import InProcess
 from refir.bindings import bind_inputs
 from refir.lower import lower
-from refir.runner import shard_inputs
+from refir.shard import shard_inputs
 from tests.helpers import SEED2
 
 

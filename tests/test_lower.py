@@ -17,7 +17,7 @@ from refir.errors import RunError
 from refir.listing import format_lowered
 from refir.lower import lower
 from refir.ops import op_name
-from refir.runner import shard_inputs
+from refir.shard import shard_inputs
 from refir.teams import Team, teams
 from refir.types import Mesh, dense_strides
 

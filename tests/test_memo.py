@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 import refir
+import refir.backends
 import refir.bindings
-import refir.runner
+import refir.prepare
+import refir.shard
 from interp import spmd
 from refir.errors import InputError
 from refir.memo import Memo, shape_signature
@@ -24,8 +26,8 @@ def expected(given: dict[str, np.ndarray]) -> np.ndarray:
     return np.maximum(given["x"] @ given["w"] + given["bias"], 0)
 
 
-MEMOS = {"bindings": refir.runner._BOUND, "input blocks": refir.runner._BLOCKS,
-         "world": refir.runner._WORLDS, "local input checks": refir.bindings._LOCAL_OK,
+MEMOS = {"bindings": refir.prepare._BOUND, "input blocks": refir.shard._BLOCKS,
+         "world": refir.backends._WORLDS, "local input checks": refir.bindings._LOCAL_OK,
          "communication types": spmd._RESOLVED}
 
 
@@ -114,7 +116,7 @@ def test_received_buffers_are_each_devices_own():
 
 
 def test_replicas_are_compared_bit_for_bit_in_any_layout():
-    from refir.runner import same_bits
+    from refir.assemble import same_bits
 
     a = np.array([[np.nan, -0.0], [1.0, 2.0]], np.float32)
     other_nan = a.copy()

@@ -14,8 +14,8 @@ from helpers import EXAMPLES, ROOT, needs_shared, run_mpi, shared_example
 
 import refir
 from refir.expect import check_expects
+from refir.gather import root_blocks
 from refir.inputs import default_bindings, draw_inputs
-from refir.runner import root_blocks
 
 DRIVER = str(ROOT / "tests" / "mpi_driver.py")
 BIGGER = {"allreduce_then_bias": {"D": 6, "K": 5, "M": 3, "N": 7}, "collectives": {"R": 8, "C": 12, "P": 4},

@@ -100,8 +100,8 @@ def fitted(text: str, devices: str, size: int) -> tuple:
 
 def main() -> int:
     from gpu_backend import replay
-    from refir import runner
     from refir.errors import RefirError
+    from refir.prepare import lowered_of, verified
     from refir.world import mpi_world
 
     world = mpi_world()
@@ -118,7 +118,7 @@ def main() -> int:
             found, replayed = problems(program, checked)
         except RefirError as exc:
             found, replayed = [f"{type(exc).__name__}: {exc}"], 0
-        lowered = runner.lowered_of(runner.verified(program, None))
+        lowered = lowered_of(verified(program, None))
         collectives = max((t.collectives for t in replay._traces.values() if t.lowered is lowered), default=0)
         if name == "seed2" and (replayed < 3 or collectives == 0):  # the process's first run finds no pool yet
             found.append(f"replayed {replayed} of 5 runs, {collectives} collective calls recorded "

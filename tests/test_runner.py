@@ -264,7 +264,7 @@ def test_a_dense_buffer_travels_and_comes_back_with_its_very_strides(case):
 @needs_shared
 @pytest.mark.parametrize("backend", ["spmd", "gpu"])
 def test_local_buffers_handed_straight_to_a_backend_are_checked(backend):
-    from refir.runner import backend_named
+    from refir.backends import backend_named
     from refir.world import local_world
 
     low = lower(refir.verify(refir.load(LAYOUTS)))
@@ -310,22 +310,23 @@ def test_result_headers_are_vetted_again_unless_the_round_handed_back_the_same_l
 
     import refir
     from benchmarks.phases import PATTERN
-    from refir import runner
+    from refir import result_headers
+    from refir.prepare import bind_and_check, verified
     from refir.ranks import entry
 
-    checked = runner.verified(refir.load(PATTERN.format(devices="0, 1")), None)
+    checked = verified(refir.load(PATTERN.format(devices="0, 1")), None)
     x, w, b = np.zeros((8, 16), np.float32), np.zeros((16, 8), np.float32), np.zeros(8, np.float32)
-    bindings = runner.bind_and_check(checked, {"x": x, "w": w, "bias": b})
+    bindings = bind_and_check(checked, {"x": x, "w": w, "bias": b})
     vetted = []
-    real = runner._vet_headers
-    monkeypatch.setattr(runner, "_vet_headers", lambda *a: vetted.append(a[2]) or real(*a))
+    real = result_headers._vet_headers
+    monkeypatch.setattr(result_headers, "_vet_headers", lambda *a: vetted.append(a[2]) or real(*a))
     every = [[entry("out", 0, np.zeros((8, 8), np.float32))], []]
-    assert runner.vet_headers(checked, bindings, every) is None
-    assert runner.vet_headers(checked, bindings, every) is None
+    assert result_headers.vet_headers(checked, bindings, every) is None
+    assert result_headers.vet_headers(checked, bindings, every) is None
     assert vetted == [every]
     again = [list(e) for e in every]
-    assert runner.vet_headers(checked, bindings, again) is None and len(vetted) == 2
+    assert result_headers.vet_headers(checked, bindings, again) is None and len(vetted) == 2
     bad = [[entry("out", 0, np.zeros((8, 7), np.float32))], []]
     for _ in range(2):
-        assert "local shape (8, 7)" in str(runner.vet_headers(checked, bindings, bad))
+        assert "local shape (8, 7)" in str(result_headers.vet_headers(checked, bindings, bad))
     assert len(vetted) == 4

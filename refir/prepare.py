@@ -1,0 +1,65 @@
+"""What a run works out before any device is handed anything: the program
+verified and lowered (once per program), the inputs made numpy arrays, bound
+and checked against refir's limits (once per program and input signature)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from refir.arrays import host_array
+from refir.bindings import bind_inputs
+from refir.limits import check_shape
+from refir.lower import Lowered, lower
+from refir.memo import Memo, shape_signature
+from refir.program import Program
+from refir.types import global_shape
+from refir.verify import Checked, verify
+
+
+def host_arrays(inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {name: host_array(name, x) for name, x in inputs.items()}
+
+
+def bind_and_check(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str, int]:
+    """The inputs' bindings, and every value's global shape within refir's limits
+    (worked out once per program and input shapes: refir.memo)."""
+    signature = shape_signature(inputs)
+
+    def work() -> dict[str, int]:
+        bindings = bind_inputs(checked, inputs)
+        for name, t in checked.types.items():  # intermediates too, before any is allocated
+            check_shape(global_shape(t, bindings), f"{name}: {t}")
+        return bindings
+
+    if signature is None:
+        return work()
+    return dict(_BOUND.get(checked, signature, work))  # a copy: the caller may change its bindings
+
+
+_BOUND: Memo[dict[str, int]] = Memo()
+
+
+# Programs are immutable: a program run again (refir.run in a loop) is verified
+# and lowered once. Keyed by identity; each entry keeps its program alive.
+_KEPT: OrderedDict[tuple[int, str | None], tuple[Program, Checked]] = OrderedDict()
+_LOWERED: dict[int, tuple[Checked, Lowered]] = {}
+
+
+def verified(program: Program, func: str | None) -> Checked:
+    key = (id(program), func)
+    if key not in _KEPT:
+        _KEPT[key] = (program, verify(program, func))
+        while len(_KEPT) > 16:
+            _, (_, gone) = _KEPT.popitem(last=False)
+            _LOWERED.pop(id(gone), None)
+    _KEPT.move_to_end(key)
+    return _KEPT[key][1]
+
+
+def lowered_of(checked: Checked) -> Lowered:
+    if id(checked) not in _LOWERED:
+        _LOWERED[id(checked)] = (checked, lower(checked))
+    return _LOWERED[id(checked)][1]
