@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from refir.types import Bindings, TensorType, global_shape
+from refir.types import Bindings, TensorType, as_dtype, global_shape
 
 KINDS = ("exact", "float", "special")
 SENTINEL = 77
@@ -76,7 +76,7 @@ def draw_values(dtype: np.dtype, shape: tuple[int, ...], kind: str, rng: np.rand
     if kind == "special":
         specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0])
         x = np.where(rng.random(shape) < 0.15, specials[rng.integers(0, len(specials), shape)], x)
-    return x.astype(dtype)
+    return as_dtype(x, dtype)
 
 
 def random_view(rank: int, rng: np.random.Generator) -> View:

@@ -7,7 +7,7 @@ import numpy as np
 from interp.impls import compute
 from refir.errors import RefirError, RunError
 from refir.program import Lit, Sym, Var
-from refir.types import Bindings
+from refir.types import Bindings, as_dtype
 from refir.verify import Checked
 from refir.where import describe_eqn
 
@@ -26,7 +26,7 @@ def eval_global(checked: Checked, inputs: dict[str, np.ndarray], bindings: Bindi
         except Exception as exc:  # a bug, reported with the equation that hit it
             raise RunError(describe_eqn(checked, eqn, f"{type(exc).__name__}: {exc}")) from exc
         if out.dtype != t.np_dtype:
-            out = out.astype(t.np_dtype)
+            out = as_dtype(out, t.np_dtype)
         env[eqn.out] = out
     # Fresh row-major copies: a result may be a view of an input (set, permute, or
     # the input itself), in the caller's strides.

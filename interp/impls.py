@@ -14,7 +14,7 @@ import numpy as np
 
 from refir import ops
 from refir.tables import registrar
-from refir.types import DTYPES, is_float
+from refir.types import BF16, DTYPES, as_dtype, is_float
 
 Impl = Callable[..., np.ndarray]
 IMPLS: dict[type, Impl] = {}
@@ -84,7 +84,7 @@ def cast(op: ops.Cast, x: np.ndarray) -> np.ndarray:
         return out
     if to.kind == "b":
         return np.asarray(x != 0)  # a 0-d comparison gives a numpy scalar
-    return x.astype(to)
+    return as_dtype(x, to)
 
 
 @impl(ops.Permute)
@@ -102,9 +102,9 @@ def unsqueeze(op: ops.Unsqueeze, x: np.ndarray) -> np.ndarray:
 def reduction(op: ops.Reduction, x: np.ndarray) -> np.ndarray:
     dims = tuple(op.dims)
     if op.kind == "sum":
-        return np.asarray(np.sum(x, axis=dims, dtype=wide(x.dtype))).astype(x.dtype)
+        return as_dtype(np.sum(x, axis=dims, dtype=wide(x.dtype)), x.dtype)
     if op.kind == "prod":
-        return np.asarray(np.prod(x, axis=dims, dtype=wide(x.dtype))).astype(x.dtype)
+        return as_dtype(np.prod(x, axis=dims, dtype=wide(x.dtype)), x.dtype)
     fold = COMBINE[op.kind]
     return np.asarray(fold.reduce(x, axis=dims, initial=identity(op.kind, x.dtype)))
 
@@ -113,7 +113,7 @@ def reduction(op: ops.Reduction, x: np.ndarray) -> np.ndarray:
 def matmul(op: ops.Matmul, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """[..., M, K] x [..., K, N] -> [..., M, N]."""
     acc = wide(a.dtype)
-    return np.asarray(np.matmul(a.astype(acc), b.astype(acc))).astype(a.dtype)
+    return as_dtype(np.matmul(a.astype(acc), b.astype(acc)), a.dtype)
 
 
 @impl(ops.Set)
@@ -156,4 +156,4 @@ def scalar_value(value: object, dtype: np.dtype) -> np.ndarray:
             value -= 1 << bits
         return np.array(value, dtype)
     with np.errstate(all="ignore"):
-        return np.array(value).astype(dtype) if dtype.kind in "iu" else np.array(value, dtype)
+        return as_dtype(value, dtype) if dtype.kind in "iu" or dtype == BF16 else np.array(value, dtype)

@@ -27,6 +27,7 @@ from refir.types import (
     SHARD_C2,
     Bindings,
     TensorType,
+    as_dtype,
     block,
     dense_strides,
     local_shape,
@@ -223,7 +224,9 @@ class NumpyLocal:
         else:
             tensors = [a for a in args if isinstance(a, np.ndarray)]
             out = compute(step.op, args, tensors[0].dtype)
-        out = np.asarray(out, step.type.np_dtype)
+        out = np.asarray(out)
+        if out.dtype != step.type.np_dtype:
+            out = as_dtype(out, step.type.np_dtype)
         if fresh_in_order(out, step.type.order) and not any(out is a for a in args):
             return out  # already a new array of its own, laid out as materialize would lay it
         return materialize(out, step.type.order)

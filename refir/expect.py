@@ -7,7 +7,7 @@ import numpy as np
 from refir.errors import InputError, MismatchError
 from refir.expr import evaluate
 from refir.program import Program
-from refir.types import finfo, is_float
+from refir.types import as_dtype, finfo, is_float
 
 
 def tolerance(dtype: np.dtype, terms: int = 1) -> float:
@@ -24,7 +24,7 @@ def _agrees(got: np.ndarray, want: np.ndarray, rtol: float) -> bool:
     if got.shape != want.shape:
         return False
     if not is_float(got.dtype) or rtol == 0:
-        return np.array_equal(got, want.astype(got.dtype), equal_nan=is_float(got.dtype))
+        return np.array_equal(got, as_dtype(want, got.dtype), equal_nan=is_float(got.dtype))
     want = want.astype(np.float64)
     g = got.astype(np.float64)
     scale = max(float(np.nanmax(np.abs(want), initial=0.0)), 1.0)

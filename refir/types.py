@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -36,6 +37,21 @@ RESERVED = frozenset({"b", "on", "layout", *DTYPES, *DIDS})
 
 def is_float(dtype: np.dtype) -> bool:
     return dtype.kind == "f" or dtype == BF16
+
+
+def as_dtype(x: Any, dtype: np.dtype) -> np.ndarray:
+    """`x` (an array or a Python number) in `dtype`, rounded as the spec says
+    (§2): a value reaches bfloat16 through float32, whatever its type, as the
+    gpu kernels round it. ml_dtypes rounded a double that way before 0.7 and
+    rounds it directly since, so refir says it itself."""
+    x = np.asarray(x)
+    if dtype == BF16 and x.dtype not in (_F32, BF16):
+        with np.errstate(all="ignore"):  # a double beyond float32's range is its infinity, as on the device
+            x = x.astype(np.float32)
+    return x.astype(dtype)
+
+
+_F32 = np.dtype(np.float32)
 
 
 def finfo(dtype: np.dtype) -> ml_dtypes.finfo:

@@ -1,6 +1,8 @@
 """bfloat16 on the gpu backend: the device stores its bits (numba has no bf16
-type) and converts in the kernels. The conversions agree with ml_dtypes bit for
-bit, and programs in bf16 agree with spmd on every buffer."""
+type) and converts in the kernels. The conversions agree bit for bit with
+ml_dtypes on float32 values and with the spec's rounding of a double (through
+float32, refir.types.as_dtype), and programs in bf16 agree with spmd on every
+buffer."""
 
 import sys
 from pathlib import Path
@@ -11,7 +13,7 @@ import pytest
 import refir
 from gpu_backend.functions import bf16_decode, bf16_encode
 from refir.inputs import default_bindings, draw_inputs
-from refir.types import BF16
+from refir.types import BF16, as_dtype
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import run_mpi  # noqa: E402
@@ -27,7 +29,7 @@ def test_decode_is_exact_on_every_bit_pattern():
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_encode_rounds_as_ml_dtypes():
+def test_encode_rounds_as_the_spec():
     rng = np.random.default_rng(0)
     every = np.arange(1 << 16, dtype=np.uint16).view(BF16).astype(np.float32)
     # Halfway and just-off-halfway points between neighbours (ties to even), subnormals, overflow.
@@ -37,7 +39,8 @@ def test_encode_rounds_as_ml_dtypes():
     values = np.concatenate([every, up, near, rng.standard_normal(2000).astype(np.float32),
                              np.float32([3.4e38, -3.4e38, 1e-40, -1e-45, 0.0, -0.0, np.inf])]).astype(np.float64)
     values = np.concatenate([values, doubles, [1 + 2.0**-8 + 2.0**-30]])  # a double that rounds via float
-    want = values.astype(BF16).view(np.uint16)
+    want = values.astype(np.float32).astype(BF16).view(np.uint16)  # ml_dtypes on float32: one rounding
+    assert np.array_equal(as_dtype(values, BF16).view(np.uint16), want)
     got = np.array([bf16_encode(v) for v in values], np.uint16)
     nan = np.isnan(values.astype(np.float32))
     assert np.array_equal(got[~nan], want[~nan])
@@ -66,6 +69,28 @@ func main(x: bf16[4@DIDx, 6], y: bf16[4, 6]) {
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("backend", ["global", "spmd", "gpu"])
+def test_a_double_reaches_bf16_through_float32(backend):
+    # a = 1 + 2^-8 + 2^-30: float32 drops the 2^-30, leaving a tie that goes to even
+    # (1.0); rounded directly, as ml_dtypes >= 0.7 rounds a double, it would be 1 + 2^-7.
+    # e = 1 + 2^-7 + 2^-8 - 2^-30: float32 rounds it up to a tie that goes to 1 + 2^-6.
+    a, e = 1 + 2.0**-8 + 2.0**-30, 1 + 2.0**-7 + 2.0**-8 - 2.0**-30
+    text = """mesh m = [0]
+func main(x: f64[3, 1], z: bf16[3, 1]) {
+  y: bf16[3, 1] = cast(x, dtype=bf16)
+  s: f64[1] = sum(x, dims=[0])
+  c: bf16[1] = cast(s, dtype=bf16)
+  t: bf16[1] = sum(z, dims=[0])
+  return y, c, t
+}"""
+    x = np.array([[a], [-a], [e]])  # its sum is e
+    z = np.array([[1.0], [2.0**-8], [2.0**-30]]).astype(BF16)  # each exact in bf16; the sum in float64 is a
+    out = refir.run(text, {"x": x, "z": z}, backend=backend).outputs
+    assert out["y"].view(np.uint16).ravel().tolist() == [0x3F80, 0xBF80, 0x3F82]
+    assert out["c"].view(np.uint16).tolist() == [0x3F82]
+    assert out["t"].view(np.uint16).tolist() == [0x3F80]
+
+
 def test_bf16_program_agrees_with_spmd_bit_for_bit():
     text = BF16_PROGRAM
     program = refir.parse(text)
