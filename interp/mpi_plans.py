@@ -8,7 +8,8 @@ a call is then a few numpy and MPI calls. At 1K elements the Python around the
 MPI call was most of a call's time, and four ranks sharing two cores pay for
 it about twice over (benchmarks/RESULTS.md, "third pass"). Results are arrays
 of their own (`result`: kept ones nobody holds any more, past 64 KiB; an
-allgather's may be a result slot in shared memory, interp/mpi_shared.py), in C
+allgather's or all_to_all's may be a result slot in shared memory,
+interp/mpi_shared.py), in C
 order where the result's axes keep their order, so that spmd's NumpyTransport
 need not copy them again. Uneven blocks are not
 planned: interp/mpi_transport.py's rules move them with MPI's v-variants.
@@ -135,7 +136,7 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
         shared = shared_segments(team.devices, count)
         if shared is not None and (results := shared_results(team.devices, count)) is not None:
             whole = _gathered_in_results(shared, results, sent, front, mine, rank)
-            return whole if back is None else whole.transpose(back)
+            return _handed_out(whole, back)
         whole = result(front, x.dtype)
         if shared is not None:
             # laid out straight into this rank's segment and its own place in the result (transposed into both
@@ -149,7 +150,7 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
         else:  # laid out by one copy in its own place (as MPI would copy it there), the others' come in place
             copy_into(whole[mine], sent)
             wait(comm.Iallgather(MPI.IN_PLACE, [whole, count, MPI.BYTE]), "an allgather")
-        return whole if back is None else whole.transpose(back)
+        return _handed_out(whole, back)
 
     return run
 
@@ -226,17 +227,20 @@ def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, ran
     return run
 
 
-# Up to this many ranks an all_to_all of runs sends this rank's own piece straight
-# into its result, piece by piece (1M, two ranks: 1.70 -> 1.41 of MPI's Alltoall);
-# with four, passing over the buffer once per piece lost to packing it whole
-# (1.33 -> 1.87; benchmarks/RESULTS.md).
+# Up to this many ranks an all_to_all of runs through the window sends this rank's
+# own piece straight into its result, piece by piece (1M, two ranks: 1.70 -> 1.41
+# of MPI's Alltoall); with four, passing over the buffer once per piece lost to
+# packing it whole (1.33 -> 1.87; benchmarks/RESULTS.md).
 OWN_PIECE_DIRECT_RANKS = 2
 
 
 @plan(ops.AllToAll)
 def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -> Run | None:
     """Piece k to member k; the received pieces lie side by side, concatenation
-    axis first, which is the result (no concatenating copy)."""
+    axis first, which is the result (no concatenating copy). On one node, each
+    piece goes straight from its sender's buffer into its receiver's result
+    where the results lie in shared memory (interp/mpi_shared.py's result
+    slots), else through the window."""
     n, blocks = len(team.devices), block_shapes(src, team.devices)
     shape, extent = blocks[rank], src.axes[op.split_axis].extent
     if len(set(blocks)) > 1 or extent % n or shape[op.split_axis] % n:
@@ -245,33 +249,87 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
     piece = tuple(extent // n if a == split_axis else e for a, e in enumerate(shape))
     front, back = _front_first(tuple(e * n if a == axis else e for a, e in enumerate(piece)), axis)
     pieces = _sender(shape, n, split_axis, axis)
+    write = _piece_writer(shape, n, split_axis, axis)
     runs = _runs(shape, n, split_axis, axis)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
-        whole, count = result(front, x.dtype), x.nbytes // n
+        count = x.nbytes // n
         shared = shared_segments(team.devices, x.nbytes)
         if shared is None:
+            whole = result(front, x.dtype)
             wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
+        elif (results := shared_results(team.devices, count)) is not None:
+            whole = _exchanged_in_results(shared, results, x, write, front, rank)
         elif runs is not None and n <= OWN_PIECE_DIRECT_RANKS and x.flags.c_contiguous:
             # Each piece is a run of every row: this rank's own piece goes straight from its buffer into its
             # result (a quarter of the bytes two ranks move through the segments), the others' packed into its
             # segment; piece `rank` of each other member's copied out.
-            turn, got = shared.next_half(), whole.reshape(n, *runs)
-            packed = shared.half(rank, turn, x.nbytes).view(x.dtype).reshape(n, *runs)
-            rows_of = x.reshape(runs[0], n, runs[1])
+            whole = result(front, x.dtype)
+            turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
+            into = shared.half(rank, turn, x.nbytes)
             for k in range(n):
-                piece_into(got[k] if k == rank else packed[k], rows_of, k)
+                write(x, k, (flat if k == rank else into)[k * count:(k + 1) * count])
             shared.written()
-            _gathered_from(shared, turn, whole.reshape(-1).view(np.uint8), count, rank * count)
+            _gathered_from(shared, turn, flat, count, rank * count)
         else:  # packed straight into this rank's segment; piece `rank` of each copied out, its own first
+            whole = result(front, x.dtype)
             turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
             pieces(x, shared.half(rank, turn, x.nbytes).view(x.dtype))
             np.copyto(flat[rank * count:(rank + 1) * count], shared.half(rank, turn, (rank + 1) * count)[rank * count:])
             shared.written()
             _gathered_from(shared, turn, flat, count, rank * count)
-        return whole if back is None else whole.transpose(back)
+        return _handed_out(whole, back)
 
     return run
+
+
+def _handed_out(whole: np.ndarray, back: tuple[int, ...] | None) -> np.ndarray:
+    """The result of a plan whose front-first array is `whole`, its axes moved
+    back; where `whole` lies in a result slot, spmd is to keep the very array
+    returned as a buffer of its own."""
+    if back is None:
+        return whole
+    out = whole.transpose(back)
+    if HANDED_OUT.get(id(whole)) is whole:
+        HANDED_OUT[id(out)] = out
+    return out
+
+
+def _exchanged_in_results(shared: SharedSegments, results: SharedResults, x: np.ndarray,
+                          write: PieceWriter, front: tuple[int, ...], rank: int) -> np.ndarray:
+    """An all_to_all whose pieces go straight into their receivers' results: this
+    rank takes a free result slot and says which in a round (that travels while
+    it writes its own piece into it); then it writes each other member's piece
+    into that member's slot, and one barrier ends the call (nobody touches a
+    result after it; a slot is offered again only once its holders dropped it).
+    Where some member's slots are all held, every member takes the window for
+    this call (each learns that from the round), its result the slot it took."""
+    n, count, dtype = shared.comm.size, x.nbytes // shared.comm.size, x.dtype
+    slot = results.free_slot()
+    offered = results.offer(slot)
+    if slot is None:
+        whole = result(front, dtype)
+    else:
+        whole = results.array(slot, front, dtype, x.nbytes)
+        HANDED_OUT[id(whole)] = whole  # spmd keeps it as a buffer of its own: nothing else refers to the slot
+    flat = whole.reshape(-1).view(np.uint8)
+    mine = slice(rank * count, (rank + 1) * count)
+    write(x, rank, flat[mine])
+    where = results.offered(offered, "every member's result slot")
+    if where.min() < 0:
+        turn = shared.next_half()
+        half = shared.half(rank, turn, x.nbytes)
+        for k in range(n):
+            if k != rank:
+                write(x, k, half[k * count:(k + 1) * count])
+        shared.written()
+        _gathered_from(shared, turn, flat, count, rank * count)
+        return whole
+    for step in range(1, n):  # each rank starts with the member after it: the ranks write different slots at once
+        member = (rank + step) % n
+        write(x, member, results.peer(member, int(where[member]))[mine])
+    shared.written()
+    return whole
 
 
 def _gathered_in_results(shared: SharedSegments, results: SharedResults, sent: np.ndarray, front: tuple[int, ...],
@@ -337,6 +395,39 @@ def _front_first(shape: tuple[int, ...], axis: int) -> tuple[tuple[int, ...], tu
     return (shape[axis], *shape[:axis], *shape[axis + 1:]), (*range(1, axis + 1), 0, *range(axis + 1, len(shape)))
 
 
+def _stacking(shape: tuple[int, ...], n: int, split_axis: int,
+              axis: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """How a buffer of `shape` shows its n equal pieces along `split_axis` as one
+    view, the piece index first and then each piece's axes with `axis` first:
+    the shape it is cut to (one axis split: a view of any buffer), the
+    transpose of that, and the view's shape."""
+    cut = (*shape[:split_axis], n, shape[split_axis] // n, *shape[split_axis + 1:])
+    piece_axes = [a + (a >= split_axis) for a in range(len(shape))]  # where the buffer's axes are in `cut`
+    order = (split_axis, *(piece_axes[a] for a in axis_first(len(shape), axis)))
+    return cut, order, tuple(cut[a] for a in order)
+
+
+PieceWriter = Callable[[np.ndarray, int, np.ndarray], None]  # (buffer, piece k, the bytes it goes to)
+
+
+def _piece_writer(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> PieceWriter:
+    """What writes piece k of a buffer of `shape` (cut in n along `split_axis`),
+    in C order with `axis` first, into the bytes it is given: straight from the
+    buffer, through a view of it (no packing copy): by runs where the buffer is
+    dense and each piece is a run of every row, else by one copy of the
+    piece's view (tiled where it transposes, interp/host_copy.py)."""
+    runs = _runs(shape, n, split_axis, axis)
+    cut, order, stacked = _stacking(shape, n, split_axis, axis)
+
+    def write(x: np.ndarray, k: int, into: np.ndarray) -> None:
+        if runs is not None and x.flags.c_contiguous:
+            piece_into(into.view(x.dtype).reshape(runs), x.reshape(runs[0], n, runs[1]), k)
+        else:
+            copy_into(into.view(x.dtype).reshape(stacked[1:]), x.reshape(cut).transpose(order)[k])
+
+    return write
+
+
 def _sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> Callable[[np.ndarray], np.ndarray]:
     """What sends the n equal pieces of a buffer of `shape` along `split_axis`,
     each in C order with `axis` first, one after another (_pieces's bytes): the
@@ -346,10 +437,7 @@ def _sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> Calla
     longest = shape[split_axis] // n
     axis_first_moves_nothing = all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
     in_order = all(shape[a] <= 1 for a in range(split_axis)) and axis_first_moves_nothing
-    cut = (*shape[:split_axis], n, longest, *shape[split_axis + 1:])  # one axis split: a view of any buffer
-    piece_axes = [a + (a >= split_axis) for a in range(len(shape))]  # where the buffer's axes are in `cut`
-    order = (split_axis, *(piece_axes[a] for a in axis_first(len(shape), axis)))
-    stacked = tuple(cut[a] for a in order)
+    cut, order, stacked = _stacking(shape, n, split_axis, axis)
     # A dense buffer whose pieces go in their own C order: (outer, n, run) -> (n, outer, run).
     outer, run = prod(shape[:split_axis]), longest * prod(shape[split_axis + 1:])
 

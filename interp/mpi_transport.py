@@ -11,8 +11,11 @@ one copy, and receive them side by side. Past 64 KiB per rank, where a team's
 members share a node, an all_to_all and an allgather of a strided block pack or
 transpose straight into the team's shared-memory window instead, and copy out
 (interp/mpi_shared.py): the packing is then the copy MPI would make anyway;
-past 256 KiB, where every member has a core, an allgather's blocks stay in
-their owners' results in shared memory and are read from there. MPI
+past 256 KiB a block or piece, where every member has a core, results lie in
+shared memory the other members map: an allgather's blocks stay in their
+owners' results and are read from there, and an all_to_all's pieces are
+written straight from their senders' buffers into their receivers' results
+(no packing, no copy out). MPI
 datatypes that walk the strides were measured several times slower than these
 copies (MPICH 4-5, 2-core EPYC; a vector type for 4 MiB all_to_all pieces: 24-60
 ms against 2-8 for the contiguous call, 2026-12-01). Reductions never use MPI's own: partials are gathered and
