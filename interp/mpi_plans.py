@@ -9,9 +9,8 @@ MPI call was most of a call's time, and four ranks sharing two cores pay for
 it about twice over (benchmarks/RESULTS.md, "third pass"). Results are arrays
 of their own (`result`: kept ones nobody holds any more, past 64 KiB; an
 allgather's or all_to_all's may be a result slot in shared memory,
-interp/mpi_shared.py), in C
-order where the result's axes keep their order, so that spmd's NumpyTransport
-need not copy them again. Uneven blocks are not
+interp/mpi_shared.py), in C order where the result's axes keep their order, so
+that spmd's NumpyTransport need not copy them again. Uneven blocks are not
 planned: interp/mpi_transport.py's rules move them with MPI's v-variants.
 Reductions fold in team order (interp.impls.fold, the in-process transport's
 fold), never MPI's.

@@ -261,7 +261,7 @@ def remove_stale_results(directory: str) -> list[str]:
             try:
                 os.unlink(os.path.join(directory, name))
                 removed.append(name)
-            except FileNotFoundError:  # another process removed it first
+            except OSError:  # another process removed it first, or it is another user's (/dev/shm is sticky)
                 pass
     return removed
 
