@@ -1,5 +1,6 @@
-"""allgather, allreduce, reduce_scatter and all_to_all of equal blocks, as one
-rank makes them under MPI, planned once per (op, type, team, rank).
+"""allgather, allreduce and reduce_scatter of equal blocks, and all_to_all of
+equal or uneven ones, as one rank makes them under MPI, planned once per (op,
+type, team, rank).
 
 What a call needs beyond its buffer (shapes, byte counts, where this rank's
 piece goes, whether the pieces already lie in order and the view that packs
@@ -10,8 +11,10 @@ it about twice over (benchmarks/RESULTS.md, "third pass"). Results are arrays
 of their own (`result`: kept ones nobody holds any more, past 64 KiB; an
 allgather's or all_to_all's may be a result slot in shared memory,
 interp/mpi_shared.py), in C order where the result's axes keep their order, so
-that spmd's NumpyTransport need not copy them again. Uneven blocks are not
-planned: interp/mpi_transport.py's rules move them with MPI's v-variants.
+that spmd's NumpyTransport need not copy them again. An uneven allgather or
+reduce_scatter is not planned: interp/mpi_transport.py's rules move it with
+MPI's v-variant. An uneven all_to_all is: through result slots where they
+serve, else MPI's Alltoallv.
 Reductions fold in team order (interp.impls.fold, the in-process transport's
 fold), never MPI's.
 """
@@ -34,7 +37,7 @@ from refir.memo import by_identity
 from refir.mpi import barrier, wait
 from refir.tables import registrar
 from refir.teams import Team
-from refir.types import TensorType, axis_first, block, local_shape
+from refir.types import TensorType, axis_first, block, block_size, local_shape
 
 
 def moved_first(x: np.ndarray, axis: int) -> np.ndarray:
@@ -234,7 +237,7 @@ OWN_PIECE_DIRECT_RANKS = 2
 
 
 @plan(ops.AllToAll)
-def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -> Run | None:
+def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -> Run:
     """Piece k to member k; the received pieces lie side by side, concatenation
     axis first, which is the result (no concatenating copy). On one node, each
     piece goes straight from its sender's buffer into its receiver's result
@@ -243,7 +246,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
     n, blocks = len(team.devices), block_shapes(src, team.devices)
     shape, extent = blocks[rank], src.axes[op.split_axis].extent
     if len(set(blocks)) > 1 or extent % n or shape[op.split_axis] % n:
-        return None
+        return _uneven_all_to_all_plan(op, src, team, rank)
     axis, split_axis = op.concat_axis, op.split_axis
     piece = tuple(extent // n if a == split_axis else e for a, e in enumerate(shape))
     front, back = _front_first(tuple(e * n if a == axis else e for a, e in enumerate(piece)), axis)
@@ -258,7 +261,18 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
             whole = result(front, x.dtype)
             wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
         elif (results := shared_results(team.devices, count)) is not None:
-            whole = _exchanged_in_results(shared, results, x, write, front, rank)
+            def through_window(whole: np.ndarray, flat: np.ndarray) -> np.ndarray:
+                turn = shared.next_half()
+                half = shared.half(rank, turn, x.nbytes)
+                for k in range(n):
+                    if k != rank:
+                        write(x, k, half[k * count:(k + 1) * count])
+                shared.written()
+                _gathered_from(shared, turn, flat, count, rank * count)
+                return whole
+
+            places = [(rank * count, (rank + 1) * count)] * n
+            whole = _exchanged_in_results(shared, results, x, write, front, places, through_window)
         elif runs is not None and n <= OWN_PIECE_DIRECT_RANKS and x.flags.c_contiguous:
             # Each piece is a run of every row: this rank's own piece goes straight from its buffer into its
             # result (a quarter of the bytes two ranks move through the segments), the others' packed into its
@@ -294,39 +308,83 @@ def _handed_out(whole: np.ndarray, back: tuple[int, ...] | None) -> np.ndarray:
     return out
 
 
-def _exchanged_in_results(shared: SharedSegments, results: SharedResults, x: np.ndarray,
-                          write: PieceWriter, front: tuple[int, ...], rank: int) -> np.ndarray:
-    """An all_to_all whose pieces go straight into their receivers' results: this
-    rank takes a free result slot and says which in a round (that travels while
-    it writes its own piece into it); then it writes each other member's piece
-    into that member's slot, and one barrier ends the call (nobody touches a
-    result after it; a slot is offered again only once its holders dropped it).
-    Where some member's slots are all held, every member takes the window for
-    this call (each learns that from the round), its result the slot it took."""
-    n, count, dtype = shared.comm.size, x.nbytes // shared.comm.size, x.dtype
+def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -> Run:
+    """An all_to_all of uneven blocks (pieces of other sizes, each at its place
+    among the others in its receiver's result): through result slots as the
+    even plan's where they serve, else MPI's v-variant from this rank's pieces
+    packed one after another. Where the slots serve is the same answer on
+    every member (the team, the cores, sizes from the types), and where some
+    member's slots are all held, every member learns it in the round."""
+    n, blocks, itemsize = len(team.devices), block_shapes(src, team.devices), src.np_dtype.itemsize
+    axis, split_axis, extent = op.concat_axis, op.split_axis, src.axes[op.split_axis].extent
+
+    def piece(s: int, m: int) -> tuple[int, ...]:  # the shape of sender s's piece for member m
+        return tuple(block_size(extent, n, m) if a == split_axis else e for a, e in enumerate(blocks[s]))
+
+    sizes = [[prod(piece(s, m)) * itemsize for s in range(n)] for m in range(n)]  # member m's, from each sender
+    places = [(sum(sizes[m][:rank]), sum(sizes[m][:rank + 1])) for m in range(n)]
+    mine = [piece(s, rank) for s in range(n)]
+    front, back = _front_first(tuple(sum(p[axis] for p in mine) if a == axis else e for a, e in enumerate(mine[0])),
+                               axis)
+    block_of = -(-max(sum(row) for row in sizes) // n)  # slots of a result of the largest member's size
+    window = max(prod(b) for b in blocks) * itemsize  # the window's barrier ends the call, as the even plan's
+    sent = [sizes[m][rank] for m in range(n)]
+    sent_at, got_at = displacements(sent), displacements(sizes[rank])
+    cuts = [tuple(slice(*block(extent, n, m)) if a == split_axis else slice(None) for a in range(len(blocks[0])))
+            for m in range(n)]
+
+    def write(x: np.ndarray, k: int, into: np.ndarray) -> None:
+        p = moved_first(x[cuts[k]], axis)
+        copy_into(into.view(x.dtype).reshape(p.shape), p)
+
+    def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
+        shared = shared_segments(team.devices, window)
+        results = shared_results(team.devices, block_of) if shared is not None else None
+        if results is not None:
+            whole = _exchanged_in_results(shared, results, x, write, front, places, lambda whole, flat: None)
+            if whole is not None:
+                return _handed_out(whole, back)
+        whole = result(front, x.dtype)
+        send = scratch("send", (x.nbytes,), np.uint8)
+        for k in range(n):
+            write(x, k, send[sent_at[k]:sent_at[k] + sent[k]])
+        wait(comm.Ialltoallv([send, sent, sent_at, MPI.BYTE],
+                             [whole.reshape(-1).view(np.uint8), sizes[rank], got_at, MPI.BYTE]), "an all_to_all")
+        return _handed_out(whole, back)
+
+    return run
+
+
+def _exchanged_in_results(shared: SharedSegments, results: SharedResults, x: np.ndarray, write: PieceWriter,
+                          front: tuple[int, ...], places: Sequence[tuple[int, int]],
+                          held: Callable[[np.ndarray, np.ndarray], np.ndarray | None]) -> np.ndarray | None:
+    """An all_to_all whose pieces go straight into their receivers' results (of
+    shape `front`, concatenation axis first; this rank's piece for member k
+    at bytes places[k] of k's): this rank takes a free result slot and says
+    which in a round (that travels while it writes its own piece into it);
+    then it writes each other member's piece into that member's slot, and one
+    barrier ends the call (nobody touches a result after it; a slot is offered
+    again only once its holders dropped it). Where some member's slots are all
+    held, every member learns it from the round and returns `held(whole,
+    bytes of whole)` instead (its result the slot it took, its own piece in
+    place), which moves the others' pieces another way."""
+    rank, dtype = shared.comm.rank, x.dtype
     slot = results.free_slot()
     offered = results.offer(slot)
     if slot is None:
         whole = result(front, dtype)
     else:
-        whole = results.array(slot, front, dtype, x.nbytes)
+        whole = results.array(slot, front, dtype, prod(front) * dtype.itemsize)
         HANDED_OUT[id(whole)] = whole  # spmd keeps it as a buffer of its own: nothing else refers to the slot
     flat = whole.reshape(-1).view(np.uint8)
-    mine = slice(rank * count, (rank + 1) * count)
-    write(x, rank, flat[mine])
+    write(x, rank, flat[slice(*places[rank])])
     where = results.offered(offered, "every member's result slot")
     if where.min() < 0:
-        turn = shared.next_half()
-        half = shared.half(rank, turn, x.nbytes)
-        for k in range(n):
-            if k != rank:
-                write(x, k, half[k * count:(k + 1) * count])
-        shared.written()
-        _gathered_from(shared, turn, flat, count, rank * count)
-        return whole
+        return held(whole, flat)
+    n = shared.comm.size
     for step in range(1, n):  # each rank starts with the member after it: the ranks write different slots at once
         member = (rank + step) % n
-        write(x, member, results.peer(member, int(where[member]))[mine])
+        write(x, member, results.peer(member, int(where[member]))[slice(*places[member])])
     shared.written()
     return whole
 

@@ -23,12 +23,13 @@ folded in team order, so the bits equal the in-process transport's. Every wait
 is a polite, bounded poll: four ranks on two cores would otherwise busy-spin
 each other.
 
-allgather, allreduce, reduce_scatter and all_to_all of equal blocks are planned
-once per (op, type, team, rank) (interp/mpi_plans.py): a call goes from
-`communicate` straight to its plan while the op's rule and refir.teams.teams
-are the ones it was planned under (conformance mutants replace either; the
-call then takes the rules, which use the same plans). Uneven blocks take the
-rules' v-variant paths.
+allgather, allreduce and reduce_scatter of equal blocks, and all_to_all of
+equal or uneven ones, are planned once per (op, type, team, rank)
+(interp/mpi_plans.py): a call goes from `communicate` straight to its plan
+while the op's rule and refir.teams.teams are the ones it was planned under
+(conformance mutants replace either; the call then takes the rules, which use
+the same plans). An uneven allgather or reduce_scatter takes its rule's
+v-variant path.
 """
 
 from __future__ import annotations
@@ -314,25 +315,7 @@ def _reduce_scatter_block(op: ops.ReduceScatter, src: TensorType, team: Team, ra
 @rule(ops.AllToAll)
 def _all_to_all(t: MpiTransport, op: ops.AllToAll, team: Team, x: Arr, src: TensorType,
                 dst: TensorType) -> Arr:
-    run = planned(op, src, team, t.rank)
-    comm = t.team_comm(team.devices)
-    if run is not None:
-        return run(comm, x)
-    shapes, whole = _all_to_all_shapes(op, src, team, comm.rank)  # uneven: MPI's v-variant
-    got = t.alltoall(comm, x, op.split_axis, shapes, op.concat_axis, False)
-    return from_bytes(got, whole, x.dtype, op.concat_axis)  # the pieces side by side: no concatenating copy
-
-
-@by_identity
-def _all_to_all_shapes(op: ops.AllToAll, src: TensorType, team: Team,
-                       rank: int) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
-    """The shape of the piece from each member, and of the concatenated result."""
-    blocks = block_shapes(src, team.devices)
-    mine = block_size(src.axes[op.split_axis].extent, len(team.devices), rank)
-    shapes = tuple(tuple(mine if a == op.split_axis else n for a, n in enumerate(s)) for s in blocks)
-    whole = tuple(sum(s[op.concat_axis] for s in shapes) if a == op.concat_axis else n
-                  for a, n in enumerate(shapes[0]))
-    return shapes, whole
+    return planned(op, src, team, t.rank)(t.team_comm(team.devices), x)  # even or uneven blocks
 
 
 # The rules the plans stand for: a call whose rule is still one of these skips them.
