@@ -310,11 +310,12 @@ def _handed_out(whole: np.ndarray, back: tuple[int, ...] | None) -> np.ndarray:
 
 def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -> Run:
     """An all_to_all of uneven blocks (pieces of other sizes, each at its place
-    among the others in its receiver's result): through result slots as the
-    even plan's where they serve, else MPI's v-variant from this rank's pieces
-    packed one after another. Where the slots serve is the same answer on
-    every member (the team, the cores, sizes from the types), and where some
-    member's slots are all held, every member learns it in the round."""
+    among the others in its receiver's result), as the even plan's: on one
+    node, through result slots where they serve, else through the window (64
+    KiB a rank and more); else MPI's v-variant from this rank's pieces packed
+    one after another. Which is the same answer on every member (the team, the
+    cores, sizes from the types), and where some member's slots are all held,
+    every member learns it in the round and takes the window."""
     n, blocks, itemsize = len(team.devices), block_shapes(src, team.devices), src.np_dtype.itemsize
     axis, split_axis, extent = op.concat_axis, op.split_axis, src.axes[op.split_axis].extent
 
@@ -330,6 +331,7 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
     window = max(prod(b) for b in blocks) * itemsize  # the window's barrier ends the call, as the even plan's
     sent = [sizes[m][rank] for m in range(n)]
     sent_at, got_at = displacements(sent), displacements(sizes[rank])
+    theirs_at = [sum(sizes[m][s] for m in range(rank)) for s in range(n)]  # this rank's piece in sender s's pieces
     cuts = [tuple(slice(*block(extent, n, m)) if a == split_axis else slice(None) for a in range(len(blocks[0])))
             for m in range(n)]
 
@@ -339,11 +341,31 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         shared = shared_segments(team.devices, window)
-        results = shared_results(team.devices, block_of) if shared is not None else None
-        if results is not None:
-            whole = _exchanged_in_results(shared, results, x, write, front, places, lambda whole, flat: None)
-            if whole is not None:
-                return _handed_out(whole, back)
+        if shared is not None:
+            def through_window(whole: np.ndarray, flat: np.ndarray) -> np.ndarray:
+                """The others' pieces packed into this rank's window half, this rank's out of theirs (its own
+                piece already in place)."""
+                turn = shared.next_half()
+                half = shared.half(rank, turn, x.nbytes)
+                for k in range(n):
+                    if k != rank:
+                        write(x, k, half[sent_at[k]:sent_at[k] + sent[k]])
+                shared.written()
+                for step in range(1, n):  # each rank starts with the member after it, as _gathered_from
+                    s = (rank + step) % n
+                    at, size = theirs_at[s], sizes[rank][s]
+                    np.copyto(flat[got_at[s]:got_at[s] + size], shared.half(s, turn, at + size)[at:])
+                return whole
+
+            results = shared_results(team.devices, block_of)
+            if results is not None:
+                whole = _exchanged_in_results(shared, results, x, write, front, places, through_window)
+            else:
+                whole = result(front, x.dtype)
+                flat = whole.reshape(-1).view(np.uint8)
+                write(x, rank, flat[got_at[rank]:got_at[rank] + sent[rank]])
+                through_window(whole, flat)
+            return _handed_out(whole, back)
         whole = result(front, x.dtype)
         send = scratch("send", (x.nbytes,), np.uint8)
         for k in range(n):
