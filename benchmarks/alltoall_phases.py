@@ -5,7 +5,7 @@
 For a row-major and a column-major block of float32 (64 columns) cut into
 column pieces (transport_bench's all_to_all: split axis 1, concatenation axis
 0), rank 0 prints the best and median ms of each phase of the two paths of
-interp/mpi_plans.py's all_to_all, their calls alternating with MPI's Alltoall
+interp/mpi_all_to_all.py's all_to_all, their calls alternating with MPI's Alltoall
 of the same bytes from a contiguous block:
 
 - window: `setup` (result, window), `own` (this rank's piece into its result),
@@ -33,7 +33,8 @@ from collections.abc import Callable
 import numpy as np
 from mpi4py import MPI
 
-from interp.mpi_plans import _gathered_from, _piece_writer, result
+from interp.mpi_all_to_all import _piece_writer
+from interp.mpi_plans import _gathered_from, result
 from interp.mpi_shared import shared_results, shared_segments
 from refir.mpi import COMMS
 

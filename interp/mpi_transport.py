@@ -42,6 +42,7 @@ from math import prod
 import numpy as np
 from mpi4py import MPI
 
+from interp import mpi_all_to_all  # noqa: F401 - its import registers the all_to_all plans
 from interp.collectives import block_index, split
 from interp.host_copy import copy_into
 from interp.impls import fold
