@@ -135,21 +135,47 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
     cuts = [tuple(slice(*block(extent, n, m)) if a == split_axis else slice(None) for a in range(len(blocks[0])))
             for m in range(n)]
 
+    # Where each piece is a run of every row of a dense buffer (the axes before `axis` have one element in
+    # it), the pieces of the longest length (all but the last few) are packed by one copy of a stacked view,
+    # as the even plan packs them all (four ranks on two cores: piece by piece lost, as the even plan's did)
+    shape, longest = blocks[rank], -(-extent // n)
+    inner, outer = prod(shape[split_axis + 1:]), prod(shape[:split_axis])
+    full = extent // longest if longest else 0
+    stacks = full > 1 and all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
+
     def write(x: np.ndarray, k: int, into: np.ndarray) -> None:
         p = moved_first(x[cuts[k]], axis)
         copy_into(into.view(x.dtype).reshape(p.shape), p)
 
+    def pack(x: np.ndarray, into: np.ndarray) -> None:
+        """Every piece of x at its place in `into` (x's bytes, pieces one after another)."""
+        first = 0
+        if stacks and x.flags.c_contiguous:
+            run_of = longest * inner
+            head = into[:full * sent[0]].view(x.dtype).reshape(full, outer, run_of)
+            copy_into(head, x.reshape(outer, extent * inner)[:, :full * run_of].reshape(outer, full, run_of)
+                      .transpose(1, 0, 2))
+            first = full
+        for k in range(first, n):
+            write(x, k, into[sent_at[k]:sent_at[k] + sent[k]])
+
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         shared = shared_segments(team.devices, window)
         if shared is not None:
-            def through_window(whole: np.ndarray, flat: np.ndarray) -> np.ndarray:
+            def through_window(whole: np.ndarray, flat: np.ndarray, own_in_place: bool = True) -> np.ndarray:
                 """The others' pieces packed into this rank's window half, this rank's out of theirs (its own
-                piece already in place)."""
+                piece in place already, or packed with the others where there are more than two members and
+                copied out of its half)."""
                 turn = shared.next_half()
                 half = shared.half(rank, turn, x.nbytes)
-                for k in range(n):
-                    if k != rank:
-                        write(x, k, half[sent_at[k]:sent_at[k] + sent[k]])
+                if own_in_place:
+                    for k in range(n):
+                        if k != rank:
+                            write(x, k, half[sent_at[k]:sent_at[k] + sent[k]])
+                else:
+                    pack(x, half)
+                    own = sent[rank]
+                    np.copyto(flat[got_at[rank]:got_at[rank] + own], half[sent_at[rank]:sent_at[rank] + own])
                 shared.written()
                 for step in range(1, n):  # each rank starts with the member after it, as _gathered_from
                     s = (rank + step) % n
@@ -163,13 +189,14 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
             else:
                 whole = result(front, x.dtype)
                 flat = whole.reshape(-1).view(np.uint8)
-                write(x, rank, flat[got_at[rank]:got_at[rank] + sent[rank]])
-                through_window(whole, flat)
+                direct = n <= OWN_PIECE_DIRECT_RANKS
+                if direct:
+                    write(x, rank, flat[got_at[rank]:got_at[rank] + sent[rank]])
+                through_window(whole, flat, direct)
             return _handed_out(whole, back)
         whole = result(front, x.dtype)
         send = scratch("send", (x.nbytes,), np.uint8)
-        for k in range(n):
-            write(x, k, send[sent_at[k]:sent_at[k] + sent[k]])
+        pack(x, send)
         wait(comm.Ialltoallv([send, sent, sent_at, MPI.BYTE],
                              [whole.reshape(-1).view(np.uint8), sizes[rank], got_at, MPI.BYTE]), "an all_to_all")
         return _handed_out(whole, back)
