@@ -9,7 +9,9 @@ large ones a slice of every partial to each rank, folded there in team order,
 then an allgather of the folded slices. Each of refir's communications is timed
 next to the MPI collective that moves the same bytes from contiguous buffers,
 their calls alternating (a burst of load on a shared machine falls on both):
-the column-major allgather row shows what reading a strided source costs.
+the column-major allgather row shows what reading a strided source costs, and
+the uneven all_to_all (63 columns, one row short) what uneven blocks cost next
+to MPI's Alltoall of the even ones.
 Rank 0 prints a table of times and ratios, then the layout changes alone (every
 rank copying at once, as inside the collectives): what the column-major
 allgather and the all_to_all must add to MPI's collective of contiguous blocks.
@@ -84,6 +86,10 @@ def measure(transport: MpiTransport, mesh: Mesh, elems: int, repeats: int = 9) -
     cols_split = TensorType("f32", (Axis(rows_of * n), Axis(cols, "DIDx")), mesh)
     piece = np.empty(block.size // n, np.float32)
     strided = np.asfortranarray(block)  # column-major: refir sends it through a datatype, MPI would misread it
+    # Uneven blocks: one row fewer in all (the last member's block is short) and 63 columns cut over the team
+    by_rows_uneven = TensorType("f32", (Axis(rows_of * n - 1, "DIDx"), Axis(cols - 1)), mesh)
+    cols_split_uneven = TensorType("f32", (Axis(rows_of * n - 1), Axis(cols - 1, "DIDx")), mesh)
+    uneven = np.ascontiguousarray(block[:rows_of - (comm.rank == n - 1), :cols - 1])
 
     def row(name: str, op: ops.Communication, src: TensorType, dst: TensorType, x: np.ndarray, theirs) -> Row:
         return (name, elems, *timed_pair(lambda: transport.communicate(op, src, dst, {comm.rank: x}), theirs,
@@ -98,6 +104,8 @@ def measure(transport: MpiTransport, mesh: Mesh, elems: int, repeats: int = 9) -
         row("reduce_scatter", ops.ReduceScatter("sum", "DIDx", 0), partial, scattered, block,
             lambda: comm.Reduce_scatter_block(block, piece, op=MPI.SUM)),
         row("all_to_all", ops.AllToAll("DIDx", 1, 0), by_rows, cols_split, block,
+            lambda: comm.Alltoall(block, out)),
+        row("all_to_all, uneven blocks", ops.AllToAll("DIDx", 1, 0), by_rows_uneven, cols_split_uneven, uneven,
             lambda: comm.Alltoall(block, out)),
     ]
 

@@ -1,5 +1,6 @@
-"""allgather, allreduce, reduce_scatter and all_to_all of equal blocks, as one
-rank makes them under MPI, planned once per (op, type, team, rank).
+"""allgather, allreduce and reduce_scatter of equal blocks, and all_to_all of
+equal or uneven ones, as one rank makes them under MPI, planned once per (op,
+type, team, rank).
 
 What a call needs beyond its buffer (shapes, byte counts, where this rank's
 piece goes, whether the pieces already lie in order and the view that packs
@@ -8,10 +9,13 @@ a call is then a few numpy and MPI calls. At 1K elements the Python around the
 MPI call was most of a call's time, and four ranks sharing two cores pay for
 it about twice over (benchmarks/RESULTS.md, "third pass"). Results are arrays
 of their own (`result`: kept ones nobody holds any more, past 64 KiB; an
-allgather's may be a result slot in shared memory, interp/mpi_shared.py), in C
-order where the result's axes keep their order, so that spmd's NumpyTransport
-need not copy them again. Uneven blocks are not
-planned: interp/mpi_transport.py's rules move them with MPI's v-variants.
+allgather's or all_to_all's may be a result slot in shared memory,
+interp/mpi_shared.py), in C order where the result's axes keep their order, so
+that spmd's NumpyTransport need not copy them again. An uneven allgather or
+reduce_scatter is not planned: interp/mpi_transport.py's rules move it with
+MPI's v-variant. all_to_all's plans, of equal and uneven blocks, are in
+interp/mpi_all_to_all.py (registered here when interp/mpi_transport.py
+imports it).
 Reductions fold in team order (interp.impls.fold, the in-process transport's
 fold), never MPI's.
 """
@@ -25,7 +29,7 @@ from math import prod
 import numpy as np
 from mpi4py import MPI
 
-from interp.host_copy import copy_into, piece_into, pieces_into
+from interp.host_copy import copy_into, pieces_into
 from interp.impls import fold
 from interp.mpi_shared import SharedResults, SharedSegments, first_unheld, shared_results, shared_segments
 from interp.transport import HANDED_OUT
@@ -135,7 +139,7 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
         shared = shared_segments(team.devices, count)
         if shared is not None and (results := shared_results(team.devices, count)) is not None:
             whole = _gathered_in_results(shared, results, sent, front, mine, rank)
-            return whole if back is None else whole.transpose(back)
+            return _handed_out(whole, back)
         whole = result(front, x.dtype)
         if shared is not None:
             # laid out straight into this rank's segment and its own place in the result (transposed into both
@@ -149,7 +153,7 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
         else:  # laid out by one copy in its own place (as MPI would copy it there), the others' come in place
             copy_into(whole[mine], sent)
             wait(comm.Iallgather(MPI.IN_PLACE, [whole, count, MPI.BYTE]), "an allgather")
-        return whole if back is None else whole.transpose(back)
+        return _handed_out(whole, back)
 
     return run
 
@@ -226,52 +230,16 @@ def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, ran
     return run
 
 
-# Up to this many ranks an all_to_all of runs sends this rank's own piece straight
-# into its result, piece by piece (1M, two ranks: 1.70 -> 1.41 of MPI's Alltoall);
-# with four, passing over the buffer once per piece lost to packing it whole
-# (1.33 -> 1.87; benchmarks/RESULTS.md).
-OWN_PIECE_DIRECT_RANKS = 2
-
-
-@plan(ops.AllToAll)
-def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -> Run | None:
-    """Piece k to member k; the received pieces lie side by side, concatenation
-    axis first, which is the result (no concatenating copy)."""
-    n, blocks = len(team.devices), block_shapes(src, team.devices)
-    shape, extent = blocks[rank], src.axes[op.split_axis].extent
-    if len(set(blocks)) > 1 or extent % n or shape[op.split_axis] % n:
-        return None
-    axis, split_axis = op.concat_axis, op.split_axis
-    piece = tuple(extent // n if a == split_axis else e for a, e in enumerate(shape))
-    front, back = _front_first(tuple(e * n if a == axis else e for a, e in enumerate(piece)), axis)
-    pieces = _sender(shape, n, split_axis, axis)
-    runs = _runs(shape, n, split_axis, axis)
-
-    def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
-        whole, count = result(front, x.dtype), x.nbytes // n
-        shared = shared_segments(team.devices, x.nbytes)
-        if shared is None:
-            wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
-        elif runs is not None and n <= OWN_PIECE_DIRECT_RANKS and x.flags.c_contiguous:
-            # Each piece is a run of every row: this rank's own piece goes straight from its buffer into its
-            # result (a quarter of the bytes two ranks move through the segments), the others' packed into its
-            # segment; piece `rank` of each other member's copied out.
-            turn, got = shared.next_half(), whole.reshape(n, *runs)
-            packed = shared.half(rank, turn, x.nbytes).view(x.dtype).reshape(n, *runs)
-            rows_of = x.reshape(runs[0], n, runs[1])
-            for k in range(n):
-                piece_into(got[k] if k == rank else packed[k], rows_of, k)
-            shared.written()
-            _gathered_from(shared, turn, whole.reshape(-1).view(np.uint8), count, rank * count)
-        else:  # packed straight into this rank's segment; piece `rank` of each copied out, its own first
-            turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
-            pieces(x, shared.half(rank, turn, x.nbytes).view(x.dtype))
-            np.copyto(flat[rank * count:(rank + 1) * count], shared.half(rank, turn, (rank + 1) * count)[rank * count:])
-            shared.written()
-            _gathered_from(shared, turn, flat, count, rank * count)
-        return whole if back is None else whole.transpose(back)
-
-    return run
+def _handed_out(whole: np.ndarray, back: tuple[int, ...] | None) -> np.ndarray:
+    """The result of a plan whose front-first array is `whole`, its axes moved
+    back; where `whole` lies in a result slot, spmd is to keep the very array
+    returned as a buffer of its own."""
+    if back is None:
+        return whole
+    out = whole.transpose(back)
+    if HANDED_OUT.get(id(whole)) is whole:
+        HANDED_OUT[id(out)] = out
+    return out
 
 
 def _gathered_in_results(shared: SharedSegments, results: SharedResults, sent: np.ndarray, front: tuple[int, ...],
@@ -318,23 +286,24 @@ def _gathered_from(shared: SharedSegments, turn: int, out: np.ndarray, count: in
         np.copyto(out[member * count:(member + 1) * count], shared.half(member, turn, offset + count)[offset:])
 
 
-def _runs(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> tuple[int, int] | None:
-    """(rows, run) where a C-contiguous buffer of `shape`, seen as (rows, n, run),
-    holds piece k of its split as [:, k] and the piece's C order with `axis`
-    first is that view's own order (the axes before `axis` have one element);
-    else None."""
-    longest = shape[split_axis] // n
-    if any((longest if a == split_axis else shape[a]) > 1 for a in range(axis)):
-        return None
-    return prod(shape[:split_axis]), longest * prod(shape[split_axis + 1:])
-
-
 def _front_first(shape: tuple[int, ...], axis: int) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """The shape with `axis` moved to the front, and the transpose that moves it
     back (None where nothing moves)."""
     if axis == 0:
         return shape, None
     return (shape[axis], *shape[:axis], *shape[axis + 1:]), (*range(1, axis + 1), 0, *range(axis + 1, len(shape)))
+
+
+def _stacking(shape: tuple[int, ...], n: int, split_axis: int,
+              axis: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """How a buffer of `shape` shows its n equal pieces along `split_axis` as one
+    view, the piece index first and then each piece's axes with `axis` first:
+    the shape it is cut to (one axis split: a view of any buffer), the
+    transpose of that, and the view's shape."""
+    cut = (*shape[:split_axis], n, shape[split_axis] // n, *shape[split_axis + 1:])
+    piece_axes = [a + (a >= split_axis) for a in range(len(shape))]  # where the buffer's axes are in `cut`
+    order = (split_axis, *(piece_axes[a] for a in axis_first(len(shape), axis)))
+    return cut, order, tuple(cut[a] for a in order)
 
 
 def _sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -346,10 +315,7 @@ def _sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> Calla
     longest = shape[split_axis] // n
     axis_first_moves_nothing = all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
     in_order = all(shape[a] <= 1 for a in range(split_axis)) and axis_first_moves_nothing
-    cut = (*shape[:split_axis], n, longest, *shape[split_axis + 1:])  # one axis split: a view of any buffer
-    piece_axes = [a + (a >= split_axis) for a in range(len(shape))]  # where the buffer's axes are in `cut`
-    order = (split_axis, *(piece_axes[a] for a in axis_first(len(shape), axis)))
-    stacked = tuple(cut[a] for a in order)
+    cut, order, stacked = _stacking(shape, n, split_axis, axis)
     # A dense buffer whose pieces go in their own C order: (outer, n, run) -> (n, outer, run).
     outer, run = prod(shape[:split_axis]), longest * prod(shape[split_axis + 1:])
 

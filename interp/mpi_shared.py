@@ -16,7 +16,9 @@ slower (benchmarks/RESULTS.md).
 
 Where every member also has a core of its own, an allgather's blocks need not
 pass through the window at all: each stays in its owner's result, which lies in
-shared memory the others read (SharedResults, below).
+shared memory the others read; and an all_to_all's pieces go straight from each
+sender's buffer into their receivers' results, which lie in shared memory the
+others write (SharedResults, below).
 
 Each rank's segment has two halves used by turns: a call writes one half and
 reads the others' same half after the barrier; the next call writes the other
@@ -117,7 +119,7 @@ def shared_segments(devices: tuple[int, ...], nbytes: int) -> SharedSegments | N
     return COMMS.other(f"shared window {size}", devices, _make(size), _free)
 
 
-# ---- results the other members read ------------------------------------------------------
+# ---- results the other members read or write ---------------------------------------------
 
 # A collective whose result holds every member's block (an allgather) can leave
 # each block in its owner's result, in memory the others map, and have them
@@ -128,18 +130,27 @@ def shared_segments(devices: tuple[int, ...], nbytes: int) -> SharedSegments | N
 # may then change, while another still reads it; so only where every member has
 # a core of its own (four ranks on two cores: a few percent faster than the
 # window at 1M on a quiet machine, slower on a busy one, where the barrier
-# waits for ranks taken off their core: benchmarks/RESULTS.md). Each member keeps
+# waits for ranks taken off their core: benchmarks/RESULTS.md). An all_to_all
+# goes the other way: each sender writes each member's piece straight from its
+# buffer into that member's result (its own piece into its own), once a round
+# has said which slot each member's result is; one barrier after the writes,
+# and nobody touches a result after it (two ranks, 1M: 8 MiB of traffic a rank,
+# MPI's own count, against 12 through the window). Each member keeps
 # RESULT_SLOTS results in a file of the node's shared memory (/dev/shm) that
-# the others map read-only; a slot is handed out again only when nothing but
+# the others map; a slot is handed out again only when nothing but
 # this pool refers to it (as interp.mpi_plans.result's kept results), and a
-# member whose slots are all held writes its block into the window instead
-# (every member says where its block is in the round that replaces the first
-# barrier). A slot is a mapping of its own: arrays handed out keep it mapped
-# however long they live, also after the team is freed, and a member that died
-# leaves the others' mappings of its file valid (its file is unlinked once all
-# have mapped it).
+# member whose slots are all held takes the window instead (every member says
+# where its result is in a round of the call). A slot is a mapping of its own:
+# arrays handed out keep it mapped however long they live, also after the team
+# is freed, and a member that died leaves the others' mappings of its file
+# valid. The file is unlinked as soon as every member has mapped it, or has
+# failed to (a member that fails one of the rounds unlinks its own on the way
+# out); a file whose maker died before that (killed, or aborted by another
+# rank's error) is named for that process (its pid and start time), and the
+# next member of any job on the node that makes slots removes it.
 RESULT_SLOTS = 2
 SHARED_RESULTS_DIR = "/dev/shm"
+RESULTS_PREFIX = "refir-results-"
 
 
 def _references_of_unheld() -> int:
@@ -167,8 +178,8 @@ def first_unheld(arrays: list[np.ndarray]) -> int | None:
 
 
 class SharedResults:
-    """This member's result slots of `capacity` bytes each, and read-only views
-    of every other member's (None for this member's own)."""
+    """This member's result slots of `capacity` bytes each, and views of every
+    other member's (None for this member's own), which an all_to_all writes."""
 
     def __init__(self, comm: MPI.Comm, capacity: int, slots: list[mmap.mmap],
                  peers: list[list[np.ndarray] | None]) -> None:
@@ -189,15 +200,24 @@ class SharedResults:
     def peer(self, member: int, slot: int) -> np.ndarray:
         return self.peers[member][slot]
 
+    def offer(self, slot: int | None) -> MPI.Request:
+        """Start the round in which every member says where its result is (a
+        slot, or -1: not in a slot); `offered` waits for it."""
+        self.mine[0] = -1 if slot is None else slot
+        return self.comm.Iallgather(self.mine, self.where)
+
+    def offered(self, request: MPI.Request, what: str = "a barrier") -> np.ndarray:
+        wait(request, what)
+        return self.where
+
     def written(self, slot: int | None, window: SharedSegments) -> np.ndarray:
         """After this member wrote its block (into result slot `slot`, or its
         window half where None): wait until every member has, and learn where
         each one's block is (a slot, or -1: its window half)."""
-        self.mine[0] = -1 if slot is None else slot
         window.win.Sync()
-        wait(self.comm.Iallgather(self.mine, self.where), "a barrier")
+        where = self.offered(self.offer(slot))
         window.win.Sync()
-        return self.where
+        return where
 
     def free(self) -> None:
         """Drop this pool's references: a slot stays mapped while arrays handed
@@ -205,30 +225,79 @@ class SharedResults:
         self.roots, self.peers = [], []
 
 
+def _started(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, /proc/PID/stat's
+    22nd field), or None where there is no such process (or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(b")") + 2:].split()[19].decode()  # the fields after the command's name, from the 3rd
+
+
+def _own_prefix() -> str:
+    """The start of this process's slot file names: its pid and start time, so
+    that another process can tell whether the maker is gone (a pid alone may
+    have been reused by a live process since)."""
+    return f"{RESULTS_PREFIX}{os.getpid()}-{_started(os.getpid()) or 0}-"
+
+
+def remove_stale_results(directory: str) -> list[str]:
+    """Remove the slot files in `directory` whose maker is no longer running
+    (it died before every member had mapped them), and return their names.
+    Nothing is removed without /proc, where the maker cannot be checked. A file
+    of a live process of another PID namespace that happens to share a pid
+    with a dead one here may go too: its members then fail to open it and
+    take the window, as when a member cannot make its slots."""
+    if _started(os.getpid()) is None:
+        return []
+    removed = []
+    for name in os.listdir(directory):
+        fields = name[len(RESULTS_PREFIX):].split("-")
+        if not name.startswith(RESULTS_PREFIX) or len(fields) != 3 or not fields[0].isdigit():
+            continue
+        if _started(int(fields[0])) != fields[1]:
+            try:
+                os.unlink(os.path.join(directory, name))
+                removed.append(name)
+            except OSError:  # another process removed it first, or it is another user's (/dev/shm is sticky)
+                pass
+    return removed
+
+
 def _own_slots(capacity: int) -> tuple[list[mmap.mmap], str]:
     """RESULT_SLOTS mappings of a new file of the node's shared memory, and its
     path, where they take at most a quarter of its free room (a container's
     /dev/shm may be 64 MiB, and MPI's windows live there too). Its pages are
     allocated here (posix_fallocate): a full /dev/shm is an OSError now, not a
-    SIGBUS at a later write."""
+    SIGBUS at a later write. Dead processes' files are removed first."""
+    remove_stale_results(SHARED_RESULTS_DIR)
     room = os.statvfs(SHARED_RESULTS_DIR)
     if capacity * RESULT_SLOTS > room.f_bavail * room.f_frsize // 4:  # leave MPI's own segments their room
         raise OSError(f"{SHARED_RESULTS_DIR} has too little room for result slots")
-    fd, path = tempfile.mkstemp(prefix="refir-results-", dir=SHARED_RESULTS_DIR)
+    fd, path = tempfile.mkstemp(prefix=_own_prefix(), dir=SHARED_RESULTS_DIR)
     try:
         os.posix_fallocate(fd, 0, capacity * RESULT_SLOTS)
         return [mmap.mmap(fd, capacity, offset=k * capacity) for k in range(RESULT_SLOTS)], path
     except OSError:
-        os.unlink(path)
+        _unlink(path)
         raise
     finally:
         os.close(fd)
 
 
-def _peer_slots(path: str, capacity: int) -> list[np.ndarray]:
-    fd = os.open(path, os.O_RDONLY)
+def _unlink(path: str) -> None:
     try:
-        whole = np.frombuffer(mmap.mmap(fd, capacity * RESULT_SLOTS, access=mmap.ACCESS_READ), np.uint8)
+        os.unlink(path)
+    except FileNotFoundError:  # removed as stale by another job (see remove_stale_results)
+        pass
+
+
+def _peer_slots(path: str, capacity: int) -> list[np.ndarray]:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        whole = np.frombuffer(mmap.mmap(fd, capacity * RESULT_SLOTS), np.uint8)
     finally:
         os.close(fd)
     return [whole[k * capacity:(k + 1) * capacity] for k in range(RESULT_SLOTS)]
@@ -243,16 +312,18 @@ def _make_results(capacity: int) -> Callable[[MPI.Comm], SharedResults | None]:
             slots, path = _own_slots(capacity)
         except OSError:
             pass
-        paths = allgather_obj(comm, path, "shared result files")
-        peers: list[list[np.ndarray] | None] = []
         try:
-            if all(paths):
-                peers = [None if r == comm.rank else _peer_slots(p, capacity) for r, p in enumerate(paths)]
-        except OSError:
-            peers = []
-        mapped = allgather_obj(comm, bool(peers), "shared result files mapped")  # every member is past its opens
-        if path:
-            os.unlink(path)
+            paths = allgather_obj(comm, path, "shared result files")
+            peers: list[list[np.ndarray] | None] = []
+            try:
+                if all(paths):
+                    peers = [None if r == comm.rank else _peer_slots(p, capacity) for r, p in enumerate(paths)]
+            except OSError:
+                peers = []
+            mapped = allgather_obj(comm, bool(peers), "shared result files mapped")  # every member is past its opens
+        finally:  # also where a round fails: the job ends, and nobody will open the file
+            if path:
+                _unlink(path)
         return SharedResults(comm, capacity, slots, peers) if all(mapped) else None
     return make
 
@@ -265,17 +336,20 @@ def _free_results(results: SharedResults | None) -> None:
 # Blocks under SHARED_RESULT_MIN_BLOCK go through the window: there the round
 # and the second barrier cost more than the copy saves (two ranks, a call of
 # transport_bench: 64 KiB blocks 0.040 -> 0.050 ms; 256 KiB ones, phases alone,
-# 0.059 -> 0.052; benchmarks/RESULTS.md). A member's result slots take
+# 0.059 -> 0.052; benchmarks/RESULTS.md). An all_to_all's pieces, whose round
+# travels while a rank writes its own piece, gain little below it either (two
+# ranks, phases alone: 32-128 KiB pieces within 0.003 ms of the window). A member's result slots take
 # RESULT_SLOTS times a result's bytes of the node's shared memory for as long
 # as the team lives; results past SHARED_RESULT_MAX_BYTES go through the window.
 SHARED_RESULT_MIN_BLOCK, SHARED_RESULT_MAX_BYTES = 1 << 18, 1 << 26
 
 
 def shared_results(devices: tuple[int, ...], block: int) -> SharedResults | None:
-    """The team's result slots for an allgather of `block` bytes a member (of
-    a power of two of at least every member's blocks, so that a few sizes share
-    them), or None where the team spans nodes, the node's shared memory cannot
-    hold them, or the sizes are out of range (the same answer on every member)."""
+    """The team's result slots for a result of `block` bytes from each member
+    (an allgather's block, an all_to_all's piece; slots of a power of two of at
+    least the result, so that a few sizes share them), or None where the team
+    spans nodes, the node's shared memory cannot hold them, or the sizes are
+    out of range (the same answer on every member)."""
     nbytes = block * len(devices)
     if block < SHARED_RESULT_MIN_BLOCK or nbytes > SHARED_RESULT_MAX_BYTES:
         return None

@@ -11,8 +11,11 @@ one copy, and receive them side by side. Past 64 KiB per rank, where a team's
 members share a node, an all_to_all and an allgather of a strided block pack or
 transpose straight into the team's shared-memory window instead, and copy out
 (interp/mpi_shared.py): the packing is then the copy MPI would make anyway;
-past 256 KiB, where every member has a core, an allgather's blocks stay in
-their owners' results in shared memory and are read from there. MPI
+past 256 KiB a block or piece, where every member has a core, results lie in
+shared memory the other members map: an allgather's blocks stay in their
+owners' results and are read from there, and an all_to_all's pieces are
+written straight from their senders' buffers into their receivers' results
+(no packing, no copy out). MPI
 datatypes that walk the strides were measured several times slower than these
 copies (MPICH 4-5, 2-core EPYC; a vector type for 4 MiB all_to_all pieces: 24-60
 ms against 2-8 for the contiguous call, 2026-12-01). Reductions never use MPI's own: partials are gathered and
@@ -20,12 +23,13 @@ folded in team order, so the bits equal the in-process transport's. Every wait
 is a polite, bounded poll: four ranks on two cores would otherwise busy-spin
 each other.
 
-allgather, allreduce, reduce_scatter and all_to_all of equal blocks are planned
-once per (op, type, team, rank) (interp/mpi_plans.py): a call goes from
-`communicate` straight to its plan while the op's rule and refir.teams.teams
-are the ones it was planned under (conformance mutants replace either; the
-call then takes the rules, which use the same plans). Uneven blocks take the
-rules' v-variant paths.
+allgather, allreduce and reduce_scatter of equal blocks, and all_to_all of
+equal or uneven ones, are planned once per (op, type, team, rank)
+(interp/mpi_plans.py): a call goes from `communicate` straight to its plan
+while the op's rule and refir.teams.teams are the ones it was planned under
+(conformance mutants replace either; the call then takes the rules, which use
+the same plans). An uneven allgather or reduce_scatter takes its rule's
+v-variant path.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from math import prod
 import numpy as np
 from mpi4py import MPI
 
+from interp import mpi_all_to_all  # noqa: F401 - its import registers the all_to_all plans
 from interp.collectives import block_index, split
 from interp.host_copy import copy_into
 from interp.impls import fold
@@ -311,25 +316,7 @@ def _reduce_scatter_block(op: ops.ReduceScatter, src: TensorType, team: Team, ra
 @rule(ops.AllToAll)
 def _all_to_all(t: MpiTransport, op: ops.AllToAll, team: Team, x: Arr, src: TensorType,
                 dst: TensorType) -> Arr:
-    run = planned(op, src, team, t.rank)
-    comm = t.team_comm(team.devices)
-    if run is not None:
-        return run(comm, x)
-    shapes, whole = _all_to_all_shapes(op, src, team, comm.rank)  # uneven: MPI's v-variant
-    got = t.alltoall(comm, x, op.split_axis, shapes, op.concat_axis, False)
-    return from_bytes(got, whole, x.dtype, op.concat_axis)  # the pieces side by side: no concatenating copy
-
-
-@by_identity
-def _all_to_all_shapes(op: ops.AllToAll, src: TensorType, team: Team,
-                       rank: int) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
-    """The shape of the piece from each member, and of the concatenated result."""
-    blocks = block_shapes(src, team.devices)
-    mine = block_size(src.axes[op.split_axis].extent, len(team.devices), rank)
-    shapes = tuple(tuple(mine if a == op.split_axis else n for a, n in enumerate(s)) for s in blocks)
-    whole = tuple(sum(s[op.concat_axis] for s in shapes) if a == op.concat_axis else n
-                  for a, n in enumerate(shapes[0]))
-    return shapes, whole
+    return planned(op, src, team, t.rank)(t.team_comm(team.devices), x)  # even or uneven blocks
 
 
 # The rules the plans stand for: a call whose rule is still one of these skips them.

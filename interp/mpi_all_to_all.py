@@ -1,0 +1,270 @@
+"""all_to_all as one rank makes it under MPI, planned once per (op, type,
+team, rank) (interp/mpi_plans.py's registry): of equal blocks, and of uneven
+ones (pieces of other sizes, each at its place among the others in its
+receiver's result).
+
+Where a team's members share a node, each piece goes straight from its
+sender's buffer into its receiver's result where the results lie in shared
+memory (interp/mpi_shared.py's result slots: every member has a core), else
+through the team's window; across nodes, or below the window's size, through
+MPI's Alltoall (equal blocks, the pieces packed by one copy or sent from the
+buffer's own memory) or Alltoallv. Every piece is a copy: the bits never change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from math import prod
+
+import numpy as np
+from mpi4py import MPI
+
+from interp.host_copy import copy_into, piece_into
+from interp.mpi_plans import (
+    Run,
+    _front_first,
+    _gathered_from,
+    _handed_out,
+    _sender,
+    _stacking,
+    block_shapes,
+    displacements,
+    moved_first,
+    plan,
+    result,
+    scratch,
+)
+from interp.mpi_shared import SharedResults, SharedSegments, shared_results, shared_segments
+from interp.transport import HANDED_OUT
+from refir import ops
+from refir.mpi import wait
+from refir.teams import Team
+from refir.types import TensorType, block, block_size
+
+# Up to this many ranks an all_to_all of runs through the window sends this rank's
+# own piece straight into its result, piece by piece (1M, two ranks: 1.70 -> 1.41
+# of MPI's Alltoall); with four, passing over the buffer once per piece lost to
+# packing it whole (1.33 -> 1.87; benchmarks/RESULTS.md).
+OWN_PIECE_DIRECT_RANKS = 2
+
+
+@plan(ops.AllToAll)
+def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -> Run:
+    """Piece k to member k; the received pieces lie side by side, concatenation
+    axis first, which is the result (no concatenating copy). On one node, each
+    piece goes straight from its sender's buffer into its receiver's result
+    where the results lie in shared memory (interp/mpi_shared.py's result
+    slots), else through the window."""
+    n, blocks = len(team.devices), block_shapes(src, team.devices)
+    shape, extent = blocks[rank], src.axes[op.split_axis].extent
+    if len(set(blocks)) > 1 or extent % n or shape[op.split_axis] % n:
+        return _uneven_all_to_all_plan(op, src, team, rank)
+    axis, split_axis = op.concat_axis, op.split_axis
+    piece = tuple(extent // n if a == split_axis else e for a, e in enumerate(shape))
+    front, back = _front_first(tuple(e * n if a == axis else e for a, e in enumerate(piece)), axis)
+    pieces = _sender(shape, n, split_axis, axis)
+    write = _piece_writer(shape, n, split_axis, axis)
+    runs = _runs(shape, n, split_axis, axis)
+
+    def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
+        count = x.nbytes // n
+        shared = shared_segments(team.devices, x.nbytes)
+        if shared is None:
+            whole = result(front, x.dtype)
+            wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
+        elif (results := shared_results(team.devices, count)) is not None:
+            def through_window(whole: np.ndarray, flat: np.ndarray) -> np.ndarray:
+                turn = shared.next_half()
+                half = shared.half(rank, turn, x.nbytes)
+                for k in range(n):
+                    if k != rank:
+                        write(x, k, half[k * count:(k + 1) * count])
+                shared.written()
+                _gathered_from(shared, turn, flat, count, rank * count)
+                return whole
+
+            places = [(rank * count, (rank + 1) * count)] * n
+            whole = _exchanged_in_results(shared, results, x, write, front, places, through_window)
+        elif runs is not None and n <= OWN_PIECE_DIRECT_RANKS and x.flags.c_contiguous:
+            # Each piece is a run of every row: this rank's own piece goes straight from its buffer into its
+            # result (a quarter of the bytes two ranks move through the segments), the others' packed into its
+            # segment; piece `rank` of each other member's copied out.
+            whole = result(front, x.dtype)
+            turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
+            into = shared.half(rank, turn, x.nbytes)
+            for k in range(n):
+                write(x, k, (flat if k == rank else into)[k * count:(k + 1) * count])
+            shared.written()
+            _gathered_from(shared, turn, flat, count, rank * count)
+        else:  # packed straight into this rank's segment; piece `rank` of each copied out, its own first
+            whole = result(front, x.dtype)
+            turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
+            pieces(x, shared.half(rank, turn, x.nbytes).view(x.dtype))
+            np.copyto(flat[rank * count:(rank + 1) * count], shared.half(rank, turn, (rank + 1) * count)[rank * count:])
+            shared.written()
+            _gathered_from(shared, turn, flat, count, rank * count)
+        return _handed_out(whole, back)
+
+    return run
+
+
+def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -> Run:
+    """An all_to_all of uneven blocks (pieces of other sizes, each at its place
+    among the others in its receiver's result), as the even plan's: on one
+    node, through result slots where they serve, else through the window (64
+    KiB a rank and more); else MPI's v-variant from this rank's pieces packed
+    one after another. Which is the same answer on every member (the team, the
+    cores, sizes from the types), and where some member's slots are all held,
+    every member learns it in the round and takes the window."""
+    n, blocks, itemsize = len(team.devices), block_shapes(src, team.devices), src.np_dtype.itemsize
+    axis, split_axis, extent = op.concat_axis, op.split_axis, src.axes[op.split_axis].extent
+
+    def piece(s: int, m: int) -> tuple[int, ...]:  # the shape of sender s's piece for member m
+        return tuple(block_size(extent, n, m) if a == split_axis else e for a, e in enumerate(blocks[s]))
+
+    sizes = [[prod(piece(s, m)) * itemsize for s in range(n)] for m in range(n)]  # member m's, from each sender
+    places = [(sum(sizes[m][:rank]), sum(sizes[m][:rank + 1])) for m in range(n)]
+    mine = [piece(s, rank) for s in range(n)]
+    front, back = _front_first(tuple(sum(p[axis] for p in mine) if a == axis else e for a, e in enumerate(mine[0])),
+                               axis)
+    block_of = -(-max(sum(row) for row in sizes) // n)  # slots of a result of the largest member's size
+    window = max(prod(b) for b in blocks) * itemsize  # the window's barrier ends the call, as the even plan's
+    sent = [sizes[m][rank] for m in range(n)]
+    sent_at, got_at = displacements(sent), displacements(sizes[rank])
+    theirs_at = [sum(sizes[m][s] for m in range(rank)) for s in range(n)]  # this rank's piece in sender s's pieces
+    cuts = [tuple(slice(*block(extent, n, m)) if a == split_axis else slice(None) for a in range(len(blocks[0])))
+            for m in range(n)]
+
+    # Where each piece is a run of every row of a dense buffer (the axes before `axis` have one element in
+    # it), the pieces of the longest length (all but the last few) are packed by one copy of a stacked view,
+    # as the even plan packs them all (four ranks on two cores: piece by piece lost, as the even plan's did)
+    shape, longest = blocks[rank], -(-extent // n)
+    inner, outer = prod(shape[split_axis + 1:]), prod(shape[:split_axis])
+    full = extent // longest if longest else 0
+    stacks = full > 1 and all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
+
+    def write(x: np.ndarray, k: int, into: np.ndarray) -> None:
+        p = moved_first(x[cuts[k]], axis)
+        copy_into(into.view(x.dtype).reshape(p.shape), p)
+
+    def pack(x: np.ndarray, into: np.ndarray) -> None:
+        """Every piece of x at its place in `into` (x's bytes, pieces one after another)."""
+        first = 0
+        if stacks and x.flags.c_contiguous:
+            run_of = longest * inner
+            head = into[:full * sent[0]].view(x.dtype).reshape(full, outer, run_of)
+            copy_into(head, x.reshape(outer, extent * inner)[:, :full * run_of].reshape(outer, full, run_of)
+                      .transpose(1, 0, 2))
+            first = full
+        for k in range(first, n):
+            write(x, k, into[sent_at[k]:sent_at[k] + sent[k]])
+
+    def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
+        shared = shared_segments(team.devices, window)
+        if shared is not None:
+            def through_window(whole: np.ndarray, flat: np.ndarray, own_in_place: bool = True) -> np.ndarray:
+                """The others' pieces packed into this rank's window half, this rank's out of theirs (its own
+                piece in place already, or packed with the others where there are more than two members and
+                copied out of its half)."""
+                turn = shared.next_half()
+                half = shared.half(rank, turn, x.nbytes)
+                if own_in_place:
+                    for k in range(n):
+                        if k != rank:
+                            write(x, k, half[sent_at[k]:sent_at[k] + sent[k]])
+                else:
+                    pack(x, half)
+                    own = sent[rank]
+                    np.copyto(flat[got_at[rank]:got_at[rank] + own], half[sent_at[rank]:sent_at[rank] + own])
+                shared.written()
+                for step in range(1, n):  # each rank starts with the member after it, as _gathered_from
+                    s = (rank + step) % n
+                    at, size = theirs_at[s], sizes[rank][s]
+                    np.copyto(flat[got_at[s]:got_at[s] + size], shared.half(s, turn, at + size)[at:])
+                return whole
+
+            results = shared_results(team.devices, block_of)
+            if results is not None:
+                whole = _exchanged_in_results(shared, results, x, write, front, places, through_window)
+            else:
+                whole = result(front, x.dtype)
+                flat = whole.reshape(-1).view(np.uint8)
+                direct = n <= OWN_PIECE_DIRECT_RANKS
+                if direct:
+                    write(x, rank, flat[got_at[rank]:got_at[rank] + sent[rank]])
+                through_window(whole, flat, direct)
+            return _handed_out(whole, back)
+        whole = result(front, x.dtype)
+        send = scratch("send", (x.nbytes,), np.uint8)
+        pack(x, send)
+        wait(comm.Ialltoallv([send, sent, sent_at, MPI.BYTE],
+                             [whole.reshape(-1).view(np.uint8), sizes[rank], got_at, MPI.BYTE]), "an all_to_all")
+        return _handed_out(whole, back)
+
+    return run
+
+
+def _exchanged_in_results(shared: SharedSegments, results: SharedResults, x: np.ndarray, write: PieceWriter,
+                          front: tuple[int, ...], places: Sequence[tuple[int, int]],
+                          held: Callable[[np.ndarray, np.ndarray], np.ndarray | None]) -> np.ndarray | None:
+    """An all_to_all whose pieces go straight into their receivers' results (of
+    shape `front`, concatenation axis first; this rank's piece for member k
+    at bytes places[k] of k's): this rank takes a free result slot and says
+    which in a round (that travels while it writes its own piece into it);
+    then it writes each other member's piece into that member's slot, and one
+    barrier ends the call (nobody touches a result after it; a slot is offered
+    again only once its holders dropped it). Where some member's slots are all
+    held, every member learns it from the round and returns `held(whole,
+    bytes of whole)` instead (its result the slot it took, its own piece in
+    place), which moves the others' pieces another way."""
+    rank, dtype = shared.comm.rank, x.dtype
+    slot = results.free_slot()
+    offered = results.offer(slot)
+    if slot is None:
+        whole = result(front, dtype)
+    else:
+        whole = results.array(slot, front, dtype, prod(front) * dtype.itemsize)
+        HANDED_OUT[id(whole)] = whole  # spmd keeps it as a buffer of its own: nothing else refers to the slot
+    flat = whole.reshape(-1).view(np.uint8)
+    write(x, rank, flat[slice(*places[rank])])
+    where = results.offered(offered, "every member's result slot")
+    if where.min() < 0:
+        return held(whole, flat)
+    n = shared.comm.size
+    for step in range(1, n):  # each rank starts with the member after it: the ranks write different slots at once
+        member = (rank + step) % n
+        write(x, member, results.peer(member, int(where[member]))[slice(*places[member])])
+    shared.written()
+    return whole
+
+
+PieceWriter = Callable[[np.ndarray, int, np.ndarray], None]  # (buffer, piece k, the bytes it goes to)
+
+
+def _piece_writer(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> PieceWriter:
+    """What writes piece k of a buffer of `shape` (cut in n along `split_axis`),
+    in C order with `axis` first, into the bytes it is given: straight from the
+    buffer, through a view of it (no packing copy): by runs where the buffer is
+    dense and each piece is a run of every row, else by one copy of the
+    piece's view (tiled where it transposes, interp/host_copy.py)."""
+    runs = _runs(shape, n, split_axis, axis)
+    cut, order, stacked = _stacking(shape, n, split_axis, axis)
+
+    def write(x: np.ndarray, k: int, into: np.ndarray) -> None:
+        if runs is not None and x.flags.c_contiguous:
+            piece_into(into.view(x.dtype).reshape(runs), x.reshape(runs[0], n, runs[1]), k)
+        else:
+            copy_into(into.view(x.dtype).reshape(stacked[1:]), x.reshape(cut).transpose(order)[k])
+
+    return write
+
+
+def _runs(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> tuple[int, int] | None:
+    """(rows, run) where a C-contiguous buffer of `shape`, seen as (rows, n, run),
+    holds piece k of its split as [:, k] and the piece's C order with `axis`
+    first is that view's own order (the axes before `axis` have one element);
+    else None."""
+    longest = shape[split_axis] // n
+    if any((longest if a == split_axis else shape[a]) > 1 for a in range(axis)):
+        return None
+    return prod(shape[:split_axis]), longest * prod(shape[split_axis + 1:])
