@@ -8,14 +8,13 @@ time (their ranks mostly sleep, waiting), once for the whole file."""
 
 import os
 import re
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from helpers import ROOT, mpiexec, run_mpi
+from helpers import ROOT, mpiexec, run_job, run_mpi
 
 TIMEOUT_S = 3
 STAGGER_S = 1.5  # refir.mpi.STAGGER_S: later ranks wait this much longer each
@@ -95,7 +94,7 @@ def launch_split(tmp_path, args, root_dir, other_dir):
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "MPIEXEC_TIMEOUT": "60", "REFIR_MPI_TIMEOUT": str(TIMEOUT_S),
            "PYTHONPATH": str(ROOT)}
     start = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=env)
+    done = run_job(cmd, capture_output=True, text=True, timeout=90, env=env)
     return done, time.monotonic() - start
 
 
