@@ -79,6 +79,43 @@ def slots_call(devices: tuple[int, ...], rank: int, x: np.ndarray, front: tuple[
     return list(np.diff(clock))
 
 
+def timed(comm: MPI.Comm, paths: dict[str, Callable[..., Phases]], args: tuple, repeats: int,
+          mpi: Callable[[], object]) -> dict[str, list[Phases]]:
+    """Each path's phases and whole ms, and MPI's own call's, `repeats` times,
+    alternating, each call between two barriers, after a warm-up call of each path."""
+    times: dict[str, list[Phases]] = {k: [] for k in (*paths, "MPI")}
+    for call in paths.values():
+        call(*args)
+    for _ in range(repeats):
+        for name, call in paths.items():
+            comm.Barrier()
+            start = time.perf_counter()
+            phases = call(*args)
+            comm.Barrier()
+            times[name].append([*phases, time.perf_counter() - start])
+        comm.Barrier()
+        start = time.perf_counter()
+        mpi()
+        comm.Barrier()
+        times["MPI"].append([time.perf_counter() - start])
+    return times
+
+
+def report(title: str, mpi_name: str, times: dict[str, list[Phases]], names: dict[str, str], repeats: int) -> None:
+    """Best / median ms of each path's phases (`names`: their names, in order) next to MPI's call."""
+    mpi = np.array(times["MPI"])[:, 0] * 1e3
+    print(f"{title}: ms, best / median of {repeats}")
+    print(f"  {mpi_name}: {mpi.min():.3f} / {np.median(mpi):.3f}")
+    for name in names:
+        if name not in times:
+            continue
+        v = np.array(times[name]) * 1e3
+        cells = "  ".join(f"{p} {b:.3f}/{m:.3f}" for p, b, m in
+                          zip([*names[name].split(), "whole"], v.min(0), np.median(v, 0)))
+        print(f"  {name:<7} {cells}  (whole/MPI: best {v[:, -1].min() / mpi.min():.2f},"
+              f" median {np.median(v[:, -1]) / np.median(mpi):.2f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.allgather_phases", description=__doc__.split("\n")[0])
     parser.add_argument("--elements", type=int, default=1 << 20, help="per rank (default: %(default)s)")
@@ -96,31 +133,10 @@ def main() -> None:
         paths["slots"] = slots_call
     names = {"window": "setup write barrier reads", "slots": "setup write agree reads barrier"}
     for layout, x in (("row-major", block), ("column-major", np.asfortranarray(block))):
-        times: dict[str, list[Phases]] = {k: [] for k in (*paths, "MPI")}
-        for call in paths.values():
-            call(devices, rank, x, front)
-        for _ in range(args.repeats):
-            for name, call in paths.items():
-                comm.Barrier()
-                start = time.perf_counter()
-                phases = call(devices, rank, x, front)
-                comm.Barrier()
-                times[name].append([*phases, time.perf_counter() - start])
-            comm.Barrier()
-            start = time.perf_counter()
-            comm.Allgather(block, recv)
-            comm.Barrier()
-            times["MPI"].append([time.perf_counter() - start])
+        times = timed(comm, paths, (devices, rank, x, front), args.repeats, lambda: comm.Allgather(block, recv))
         if rank == 0:
-            mpi = np.array(times["MPI"])[:, 0] * 1e3
-            print(f"{n} ranks, {layout} block of {args.elements} float32: ms, best / median of {args.repeats}")
-            print(f"  MPI Allgather: {mpi.min():.3f} / {np.median(mpi):.3f}")
-            for name in paths:
-                v = np.array(times[name]) * 1e3
-                cells = "  ".join(f"{p} {b:.3f}/{m:.3f}" for p, b, m in
-                                  zip([*names[name].split(), "whole"], v.min(0), np.median(v, 0)))
-                print(f"  {name:<7} {cells}  (whole/MPI: best {v[:, -1].min() / mpi.min():.2f},"
-                      f" median {np.median(v[:, -1]) / np.median(mpi):.2f})")
+            report(f"{n} ranks, {layout} block of {args.elements} float32", "MPI Allgather", times, names,
+                   args.repeats)
 
 
 if __name__ == "__main__":

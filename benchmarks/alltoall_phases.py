@@ -33,6 +33,7 @@ from collections.abc import Callable
 import numpy as np
 from mpi4py import MPI
 
+from benchmarks.allgather_phases import report, timed
 from interp.mpi_all_to_all import _piece_writer
 from interp.mpi_plans import _gathered_from, result
 from interp.mpi_shared import shared_results, shared_segments
@@ -104,33 +105,10 @@ def main() -> None:
         paths["slots"] = slots_call
     names = {"window": "setup own pack barrier reads", "slots": "setup own agree writes barrier"}
     for layout, x in (("row-major", block), ("column-major", np.asfortranarray(block))):
-        times: dict[str, list[Phases]] = {k: [] for k in (*paths, "MPI")}
-        for call in paths.values():
-            call(devices, rank, x, front)
-        for _ in range(args.repeats):
-            for name, call in paths.items():
-                comm.Barrier()
-                start = time.perf_counter()
-                phases = call(devices, rank, x, front)
-                comm.Barrier()
-                times[name].append([*phases, time.perf_counter() - start])
-            comm.Barrier()
-            start = time.perf_counter()
-            comm.Alltoall(block, out)
-            comm.Barrier()
-            times["MPI"].append([time.perf_counter() - start])
+        times = timed(comm, paths, (devices, rank, x, front), args.repeats, lambda: comm.Alltoall(block, out))
         if rank == 0:
-            mpi = np.array(times["MPI"])[:, 0] * 1e3
-            print(f"{n} ranks, {layout} block of {args.elements} float32, column pieces: ms, best / median of "
-                  f"{args.repeats}")
-            print(f"  MPI Alltoall: {mpi.min():.3f} / {np.median(mpi):.3f}")
-            for name in paths:
-                v = np.array(times[name]) * 1e3
-                cells = "  ".join(f"{p} {b:.3f}/{m:.3f}" for p, b, m in
-                                  zip([*names[name].split(), "whole"], v.min(0), np.median(v, 0)))
-                print(f"  {name:<7} {cells}  (whole/MPI: best {v[:, -1].min() / mpi.min():.2f},"
-                      f" median {np.median(v[:, -1]) / np.median(mpi):.2f})")
-
+            report(f"{n} ranks, {layout} block of {args.elements} float32, column pieces", "MPI Alltoall", times,
+                   names, args.repeats)
 
 if __name__ == "__main__":
     main()

@@ -10,7 +10,7 @@ directory, with this checkout's benchmark files (copied into BEFORE_DIR first,
 so that both sides time alike), OMP_NUM_THREADS=1 and RUN_SIZES (default
 "8,16,8": the seed-2 program at its smallest). Launches alternate (before,
 after, then after, before), each pair after waiting, up to 90 s, for a quiet
-machine (benchmarks.transport_ab.idle_share). Prints, per world and size, the
+machine (benchmarks.transport_ab.alternated). Prints, per world and size, the
 median over launches of each launch's median ms, with the lowest and highest.
 """
 
@@ -23,10 +23,9 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from benchmarks.transport_ab import idle_share
+from benchmarks.transport_ab import alternated
 
 HERE = Path(__file__).resolve().parent
 WORLD = re.compile(r"^(\d+ ranks[^:]*):")
@@ -60,17 +59,9 @@ def main() -> None:
     for name in ("run_overhead.py", "phases.py"):
         shutil.copy(HERE / name, args.before / "benchmarks" / name)
     sides = {"before": args.before, "after": args.after}
-    got: dict[str, dict[tuple[str, str], list[float]]] = {k: {} for k in sides}
-    waits = []
-    for i in range(args.launches):
-        start = time.monotonic()
-        while idle_share() < 0.7 and time.monotonic() - start < 90:
-            pass
-        waits.append(round(time.monotonic() - start))
-        for name in (["before", "after"] if i % 2 == 0 else ["after", "before"]):
-            for ranks in [None, args.ranks] if args.ranks else [None]:
-                for key, ms in launch(sides[name], ranks).items():
-                    got[name].setdefault(key, []).append(ms)
+    worlds = [None, args.ranks] if args.ranks else [None]
+    got, waits = alternated(args.launches, sides,
+                            lambda side: {k: ms for ranks in worlds for k, ms in launch(side, ranks).items()})
     print(f"{args.launches} launches each; waited for a quiet machine (s): {waits}")
     print(f"{'world':<32}{'size':>9}  {'before: median ms (lo-hi)':<28} {'after: median ms (lo-hi)':<28} after/before")
     for key in got["after"]:

@@ -23,7 +23,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROW = re.compile(r"(\D+?)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+[\d.]+$")
 HERE = Path(__file__).resolve().parent
@@ -57,6 +59,24 @@ def launch(code: Path, bench_args: list[str], ranks: int = 4) -> dict[tuple[str,
     return rows
 
 
+def alternated(launches: int, sides: dict[str, Path], run: Callable[[Path], dict[Any, Any]]
+               ) -> tuple[dict[str, dict[Any, list[Any]]], list[int]]:
+    """`run` on each side `launches` times, the order alternating, each pair after
+    the machine is quiet (idle_share >= 0.7, waiting 90 s at most): every
+    value per side and key, and the seconds waited before each pair."""
+    got: dict[str, dict[Any, list[Any]]] = {k: {} for k in sides}
+    waits = []
+    for i in range(launches):
+        start = time.monotonic()
+        while idle_share() < 0.7 and time.monotonic() - start < 90:
+            pass
+        waits.append(round(time.monotonic() - start))
+        for name in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
+            for key, value in run(sides[name]).items():
+                got[name].setdefault(key, []).append(value)
+    return got, waits
+
+
 def main() -> None:
     argv = sys.argv[1:]
     bench_args = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -69,16 +89,7 @@ def main() -> None:
     args = parser.parse_args(argv)
     shutil.copy(HERE / "transport_bench.py", args.before / "benchmarks" / "transport_bench.py")
     sides = {"before": args.before, "after": args.after}
-    got: dict[str, dict[tuple[str, int], list[tuple[float, float]]]] = {k: {} for k in sides}
-    waits = []
-    for i in range(args.launches):
-        start = time.monotonic()
-        while idle_share() < 0.7 and time.monotonic() - start < 90:
-            pass
-        waits.append(round(time.monotonic() - start))
-        for name in (["before", "after"] if i % 2 == 0 else ["after", "before"]):
-            for key, value in launch(sides[name], bench_args, args.ranks).items():
-                got[name].setdefault(key, []).append(value)
+    got, waits = alternated(args.launches, sides, lambda side: launch(side, bench_args, args.ranks))
     print(f"{args.ranks} ranks, {args.launches} launches each; waited for a quiet machine (s): {waits}")
     print(f"{'row':<32}{'elements':>9}  {'before: ratio (lo-hi), refir ms':<34} after: ratio (lo-hi), refir ms")
     for key in got["after"]:
