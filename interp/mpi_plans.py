@@ -1,6 +1,6 @@
-"""allgather, allreduce and reduce_scatter of equal blocks, and all_to_all of
-equal or uneven ones, as one rank makes them under MPI, planned once per (op,
-type, team, rank).
+"""allgather, allreduce, reduce_scatter and all_to_all, of equal or uneven
+blocks (the sharding rule's: the last ones shorter or empty), as one rank
+makes them under MPI, planned once per (op, type, team, rank).
 
 What a call needs beyond its buffer (shapes, byte counts, where this rank's
 piece goes, whether the pieces already lie in order and the view that packs
@@ -11,10 +11,8 @@ it about twice over (benchmarks/RESULTS.md, "third pass"). Results are arrays
 of their own (`result`: kept ones nobody holds any more, past 64 KiB; an
 allgather's or all_to_all's may be a result slot in shared memory,
 interp/mpi_shared.py), in C order where the result's axes keep their order, so
-that spmd's NumpyTransport need not copy them again. An uneven allgather or
-reduce_scatter is not planned: interp/mpi_transport.py's rules move it with
-MPI's v-variant. all_to_all's plans, of equal and uneven blocks, are in
-interp/mpi_all_to_all.py (registered here when interp/mpi_transport.py
+that spmd's NumpyTransport need not copy them again. all_to_all's plans are
+in interp/mpi_all_to_all.py (registered here when interp/mpi_transport.py
 imports it).
 Reductions fold in team order (interp.impls.fold, the in-process transport's
 fold), never MPI's.

@@ -10,7 +10,8 @@ from the array's own memory where they lie one after another, else pack them by
 one copy, and receive them side by side. Past 64 KiB per rank, where a team's
 members share a node, an all_to_all and an allgather of a strided block pack or
 transpose straight into the team's shared-memory window instead, and copy out
-(interp/mpi_shared.py): the packing is then the copy MPI would make anyway;
+(a reduce_scatter folds its block straight out of the others' segments;
+interp/mpi_shared.py): the packing is then the copy MPI would make anyway;
 past 256 KiB a block or piece, where every member has a core, results lie in
 shared memory the other members map: an allgather's blocks stay in their
 owners' results and are read from there, and an all_to_all's pieces are
@@ -23,13 +24,11 @@ folded in team order, so the bits equal the in-process transport's. Every wait
 is a polite, bounded poll: four ranks on two cores would otherwise busy-spin
 each other.
 
-allgather, allreduce and reduce_scatter of equal blocks, and all_to_all of
-equal or uneven ones, are planned once per (op, type, team, rank)
-(interp/mpi_plans.py): a call goes from `communicate` straight to its plan
-while the op's rule and refir.teams.teams are the ones it was planned under
-(conformance mutants replace either; the call then takes the rules, which use
-the same plans). An uneven allgather or reduce_scatter takes its rule's
-v-variant path.
+allgather, allreduce, reduce_scatter and all_to_all, of equal or uneven
+blocks, are planned once per (op, type, team, rank) (interp/mpi_plans.py):
+a call goes from `communicate` straight to its plan while the op's rule and
+refir.teams.teams are the ones it was planned under (conformance mutants
+replace either; the call then takes the rules, which use the same plans).
 """
 
 from __future__ import annotations
