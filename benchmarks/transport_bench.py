@@ -13,9 +13,11 @@ the column-major allgather row shows what reading a strided source costs, and
 the uneven rows (63 columns, one row short in all, so the last member's block
 is shorter; a partial of one row fewer and 63 columns for reduce_scatter) what
 uneven blocks cost next to MPI's plain call of the even 64-column blocks
-(Alltoall, Allgather, Reduce_scatter_block: MPI's v-variants were slower here,
-so the even call is the stricter peer), and the odd-sized allreduce (uneven
-slices) next to MPI's Allreduce of the same buffer.
+(Alltoall, Allgather, Reduce_scatter_block: MPI's Allgatherv of the uneven
+blocks took 2-3x Allgather's time here, its Reduce_scatter about
+Reduce_scatter_block's, benchmarks/mpi_v_variants.py; so the even call is the
+stricter or an equal peer), and the odd-sized allreduce (uneven slices)
+next to MPI's Allreduce of the same buffer.
 Rank 0 prints a table of times and ratios, then the layout changes alone (every
 rank copying at once, as inside the collectives): what the column-major
 allgather and the all_to_all must add to MPI's collective of contiguous blocks.
