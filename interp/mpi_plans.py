@@ -28,7 +28,14 @@ from mpi4py import MPI
 
 from interp.host_copy import copy_into, pieces_into
 from interp.impls import fold
-from interp.mpi_shared import SharedResults, SharedSegments, first_unheld, shared_results, shared_segments
+from interp.mpi_shared import (
+    SHARED_MIN_BYTES,
+    SharedResults,
+    SharedSegments,
+    first_unheld,
+    shared_results,
+    shared_segments,
+)
 from interp.transport import HANDED_OUT
 from refir import ops
 from refir.memo import by_identity
@@ -215,11 +222,20 @@ def _sliced_allreduce(comm: MPI.Comm, x: np.ndarray, kind: str) -> np.ndarray:
     return whole
 
 
+# A reduce_scatter takes the window from smaller partials than the other
+# collectives (mpi_shared.SHARED_MIN_BYTES): it copies nothing out, where MPI's
+# all-to-all is followed by a fold over its received copy (two ranks, single
+# launches: 4096 even elements 1.7 -> 1.1-1.3 of MPI's Reduce_scatter_block,
+# 16383 uneven ones 1.7 -> 0.9; four ranks on two cores 1.2 -> 1.2-1.5 and
+# 1.6-1.9 -> 1.2-1.4; benchmarks/RESULTS.md).
+REDUCE_SCATTER_WINDOW_MIN_BYTES = 1 << 14
+
+
 @plan(ops.ReduceScatter)
 def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, rank: int) -> Run:
     """Piece k of every partial to member k, which folds them in team order.
     Pieces equal or uneven (the last shorter or empty), at places worked out
-    once: on one node (64 KiB a partial and more) through the team's window,
+    once: on one node (16 KiB a partial and more) through the team's window,
     folded straight out of the others' halves (two ranks, 1M: 0.5 of MPI's
     Reduce_scatter_block, against 0.9 through MPI's Alltoall); else equal
     pieces through MPI's Alltoall, uneven ones through its Alltoallv, from the
@@ -237,9 +253,10 @@ def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, ran
     write, pack = _uneven_sender(shape, n, op.axis, 0, sent)
     own = tuple(slice(*block(extent, n, rank)) if a == op.axis else slice(None) for a in range(len(shape)))
     theirs = slice(sent_at[rank], sent_at[rank] + got[rank])  # this rank's piece among each member's
+    window = max(nbytes, SHARED_MIN_BYTES) if nbytes >= REDUCE_SCATTER_WINDOW_MIN_BYTES else 0
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
-        shared = shared_segments(team.devices, nbytes)
+        shared = shared_segments(team.devices, window) if window else None
         if shared is not None:
             # The others' pieces written into this rank's window half at their places; after the barrier this
             # rank folds its piece straight out of the others' halves and its own buffer (no copy out)
