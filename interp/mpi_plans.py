@@ -20,6 +20,7 @@ fold), never MPI's.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from math import prod
 
@@ -222,12 +223,13 @@ def _sliced_allreduce(comm: MPI.Comm, x: np.ndarray, kind: str) -> np.ndarray:
     return whole
 
 
-# A reduce_scatter takes the window from smaller partials than the other
-# collectives (mpi_shared.SHARED_MIN_BYTES): it copies nothing out, where MPI's
-# all-to-all is followed by a fold over its received copy (two ranks, single
-# launches: 4096 even elements 1.7 -> 1.1-1.3 of MPI's Reduce_scatter_block,
-# 16383 uneven ones 1.7 -> 0.9; four ranks on two cores 1.2 -> 1.2-1.5 and
-# 1.6-1.9 -> 1.2-1.4; benchmarks/RESULTS.md).
+# Where every member has a core, a reduce_scatter takes the window from smaller
+# partials than the other collectives (mpi_shared.SHARED_MIN_BYTES): it copies
+# nothing out, where MPI's all-to-all is followed by a fold over its received
+# copy (two ranks: 4096 even elements 1.96 -> 1.30 of MPI's
+# Reduce_scatter_block, 16383 uneven ones 1.75 -> 0.92). Four ranks on two
+# cores lost there (1.17 -> 1.67 at 4096: the barrier waits for ranks off
+# their core; benchmarks/RESULTS.md).
 REDUCE_SCATTER_WINDOW_MIN_BYTES = 1 << 14
 
 
@@ -235,7 +237,8 @@ REDUCE_SCATTER_WINDOW_MIN_BYTES = 1 << 14
 def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, rank: int) -> Run:
     """Piece k of every partial to member k, which folds them in team order.
     Pieces equal or uneven (the last shorter or empty), at places worked out
-    once: on one node (16 KiB a partial and more) through the team's window,
+    once: on one node (64 KiB a partial and more; 16 KiB where every member
+    has a core) through the team's window,
     folded straight out of the others' halves (two ranks, 1M: 0.5 of MPI's
     Reduce_scatter_block, against 0.9 through MPI's Alltoall); else equal
     pieces through MPI's Alltoall, uneven ones through its Alltoallv, from the
@@ -254,10 +257,12 @@ def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, ran
     own = tuple(slice(*block(extent, n, rank)) if a == op.axis else slice(None) for a in range(len(shape)))
     theirs = slice(sent_at[rank], sent_at[rank] + got[rank])  # this rank's piece among each member's
     window = max(nbytes, SHARED_MIN_BYTES) if nbytes >= REDUCE_SCATTER_WINDOW_MIN_BYTES else 0
+    # one answer on every member: only where the window exists, so on one node
+    takes_window = nbytes >= SHARED_MIN_BYTES or n <= (os.cpu_count() or 1)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         shared = shared_segments(team.devices, window) if window else None
-        if shared is not None:
+        if shared is not None and takes_window:
             # The others' pieces written into this rank's window half at their places; after the barrier this
             # rank folds its piece straight out of the others' halves and its own buffer (no copy out)
             turn = shared.next_half()

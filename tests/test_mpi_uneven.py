@@ -36,7 +36,7 @@ if sys.argv[1] == "force":
 slots = n <= os.cpu_count()
 t = MpiTransport()
 WINDOW, SLOT = 1 << 16, 1 << 18  # mpi_shared's bounds: a rank's bytes for the window, a block's for the slots
-RS_WINDOW = 1 << 14  # a reduce_scatter's partial takes the window from this size
+RS_WINDOW = 1 << 14  # a reduce_scatter's partial takes the window from this size where members have cores
 
 
 def in_slot(a):
