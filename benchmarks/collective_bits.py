@@ -44,7 +44,8 @@ def dump(prefix: str) -> None:
     out: dict[str, np.ndarray] = {}
     for dtype, code in DTYPES:
         isz = np.dtype(dtype).itemsize
-        for rows in (5, 3 * n + 1, (300 * 4 // isz) * n - 1, (1100 * 4 // isz) * n - 1, (1100 * 4 // isz) * n):
+        for rows in (5, 3 * n + 1, (100 * 4 // isz) * n - 1, (300 * 4 // isz) * n - 1, (1100 * 4 // isz) * n - 1,
+                     (1100 * 4 // isz) * n):
             for axis in (0, 1):
                 ext = (rows, 63) if axis == 0 else (63, rows)
                 mine = split(data(ext, dtype, rows + axis), n, axis)[rank]
