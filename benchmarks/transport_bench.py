@@ -10,8 +10,14 @@ then an allgather of the folded slices. Each of refir's communications is timed
 next to the MPI collective that moves the same bytes from contiguous buffers,
 their calls alternating (a burst of load on a shared machine falls on both):
 the column-major allgather row shows what reading a strided source costs, and
-the uneven all_to_all (63 columns, one row short) what uneven blocks cost next
-to MPI's Alltoall of the even ones.
+the uneven rows (63 columns, one row short in all, so the last member's block
+is shorter; a partial of one row fewer and 63 columns for reduce_scatter) what
+uneven blocks cost next to MPI's plain call of the even 64-column blocks
+(Alltoall, Allgather, Reduce_scatter_block: MPI's Allgatherv of the uneven
+blocks took 2-3x Allgather's time here, its Reduce_scatter about
+Reduce_scatter_block's, benchmarks/mpi_v_variants.py; so the even call is the
+stricter or an equal peer), and the odd-sized allreduce (uneven slices)
+next to MPI's Allreduce of the same buffer.
 Rank 0 prints a table of times and ratios, then the layout changes alone (every
 rank copying at once, as inside the collectives): what the column-major
 allgather and the all_to_all must add to MPI's collective of contiguous blocks.
@@ -90,6 +96,14 @@ def measure(transport: MpiTransport, mesh: Mesh, elems: int, repeats: int = 9) -
     by_rows_uneven = TensorType("f32", (Axis(rows_of * n - 1, "DIDx"), Axis(cols - 1)), mesh)
     cols_split_uneven = TensorType("f32", (Axis(rows_of * n - 1), Axis(cols - 1, "DIDx")), mesh)
     uneven = np.ascontiguousarray(block[:rows_of - (comm.rank == n - 1), :cols - 1])
+    gathered_uneven = TensorType("f32", (Axis(rows_of * n - 1), Axis(cols - 1)), mesh)
+    # A partial of one row fewer and 63 columns on every member: reduce_scatter's last block is short, and
+    # the allreduce's element count is odd (its slices uneven)
+    short = np.ascontiguousarray(block[:rows_of - 1, :cols - 1])
+    partial_short = TensorType("f32", (Axis(rows_of - 1), Axis(cols - 1)), mesh, None, ("DIDx",), "sum")
+    whole_short = TensorType("f32", (Axis(rows_of - 1), Axis(cols - 1)), mesh)
+    scattered_short = TensorType("f32", (Axis(rows_of - 1, "DIDx"), Axis(cols - 1)), mesh)
+    short_out = np.empty_like(short)
 
     def row(name: str, op: ops.Communication, src: TensorType, dst: TensorType, x: np.ndarray, theirs) -> Row:
         return (name, elems, *timed_pair(lambda: transport.communicate(op, src, dst, {comm.rank: x}), theirs,
@@ -107,6 +121,12 @@ def measure(transport: MpiTransport, mesh: Mesh, elems: int, repeats: int = 9) -
             lambda: comm.Alltoall(block, out)),
         row("all_to_all, uneven blocks", ops.AllToAll("DIDx", 1, 0), by_rows_uneven, cols_split_uneven, uneven,
             lambda: comm.Alltoall(block, out)),
+        row("allgather, uneven blocks", ops.Allgather(0, "DIDx"), by_rows_uneven, gathered_uneven, uneven,
+            lambda: comm.Allgather(block, recv)),
+        row("reduce_scatter, uneven blocks", ops.ReduceScatter("sum", "DIDx", 0), partial_short, scattered_short,
+            short, lambda: comm.Reduce_scatter_block(block, piece, op=MPI.SUM)),
+        row("allreduce, odd size", ops.Allreduce("sum", ("DIDx",)), partial_short, whole_short, short,
+            lambda: comm.Allreduce(short, short_out, op=MPI.SUM)),
     ]
 
 

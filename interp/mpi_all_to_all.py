@@ -21,15 +21,16 @@ from mpi4py import MPI
 
 from interp.host_copy import copy_into, piece_into
 from interp.mpi_plans import (
+    PieceWriter,
     Run,
     _front_first,
     _gathered_from,
     _handed_out,
     _sender,
     _stacking,
+    _uneven_sender,
     block_shapes,
     displacements,
-    moved_first,
     plan,
     result,
     scratch,
@@ -39,7 +40,7 @@ from interp.transport import HANDED_OUT
 from refir import ops
 from refir.mpi import wait
 from refir.teams import Team
-from refir.types import TensorType, block, block_size
+from refir.types import TensorType, block_size
 
 # Up to this many ranks an all_to_all of runs through the window sends this rank's
 # own piece straight into its result, piece by piece (1M, two ranks: 1.70 -> 1.41
@@ -132,32 +133,7 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
     sent = [sizes[m][rank] for m in range(n)]
     sent_at, got_at = displacements(sent), displacements(sizes[rank])
     theirs_at = [sum(sizes[m][s] for m in range(rank)) for s in range(n)]  # this rank's piece in sender s's pieces
-    cuts = [tuple(slice(*block(extent, n, m)) if a == split_axis else slice(None) for a in range(len(blocks[0])))
-            for m in range(n)]
-
-    # Where each piece is a run of every row of a dense buffer (the axes before `axis` have one element in
-    # it), the pieces of the longest length (all but the last few) are packed by one copy of a stacked view,
-    # as the even plan packs them all (four ranks on two cores: piece by piece lost, as the even plan's did)
-    shape, longest = blocks[rank], -(-extent // n)
-    inner, outer = prod(shape[split_axis + 1:]), prod(shape[:split_axis])
-    full = extent // longest if longest else 0
-    stacks = full > 1 and all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
-
-    def write(x: np.ndarray, k: int, into: np.ndarray) -> None:
-        p = moved_first(x[cuts[k]], axis)
-        copy_into(into.view(x.dtype).reshape(p.shape), p)
-
-    def pack(x: np.ndarray, into: np.ndarray) -> None:
-        """Every piece of x at its place in `into` (x's bytes, pieces one after another)."""
-        first = 0
-        if stacks and x.flags.c_contiguous:
-            run_of = longest * inner
-            head = into[:full * sent[0]].view(x.dtype).reshape(full, outer, run_of)
-            copy_into(head, x.reshape(outer, extent * inner)[:, :full * run_of].reshape(outer, full, run_of)
-                      .transpose(1, 0, 2))
-            first = full
-        for k in range(first, n):
-            write(x, k, into[sent_at[k]:sent_at[k] + sent[k]])
+    write, pack = _uneven_sender(blocks[rank], n, split_axis, axis, sent)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         shared = shared_segments(team.devices, window)
@@ -237,8 +213,6 @@ def _exchanged_in_results(shared: SharedSegments, results: SharedResults, x: np.
     shared.written()
     return whole
 
-
-PieceWriter = Callable[[np.ndarray, int, np.ndarray], None]  # (buffer, piece k, the bytes it goes to)
 
 
 def _piece_writer(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> PieceWriter:

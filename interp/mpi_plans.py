@@ -1,6 +1,6 @@
-"""allgather, allreduce and reduce_scatter of equal blocks, and all_to_all of
-equal or uneven ones, as one rank makes them under MPI, planned once per (op,
-type, team, rank).
+"""allgather, allreduce, reduce_scatter and all_to_all, of equal or uneven
+blocks (the sharding rule's: the last ones shorter or empty), as one rank
+makes them under MPI, planned once per (op, type, team, rank).
 
 What a call needs beyond its buffer (shapes, byte counts, where this rank's
 piece goes, whether the pieces already lie in order and the view that packs
@@ -11,10 +11,8 @@ it about twice over (benchmarks/RESULTS.md, "third pass"). Results are arrays
 of their own (`result`: kept ones nobody holds any more, past 64 KiB; an
 allgather's or all_to_all's may be a result slot in shared memory,
 interp/mpi_shared.py), in C order where the result's axes keep their order, so
-that spmd's NumpyTransport need not copy them again. An uneven allgather or
-reduce_scatter is not planned: interp/mpi_transport.py's rules move it with
-MPI's v-variant. all_to_all's plans, of equal and uneven blocks, are in
-interp/mpi_all_to_all.py (registered here when interp/mpi_transport.py
+that spmd's NumpyTransport need not copy them again. all_to_all's plans are
+in interp/mpi_all_to_all.py (registered here when interp/mpi_transport.py
 imports it).
 Reductions fold in team order (interp.impls.fold, the in-process transport's
 fold), never MPI's.
@@ -22,8 +20,8 @@ fold), never MPI's.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from math import prod
 
 import numpy as np
@@ -31,14 +29,21 @@ from mpi4py import MPI
 
 from interp.host_copy import copy_into, pieces_into
 from interp.impls import fold
-from interp.mpi_shared import SharedResults, SharedSegments, first_unheld, shared_results, shared_segments
+from interp.mpi_shared import (
+    SHARED_MIN_BYTES,
+    SharedResults,
+    SharedSegments,
+    first_unheld,
+    shared_results,
+    shared_segments,
+)
 from interp.transport import HANDED_OUT
 from refir import ops
 from refir.memo import by_identity
 from refir.mpi import barrier, wait
 from refir.tables import registrar
 from refir.teams import Team
-from refir.types import TensorType, axis_first, block, local_shape
+from refir.types import TensorType, axis_first, block, block_size, local_shape
 
 
 def moved_first(x: np.ndarray, axis: int) -> np.ndarray:
@@ -125,20 +130,26 @@ def planned(op: ops.Communication, src: TensorType, team: Team, rank: int) -> Ru
 
 
 @plan(ops.Allgather)
-def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -> Run | None:
+def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -> Run:
+    """Every member's block at its place in every member's result, concatenation
+    axis first; blocks equal or uneven (the last ones shorter or empty), at
+    places worked out once from the types."""
     shapes = block_shapes(src, team.devices)
-    if len(set(shapes)) > 1:
-        return None
-    axis, shape, n = op.axis, shapes[0], len(team.devices)
-    front, back = _front_first((*shape[:axis], shape[axis] * n, *shape[axis + 1:]), axis)
-    mine = slice(rank * shape[axis], (rank + 1) * shape[axis])
+    axis, itemsize = op.axis, src.np_dtype.itemsize
+    lengths = [s[axis] for s in shapes]
+    front, back = _front_first((*shapes[0][:axis], sum(lengths), *shapes[0][axis + 1:]), axis)
+    mine = slice(sum(lengths[:rank]), sum(lengths[:rank + 1]))
+    counts = [prod(s) * itemsize for s in shapes]
+    at = displacements(counts)
+    places = [(lo, lo + c) for lo, c in zip(at, counts)]
+    even, largest = len(set(counts)) == 1, max(counts)  # the same answers on every member: from the types
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
-        count = x.nbytes  # counts from the buffer: its dtype's bytes
+        count = x.nbytes
         sent = moved_first(x, axis)
-        shared = shared_segments(team.devices, count)
-        if shared is not None and (results := shared_results(team.devices, count)) is not None:
-            whole = _gathered_in_results(shared, results, sent, front, mine, rank)
+        shared = shared_segments(team.devices, largest)
+        if shared is not None and (results := shared_results(team.devices, largest)) is not None:
+            whole = _gathered_in_results(shared, results, sent, front, mine, places)
             return _handed_out(whole, back)
         whole = result(front, x.dtype)
         if shared is not None:
@@ -147,12 +158,15 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
             turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
             copy_into(shared.half(rank, turn, count).view(x.dtype).reshape(sent.shape), sent, whole[mine])
             shared.written()
-            _gathered_from(shared, turn, flat, count, 0)
-        elif sent.flags.c_contiguous:  # already in order: sent from its own memory
+            _gathered_blocks(shared, turn, flat, places)
+        elif even and sent.flags.c_contiguous:  # already in order: sent from its own memory
             wait(comm.Iallgather([sent, count, MPI.BYTE], [whole, count, MPI.BYTE]), "an allgather")
         else:  # laid out by one copy in its own place (as MPI would copy it there), the others' come in place
             copy_into(whole[mine], sent)
-            wait(comm.Iallgather(MPI.IN_PLACE, [whole, count, MPI.BYTE]), "an allgather")
+            if even:
+                wait(comm.Iallgather(MPI.IN_PLACE, [whole, count, MPI.BYTE]), "an allgather")
+            else:
+                wait(comm.Iallgatherv(MPI.IN_PLACE, [whole, counts, at, MPI.BYTE]), "an allgather")
         return _handed_out(whole, back)
 
     return run
@@ -184,48 +198,95 @@ def _allreduce_plan(op: ops.Allreduce, src: TensorType, team: Team, rank: int) -
 
 
 def _sliced_allreduce(comm: MPI.Comm, x: np.ndarray, kind: str) -> np.ndarray:
-    """The large allreduce of a C-contiguous partial (see _allreduce_plan). Equal
-    slices (the size a multiple of the team's) go through MPI's plain all-to-all
-    and allgather, which move them faster here than the v-variants."""
-    flat, n = x.reshape(-1), comm.size
-    counts = _slice_counts(flat.size, x.itemsize, n)
-    mine = scratch("received", (n, counts[comm.rank] // x.itemsize), x.dtype)  # slice `rank` of every partial
+    """The large allreduce of a C-contiguous partial (see _allreduce_plan), by
+    MPI's plain all-to-all and allgather of equal slices, which move them
+    faster here than the v-variants (1M: Allgatherv 2.2-2.8x Allgather's
+    time, benchmarks/mpi_v_variants.py): where the size is not a multiple
+    of the team's, the last few elements (fewer than the members) go to
+    every member, which folds them itself, in the same team order."""
+    flat, n, itemsize = x.reshape(-1), comm.size, x.itemsize
+    q, r = divmod(flat.size, n)
+    count, body = q * itemsize, n * q
     whole = result(x.shape, x.dtype)
-    if flat.size % n == 0:
-        wait(comm.Ialltoall([flat, counts[0], MPI.BYTE], [mine, counts[0], MPI.BYTE]), "an allreduce")
-        folded = fold(kind, mine, scratch("folded", mine.shape[1:], x.dtype))
-        wait(comm.Iallgather([folded, counts[0], MPI.BYTE], [whole, counts[0], MPI.BYTE]), "an allreduce")
-        return whole
-    displs, got = displacements(counts), [mine[0].nbytes] * n
-    wait(comm.Ialltoallv([flat, counts, displs, MPI.BYTE], [mine, got, displacements(got), MPI.BYTE]),
-            "an allreduce")
-    folded = fold(kind, mine, scratch("folded", mine.shape[1:], x.dtype))
-    wait(comm.Iallgatherv([folded, counts[comm.rank], MPI.BYTE], [whole, counts, displs, MPI.BYTE]),
-            "an allreduce")
+    out = whole.reshape(-1)
+    if r:  # started first, travelling while the slices do
+        tails = np.empty((n, r), x.dtype)
+        tail = comm.Iallgather([flat[body:], r * itemsize, MPI.BYTE], [tails, r * itemsize, MPI.BYTE])
+    mine = scratch("received", (n, q), x.dtype)  # slice `rank` of every partial
+    wait(comm.Ialltoall([flat[:body], count, MPI.BYTE], [mine, count, MPI.BYTE]), "an allreduce")
+    folded = fold(kind, mine, scratch("folded", (q,), x.dtype))
+    gathered = comm.Iallgather([folded, count, MPI.BYTE], [out[:body], count, MPI.BYTE])
+    if r:
+        wait(tail, "an allreduce")
+        fold(kind, tails, out[body:])
+    wait(gathered, "an allreduce")
     return whole
 
 
-@lru_cache(maxsize=256)
-def _slice_counts(size: int, itemsize: int, n: int) -> tuple[int, ...]:
-    """The bytes of each of n slices of a flat buffer of `size` elements."""
-    return tuple((hi - lo) * itemsize for lo, hi in (block(size, n, k) for k in range(n)))
+# Where every member has a core, a reduce_scatter takes the window from smaller
+# partials than the other collectives (mpi_shared.SHARED_MIN_BYTES): it copies
+# nothing out, where MPI's all-to-all is followed by a fold over its received
+# copy (two ranks: 4096 even elements 1.96 -> 1.30 of MPI's
+# Reduce_scatter_block, 16383 uneven ones 1.75 -> 0.92). Four ranks on two
+# cores lost there (1.17 -> 1.67 at 4096: the barrier waits for ranks off
+# their core; benchmarks/RESULTS.md).
+REDUCE_SCATTER_WINDOW_MIN_BYTES = 1 << 14
 
 
 @plan(ops.ReduceScatter)
-def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, rank: int) -> Run | None:
-    """Piece k of every partial to member k, which folds them in team order."""
-    n, blocks = len(team.devices), block_shapes(src, team.devices)
-    shape = blocks[rank]
-    if len(set(blocks)) > 1 or shape[op.axis] % n:
-        return None
-    mine = tuple(extent // n if a == op.axis else extent for a, extent in enumerate(shape))
-    kind = op.kind
-    pieces = _sender(shape, n, op.axis, 0)
+def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, rank: int) -> Run:
+    """Piece k of every partial to member k, which folds them in team order.
+    Pieces equal or uneven (the last shorter or empty), at places worked out
+    once: on one node (64 KiB a partial and more; 16 KiB where every member
+    has a core) through the team's window,
+    folded straight out of the others' halves (two ranks, 1M: 0.5 of MPI's
+    Reduce_scatter_block, against 0.9 through MPI's Alltoall); else equal
+    pieces through MPI's Alltoall, uneven ones through its Alltoallv, from the
+    partial's own memory where they lie in order there, else packed."""
+    n, shape, kind = len(team.devices), block_shapes(src, team.devices)[rank], op.kind
+    extent, itemsize = shape[op.axis], src.np_dtype.itemsize
+    mine = tuple(block_size(extent, n, rank) if a == op.axis else e for a, e in enumerate(shape))
+    even = extent % n == 0
+    pieces = _sender(shape, n, op.axis, 0) if even else None
+    row = prod(e for a, e in enumerate(shape) if a != op.axis) * itemsize
+    sent = [block_size(extent, n, k) * row for k in range(n)]
+    sent_at, got = displacements(sent), [prod(mine) * itemsize] * n
+    got_at, nbytes = displacements(got), prod(shape) * itemsize
+    in_order = all(e <= 1 for e in shape[:op.axis])  # a dense partial holds its pieces one after another
+    write, pack = _uneven_sender(shape, n, op.axis, 0, sent)
+    own = tuple(slice(*block(extent, n, rank)) if a == op.axis else slice(None) for a in range(len(shape)))
+    theirs = slice(sent_at[rank], sent_at[rank] + got[rank])  # this rank's piece among each member's
+    window = max(nbytes, SHARED_MIN_BYTES) if nbytes >= REDUCE_SCATTER_WINDOW_MIN_BYTES else 0
+    # one answer on every member: only where the window exists, so on one node
+    takes_window = nbytes >= SHARED_MIN_BYTES or n <= (os.cpu_count() or 1)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
-        got, count = scratch("received", (n, *mine), x.dtype), x.nbytes // n
-        wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [got, count, MPI.BYTE]), "a reduce_scatter")
-        return fold(kind, got, result(mine, x.dtype))
+        shared = shared_segments(team.devices, window) if window else None
+        if shared is not None and takes_window:
+            # The others' pieces written into this rank's window half at their places; after the barrier this
+            # rank folds its piece straight out of the others' halves and its own buffer (no copy out)
+            turn = shared.next_half()
+            half = shared.half(rank, turn, nbytes)
+            for k in range(n):
+                if k != rank:
+                    write(x, k, half[sent_at[k]:sent_at[k] + sent[k]])
+            shared.written()
+            parts = [x[own] if m == rank else shared.half(m, turn, nbytes)[theirs].view(x.dtype).reshape(mine)
+                     for m in range(n)]
+            return fold(kind, parts, result(mine, x.dtype))
+        received = scratch("received", (n, *mine), x.dtype)
+        if even:
+            count = x.nbytes // n
+            wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [received, count, MPI.BYTE]), "a reduce_scatter")
+            return fold(kind, received, result(mine, x.dtype))
+        if in_order and x.flags.c_contiguous:
+            send = x.reshape(-1).view(np.uint8)
+        else:
+            send = scratch("send", (x.nbytes,), np.uint8)
+            pack(x, send)
+        wait(comm.Ialltoallv([send, sent, sent_at, MPI.BYTE], [received, got, got_at, MPI.BYTE]),
+             "a reduce_scatter")
+        return fold(kind, received, result(mine, x.dtype))
 
     return run
 
@@ -243,33 +304,47 @@ def _handed_out(whole: np.ndarray, back: tuple[int, ...] | None) -> np.ndarray:
 
 
 def _gathered_in_results(shared: SharedSegments, results: SharedResults, sent: np.ndarray, front: tuple[int, ...],
-                         mine: slice, rank: int) -> np.ndarray:
+                         mine: slice, places: Sequence[tuple[int, int]]) -> np.ndarray:
     """An allgather whose blocks are read out of their owners' results: this
-    rank lays its block out in its own place in a result slot (transposed there
+    rank lays its block out in its own place (`mine` along the front axis;
+    member m's block at bytes places[m]) in a result slot (transposed there
     where it is strided), and every member copies the others' blocks from
     theirs. Where all of this rank's slots are held, its result is a kept array
     of its own and its block goes into its window half as well (where each
     block is, every member learns in the round after the writes). A second
     barrier keeps every member's result unchanged until all have read it."""
+    rank, size = shared.comm.rank, shared.comm.size
     count, turn = sent.nbytes, shared.next_half()
     slot = results.free_slot()
     if slot is None:
         whole = result(front, sent.dtype)
         copy_into(shared.half(rank, turn, count).view(sent.dtype).reshape(sent.shape), sent, whole[mine])
     else:
-        whole = results.array(slot, front, sent.dtype, count * shared.comm.size)
+        whole = results.array(slot, front, sent.dtype, places[-1][1])
         HANDED_OUT[id(whole)] = whole  # spmd keeps it as a buffer of its own: nothing else refers to the slot
         copy_into(whole[mine], sent)
     where = results.written(slot, shared)
-    flat, size = whole.reshape(-1).view(np.uint8), shared.comm.size
+    flat = whole.reshape(-1).view(np.uint8)
     for step in range(1, size):
         member = (rank + step) % size
-        theirs = shared.half(member, turn, count) if where[member] < 0 else \
-            results.peer(member, int(where[member]))[member * count:(member + 1) * count]
-        np.copyto(flat[member * count:(member + 1) * count], theirs)
+        lo, hi = places[member]
+        theirs = shared.half(member, turn, hi - lo) if where[member] < 0 else \
+            results.peer(member, int(where[member]))[lo:hi]
+        np.copyto(flat[lo:hi], theirs)
     if where.max() >= 0:
         barrier(shared.comm)
     return whole
+
+
+def _gathered_blocks(shared: SharedSegments, turn: int, out: np.ndarray, places: Sequence[tuple[int, int]]) -> None:
+    """Every other member's block, the first bytes of its half `turn`, into
+    `out` at bytes places[member] (after `shared.written()`), each rank
+    starting with the member after it, as _gathered_from."""
+    me, size = shared.comm.rank, shared.comm.size
+    for step in range(1, size):
+        member = (me + step) % size
+        lo, hi = places[member]
+        np.copyto(out[lo:hi], shared.half(member, turn, hi - lo))
 
 
 def _gathered_from(shared: SharedSegments, turn: int, out: np.ndarray, count: int, offset: int) -> None:
@@ -336,3 +411,43 @@ def _sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> Calla
         return send
 
     return pieces
+
+
+PieceWriter = Callable[[np.ndarray, int, np.ndarray], None]  # (buffer, piece k, the bytes it goes to)
+
+
+def _uneven_sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int,
+                   sent: Sequence[int]) -> tuple[PieceWriter, Callable[[np.ndarray, np.ndarray], None]]:
+    """What writes piece k of a buffer of `shape` cut in n along `split_axis` by
+    the sharding rule (the last pieces shorter or empty; `sent`: their bytes),
+    in C order with `axis` first, into the bytes it is given; and what packs
+    them all one after another. Where each piece is a run of every row of a
+    dense buffer (the axes before `axis` have one element in it), the pieces
+    of the longest length (all but the last few) are packed by one copy of a
+    stacked view, as _sender packs equal ones (four ranks on two cores: piece
+    by piece lost, as the even all_to_all's did); the rest piece by piece."""
+    extent = shape[split_axis]
+    cuts = [tuple(slice(*block(extent, n, m)) if a == split_axis else slice(None) for a in range(len(shape)))
+            for m in range(n)]
+    sent_at, longest = displacements(sent), -(-extent // n)
+    inner, outer = prod(shape[split_axis + 1:]), prod(shape[:split_axis])
+    full = extent // longest if longest else 0
+    stacks = full > 1 and all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
+
+    def write(x: np.ndarray, k: int, into: np.ndarray) -> None:
+        p = moved_first(x[cuts[k]], axis)
+        copy_into(into.view(x.dtype).reshape(p.shape), p)
+
+    def pack(x: np.ndarray, into: np.ndarray) -> None:
+        """Every piece of x at its place in `into` (x's bytes, pieces one after another)."""
+        first = 0
+        if stacks and x.flags.c_contiguous:
+            run_of = longest * inner
+            head = into[:full * sent[0]].view(x.dtype).reshape(full, outer, run_of)
+            copy_into(head, x.reshape(outer, extent * inner)[:, :full * run_of].reshape(outer, full, run_of)
+                      .transpose(1, 0, 2))
+            first = full
+        for k in range(first, n):
+            write(x, k, into[sent_at[k]:sent_at[k] + sent[k]])
+
+    return write, pack

@@ -4,7 +4,7 @@ its contribution into its segment in the layout the receivers want (an
 all_to_all packs straight into it; an allgather transposes into its own place
 in its result and copies that in), one barrier, and each copies what it
 receives out of the others' segments into its result (its own part before the
-barrier).
+barrier), or, a reduce_scatter, folds it straight out of them.
 
 MPI's own collective over shared memory copies every byte in and out once;
 refir's all_to_all of column pieces and its allgather of a column-major block

@@ -10,7 +10,8 @@ from the array's own memory where they lie one after another, else pack them by
 one copy, and receive them side by side. Past 64 KiB per rank, where a team's
 members share a node, an all_to_all and an allgather of a strided block pack or
 transpose straight into the team's shared-memory window instead, and copy out
-(interp/mpi_shared.py): the packing is then the copy MPI would make anyway;
+(a reduce_scatter folds its block straight out of the others' segments;
+interp/mpi_shared.py): the packing is then the copy MPI would make anyway;
 past 256 KiB a block or piece, where every member has a core, results lie in
 shared memory the other members map: an allgather's blocks stay in their
 owners' results and are read from there, and an all_to_all's pieces are
@@ -23,13 +24,11 @@ folded in team order, so the bits equal the in-process transport's. Every wait
 is a polite, bounded poll: four ranks on two cores would otherwise busy-spin
 each other.
 
-allgather, allreduce and reduce_scatter of equal blocks, and all_to_all of
-equal or uneven ones, are planned once per (op, type, team, rank)
-(interp/mpi_plans.py): a call goes from `communicate` straight to its plan
-while the op's rule and refir.teams.teams are the ones it was planned under
-(conformance mutants replace either; the call then takes the rules, which use
-the same plans). An uneven allgather or reduce_scatter takes its rule's
-v-variant path.
+allgather, allreduce, reduce_scatter and all_to_all, of equal or uneven
+blocks, are planned once per (op, type, team, rank) (interp/mpi_plans.py):
+a call goes from `communicate` straight to its plan while the op's rule and
+refir.teams.teams are the ones it was planned under (conformance mutants
+replace either; the call then takes the rules, which use the same plans).
 """
 
 from __future__ import annotations
@@ -50,11 +49,10 @@ from interp.mpi_plans import PLANS, block_shapes, displacements, moved_first, pl
 from interp.transport import rank_part
 from refir import ops
 from refir import teams as team_forming
-from refir.memo import by_identity
 from refir.mpi import COMMS, fault, wait
 from refir.tables import registrar
 from refir.teams import Team, teams_of
-from refir.types import TensorType, axis_first, block, block_size, local_shape
+from refir.types import TensorType, axis_first, block, local_shape
 
 HEADER_TAG, DATA_TAG = 11, 12  # point-to-point: a block's shape, then its bytes
 
@@ -193,37 +191,12 @@ class MpiTransport:
             return []
         return [from_bytes(p, s, dtype) for p, s in zip(_cut(recv, counts), shapes)]
 
-    def alltoall(self, comm: MPI.Comm, x: np.ndarray, split_axis: int, shapes: tuple[tuple[int, ...], ...],
-                 axis: int, even: bool) -> np.ndarray:
-        """x cut along `split_axis`, piece k to member k; from member k, a piece
-        of shapes[k]. Each piece crosses as its elements in C order with `axis`
-        first, and the received ones lie side by side in the returned bytes:
-        that is their concatenation along `axis`, with `axis` first. `even`: every
-        piece of every member has one size (the same answer on every rank, for
-        every rank must make the same call): MPI's plain all-to-all, which moves
-        equal pieces about twice as fast here as its v-variant."""
-        sent = _piece_sizes(x.shape, x.itemsize, comm.size, split_axis)
-        send = _pieces(x, comm.size, split_axis, axis)
-        counts = _counts(shapes, x.itemsize)
-        recv = np.empty(sum(counts), np.uint8)
-        if even:
-            wait(comm.Ialltoall([send, sent[0], MPI.BYTE], [recv, counts[0], MPI.BYTE]), "an all_to_all")
-        else:
-            wait(comm.Ialltoallv([send, sent, displacements(sent), MPI.BYTE],
-                                 [recv, counts, displacements(counts), MPI.BYTE]), "an all_to_all")
-        return recv
-
 
 @lru_cache(maxsize=256)  # asked at every all-to-all, of a few shapes
 def _piece_sizes(shape: tuple[int, ...], itemsize: int, n: int, split_axis: int) -> tuple[int, ...]:
     """The bytes of each of n pieces of an array of `shape` cut along `split_axis`."""
     row = itemsize * prod(shape) // shape[split_axis] if shape[split_axis] else 0
     return tuple((hi - lo) * row for lo, hi in (block(shape[split_axis], n, k) for k in range(n)))
-
-
-@lru_cache(maxsize=256)
-def _counts(shapes: tuple[tuple[int, ...], ...], itemsize: int) -> tuple[int, ...]:
-    return tuple(prod(s) * itemsize for s in shapes)
 
 
 def _pieces(x: np.ndarray, n: int, split_axis: int, axis: int) -> np.ndarray:
@@ -280,11 +253,7 @@ rule = registrar(MPI_RULES)
 @rule(ops.Allgather)
 def _allgather(t: MpiTransport, op: ops.Allgather, team: Team, x: Arr, src: TensorType,
                dst: TensorType) -> Arr:
-    run = planned(op, src, team, t.rank)
-    if run is not None:
-        return run(t.team_comm(team.devices), x)
-    shapes = block_shapes(src, team.devices)  # uneven blocks: MPI's v-variant, then one concatenation
-    return np.concatenate(t.allgather(t.team_comm(team.devices), x, op.axis, shapes), axis=op.axis)
+    return planned(op, src, team, t.rank)(t.team_comm(team.devices), x)  # equal or uneven blocks
 
 
 @rule(ops.Allreduce)
@@ -296,21 +265,7 @@ def _allreduce(t: MpiTransport, op: ops.Allreduce, team: Team, x: Arr, src: Tens
 @rule(ops.ReduceScatter)
 def _reduce_scatter(t: MpiTransport, op: ops.ReduceScatter, team: Team, x: Arr, src: TensorType,
                     dst: TensorType) -> Arr:
-    run = planned(op, src, team, t.rank)
-    comm = t.team_comm(team.devices)
-    if run is not None:
-        return run(comm, x)
-    shape = _reduce_scatter_block(op, src, team, comm.rank)  # uneven: MPI's v-variant
-    got = t.alltoall(comm, x, op.axis, (shape,) * comm.size, 0, False)  # piece k to member k, which folds block k
-    return fold(op.kind, got.view(x.dtype).reshape((comm.size, *shape)))
-
-
-@by_identity
-def _reduce_scatter_block(op: ops.ReduceScatter, src: TensorType, team: Team, rank: int) -> tuple[int, ...]:
-    """This rank's block of the result."""
-    shape = block_shapes(src, team.devices)[rank]  # the partial this rank holds
-    return tuple(block_size(extent, len(team.devices), rank) if a == op.axis else extent
-                 for a, extent in enumerate(shape))
+    return planned(op, src, team, t.rank)(t.team_comm(team.devices), x)  # equal or uneven pieces
 
 
 @rule(ops.AllToAll)

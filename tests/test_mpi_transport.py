@@ -81,25 +81,25 @@ from refir import ops
 from refir.teams import Team
 from refir.types import Axis, Mesh, TensorType
 
-# Plans are worked out from types alone: equal blocks are planned, an uneven
-# allgather or reduce_scatter is left to its rule's v-variant path; every
-# all_to_all is planned (uneven ones with their pieces' sizes and places).
+# Plans are worked out from types alone: every allgather, reduce_scatter,
+# all_to_all and allreduce is planned, uneven blocks too (their sizes and
+# places worked out once).
 mesh4 = Mesh("m", (4,), (0, 1, 2, 3))
 team = Team((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))
 def typ(*axes, partial=()):
     return TensorType("f32", axes, mesh4, None, partial, "sum" if partial else "")
 gather = ops.Allgather(0, "DIDx")
 assert mt.planned(gather, typ(Axis(8, "DIDx"), Axis(6)), team, 2) is not None
-assert mt.planned(gather, typ(Axis(7, "DIDx"), Axis(6)), team, 2) is None
+assert mt.planned(gather, typ(Axis(7, "DIDx"), Axis(6)), team, 2) is not None
 scatter = ops.ReduceScatter("sum", "DIDx", 1)
 assert mt.planned(scatter, typ(Axis(3), Axis(8), partial=("DIDx",)), team, 0) is not None
-assert mt.planned(scatter, typ(Axis(3), Axis(6), partial=("DIDx",)), team, 0) is None
+assert mt.planned(scatter, typ(Axis(3), Axis(6), partial=("DIDx",)), team, 0) is not None
 swap = ops.AllToAll("DIDx", 1, 0)
 assert mt.planned(swap, typ(Axis(8, "DIDx"), Axis(12)), team, 1) is not None
 assert mt.planned(swap, typ(Axis(8, "DIDx"), Axis(10)), team, 1) is not None
 assert mt.planned(swap, typ(Axis(7, "DIDx"), Axis(12)), team, 1) is not None
 assert mt.planned(ops.Allreduce("sum", ("DIDx",)), typ(Axis(5), partial=("DIDx",)), team, 3) is not None
-print("planned where blocks are equal, and every all_to_all")
+print("every collective planned")
 
 # A planned reduce_scatter's or all_to_all's pieces are _pieces's bytes, packed
 # or (dense, in order) the buffer itself, small and past host_copy's threshold.
@@ -118,6 +118,21 @@ for shape in ((4, 6, 8), (1, 8, 5), (16, 40, 72), (2048, 4, 3), (64, 40, 128)):
                 if shape[0] == 1 and split_axis == 1 and axis <= 1 and x.flags.c_contiguous:
                     assert got is x  # in order already: sent from its own memory
 assert len(host_copy._pieces_of.signatures) == 2  # the big dense buffers: runs of 8-byte words and of elements
+# Uneven pieces (the last shorter or empty): packed one after another, and each written alone, as _pieces's
+for shape in ((4, 7, 9), (1, 10, 5), (16, 40, 70), (2049, 4, 3), (1, 3000, 63)):
+    base = rng.standard_normal(shape).astype(np.float32)
+    for x in (base, np.asfortranarray(base), base[::-1]):
+        for split_axis in range(3):
+            for axis in range(3):
+                sizes = mt._piece_sizes(shape, 4, 4, split_axis)
+                write, pack = mpi_plans._uneven_sender(shape, 4, split_axis, axis, sizes)
+                want = mt._pieces(x, 4, split_axis, axis)
+                got = np.full(x.nbytes, 7, np.uint8)
+                pack(x, got)
+                assert got.tobytes() == want.tobytes(), (shape, x.strides, split_axis, axis)
+                one = np.full(sizes[3], 7, np.uint8)
+                write(x, 3, one)
+                assert one.tobytes() == want[x.nbytes - sizes[3]:].tobytes(), (shape, split_axis, axis)
 print("pieces agree")
 
 # Scratch buffers: kept per role between the bounds (the next call of the role
@@ -154,10 +169,10 @@ print("rules replaced are called")
 """
 
 
-def test_plans_equal_blocks_only_and_yield_to_replaced_rules():
+def test_every_collective_planned_and_replaced_rules_called():
     done = subprocess.run([sys.executable, "-c", PLANS_CHILD], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.splitlines() == ["planned where blocks are equal, and every all_to_all", "pieces agree",
+    assert done.stdout.splitlines() == ["every collective planned", "pieces agree",
                                         "scratch kept", "rules replaced are called"]
 
 
