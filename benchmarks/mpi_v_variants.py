@@ -7,26 +7,20 @@ row fewer for the reduce_scatter): which peer is the stricter one.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
 from mpi4py import MPI
 
+from benchmarks.transport_bench import timed as seconds
 from refir.types import block
 
 
 def timed(fn: Callable[[], object], repeats: int = 21) -> tuple[float, float]:
     """Best and median ms, every rank starting together (the first call not timed)."""
-    comm, times = MPI.COMM_WORLD, []
     fn()
-    for _ in range(repeats):
-        comm.Barrier()
-        start = time.perf_counter()
-        fn()
-        comm.Barrier()
-        times.append(time.perf_counter() - start)
-    return min(times) * 1e3, float(np.median(times)) * 1e3
+    best, median = seconds(fn, repeats)
+    return best * 1e3, median * 1e3
 
 
 def rows_of(elems: int) -> list[str]:
