@@ -383,9 +383,9 @@ def _stacking(shape: tuple[int, ...], n: int, split_axis: int,
 
 def _sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> Callable[[np.ndarray], np.ndarray]:
     """What sends the n equal pieces of a buffer of `shape` along `split_axis`,
-    each in C order with `axis` first, one after another (_pieces's bytes): the
-    buffer's own memory where it is dense and they lie there so (decided from
-    the shape, once), else one copy through _stacked's view, its shapes worked
+    each in C order with `axis` first, one after another: the buffer's own
+    memory where it is dense and they lie there so (decided from the shape,
+    once), else one copy through a stacked view (_stacking), its shapes worked
     out here."""
     longest = shape[split_axis] // n
     axis_first_moves_nothing = all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))

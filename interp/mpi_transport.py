@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from math import prod
 
 import numpy as np
@@ -52,7 +51,7 @@ from refir import teams as team_forming
 from refir.mpi import COMMS, fault, wait
 from refir.tables import registrar
 from refir.teams import Team, teams_of
-from refir.types import TensorType, axis_first, block, local_shape
+from refir.types import TensorType, local_shape
 
 HEADER_TAG, DATA_TAG = 11, 12  # point-to-point: a block's shape, then its bytes
 
@@ -190,52 +189,6 @@ class MpiTransport:
         if comm.rank != root:
             return []
         return [from_bytes(p, s, dtype) for p, s in zip(_cut(recv, counts), shapes)]
-
-
-@lru_cache(maxsize=256)  # asked at every all-to-all, of a few shapes
-def _piece_sizes(shape: tuple[int, ...], itemsize: int, n: int, split_axis: int) -> tuple[int, ...]:
-    """The bytes of each of n pieces of an array of `shape` cut along `split_axis`."""
-    row = itemsize * prod(shape) // shape[split_axis] if shape[split_axis] else 0
-    return tuple((hi - lo) * row for lo, hi in (block(shape[split_axis], n, k) for k in range(n)))
-
-
-def _pieces(x: np.ndarray, n: int, split_axis: int, axis: int) -> np.ndarray:
-    """The bytes of x's n pieces along `split_axis` (each in C order with `axis`
-    first) one after another: where they already lie so (a split along the
-    outermost long axis of a dense array), x's own memory; else packed into one
-    buffer, by one copy of all pieces where they are equal (MPI's datatype
-    engine walks short runs far slower than numpy copies them)."""
-    if _in_order(x, n, split_axis, axis):
-        return x.reshape(-1).view(np.uint8)
-    send = np.empty(x.nbytes, np.uint8)
-    if x.shape[split_axis] % n == 0:
-        stacked = _stacked(x, n, split_axis, axis)
-        copy_into(send.view(x.dtype).reshape(stacked.shape), stacked)
-        return send
-    sizes = _piece_sizes(x.shape, x.itemsize, n, split_axis)
-    for p, offset, size in zip(split(x, n, split_axis), displacements(sizes), sizes):
-        front = moved_first(p, axis)
-        copy_into(send[offset:offset + size].view(x.dtype).reshape(front.shape), front)
-    return send
-
-
-def _in_order(x: np.ndarray, n: int, split_axis: int, axis: int) -> bool:
-    """Whether x's memory already holds its pieces one after another, each with
-    `axis` first: x dense, the axes before the split one of extent 1, and those
-    before `axis` too within a piece (moving `axis` first then moves nothing)."""
-    if not x.flags.c_contiguous or any(x.shape[a] > 1 for a in range(split_axis)):
-        return False
-    longest = -(-x.shape[split_axis] // n)
-    return all((longest if a == split_axis else x.shape[a]) <= 1 for a in range(axis))
-
-
-def _stacked(x: np.ndarray, n: int, split_axis: int, axis: int) -> np.ndarray:
-    """x's n equal pieces along `split_axis` as one view, the piece index first
-    and then each piece's axes with `axis` first (moved_first of each piece)."""
-    extent = x.shape[split_axis]
-    cut = x.reshape(x.shape[:split_axis] + (n, extent // n) + x.shape[split_axis + 1:])  # a view: one axis split
-    piece_axes = [a + (a >= split_axis) for a in range(x.ndim)]  # where x's axes are in `cut`
-    return cut.transpose((split_axis, *(piece_axes[a] for a in axis_first(x.ndim, axis))))
 
 
 def _cut(buf: np.ndarray, counts: list[int]) -> list[np.ndarray]:

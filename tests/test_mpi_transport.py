@@ -18,7 +18,8 @@ from mpi4py import MPI
 
 from interp import impls
 from interp import host_copy
-from interp.mpi_transport import _piece_sizes, _pieces, fold, pack_into, split, to_bytes
+from interp import mpi_plans
+from interp.mpi_transport import fold, pack_into, split, to_bytes
 
 rng = np.random.default_rng(0)
 base = rng.standard_normal((4, 6, 5)).astype(np.float32)
@@ -37,10 +38,14 @@ for name, x in views.items():
         print("laid out", name, axis, x.strides)
         for split_axis in range(x.ndim):
             for n in (3, 4):
-                send = _pieces(x, n, split_axis, axis)
-                pieces = [to_bytes(p, axis) for p in split(x, n, split_axis)]
+                pieces = [to_bytes(p, axis) for p in split(x, n, split_axis)]  # the pieces' bytes, by definition
+                sizes = [p.nbytes for p in pieces]
+                send = np.full(x.nbytes, 7, np.uint8)
+                mpi_plans._uneven_sender(x.shape, n, split_axis, axis, sizes)[1](x, send)
                 assert send.tobytes() == b"".join(p.tobytes() for p in pieces), (name, axis, split_axis, n)
-                assert _piece_sizes(x.shape, x.itemsize, n, split_axis) == tuple(p.nbytes for p in pieces)
+                if x.ndim and x.shape[split_axis] % n == 0:
+                    even = mpi_plans._sender(x.shape, n, split_axis, axis)(x)
+                    assert even.tobytes() == send.tobytes(), (name, axis, split_axis, n)
 for kernel in (host_copy._tiled, host_copy._in_order):
     assert kernel.signatures, kernel  # the big views went through both compiled copies
 for dtype in (np.float16, ml_dtypes.bfloat16, np.float32, np.int8, np.bool_):
@@ -101,10 +106,18 @@ assert mt.planned(swap, typ(Axis(7, "DIDx"), Axis(12)), team, 1) is not None
 assert mt.planned(ops.Allreduce("sum", ("DIDx",)), typ(Axis(5), partial=("DIDx",)), team, 3) is not None
 print("every collective planned")
 
-# A planned reduce_scatter's or all_to_all's pieces are _pieces's bytes, packed
-# or (dense, in order) the buffer itself, small and past host_copy's threshold.
+# A planned reduce_scatter's or all_to_all's pieces are the bytes of each piece
+# (to_bytes) one after another, packed or (dense, in order) the buffer itself,
+# small and past host_copy's threshold.
 from interp import host_copy
 rng = np.random.default_rng(1)
+
+
+def reference(x, n, split_axis, axis):  # each piece's bytes, one after another, and their sizes
+    pieces = [mt.to_bytes(p, axis) for p in mt.split(x, n, split_axis)]
+    return np.frombuffer(b"".join(p.tobytes() for p in pieces), np.uint8), [p.nbytes for p in pieces]
+
+
 for shape in ((4, 6, 8), (1, 8, 5), (16, 40, 72), (2048, 4, 3), (64, 40, 128)):
     base = rng.standard_normal(shape).astype(np.float32)
     for x in (base, np.asfortranarray(base), base[::-1]):
@@ -113,20 +126,19 @@ for shape in ((4, 6, 8), (1, 8, 5), (16, 40, 72), (2048, 4, 3), (64, 40, 128)):
                 if shape[split_axis] % 4:
                     continue
                 got = mpi_plans._sender(shape, 4, split_axis, axis)(x)
-                want = mt._pieces(x, 4, split_axis, axis)
+                want, _ = reference(x, 4, split_axis, axis)
                 assert got.tobytes() == want.tobytes(), (shape, x.strides, split_axis, axis)
                 if shape[0] == 1 and split_axis == 1 and axis <= 1 and x.flags.c_contiguous:
                     assert got is x  # in order already: sent from its own memory
 assert len(host_copy._pieces_of.signatures) == 2  # the big dense buffers: runs of 8-byte words and of elements
-# Uneven pieces (the last shorter or empty): packed one after another, and each written alone, as _pieces's
+# Uneven pieces (the last shorter or empty): packed one after another, and each written alone, as reference's
 for shape in ((4, 7, 9), (1, 10, 5), (16, 40, 70), (2049, 4, 3), (1, 3000, 63)):
     base = rng.standard_normal(shape).astype(np.float32)
     for x in (base, np.asfortranarray(base), base[::-1]):
         for split_axis in range(3):
             for axis in range(3):
-                sizes = mt._piece_sizes(shape, 4, 4, split_axis)
+                want, sizes = reference(x, 4, split_axis, axis)
                 write, pack = mpi_plans._uneven_sender(shape, 4, split_axis, axis, sizes)
-                want = mt._pieces(x, 4, split_axis, axis)
                 got = np.full(x.nbytes, 7, np.uint8)
                 pack(x, got)
                 assert got.tobytes() == want.tobytes(), (shape, x.strides, split_axis, axis)
