@@ -305,7 +305,7 @@ def _peer_slots(path: str, capacity: int) -> list[np.ndarray]:
 
 def _make_results(capacity: int) -> Callable[[MPI.Comm], SharedResults | None]:
     def make(comm: MPI.Comm) -> SharedResults | None:
-        if not _one_node(comm) or comm.size > (os.cpu_count() or 1):  # the node's count: one answer on every member
+        if not _one_node(comm):
             return None
         slots, path = [], ""
         try:
@@ -344,14 +344,17 @@ def _free_results(results: SharedResults | None) -> None:
 SHARED_RESULT_MIN_BLOCK, SHARED_RESULT_MAX_BYTES = 1 << 18, 1 << 26
 
 
-def shared_results(devices: tuple[int, ...], block: int) -> SharedResults | None:
+def shared_results(devices: tuple[int, ...], block: int, core_each: bool = True) -> SharedResults | None:
     """The team's result slots for a result of `block` bytes from each member
     (an allgather's block, an all_to_all's piece; slots of a power of two of at
     least the result, so that a few sizes share them), or None where the team
-    spans nodes, the node's shared memory cannot hold them, or the sizes are
-    out of range (the same answer on every member)."""
+    spans nodes, the node's shared memory cannot hold them, the sizes are out
+    of range, or `core_each` asks for a core per member and the node has fewer
+    (os.cpu_count(), the node's: the same answer on every member)."""
     nbytes = block * len(devices)
     if block < SHARED_RESULT_MIN_BLOCK or nbytes > SHARED_RESULT_MAX_BYTES:
+        return None
+    if core_each and len(devices) > (os.cpu_count() or 1):
         return None
     size = 1 << max(nbytes - 1, 1).bit_length()
     return COMMS.other(f"shared results {size}", devices, _make_results(size), _free_results)
