@@ -5,7 +5,7 @@ receiver's result).
 
 Where a team's members share a node, each piece goes straight from its
 sender's buffer into its receiver's result where the results lie in shared
-memory (interp/mpi_shared.py's result slots: every member has a core), else
+memory (interp/mpi_shared.py's result slots, past 256 KiB a piece), else
 through the team's window; across nodes, or below the window's size, through
 MPI's Alltoall (equal blocks, the pieces packed by one copy or sent from the
 buffer's own memory) or Alltoallv. Every piece is a copy: the bits never change.

@@ -16,9 +16,9 @@ slower (benchmarks/RESULTS.md).
 
 Where every member also has a core of its own, an allgather's blocks need not
 pass through the window at all: each stays in its owner's result, which lies in
-shared memory the others read; and an all_to_all's pieces go straight from each
-sender's buffer into their receivers' results, which lie in shared memory the
-others write (SharedResults, below).
+shared memory the others read; and, core or not, an all_to_all's pieces go
+straight from each sender's buffer into their receivers' results, which lie in
+shared memory the others write (SharedResults, below).
 
 Each rank's segment has two halves used by turns: a call writes one half and
 reads the others' same half after the barrier; the next call writes the other
@@ -135,7 +135,10 @@ def shared_segments(devices: tuple[int, ...], nbytes: int) -> SharedSegments | N
 # buffer into that member's result (its own piece into its own), once a round
 # has said which slot each member's result is; one barrier after the writes,
 # and nobody touches a result after it (two ranks, 1M: 8 MiB of traffic a rank,
-# MPI's own count, against 12 through the window). Each member keeps
+# MPI's own count, against 12 through the window). That is the window's one
+# barrier, so ranks without a core each take the slots for it too (four ranks
+# on two cores, 1M: half the bytes of the window's pack and copy out; 1.72 ->
+# 1.31 ms a call, benchmarks/RESULTS.md). Each member keeps
 # RESULT_SLOTS results in a file of the node's shared memory (/dev/shm) that
 # the others map; a slot is handed out again only when nothing but
 # this pool refers to it (as interp.mpi_plans.result's kept results), and a
