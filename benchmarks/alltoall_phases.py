@@ -69,7 +69,7 @@ def slots_call(devices: tuple[int, ...], rank: int, x: np.ndarray, front: tuple[
     n = len(devices)
     count, write = x.nbytes // n, _piece_writer(x.shape, n, 1, 0)
     shared = shared_segments(devices, x.nbytes)
-    results = shared_results(devices, count)
+    results = shared_results(devices, count, core_each=False)
     slot = results.free_slot()
     offered = results.offer(slot)
     whole = results.array(slot, front, x.dtype, x.nbytes)
@@ -101,7 +101,7 @@ def main() -> None:
     out = np.empty_like(block)
     front = (rows * n, 64 // n)
     paths: dict[str, Call] = {"window": window_call}
-    if shared_results(devices, block.nbytes // n) is not None:
+    if shared_results(devices, block.nbytes // n, core_each=False) is not None:
         paths["slots"] = slots_call
     names = {"window": "setup own pack barrier reads", "slots": "setup own agree writes barrier"}
     for layout, x in (("row-major", block), ("column-major", np.asfortranarray(block))):

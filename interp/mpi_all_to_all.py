@@ -5,7 +5,7 @@ receiver's result).
 
 Where a team's members share a node, each piece goes straight from its
 sender's buffer into its receiver's result where the results lie in shared
-memory (interp/mpi_shared.py's result slots: every member has a core), else
+memory (interp/mpi_shared.py's result slots, past 256 KiB a piece), else
 through the team's window; across nodes, or below the window's size, through
 MPI's Alltoall (equal blocks, the pieces packed by one copy or sent from the
 buffer's own memory) or Alltoallv. Every piece is a copy: the bits never change.
@@ -73,7 +73,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
         if shared is None:
             whole = result(front, x.dtype)
             wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
-        elif (results := shared_results(team.devices, count)) is not None:
+        elif (results := shared_results(team.devices, count, core_each=False)) is not None:
             def through_window(whole: np.ndarray, flat: np.ndarray) -> np.ndarray:
                 turn = shared.next_half()
                 half = shared.half(rank, turn, x.nbytes)
@@ -159,7 +159,7 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
                     np.copyto(flat[got_at[s]:got_at[s] + size], shared.half(s, turn, at + size)[at:])
                 return whole
 
-            results = shared_results(team.devices, block_of)
+            results = shared_results(team.devices, block_of, core_each=False)
             if results is not None:
                 whole = _exchanged_in_results(shared, results, x, write, front, places, through_window)
             else:

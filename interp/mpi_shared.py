@@ -16,9 +16,9 @@ slower (benchmarks/RESULTS.md).
 
 Where every member also has a core of its own, an allgather's blocks need not
 pass through the window at all: each stays in its owner's result, which lies in
-shared memory the others read; and an all_to_all's pieces go straight from each
-sender's buffer into their receivers' results, which lie in shared memory the
-others write (SharedResults, below).
+shared memory the others read; and, core or not, an all_to_all's pieces go
+straight from each sender's buffer into their receivers' results, which lie in
+shared memory the others write (SharedResults, below).
 
 Each rank's segment has two halves used by turns: a call writes one half and
 reads the others' same half after the barrier; the next call writes the other
@@ -135,7 +135,10 @@ def shared_segments(devices: tuple[int, ...], nbytes: int) -> SharedSegments | N
 # buffer into that member's result (its own piece into its own), once a round
 # has said which slot each member's result is; one barrier after the writes,
 # and nobody touches a result after it (two ranks, 1M: 8 MiB of traffic a rank,
-# MPI's own count, against 12 through the window). Each member keeps
+# MPI's own count, against 12 through the window). That is the window's one
+# barrier, so ranks without a core each take the slots for it too (four ranks
+# on two cores, 1M: half the bytes of the window's pack and copy out; 1.72 ->
+# 1.31 ms a call, benchmarks/RESULTS.md). Each member keeps
 # RESULT_SLOTS results in a file of the node's shared memory (/dev/shm) that
 # the others map; a slot is handed out again only when nothing but
 # this pool refers to it (as interp.mpi_plans.result's kept results), and a
@@ -305,7 +308,7 @@ def _peer_slots(path: str, capacity: int) -> list[np.ndarray]:
 
 def _make_results(capacity: int) -> Callable[[MPI.Comm], SharedResults | None]:
     def make(comm: MPI.Comm) -> SharedResults | None:
-        if not _one_node(comm) or comm.size > (os.cpu_count() or 1):  # the node's count: one answer on every member
+        if not _one_node(comm):
             return None
         slots, path = [], ""
         try:
@@ -344,14 +347,17 @@ def _free_results(results: SharedResults | None) -> None:
 SHARED_RESULT_MIN_BLOCK, SHARED_RESULT_MAX_BYTES = 1 << 18, 1 << 26
 
 
-def shared_results(devices: tuple[int, ...], block: int) -> SharedResults | None:
+def shared_results(devices: tuple[int, ...], block: int, core_each: bool = True) -> SharedResults | None:
     """The team's result slots for a result of `block` bytes from each member
     (an allgather's block, an all_to_all's piece; slots of a power of two of at
     least the result, so that a few sizes share them), or None where the team
-    spans nodes, the node's shared memory cannot hold them, or the sizes are
-    out of range (the same answer on every member)."""
+    spans nodes, the node's shared memory cannot hold them, the sizes are out
+    of range, or `core_each` asks for a core per member and the node has fewer
+    (os.cpu_count(), the node's: the same answer on every member)."""
     nbytes = block * len(devices)
     if block < SHARED_RESULT_MIN_BLOCK or nbytes > SHARED_RESULT_MAX_BYTES:
+        return None
+    if core_each and len(devices) > (os.cpu_count() or 1):
         return None
     size = 1 << max(nbytes - 1, 1).bit_length()
     return COMMS.other(f"shared results {size}", devices, _make_results(size), _free_results)

@@ -12,8 +12,8 @@ members share a node, an all_to_all and an allgather of a strided block pack or
 transpose straight into the team's shared-memory window instead, and copy out
 (a reduce_scatter folds its block straight out of the others' segments;
 interp/mpi_shared.py): the packing is then the copy MPI would make anyway;
-past 256 KiB a block or piece, where every member has a core, results lie in
-shared memory the other members map: an allgather's blocks stay in their
+past 256 KiB a block or piece, results lie in shared memory the other members
+map: an allgather's blocks (where every member has a core) stay in their
 owners' results and are read from there, and an all_to_all's pieces are
 written straight from their senders' buffers into their receivers' results
 (no packing, no copy out). MPI

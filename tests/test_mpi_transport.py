@@ -295,7 +295,9 @@ def check():
     mine = blocks((2048, 64), np.float32, 7)
     got = t.communicate(ops.Allgather(0, "DIDx"), src, dst, {rank: np.asfortranarray(mine[rank])})[rank]
     assert np.array_equal(got, np.concatenate(mine)) and not in_slot(got)
-    assert [v for (k, _), (v, _) in COMMS.others.items() if k == f"shared results {1 << 20 + (n > 2)}"] == [None]
+    # (an allgather asks for slots only where every member has a core: else it made no pool at all)
+    made = [v for (k, _), (v, _) in COMMS.others.items() if k == f"shared results {1 << 20 + (n > 2)}"]
+    assert made == ([None] if n <= os.cpu_count() else []), made
     cases += 1
     if rank == 0:
         print("agree", cases)
