@@ -116,16 +116,22 @@ def report(title: str, mpi_name: str, times: dict[str, list[Phases]], names: dic
               f" median {np.median(v[:, -1]) / np.median(mpi):.2f})")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.allgather_phases", description=__doc__.split("\n")[0])
+def setup(prog: str, doc: str) -> tuple[argparse.Namespace, tuple[int, ...], MPI.Comm, np.ndarray]:
+    """The command line (--elements, --repeats), the world's team, its communicator,
+    and this rank's row-major block of float32 (64 columns)."""
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks.{prog}", description=doc.split("\n")[0])
     parser.add_argument("--elements", type=int, default=1 << 20, help="per rank (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=31)
     args = parser.parse_args(sys.argv[1:])
-    world = MPI.COMM_WORLD
-    devices = tuple(range(world.size))
-    comm, rank, n = COMMS.team(devices), world.rank, world.size
-    rows = args.elements // 64
-    block = np.random.default_rng(rank).standard_normal((rows, 64)).astype(np.float32)
+    devices = tuple(range(MPI.COMM_WORLD.size))
+    comm = COMMS.team(devices)
+    block = np.random.default_rng(comm.rank).standard_normal((args.elements // 64, 64)).astype(np.float32)
+    return args, devices, comm, block
+
+
+def main() -> None:
+    args, devices, comm, block = setup("allgather_phases", __doc__)
+    rank, n, rows = comm.rank, comm.size, block.shape[0]
     recv = np.empty((n, *block.shape), np.float32)
     front = (rows * n, 64)
     paths: dict[str, Callable[..., Phases]] = {"window": window_call}

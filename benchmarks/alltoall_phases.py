@@ -25,19 +25,15 @@ one (the same functions, not a copy of them).
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from collections.abc import Callable
 
 import numpy as np
-from mpi4py import MPI
 
-from benchmarks.allgather_phases import report, timed
+from benchmarks.allgather_phases import report, setup, timed
 from interp.mpi_all_to_all import _piece_writer
 from interp.mpi_plans import _gathered_from, result
 from interp.mpi_shared import shared_results, shared_segments
-from refir.mpi import COMMS
 
 Phases = list[float]
 Call = Callable[[tuple[int, ...], int, np.ndarray, tuple[int, ...]], Phases]
@@ -89,15 +85,8 @@ def slots_call(devices: tuple[int, ...], rank: int, x: np.ndarray, front: tuple[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.alltoall_phases", description=__doc__.split("\n")[0])
-    parser.add_argument("--elements", type=int, default=1 << 20, help="per rank (default: %(default)s)")
-    parser.add_argument("--repeats", type=int, default=31)
-    args = parser.parse_args(sys.argv[1:])
-    world = MPI.COMM_WORLD
-    devices = tuple(range(world.size))
-    comm, rank, n = COMMS.team(devices), world.rank, world.size
-    rows = args.elements // 64
-    block = np.random.default_rng(rank).standard_normal((rows, 64)).astype(np.float32)
+    args, devices, comm, block = setup("alltoall_phases", __doc__)
+    rank, n, rows = comm.rank, comm.size, block.shape[0]
     out = np.empty_like(block)
     front = (rows * n, 64 // n)
     paths: dict[str, Call] = {"window": window_call}
