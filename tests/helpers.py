@@ -63,6 +63,19 @@ def run_mpi(n: int, args: list[str], timeout: float = 120, env: dict[str, str] |
     return run_job(cmd, capture_output=True, text=True, timeout=timeout + 30, env=full_env, cwd=cwd)
 
 
+def assert_stall_ends_the_job(child: str, args: list[str], said: Path, waiting_for: str) -> None:
+    """A two-rank `python -c child *args said` whose rank 1 stalls: rank 0 gives
+    up after REFIR_MPI_TIMEOUT=2 s waiting for `waiting_for`, writes why into
+    `said` (mpiexec may drop a rank's last output when the job aborts) and
+    aborts the job, well before mpiexec's own limit."""
+    start = time.monotonic()
+    done = run_mpi(2, ["-c", child, *args, str(said)], timeout=60, env={"REFIR_MPI_TIMEOUT": "2"})
+    took = time.monotonic() - start
+    assert done.returncode != 0 and took < 30, (done.returncode, took, done.stdout + done.stderr)
+    assert said.read_text().startswith(f"rank 0 gave up after 2 s: rank 0: gave up waiting for {waiting_for}"), \
+        done.stdout + done.stderr
+
+
 SHM = Path("/dev/shm")
 
 
