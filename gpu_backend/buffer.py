@@ -17,7 +17,7 @@ import numpy as np
 
 from gpu_backend import memory, pending, recording
 from gpu_backend.device import SIMULATED, cuda
-from refir.types import BF16, block, dense_strides
+from refir.types import bf16, block, dense_strides, is_bf16
 
 # numba has no bfloat16: device memory holds its bits as uint16, which is no
 # refir dtype, so a uint16 device array always means bfloat16.
@@ -30,7 +30,7 @@ def storage(dtype: np.dtype) -> np.dtype:
     """The dtype a device array of logical `dtype` is allocated with."""
     got = _STORED.get(dtype)
     if got is None:
-        got = _STORED[dtype] = _BITS if dtype == BF16 else np.dtype(dtype)
+        got = _STORED[dtype] = _BITS if is_bf16(dtype) else np.dtype(dtype)
     return got
 
 
@@ -43,7 +43,7 @@ def to_device(x: np.ndarray) -> Any:
     C-contiguous 1-D array goes by one driver copy into fresh pooled memory
     (gpu_backend/memory.py), without numba's layout checks and host-side
     conversions (tens of µs)."""
-    x = x.view(_BITS) if x.dtype == BF16 else x
+    x = x.view(_BITS) if is_bf16(x.dtype) else x
     if recording.active is not None:
         recording.host_copy("an upload")
     pending.settle()  # the copy waits for the stream: first wait, boundedly, for queued collectives
@@ -86,7 +86,7 @@ class DeviceBuffer:
     def dtype(self) -> np.dtype:
         """The logical dtype (bfloat16 for bits stored as uint16)."""
         d = self.data.dtype  # an np.dtype, for numba's arrays and Memory alike
-        return BF16 if d.char == "H" else d  # uint16 (no refir dtype) holds the bits of bfloat16
+        return bf16() if d.char == "H" else d  # uint16 (no refir dtype) holds the bits of bfloat16
 
     @property
     def ndim(self) -> int:

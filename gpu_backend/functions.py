@@ -21,7 +21,7 @@ from functools import cache
 import numpy as np
 
 from gpu_backend.device import SIMULATED, cuda
-from refir.types import BF16
+from refir.types import is_bf16
 
 Fn = Callable[..., object]
 
@@ -235,14 +235,14 @@ COMBINE = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum",
 
 def widen(dtype: np.dtype) -> Fn:
     """What elementwise ops compute a value of `dtype` in."""
-    if dtype == BF16:
+    if is_bf16(dtype):
         return _from_bf16
     return _f32 if dtype == np.float16 else _same
 
 
 def accumulator(dtype: np.dtype) -> tuple[np.dtype, Fn]:
     """The type reductions and matmul accumulate `dtype` in, and the conversion."""
-    if dtype == BF16:
+    if is_bf16(dtype):
         return np.dtype(np.float64), _bf16_f64
     if dtype.kind == "f":
         return np.dtype(np.float64), _f64
@@ -251,10 +251,10 @@ def accumulator(dtype: np.dtype) -> tuple[np.dtype, Fn]:
 
 @cache
 def binary(name: str, dtype: np.dtype) -> Fn:
-    if dtype == BF16 and name in BF16_BITWISE:
+    if is_bf16(dtype) and name in BF16_BITWISE:
         return BF16_BITWISE[name]
     op, w = BINARY[name], widen(dtype)
-    if dtype == BF16:
+    if is_bf16(dtype):
         @_device
         def bf16(a: object, b: object) -> object:
             return _to_bf16(op(w(a), w(b)))
@@ -270,10 +270,10 @@ def binary(name: str, dtype: np.dtype) -> Fn:
 
 @cache
 def unary(name: str, dtype: np.dtype) -> Fn:
-    if dtype == BF16 and name in BF16_BITWISE:
+    if is_bf16(dtype) and name in BF16_BITWISE:
         return BF16_BITWISE[name]
     op, w = UNARY[name], widen(dtype)
-    if dtype == BF16:
+    if is_bf16(dtype):
         @_device
         def bf16(a: object) -> object:
             return _to_bf16(op(w(a)))
@@ -291,7 +291,7 @@ def unary(name: str, dtype: np.dtype) -> Fn:
 def narrow(dtype: np.dtype) -> Fn:
     """A wide value (an accumulator, another integer) as `dtype`: integers wrap,
     bool is `!= 0`, floats round when stored (bfloat16: to its bits)."""
-    if dtype == BF16:
+    if is_bf16(dtype):
         return _to_bf16
     if dtype.kind == "b":
         return _nonzero
@@ -315,7 +315,7 @@ def cast(src: np.dtype, dst: np.dtype) -> Fn:
             return w(a) != 0
 
         return to_bool
-    if (src.kind == "f" or src == BF16) and dst.kind in "iu":
+    if (src.kind == "f" or is_bf16(src)) and dst.kind in "iu":
         info = np.iinfo(dst)
         lo, hi, flo, fhi = int(info.min), int(info.max), float(info.min), float(info.max)
 
@@ -332,7 +332,7 @@ def cast(src: np.dtype, dst: np.dtype) -> Fn:
 
         return saturate
     store = narrow(dst)
-    if src != BF16 and dst != BF16:
+    if not is_bf16(src) and not is_bf16(dst):
         return store  # int to int wraps; to a float, the store rounds once
 
     @_device

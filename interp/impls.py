@@ -14,7 +14,7 @@ import numpy as np
 
 from refir import ops
 from refir.tables import registrar
-from refir.types import BF16, DTYPES, as_dtype, is_float
+from refir.types import DTYPES, as_dtype, is_bf16, is_float
 
 Impl = Callable[..., np.ndarray]
 IMPLS: dict[type, Impl] = {}
@@ -156,4 +156,4 @@ def scalar_value(value: object, dtype: np.dtype) -> np.ndarray:
             value -= 1 << bits
         return np.array(value, dtype)
     with np.errstate(all="ignore"):
-        return as_dtype(value, dtype) if dtype.kind in "iu" or dtype == BF16 else np.array(value, dtype)
+        return as_dtype(value, dtype) if dtype.kind in "iu" or is_bf16(dtype) else np.array(value, dtype)

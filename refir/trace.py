@@ -25,7 +25,7 @@ from refir.pictures import comm_picture, ints, spans, step_line
 from refir.placement import Explained, Placement, StepFacts, explain, intersect
 from refir.program import Var
 from refir.runner import RunResult
-from refir.types import DTYPE_NAMES
+from refir.types import dtype_name
 
 FULL = 48  # buffers of at most this many elements are printed in full
 
@@ -42,7 +42,7 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
 
 def buffer_text(x: np.ndarray) -> str:
     """A buffer in full when small, else its edges and a summary; always its shape and byte strides."""
-    head = f"{DTYPE_NAMES.get(x.dtype, x.dtype)}{ints(list(x.shape))}\nstrides {ints(list(x.strides))} B"
+    head = f"{dtype_name(x.dtype) or x.dtype}{ints(list(x.shape))}\nstrides {ints(list(x.strides))} B"
     body = np.array2string(x, threshold=FULL, edgeitems=2, separator=" ")
     if x.size > FULL and x.dtype.kind in "fiub":
         body += f"\nmin {x.min()} max {x.max()}"

@@ -6,26 +6,61 @@ block each device holds and how that block lies in memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-# bfloat16 comes from ml_dtypes; numpy reports its kind as 'V', so code asks
-# `is_float` rather than `dtype.kind == "f"`.
-BF16 = np.dtype(ml_dtypes.bfloat16)
-DTYPES: dict[str, np.dtype] = {
+# bfloat16 comes from ml_dtypes, imported where a bf16 is first met: importing
+# ml_dtypes 0.7 takes about half a second of CPU (it registers its ufunc loops),
+# which every process and every MPI rank would pay, most never meeting a bf16.
+# numpy reports its kind as 'V', so code asks `is_float` rather than
+# `dtype.kind == "f"`, and `is_bf16` rather than comparing with it.
+_NUMPY_DTYPES: dict[str, np.dtype] = {
     name: np.dtype(t)
     for name, t in [
         ("bool", np.bool_), ("i8", np.int8), ("i16", np.int16), ("i32", np.int32),
         ("i64", np.int64), ("u8", np.uint8), ("f16", np.float16), ("f32", np.float32),
-        ("f64", np.float64), ("bf16", BF16),
+        ("f64", np.float64),
     ]
 }
-DTYPE_NAMES: dict[np.dtype, str] = {v: k for k, v in DTYPES.items()}
+_DTYPE_NAMES = (*_NUMPY_DTYPES, "bf16")
+
+
+@cache
+def bf16() -> np.dtype:
+    """numpy's dtype of bfloat16 (ml_dtypes is imported on the first call)."""
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def is_bf16(dtype: np.dtype) -> bool:
+    """Whether `dtype` is bfloat16 (none can be before ml_dtypes is imported)."""
+    return "ml_dtypes" in sys.modules and dtype == bf16()
+
+
+class _Dtypes(Mapping[str, np.dtype]):
+    """refir's dtype names (in the spec's order) and their numpy dtypes; asking
+    for "bf16"'s is what imports ml_dtypes."""
+
+    def __getitem__(self, name: str) -> np.dtype:
+        return bf16() if name == "bf16" else _NUMPY_DTYPES[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in _DTYPE_NAMES
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_DTYPE_NAMES)
+
+    def __len__(self) -> int:
+        return len(_DTYPE_NAMES)
+
+
+DTYPES: Mapping[str, np.dtype] = _Dtypes()
 FLOATS = frozenset({"f16", "bf16", "f32", "f64"})
 INTEGERS = frozenset({"i8", "i16", "i32", "i64", "u8"})
 
@@ -34,9 +69,23 @@ DIDS = ("DIDx", "DIDy", "DIDz")
 RESERVED = frozenset({"b", "on", "layout", *DTYPES, *DIDS})
 
 
+def __getattr__(name: str) -> Any:
+    """`BF16`, made on first use (see bf16)."""
+    if name == "BF16":
+        return bf16()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def dtype_name(dtype: np.dtype) -> str | None:
+    """refir's name of a numpy dtype, or None where it has none."""
+    for name, d in _NUMPY_DTYPES.items():
+        if d == dtype:
+            return name
+    return "bf16" if is_bf16(dtype) else None
+
 
 def is_float(dtype: np.dtype) -> bool:
-    return dtype.kind == "f" or dtype == BF16
+    return dtype.kind == "f" or is_bf16(dtype)
 
 
 def as_dtype(x: Any, dtype: np.dtype) -> np.ndarray:
@@ -45,7 +94,7 @@ def as_dtype(x: Any, dtype: np.dtype) -> np.ndarray:
     gpu kernels round it. ml_dtypes rounded a double that way before 0.7 and
     rounds it directly since, so refir says it itself."""
     x = np.asarray(x)
-    if dtype == BF16 and x.dtype not in (_F32, BF16):
+    if is_bf16(dtype) and x.dtype != _F32 and not is_bf16(x.dtype):
         with np.errstate(all="ignore"):  # a double beyond float32's range is its infinity, as on the device
             x = x.astype(np.float32)
     return x.astype(dtype)
@@ -54,9 +103,13 @@ def as_dtype(x: Any, dtype: np.dtype) -> np.ndarray:
 _F32 = np.dtype(np.float32)
 
 
-def finfo(dtype: np.dtype) -> ml_dtypes.finfo:
-    """np.finfo, bfloat16 included."""
-    return ml_dtypes.finfo(dtype)
+def finfo(dtype: np.dtype) -> np.finfo:
+    """np.finfo, bfloat16 included (ml_dtypes.finfo, a subclass, for it)."""
+    if is_bf16(dtype):
+        import ml_dtypes
+
+        return ml_dtypes.finfo(dtype)
+    return np.finfo(dtype)
 
 
 Extent = int | str  # a static extent, or the name of a symbol
