@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from math import prod
 
 import numpy as np
 
 from benchmarks.allgather_phases import report, setup, timed
-from interp.mpi_all_to_all import _piece_writer
-from interp.mpi_plans import _gathered_from, result
+from interp.mpi_all_to_all import PiecesWriter, _piece_writer, _uneven_run_writers
+from interp.mpi_plans import PieceWriter, _gathered_from, _uneven_sender, result
 from interp.mpi_shared import shared_results, shared_segments
+from refir.types import block_size
 
 Phases = list[float]
 Call = Callable[[tuple[int, ...], int, np.ndarray, tuple[int, ...]], Phases]
@@ -61,23 +63,46 @@ def window_call(devices: tuple[int, ...], rank: int, x: np.ndarray, front: tuple
 
 
 def slots_call(devices: tuple[int, ...], rank: int, x: np.ndarray, front: tuple[int, ...]) -> Phases:
+    n = len(devices)
+    count = x.nbytes // n
+    return _slots(devices, rank, x, front, _piece_writer(x.shape, n, 1, 0), [(rank * count, (rank + 1) * count)] * n,
+                  count, x.nbytes)
+
+
+def uneven_slots_call(devices: tuple[int, ...], rank: int, x: np.ndarray, front: tuple[int, ...]) -> Phases:
+    """The uneven all_to_all's slots (transport_bench's row: 63 columns, the last member one row short)."""
+    n = len(devices)
+    rows = [x.shape[0] + (rank == n - 1) - (s == n - 1) for s in range(n)]
+    widths = [block_size(x.shape[1], n, m) for m in range(n)]
+    sizes = [[r * w * x.itemsize for r in rows] for w in widths]  # member m's, from each sender
+    places = [(sum(sizes[m][:rank]), sum(sizes[m][:rank + 1])) for m in range(n)]
+    write, _ = _uneven_sender(x.shape, n, 1, 0, [sizes[m][rank] for m in range(n)])
+    write, write_all = _uneven_run_writers(x.shape, n, 1, 0, write)
+    block = -(-max(sum(row) for row in sizes) // n)
+    return _slots(devices, rank, x, front, write, places, block, x.nbytes, write_all)
+
+
+def _slots(devices: tuple[int, ...], rank: int, x: np.ndarray, front: tuple[int, ...], write: PieceWriter,
+           places: list[tuple[int, int]], block: int, window: int, write_all: PiecesWriter | None = None) -> Phases:
     clock = [time.perf_counter()]
     n = len(devices)
-    count, write = x.nbytes // n, _piece_writer(x.shape, n, 1, 0)
-    shared = shared_segments(devices, x.nbytes)
-    results = shared_results(devices, count, core_each=False)
+    shared = shared_segments(devices, window)
+    results = shared_results(devices, block, core_each=False)
     slot = results.free_slot()
     offered = results.offer(slot)
-    whole = results.array(slot, front, x.dtype, x.nbytes)
-    flat, mine = whole.reshape(-1).view(np.uint8), slice(rank * count, (rank + 1) * count)
+    whole = results.array(slot, front, x.dtype, prod(front) * x.itemsize)
+    flat = whole.reshape(-1).view(np.uint8)
     clock.append(time.perf_counter())
-    write(x, rank, flat[mine])
+    write(x, rank, flat[slice(*places[rank])])
     clock.append(time.perf_counter())
     where = results.offered(offered)
     clock.append(time.perf_counter())
-    for step in range(1, n):
-        member = (rank + step) % n
-        write(x, member, results.peer(member, int(where[member]))[mine])
+    others = [(m, results.peer(m, int(where[m]))[slice(*places[m])]) for m in ((rank + s) % n for s in range(1, n))]
+    if write_all is not None:
+        write_all(x, others)
+    else:
+        for member, into in others:
+            write(x, member, into)
     clock.append(time.perf_counter())
     shared.written()
     clock.append(time.perf_counter())
@@ -98,6 +123,14 @@ def main() -> None:
         if rank == 0:
             report(f"{n} ranks, {layout} block of {args.elements} float32, column pieces", "MPI Alltoall", times,
                    names, args.repeats)
+    if "slots" in paths:
+        uneven = np.ascontiguousarray(block[:rows - (rank == n - 1), :63])
+        front = (rows * n - 1, block_size(63, n, rank))
+        times = timed(comm, {"slots": uneven_slots_call}, (devices, rank, uneven, front), args.repeats,
+                      lambda: comm.Alltoall(block, out))
+        if rank == 0:
+            report(f"{n} ranks, uneven row-major block (63 columns, the last member one row short), column pieces",
+                   "MPI Alltoall (even)", times, names, args.repeats)
 
 if __name__ == "__main__":
     main()
