@@ -19,7 +19,7 @@ from math import prod
 import numpy as np
 from mpi4py import MPI
 
-from interp.host_copy import copy_into, piece_into
+from interp.host_copy import copy_into
 from interp.mpi_plans import (
     PieceWriter,
     Run,
@@ -48,7 +48,11 @@ PiecesWriter = Callable[[np.ndarray, Sequence[tuple[int, np.ndarray]]], None]  #
 # Up to this many ranks an all_to_all of runs through the window sends this rank's
 # own piece straight into its result, piece by piece (1M, two ranks: 1.70 -> 1.41
 # of MPI's Alltoall); with four, passing over the buffer once per piece lost to
-# packing it whole (1.33 -> 1.87; benchmarks/RESULTS.md).
+# packing it whole (1.33 -> 1.87; benchmarks/RESULTS.md). Through result slots,
+# up to this many write their own piece while the round that says where the
+# others' go travels; more write every piece after it, in one pass over the
+# buffer (four ranks on two cores: the round hides little there, and a second
+# pass over the buffer costs).
 OWN_PIECE_DIRECT_RANKS = 2
 
 
@@ -67,7 +71,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
     piece = tuple(extent // n if a == split_axis else e for a, e in enumerate(shape))
     front, back = _front_first(tuple(e * n if a == axis else e for a, e in enumerate(piece)), axis)
     pieces = _sender(shape, n, split_axis, axis)
-    write = _piece_writer(shape, n, split_axis, axis)
+    write, write_all = _run_writers(shape, n, split_axis, axis, _piece_writer(shape, n, split_axis, axis))
     runs = _runs(shape, n, split_axis, axis)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
@@ -80,15 +84,13 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
             def through_window(whole: np.ndarray, flat: np.ndarray) -> np.ndarray:
                 turn = shared.next_half()
                 half = shared.half(rank, turn, x.nbytes)
-                for k in range(n):
-                    if k != rank:
-                        write(x, k, half[k * count:(k + 1) * count])
+                write_all(x, [(k, half[k * count:(k + 1) * count]) for k in range(n) if k != rank])
                 shared.written()
                 _gathered_from(shared, turn, flat, count, rank * count)
                 return whole
 
             places = [(rank * count, (rank + 1) * count)] * n
-            whole = _exchanged_in_results(shared, results, x, write, front, places, through_window)
+            whole = _exchanged_in_results(shared, results, x, write, front, places, through_window, write_all)
         elif runs is not None and n <= OWN_PIECE_DIRECT_RANKS and x.flags.c_contiguous:
             # Each piece is a run of every row: this rank's own piece goes straight from its buffer into its
             # result (a quarter of the bytes two ranks move through the segments), the others' packed into its
@@ -96,8 +98,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
             whole = result(front, x.dtype)
             turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
             into = shared.half(rank, turn, x.nbytes)
-            for k in range(n):
-                write(x, k, (flat if k == rank else into)[k * count:(k + 1) * count])
+            write_all(x, [(k, (flat if k == rank else into)[k * count:(k + 1) * count]) for k in range(n)])
             shared.written()
             _gathered_from(shared, turn, flat, count, rank * count)
         else:  # packed straight into this rank's segment; piece `rank` of each copied out, its own first
@@ -137,7 +138,7 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
     sent_at, got_at = displacements(sent), displacements(sizes[rank])
     theirs_at = [sum(sizes[m][s] for m in range(rank)) for s in range(n)]  # this rank's piece in sender s's pieces
     write, pack = _uneven_sender(blocks[rank], n, split_axis, axis, sent)
-    write, write_all = _uneven_run_writers(blocks[rank], n, split_axis, axis, write)
+    write, write_all = _run_writers(blocks[rank], n, split_axis, axis, write)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         shared = shared_segments(team.devices, window)
@@ -185,18 +186,19 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
 def _exchanged_in_results(shared: SharedSegments, results: SharedResults, x: np.ndarray, write: PieceWriter,
                           front: tuple[int, ...], places: Sequence[tuple[int, int]],
                           held: Callable[[np.ndarray, np.ndarray], np.ndarray | None],
-                          write_all: PiecesWriter | None = None) -> np.ndarray | None:
+                          write_all: PiecesWriter) -> np.ndarray | None:
     """An all_to_all whose pieces go straight into their receivers' results (of
     shape `front`, concatenation axis first; this rank's piece for member k
     at bytes places[k] of k's): this rank takes a free result slot and says
-    which in a round (that travels while it writes its own piece into it);
-    then it writes each other member's piece into that member's slot, and one
+    which in a round; then it writes each member's piece into that member's
+    slot (`write_all`, in one pass over the buffer where it can), and one
     barrier ends the call (nobody touches a result after it; a slot is offered
-    again only once its holders dropped it). Where some member's slots are all
-    held, every member learns it from the round and returns `held(whole,
-    bytes of whole)` instead (its result the slot it took, its own piece in
-    place), which moves the others' pieces another way. `write_all`, where
-    given, writes the others' pieces at once (else `write`, one by one)."""
+    again only once its holders dropped it). Up to OWN_PIECE_DIRECT_RANKS
+    members, this rank writes its own piece (`write`) while the round travels,
+    the others' after it. Where some member's slots are all held, every member
+    learns it from the round and returns `held(whole, bytes of whole)` instead
+    (its result the slot it took, its own piece in place), which moves the
+    others' pieces another way."""
     rank, dtype = shared.comm.rank, x.dtype
     slot = results.free_slot()
     offered = results.offer(slot)
@@ -205,32 +207,34 @@ def _exchanged_in_results(shared: SharedSegments, results: SharedResults, x: np.
     else:
         whole = results.array(slot, front, dtype, prod(front) * dtype.itemsize)
         HANDED_OUT[id(whole)] = whole  # spmd keeps it as a buffer of its own: nothing else refers to the slot
-    flat = whole.reshape(-1).view(np.uint8)
-    write(x, rank, flat[slice(*places[rank])])
+    flat, n = whole.reshape(-1).view(np.uint8), shared.comm.size
+    own = (rank, flat[slice(*places[rank])])
+    own_first = n <= OWN_PIECE_DIRECT_RANKS
+    if own_first:
+        write(x, *own)
     where = results.offered(offered, "every member's result slot")
     if where.min() < 0:
+        if not own_first:
+            write(x, *own)
         return held(whole, flat)
-    n = shared.comm.size
     # each rank starts with the member after it: the ranks write different slots at once
     others = [(m, results.peer(m, int(where[m]))[slice(*places[m])]) for m in ((rank + s) % n for s in range(1, n))]
-    if write_all is not None:
-        write_all(x, others)
-    else:
-        for member, into in others:
-            write(x, member, into)
+    write_all(x, others if own_first else [own, *others])
     shared.written()
     return whole
 
 
-def _uneven_run_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: int,
-                        write: PieceWriter) -> tuple[PieceWriter, PiecesWriter]:
+def _run_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: int,
+                 write: PieceWriter) -> tuple[PieceWriter, PiecesWriter]:
     """What writes one piece, and several at once, of a buffer of `shape` cut in
-    n along `split_axis` by the sharding rule, each in C order with `axis`
-    first: where the buffer is dense and each piece is a run of every row (the
-    axes before `axis` have one element in a piece), by interp/row_runs.py's
-    vector moves, several pieces in one pass over the rows (four ranks, 63
-    float32 columns, rows of 252 bytes: numpy's copy of a 1 MiB piece took
-    0.06 ms, three 0.19-0.20; here 0.04 and 0.08-0.09); else by `write`, one
+    n along `split_axis` (equal pieces, or the sharding rule's uneven ones),
+    each in C order with `axis` first: where the buffer is dense and each piece
+    is a run of every row (the axes before `axis` have one element in a
+    piece), by interp/row_runs.py's vector moves, several pieces in one pass
+    over the rows (63 float32 columns in four, rows of 252 bytes: numpy's copy
+    of a 1 MiB piece took 0.06 ms, three 0.19-0.20; here 0.04 and 0.08-0.09;
+    equal pieces of 64 columns, three: 0.08-0.11 through host_copy.piece_into
+    one by one, 0.09-0.10 here, the buffer read once); else by `write`, one
     after another."""
     extent, longest = shape[split_axis], -(-shape[split_axis] // n)
     outer, inner = prod(shape[:split_axis]), prod(shape[split_axis + 1:])
@@ -258,17 +262,13 @@ def _uneven_run_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: i
 def _piece_writer(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> PieceWriter:
     """What writes piece k of a buffer of `shape` (cut in n along `split_axis`),
     in C order with `axis` first, into the bytes it is given: straight from the
-    buffer, through a view of it (no packing copy): by runs where the buffer is
-    dense and each piece is a run of every row, else by one copy of the
-    piece's view (tiled where it transposes, interp/host_copy.py)."""
-    runs = _runs(shape, n, split_axis, axis)
+    buffer, by one copy of the piece's view (tiled where it transposes,
+    interp/host_copy.py; _run_writers takes dense buffers whose pieces are
+    runs of rows)."""
     cut, order, stacked = _stacking(shape, n, split_axis, axis)
 
     def write(x: np.ndarray, k: int, into: np.ndarray) -> None:
-        if runs is not None and x.flags.c_contiguous:
-            piece_into(into.view(x.dtype).reshape(runs), x.reshape(runs[0], n, runs[1]), k)
-        else:
-            copy_into(into.view(x.dtype).reshape(stacked[1:]), x.reshape(cut).transpose(order)[k])
+        copy_into(into.view(x.dtype).reshape(stacked[1:]), x.reshape(cut).transpose(order)[k])
 
     return write
 
