@@ -217,7 +217,7 @@ def _exchanged_in_results(shared: SharedSegments, results: SharedResults, x: np.
         if not own_first:
             write(x, *own)
         return held(whole, flat)
-    # each rank starts with the member after it: the ranks write different slots at once
+    # each rank starts (each row, in one pass) with the member after it: the ranks write different slots at once
     others = [(m, results.peer(m, int(where[m]))[slice(*places[m])]) for m in ((rank + s) % n for s in range(1, n))]
     write_all(x, others if own_first else [own, *others])
     shared.written()
