@@ -39,7 +39,7 @@ from math import prod
 import numpy as np
 
 from benchmarks.allgather_phases import report, setup, timed
-from interp.mpi_all_to_all import OWN_PIECE_DIRECT_RANKS, PiecesWriter, _piece_writer, _run_writers
+from interp.mpi_all_to_all import OWN_PIECE_DIRECT_RANKS, PiecesWriter, _equal_writers, _run_writers
 from interp.mpi_plans import PieceWriter, _gathered_from, _uneven_sender, result
 from interp.mpi_shared import shared_results, shared_segments
 from refir.types import block_size
@@ -52,7 +52,7 @@ def window_call(devices: tuple[int, ...], rank: int, x: np.ndarray, front: tuple
     clock = [time.perf_counter()]
     n = len(devices)
     count = x.nbytes // n
-    write, write_all = _run_writers(x.shape, n, 1, 0, _piece_writer(x.shape, n, 1, 0))
+    write, write_all = _equal_writers(x.shape, n, 1, 0)
     whole, shared = result(front, x.dtype), shared_segments(devices, x.nbytes)
     turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
     into = shared.half(rank, turn, x.nbytes)
@@ -71,7 +71,7 @@ def window_call(devices: tuple[int, ...], rank: int, x: np.ndarray, front: tuple
 def slots_call(devices: tuple[int, ...], rank: int, x: np.ndarray, front: tuple[int, ...]) -> Phases:
     n = len(devices)
     count = x.nbytes // n
-    write, write_all = _run_writers(x.shape, n, 1, 0, _piece_writer(x.shape, n, 1, 0))
+    write, write_all = _equal_writers(x.shape, n, 1, 0)
     return _slots(devices, rank, x, front, write, write_all, [(rank * count, (rank + 1) * count)] * n, count)
 
 

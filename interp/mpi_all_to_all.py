@@ -19,7 +19,7 @@ from math import prod
 import numpy as np
 from mpi4py import MPI
 
-from interp.host_copy import copy_into
+from interp.host_copy import copy_into, piece_into
 from interp.mpi_plans import (
     PieceWriter,
     Run,
@@ -71,7 +71,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
     piece = tuple(extent // n if a == split_axis else e for a, e in enumerate(shape))
     front, back = _front_first(tuple(e * n if a == axis else e for a, e in enumerate(piece)), axis)
     pieces = _sender(shape, n, split_axis, axis)
-    write, write_all = _run_writers(shape, n, split_axis, axis, _piece_writer(shape, n, split_axis, axis))
+    write, write_all = _equal_writers(shape, n, split_axis, axis)
     runs = _runs(shape, n, split_axis, axis)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
@@ -234,8 +234,8 @@ def _run_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: int,
     over the rows (63 float32 columns in four, rows of 252 bytes: numpy's copy
     of a 1 MiB piece took 0.06 ms, three 0.19-0.20; here 0.04 and 0.08-0.09;
     equal pieces of 64 columns, three: 0.08-0.11 through host_copy.piece_into
-    one by one, 0.09-0.10 here, the buffer read once); else by `write`, one
-    after another."""
+    one by one, 0.09-0.10 here, the buffer read once, where it is no longer
+    in cache by far the quicker); else by `write`, one after another."""
     extent, longest = shape[split_axis], -(-shape[split_axis] // n)
     outer, inner = prod(shape[:split_axis]), prod(shape[split_axis + 1:])
     cols = [(lo * inner, (hi - lo) * inner) for lo, hi in (block(extent, n, k) for k in range(n))]
@@ -259,16 +259,36 @@ def _run_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: int,
     return write_one, write_all
 
 
+def _equal_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> tuple[PieceWriter, PiecesWriter]:
+    """What writes one of n equal pieces of a buffer of `shape` (_piece_writer),
+    and several: up to OWN_PIECE_DIRECT_RANKS one by one (runs of 128 bytes
+    and more move about a sixth faster through piece_into's 8-byte words, in
+    cache), past it in one pass (_run_writers: the buffer read once)."""
+    write = _piece_writer(shape, n, split_axis, axis)
+    if n > OWN_PIECE_DIRECT_RANKS:
+        return write, _run_writers(shape, n, split_axis, axis, write)[1]
+
+    def one_by_one(x: np.ndarray, pieces: Sequence[tuple[int, np.ndarray]]) -> None:
+        for k, into in pieces:
+            write(x, k, into)
+
+    return write, one_by_one
+
+
 def _piece_writer(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> PieceWriter:
     """What writes piece k of a buffer of `shape` (cut in n along `split_axis`),
     in C order with `axis` first, into the bytes it is given: straight from the
-    buffer, by one copy of the piece's view (tiled where it transposes,
-    interp/host_copy.py; _run_writers takes dense buffers whose pieces are
-    runs of rows)."""
+    buffer, through a view of it (no packing copy): by runs where the buffer is
+    dense and each piece is a run of every row, else by one copy of the
+    piece's view (tiled where it transposes, interp/host_copy.py)."""
+    runs = _runs(shape, n, split_axis, axis)
     cut, order, stacked = _stacking(shape, n, split_axis, axis)
 
     def write(x: np.ndarray, k: int, into: np.ndarray) -> None:
-        copy_into(into.view(x.dtype).reshape(stacked[1:]), x.reshape(cut).transpose(order)[k])
+        if runs is not None and x.flags.c_contiguous:
+            piece_into(into.view(x.dtype).reshape(runs), x.reshape(runs[0], n, runs[1]), k)
+        else:
+            copy_into(into.view(x.dtype).reshape(stacked[1:]), x.reshape(cut).transpose(order)[k])
 
     return write
 
