@@ -234,8 +234,8 @@ def _run_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: int,
     over the rows (63 float32 columns in four, rows of 252 bytes: numpy's copy
     of a 1 MiB piece took 0.06 ms, three 0.19-0.20; here 0.04 and 0.08-0.09;
     equal pieces of 64 columns, three: 0.08-0.11 through host_copy.piece_into
-    one by one, 0.09-0.10 here, the buffer read once, where it is no longer
-    in cache by far the quicker); else by `write`, one after another."""
+    one by one, 0.09-0.10 here, the buffer read once, the quicker where it
+    is out of cache); else by `write`, one after another."""
     extent, longest = shape[split_axis], -(-shape[split_axis] // n)
     outer, inner = prod(shape[:split_axis]), prod(shape[split_axis + 1:])
     cols = [(lo * inner, (hi - lo) * inner) for lo, hi in (block(extent, n, k) for k in range(n))]
