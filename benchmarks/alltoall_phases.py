@@ -14,9 +14,16 @@ of the same bytes from a contiguous block:
   other member's half copied out into the result);
 - slots: `setup` (window, result slots, a free slot, the round that says which
   slot each member's result is, started), `own` (this rank's piece into its
-  slot), `agree` (the rest of that round), `writes` (each other member's piece
-  into that member's slot), `barrier` (Sync, barrier, Sync: nobody returns
+  slot, where the plan writes it while the round travels: up to
+  OWN_PIECE_DIRECT_RANKS members), `agree` (the rest of that round), `writes`
+  (each other member's piece into that member's slot, and this rank's own
+  where not written before), `barrier` (Sync, barrier, Sync: nobody returns
   before every piece is in place).
+
+Then the uneven all_to_all's slots (transport_bench's row: 63 columns, the last
+member one row short), next to `numpy`: the same steps with the writing as it
+was before interp/row_runs.py (numpy's copy of each piece's view, one after
+another, the own piece first).
 
 Each call is timed between two barriers, as benchmarks/transport_bench.py times
 refir's communicate. The phases are the plan's own steps, called here one by
@@ -27,13 +34,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from math import prod
 
 import numpy as np
 
 from benchmarks.allgather_phases import report, setup, timed
-from interp.mpi_all_to_all import _piece_writer
-from interp.mpi_plans import _gathered_from, result
+from interp.mpi_all_to_all import OWN_PIECE_DIRECT_RANKS, PiecesWriter, _equal_writers, _run_writers
+from interp.mpi_plans import PieceWriter, _gathered_from, _uneven_sender, result
 from interp.mpi_shared import shared_results, shared_segments
+from refir.types import block_size
 
 Phases = list[float]
 Call = Callable[[tuple[int, ...], int, np.ndarray, tuple[int, ...]], Phases]
@@ -42,16 +51,15 @@ Call = Callable[[tuple[int, ...], int, np.ndarray, tuple[int, ...]], Phases]
 def window_call(devices: tuple[int, ...], rank: int, x: np.ndarray, front: tuple[int, ...]) -> Phases:
     clock = [time.perf_counter()]
     n = len(devices)
-    count, write = x.nbytes // n, _piece_writer(x.shape, n, 1, 0)
+    count = x.nbytes // n
+    write, write_all = _equal_writers(x.shape, n, 1, 0)
     whole, shared = result(front, x.dtype), shared_segments(devices, x.nbytes)
     turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
     into = shared.half(rank, turn, x.nbytes)
     clock.append(time.perf_counter())
     write(x, rank, flat[rank * count:(rank + 1) * count])
     clock.append(time.perf_counter())
-    for k in range(n):
-        if k != rank:
-            write(x, k, into[k * count:(k + 1) * count])
+    write_all(x, [(k, into[k * count:(k + 1) * count]) for k in range(n) if k != rank])
     clock.append(time.perf_counter())
     shared.written()
     clock.append(time.perf_counter())
@@ -61,23 +69,55 @@ def window_call(devices: tuple[int, ...], rank: int, x: np.ndarray, front: tuple
 
 
 def slots_call(devices: tuple[int, ...], rank: int, x: np.ndarray, front: tuple[int, ...]) -> Phases:
+    n = len(devices)
+    count = x.nbytes // n
+    write, write_all = _equal_writers(x.shape, n, 1, 0)
+    return _slots(devices, rank, x, front, write, write_all, [(rank * count, (rank + 1) * count)] * n, count)
+
+
+def uneven_slots_call(devices: tuple[int, ...], rank: int, x: np.ndarray, front: tuple[int, ...],
+                      before: bool = False) -> Phases:
+    """The uneven all_to_all's slots, through the plan's writers (or, `before`,
+    numpy's copy of each piece, the own piece first)."""
+    n = len(devices)
+    rows = [x.shape[0] + (rank == n - 1) - (s == n - 1) for s in range(n)]
+    widths = [block_size(x.shape[1], n, m) for m in range(n)]
+    sizes = [[r * w * x.itemsize for r in rows] for w in widths]  # member m's, from each sender
+    places = [(sum(sizes[m][:rank]), sum(sizes[m][:rank + 1])) for m in range(n)]
+    write, _ = _uneven_sender(x.shape, n, 1, 0, [sizes[m][rank] for m in range(n)])
+    block = -(-max(sum(row) for row in sizes) // n)
+    if before:
+        def one_by_one(x: np.ndarray, pieces: list[tuple[int, np.ndarray]]) -> None:
+            for k, into in pieces:
+                write(x, k, into)
+
+        return _slots(devices, rank, x, front, write, one_by_one, places, block, x.nbytes, own_first=True)
+    write, write_all = _run_writers(x.shape, n, 1, 0, write)
+    return _slots(devices, rank, x, front, write, write_all, places, block, x.nbytes)
+
+
+def _slots(devices: tuple[int, ...], rank: int, x: np.ndarray, front: tuple[int, ...], write: PieceWriter,
+           write_all: PiecesWriter, places: list[tuple[int, int]], block: int, window: int | None = None,
+           own_first: bool | None = None) -> Phases:
+    """mpi_all_to_all._exchanged_in_results's steps, timed one by one."""
     clock = [time.perf_counter()]
     n = len(devices)
-    count, write = x.nbytes // n, _piece_writer(x.shape, n, 1, 0)
-    shared = shared_segments(devices, x.nbytes)
-    results = shared_results(devices, count, core_each=False)
+    own_first = n <= OWN_PIECE_DIRECT_RANKS if own_first is None else own_first
+    shared = shared_segments(devices, x.nbytes if window is None else window)
+    results = shared_results(devices, block, core_each=False)
     slot = results.free_slot()
     offered = results.offer(slot)
-    whole = results.array(slot, front, x.dtype, x.nbytes)
-    flat, mine = whole.reshape(-1).view(np.uint8), slice(rank * count, (rank + 1) * count)
+    whole = results.array(slot, front, x.dtype, prod(front) * x.itemsize)
+    flat = whole.reshape(-1).view(np.uint8)
+    own = (rank, flat[slice(*places[rank])])
     clock.append(time.perf_counter())
-    write(x, rank, flat[mine])
+    if own_first:
+        write(x, *own)
     clock.append(time.perf_counter())
     where = results.offered(offered)
     clock.append(time.perf_counter())
-    for step in range(1, n):
-        member = (rank + step) % n
-        write(x, member, results.peer(member, int(where[member]))[mine])
+    others = [(m, results.peer(m, int(where[m]))[slice(*places[m])]) for m in ((rank + s) % n for s in range(1, n))]
+    write_all(x, others if own_first else [own, *others])
     clock.append(time.perf_counter())
     shared.written()
     clock.append(time.perf_counter())
@@ -92,12 +132,23 @@ def main() -> None:
     paths: dict[str, Call] = {"window": window_call}
     if shared_results(devices, block.nbytes // n, core_each=False) is not None:
         paths["slots"] = slots_call
-    names = {"window": "setup own pack barrier reads", "slots": "setup own agree writes barrier"}
+    names = {"window": "setup own pack barrier reads", "slots": "setup own agree writes barrier",
+             "numpy": "setup own agree writes barrier"}
     for layout, x in (("row-major", block), ("column-major", np.asfortranarray(block))):
         times = timed(comm, paths, (devices, rank, x, front), args.repeats, lambda: comm.Alltoall(block, out))
         if rank == 0:
             report(f"{n} ranks, {layout} block of {args.elements} float32, column pieces", "MPI Alltoall", times,
                    names, args.repeats)
+    if "slots" in paths:
+        uneven = np.ascontiguousarray(block[:rows - (rank == n - 1), :63])
+        front = (rows * n - 1, block_size(63, n, rank))
+        before: Call = lambda *a: uneven_slots_call(*a, before=True)  # noqa: E731
+        times = timed(comm, {"slots": uneven_slots_call, "numpy": before}, (devices, rank, uneven, front),
+                      args.repeats, lambda: comm.Alltoall(block, out))
+        if rank == 0:
+            report(f"{n} ranks, uneven row-major block (63 columns, the last member one row short), column pieces",
+                   "MPI Alltoall (even blocks)", times, names, args.repeats)
+
 
 if __name__ == "__main__":
     main()

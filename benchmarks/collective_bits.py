@@ -1,5 +1,6 @@
-"""The MPI transport's allgather, reduce_scatter and allreduce results on two
-checkouts, compared bit for bit: a change of their paths must keep every bit.
+"""The MPI transport's allgather, reduce_scatter, allreduce and all_to_all
+results on two checkouts, compared bit for bit: a change of their paths must
+keep every bit.
 
     mpiexec -n 4 python -m benchmarks.collective_bits dump PREFIX      (in each checkout, PYTHONPATH=the checkout)
     python -m benchmarks.collective_bits compare BEFORE_PREFIX AFTER_PREFIX 4
@@ -8,7 +9,9 @@ checkouts, compared bit for bit: a change of their paths must keep every bit.
 PREFIX.RANK.npz: six dtypes, even and uneven extents from 5 elements to past
 the result slots' bound (1 MiB blocks of float32), both axes, row- and
 column-major sources, sums and maxima of partials whose fold order shows in
-the bits. `compare` names every result that differs.
+the bits; all_to_alls of 63 and 64 columns (uneven and equal pieces) cut
+along either axis, to past the slots' bound (pieces of 256 KiB). `compare`
+names every result that differs.
 """
 
 from __future__ import annotations
@@ -64,6 +67,18 @@ def dump(prefix: str) -> None:
                         out[f"rs {kind} {code} {rows} {axis} {lay}"] = np.ascontiguousarray(got[rank]).copy()
                         got = t.communicate(ops.Allreduce(kind, ("DIDx",)), psrc, dst, {rank: make(part)})
                         out[f"ar {kind} {code} {rows} {axis} {lay}"] = np.ascontiguousarray(got[rank]).copy()
+        for rows in (5, 3 * n + 1, (300 * 4 // isz) * n - 1, (4400 * 4 // isz) * n - 1, (4400 * 4 // isz) * n):
+            for cols in (63, 64):
+                for concat in (0, 1):
+                    ext = (rows, cols) if concat == 0 else (cols, rows)
+                    mine = split(data(ext, dtype, 2000 + rows + cols + concat), n, concat)[rank]
+                    src = TensorType(code, tuple(Axis(e, "DIDx") if a == concat else Axis(e)
+                                                 for a, e in enumerate(ext)), mesh)
+                    dst = TensorType(code, tuple(Axis(e, "DIDx") if a != concat else Axis(e)
+                                                 for a, e in enumerate(ext)), mesh)
+                    for lay, make in (("c", np.ascontiguousarray), ("f", np.asfortranarray)):
+                        got = t.communicate(ops.AllToAll("DIDx", 1 - concat, concat), src, dst, {rank: make(mine)})
+                        out[f"a2a {code} {rows} {cols} {concat} {lay}"] = np.ascontiguousarray(got[rank]).copy()
     np.savez(f"{prefix}.{rank}.npz", **{k: v.view(np.uint8).reshape(-1) for k, v in out.items()},
              **{"shape " + k: np.array(v.shape) for k, v in out.items()})
     if rank == 0:

@@ -36,16 +36,23 @@ from interp.mpi_plans import (
     scratch,
 )
 from interp.mpi_shared import SharedResults, SharedSegments, shared_results, shared_segments
+from interp.row_runs import runs_into, runs_scattered
 from interp.transport import HANDED_OUT
 from refir import ops
 from refir.mpi import wait
 from refir.teams import Team
-from refir.types import TensorType, block_size
+from refir.types import TensorType, block, block_size
+
+PiecesWriter = Callable[[np.ndarray, Sequence[tuple[int, np.ndarray]]], None]  # (buffer, (piece k, its bytes)...)
 
 # Up to this many ranks an all_to_all of runs through the window sends this rank's
 # own piece straight into its result, piece by piece (1M, two ranks: 1.70 -> 1.41
 # of MPI's Alltoall); with four, passing over the buffer once per piece lost to
-# packing it whole (1.33 -> 1.87; benchmarks/RESULTS.md).
+# packing it whole (1.33 -> 1.87; benchmarks/RESULTS.md). Through result slots,
+# up to this many write their own piece while the round that says where the
+# others' go travels; more write every piece after it, in one pass over the
+# buffer (four ranks on two cores: the round hides little there, and a second
+# pass over the buffer costs).
 OWN_PIECE_DIRECT_RANKS = 2
 
 
@@ -64,7 +71,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
     piece = tuple(extent // n if a == split_axis else e for a, e in enumerate(shape))
     front, back = _front_first(tuple(e * n if a == axis else e for a, e in enumerate(piece)), axis)
     pieces = _sender(shape, n, split_axis, axis)
-    write = _piece_writer(shape, n, split_axis, axis)
+    write, write_all = _equal_writers(shape, n, split_axis, axis)
     runs = _runs(shape, n, split_axis, axis)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
@@ -77,15 +84,13 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
             def through_window(whole: np.ndarray, flat: np.ndarray) -> np.ndarray:
                 turn = shared.next_half()
                 half = shared.half(rank, turn, x.nbytes)
-                for k in range(n):
-                    if k != rank:
-                        write(x, k, half[k * count:(k + 1) * count])
+                write_all(x, [(k, half[k * count:(k + 1) * count]) for k in range(n) if k != rank])
                 shared.written()
                 _gathered_from(shared, turn, flat, count, rank * count)
                 return whole
 
             places = [(rank * count, (rank + 1) * count)] * n
-            whole = _exchanged_in_results(shared, results, x, write, front, places, through_window)
+            whole = _exchanged_in_results(shared, results, x, write, front, places, through_window, write_all)
         elif runs is not None and n <= OWN_PIECE_DIRECT_RANKS and x.flags.c_contiguous:
             # Each piece is a run of every row: this rank's own piece goes straight from its buffer into its
             # result (a quarter of the bytes two ranks move through the segments), the others' packed into its
@@ -93,8 +98,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
             whole = result(front, x.dtype)
             turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
             into = shared.half(rank, turn, x.nbytes)
-            for k in range(n):
-                write(x, k, (flat if k == rank else into)[k * count:(k + 1) * count])
+            write_all(x, [(k, (flat if k == rank else into)[k * count:(k + 1) * count]) for k in range(n)])
             shared.written()
             _gathered_from(shared, turn, flat, count, rank * count)
         else:  # packed straight into this rank's segment; piece `rank` of each copied out, its own first
@@ -134,6 +138,7 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
     sent_at, got_at = displacements(sent), displacements(sizes[rank])
     theirs_at = [sum(sizes[m][s] for m in range(rank)) for s in range(n)]  # this rank's piece in sender s's pieces
     write, pack = _uneven_sender(blocks[rank], n, split_axis, axis, sent)
+    write, write_all = _run_writers(blocks[rank], n, split_axis, axis, write)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         shared = shared_segments(team.devices, window)
@@ -145,9 +150,7 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
                 turn = shared.next_half()
                 half = shared.half(rank, turn, x.nbytes)
                 if own_in_place:
-                    for k in range(n):
-                        if k != rank:
-                            write(x, k, half[sent_at[k]:sent_at[k] + sent[k]])
+                    write_all(x, [(k, half[sent_at[k]:sent_at[k] + sent[k]]) for k in range(n) if k != rank])
                 else:
                     pack(x, half)
                     own = sent[rank]
@@ -161,7 +164,7 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
 
             results = shared_results(team.devices, block_of, core_each=False)
             if results is not None:
-                whole = _exchanged_in_results(shared, results, x, write, front, places, through_window)
+                whole = _exchanged_in_results(shared, results, x, write, front, places, through_window, write_all)
             else:
                 whole = result(front, x.dtype)
                 flat = whole.reshape(-1).view(np.uint8)
@@ -182,17 +185,20 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
 
 def _exchanged_in_results(shared: SharedSegments, results: SharedResults, x: np.ndarray, write: PieceWriter,
                           front: tuple[int, ...], places: Sequence[tuple[int, int]],
-                          held: Callable[[np.ndarray, np.ndarray], np.ndarray | None]) -> np.ndarray | None:
+                          held: Callable[[np.ndarray, np.ndarray], np.ndarray | None],
+                          write_all: PiecesWriter) -> np.ndarray | None:
     """An all_to_all whose pieces go straight into their receivers' results (of
     shape `front`, concatenation axis first; this rank's piece for member k
     at bytes places[k] of k's): this rank takes a free result slot and says
-    which in a round (that travels while it writes its own piece into it);
-    then it writes each other member's piece into that member's slot, and one
+    which in a round; then it writes each member's piece into that member's
+    slot (`write_all`, in one pass over the buffer where it can), and one
     barrier ends the call (nobody touches a result after it; a slot is offered
-    again only once its holders dropped it). Where some member's slots are all
-    held, every member learns it from the round and returns `held(whole,
-    bytes of whole)` instead (its result the slot it took, its own piece in
-    place), which moves the others' pieces another way."""
+    again only once its holders dropped it). Up to OWN_PIECE_DIRECT_RANKS
+    members, this rank writes its own piece (`write`) while the round travels,
+    the others' after it. Where some member's slots are all held, every member
+    learns it from the round and returns `held(whole, bytes of whole)` instead
+    (its result the slot it took, its own piece in place), which moves the
+    others' pieces another way."""
     rank, dtype = shared.comm.rank, x.dtype
     slot = results.free_slot()
     offered = results.offer(slot)
@@ -201,18 +207,72 @@ def _exchanged_in_results(shared: SharedSegments, results: SharedResults, x: np.
     else:
         whole = results.array(slot, front, dtype, prod(front) * dtype.itemsize)
         HANDED_OUT[id(whole)] = whole  # spmd keeps it as a buffer of its own: nothing else refers to the slot
-    flat = whole.reshape(-1).view(np.uint8)
-    write(x, rank, flat[slice(*places[rank])])
+    flat, n = whole.reshape(-1).view(np.uint8), shared.comm.size
+    own = (rank, flat[slice(*places[rank])])
+    own_first = n <= OWN_PIECE_DIRECT_RANKS
+    if own_first:
+        write(x, *own)
     where = results.offered(offered, "every member's result slot")
     if where.min() < 0:
+        if not own_first:
+            write(x, *own)
         return held(whole, flat)
-    n = shared.comm.size
-    for step in range(1, n):  # each rank starts with the member after it: the ranks write different slots at once
-        member = (rank + step) % n
-        write(x, member, results.peer(member, int(where[member]))[slice(*places[member])])
+    # each rank starts (each row, in one pass) with the member after it: the ranks write different slots at once
+    others = [(m, results.peer(m, int(where[m]))[slice(*places[m])]) for m in ((rank + s) % n for s in range(1, n))]
+    write_all(x, others if own_first else [own, *others])
     shared.written()
     return whole
 
+
+def _run_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: int,
+                 write: PieceWriter) -> tuple[PieceWriter, PiecesWriter]:
+    """What writes one piece, and several at once, of a buffer of `shape` cut in
+    n along `split_axis` (equal pieces, or the sharding rule's uneven ones),
+    each in C order with `axis` first: where the buffer is dense and each piece
+    is a run of every row (the axes before `axis` have one element in a
+    piece), by interp/row_runs.py's vector moves, several pieces in one pass
+    over the rows (63 float32 columns in four, rows of 252 bytes: numpy's copy
+    of a 1 MiB piece took 0.06 ms, three 0.19-0.20; here 0.04 and 0.08-0.09;
+    equal pieces of 64 columns, three: 0.08-0.11 through host_copy.piece_into
+    one by one, 0.09-0.10 here, the buffer read once, the quicker where it
+    is out of cache); else by `write`, one after another."""
+    extent, longest = shape[split_axis], -(-shape[split_axis] // n)
+    outer, inner = prod(shape[:split_axis]), prod(shape[split_axis + 1:])
+    cols = [(lo * inner, (hi - lo) * inner) for lo, hi in (block(extent, n, k) for k in range(n))]
+    rows_of_runs = all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
+
+    def write_one(x: np.ndarray, k: int, into: np.ndarray) -> None:
+        if rows_of_runs and x.flags.c_contiguous:
+            lo, width = cols[k]
+            runs_into(into.view(x.dtype).reshape(outer, width), x.reshape(outer, extent * inner)[:, lo:lo + width])
+        else:
+            write(x, k, into)
+
+    def write_all(x: np.ndarray, pieces: Sequence[tuple[int, np.ndarray]]) -> None:
+        if rows_of_runs and x.flags.c_contiguous:
+            runs_scattered(x.reshape(outer, extent * inner),
+                           [(cols[k][0], into.view(x.dtype).reshape(outer, cols[k][1])) for k, into in pieces])
+        else:
+            for k, into in pieces:
+                write(x, k, into)
+
+    return write_one, write_all
+
+
+def _equal_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> tuple[PieceWriter, PiecesWriter]:
+    """What writes one of n equal pieces of a buffer of `shape` (_piece_writer),
+    and several: up to OWN_PIECE_DIRECT_RANKS one by one (runs of 128 bytes
+    and more move about a sixth faster through piece_into's 8-byte words, in
+    cache), past it in one pass (_run_writers: the buffer read once)."""
+    write = _piece_writer(shape, n, split_axis, axis)
+    if n > OWN_PIECE_DIRECT_RANKS:
+        return write, _run_writers(shape, n, split_axis, axis, write)[1]
+
+    def one_by_one(x: np.ndarray, pieces: Sequence[tuple[int, np.ndarray]]) -> None:
+        for k, into in pieces:
+            write(x, k, into)
+
+    return write, one_by_one
 
 
 def _piece_writer(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> PieceWriter:
