@@ -11,7 +11,8 @@ next to the MPI collective that moves the same bytes from contiguous buffers,
 their calls alternating (a burst of load on a shared machine falls on both):
 the column-major allgather row shows what reading a strided source costs, and
 the uneven rows (63 columns, one row short in all, so the last member's block
-is shorter; a partial of one row fewer and 63 columns for reduce_scatter) what
+is shorter; a partial of one row fewer and 63 columns for reduce_scatter, cut
+along its rows and along its columns) what
 uneven blocks cost next to MPI's plain call of the even 64-column blocks
 (Alltoall, Allgather, Reduce_scatter_block: MPI's Allgatherv of the uneven
 blocks took 2-3x Allgather's time here, its Reduce_scatter about
@@ -103,6 +104,7 @@ def measure(transport: MpiTransport, mesh: Mesh, elems: int, repeats: int = 9) -
     partial_short = TensorType("f32", (Axis(rows_of - 1), Axis(cols - 1)), mesh, None, ("DIDx",), "sum")
     whole_short = TensorType("f32", (Axis(rows_of - 1), Axis(cols - 1)), mesh)
     scattered_short = TensorType("f32", (Axis(rows_of - 1, "DIDx"), Axis(cols - 1)), mesh)
+    scattered_cols = TensorType("f32", (Axis(rows_of - 1), Axis(cols - 1, "DIDx")), mesh)
     short_out = np.empty_like(short)
 
     def row(name: str, op: ops.Communication, src: TensorType, dst: TensorType, x: np.ndarray, theirs) -> Row:
@@ -124,6 +126,8 @@ def measure(transport: MpiTransport, mesh: Mesh, elems: int, repeats: int = 9) -
         row("allgather, uneven blocks", ops.Allgather(0, "DIDx"), by_rows_uneven, gathered_uneven, uneven,
             lambda: comm.Allgather(block, recv)),
         row("reduce_scatter, uneven blocks", ops.ReduceScatter("sum", "DIDx", 0), partial_short, scattered_short,
+            short, lambda: comm.Reduce_scatter_block(block, piece, op=MPI.SUM)),
+        row("reduce_scatter, uneven columns", ops.ReduceScatter("sum", "DIDx", 1), partial_short, scattered_cols,
             short, lambda: comm.Reduce_scatter_block(block, piece, op=MPI.SUM)),
         row("allreduce, odd size", ops.Allreduce("sum", ("DIDx",)), partial_short, whole_short, short,
             lambda: comm.Allreduce(short, short_out, op=MPI.SUM)),

@@ -21,11 +21,13 @@ from mpi4py import MPI
 
 from interp.host_copy import copy_into, piece_into
 from interp.mpi_plans import (
+    PiecesWriter,
     PieceWriter,
     Run,
     _front_first,
     _gathered_from,
     _handed_out,
+    _run_writers,
     _sender,
     _stacking,
     _uneven_sender,
@@ -36,14 +38,11 @@ from interp.mpi_plans import (
     scratch,
 )
 from interp.mpi_shared import SharedResults, SharedSegments, shared_results, shared_segments
-from interp.row_runs import runs_into, runs_scattered
 from interp.transport import HANDED_OUT
 from refir import ops
 from refir.mpi import wait
 from refir.teams import Team
-from refir.types import TensorType, block, block_size
-
-PiecesWriter = Callable[[np.ndarray, Sequence[tuple[int, np.ndarray]]], None]  # (buffer, (piece k, its bytes)...)
+from refir.types import TensorType, block_size
 
 # Up to this many ranks an all_to_all of runs through the window sends this rank's
 # own piece straight into its result, piece by piece (1M, two ranks: 1.70 -> 1.41
@@ -222,41 +221,6 @@ def _exchanged_in_results(shared: SharedSegments, results: SharedResults, x: np.
     write_all(x, others if own_first else [own, *others])
     shared.written()
     return whole
-
-
-def _run_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: int,
-                 write: PieceWriter) -> tuple[PieceWriter, PiecesWriter]:
-    """What writes one piece, and several at once, of a buffer of `shape` cut in
-    n along `split_axis` (equal pieces, or the sharding rule's uneven ones),
-    each in C order with `axis` first: where the buffer is dense and each piece
-    is a run of every row (the axes before `axis` have one element in a
-    piece), by interp/row_runs.py's vector moves, several pieces in one pass
-    over the rows (63 float32 columns in four, rows of 252 bytes: numpy's copy
-    of a 1 MiB piece took 0.06 ms, three 0.19-0.20; here 0.04 and 0.08-0.09;
-    equal pieces of 64 columns, three: 0.08-0.11 through host_copy.piece_into
-    one by one, 0.09-0.10 here, the buffer read once, the quicker where it
-    is out of cache); else by `write`, one after another."""
-    extent, longest = shape[split_axis], -(-shape[split_axis] // n)
-    outer, inner = prod(shape[:split_axis]), prod(shape[split_axis + 1:])
-    cols = [(lo * inner, (hi - lo) * inner) for lo, hi in (block(extent, n, k) for k in range(n))]
-    rows_of_runs = all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
-
-    def write_one(x: np.ndarray, k: int, into: np.ndarray) -> None:
-        if rows_of_runs and x.flags.c_contiguous:
-            lo, width = cols[k]
-            runs_into(into.view(x.dtype).reshape(outer, width), x.reshape(outer, extent * inner)[:, lo:lo + width])
-        else:
-            write(x, k, into)
-
-    def write_all(x: np.ndarray, pieces: Sequence[tuple[int, np.ndarray]]) -> None:
-        if rows_of_runs and x.flags.c_contiguous:
-            runs_scattered(x.reshape(outer, extent * inner),
-                           [(cols[k][0], into.view(x.dtype).reshape(outer, cols[k][1])) for k, into in pieces])
-        else:
-            for k, into in pieces:
-                write(x, k, into)
-
-    return write_one, write_all
 
 
 def _equal_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> tuple[PieceWriter, PiecesWriter]:
