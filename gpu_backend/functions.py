@@ -21,7 +21,7 @@ from functools import cache
 import numpy as np
 
 from gpu_backend.device import SIMULATED, cuda
-from refir.types import is_bf16
+from refir.types import is_bf16, is_float
 
 Fn = Callable[..., object]
 
@@ -315,7 +315,7 @@ def cast(src: np.dtype, dst: np.dtype) -> Fn:
             return w(a) != 0
 
         return to_bool
-    if (src.kind == "f" or is_bf16(src)) and dst.kind in "iu":
+    if is_float(src) and dst.kind in "iu":
         info = np.iinfo(dst)
         lo, hi, flo, fhi = int(info.min), int(info.max), float(info.min), float(info.max)
 

@@ -27,6 +27,8 @@ from interp.mpi_plans import (
     _front_first,
     _gathered_from,
     _handed_out,
+    _one_by_one,
+    _rows_of_runs,
     _run_writers,
     _sender,
     _stacking,
@@ -231,12 +233,7 @@ def _equal_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -
     write = _piece_writer(shape, n, split_axis, axis)
     if n > OWN_PIECE_DIRECT_RANKS:
         return write, _run_writers(shape, n, split_axis, axis, write)[1]
-
-    def one_by_one(x: np.ndarray, pieces: Sequence[tuple[int, np.ndarray]]) -> None:
-        for k, into in pieces:
-            write(x, k, into)
-
-    return write, one_by_one
+    return write, _one_by_one(write)
 
 
 def _piece_writer(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> PieceWriter:
@@ -263,6 +260,6 @@ def _runs(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> tuple[i
     first is that view's own order (the axes before `axis` have one element);
     else None."""
     longest = shape[split_axis] // n
-    if any((longest if a == split_axis else shape[a]) > 1 for a in range(axis)):
+    if not _rows_of_runs(shape, split_axis, axis, longest):
         return None
     return prod(shape[:split_axis]), longest * prod(shape[split_axis + 1:])

@@ -256,7 +256,7 @@ def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, ran
     in_order = all(e <= 1 for e in shape[:op.axis])  # a dense partial holds its pieces one after another
     write, pack = _uneven_sender(shape, n, op.axis, 0, sent)
     # pieces cut along an inner axis are runs of every row: written in one pass (interp/row_runs.py)
-    write_others = _run_writers(shape, n, op.axis, 0, write)[1] if prod(shape[:op.axis]) > 1 else None
+    write_others = _run_writers(shape, n, op.axis, 0, write)[1] if prod(shape[:op.axis]) > 1 else _one_by_one(write)
     own = tuple(slice(*block(extent, n, rank)) if a == op.axis else slice(None) for a in range(len(shape)))
     theirs = slice(sent_at[rank], sent_at[rank] + got[rank])  # this rank's piece among each member's
     window = max(nbytes, SHARED_MIN_BYTES) if nbytes >= REDUCE_SCATTER_WINDOW_MIN_BYTES else 0
@@ -270,12 +270,7 @@ def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, ran
             # rank folds its piece straight out of the others' halves and its own buffer (no copy out)
             turn = shared.next_half()
             half = shared.half(rank, turn, nbytes)
-            others = [(k, half[sent_at[k]:sent_at[k] + sent[k]]) for k in range(n) if k != rank]
-            if write_others is not None:
-                write_others(x, others)
-            else:
-                for k, into in others:
-                    write(x, k, into)
+            write_others(x, [(k, half[sent_at[k]:sent_at[k] + sent[k]]) for k in range(n) if k != rank])
             shared.written()
             parts = [x[own] if m == rank else shared.half(m, turn, nbytes)[theirs].view(x.dtype).reshape(mine)
                      for m in range(n)]
@@ -387,6 +382,22 @@ def _stacking(shape: tuple[int, ...], n: int, split_axis: int,
     return cut, order, tuple(cut[a] for a in order)
 
 
+def _rows_of_runs(shape: tuple[int, ...], split_axis: int, axis: int, longest: int) -> bool:
+    """Whether each piece of a buffer of `shape` cut along `split_axis` (at most
+    `longest` long there), in C order with `axis` first, is a run of every row
+    of the dense buffer: the axes before `axis` have one element in a piece."""
+    return all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
+
+
+def _one_by_one(write: PieceWriter) -> PiecesWriter:
+    """Several pieces written by `write`, one after another."""
+    def write_all(x: np.ndarray, pieces: Sequence[tuple[int, np.ndarray]]) -> None:
+        for k, into in pieces:
+            write(x, k, into)
+
+    return write_all
+
+
 def _sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> Callable[[np.ndarray], np.ndarray]:
     """What sends the n equal pieces of a buffer of `shape` along `split_axis`,
     each in C order with `axis` first, one after another: the buffer's own
@@ -394,7 +405,7 @@ def _sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> Calla
     once), else one copy through a stacked view (_stacking), its shapes worked
     out here."""
     longest = shape[split_axis] // n
-    axis_first_moves_nothing = all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
+    axis_first_moves_nothing = _rows_of_runs(shape, split_axis, axis, longest)
     in_order = all(shape[a] <= 1 for a in range(split_axis)) and axis_first_moves_nothing
     cut, order, stacked = _stacking(shape, n, split_axis, axis)
     # A dense buffer whose pieces go in their own C order: (outer, n, run) -> (n, outer, run).
@@ -439,7 +450,7 @@ def _uneven_sender(shape: tuple[int, ...], n: int, split_axis: int, axis: int,
     sent_at, longest = displacements(sent), -(-extent // n)
     inner, outer = prod(shape[split_axis + 1:]), prod(shape[:split_axis])
     full = extent // longest if longest else 0
-    stacks = full > 1 and all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
+    stacks = full > 1 and _rows_of_runs(shape, split_axis, axis, longest)
 
     def write(x: np.ndarray, k: int, into: np.ndarray) -> None:
         p = moved_first(x[cuts[k]], axis)
@@ -475,7 +486,8 @@ def _run_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: int,
     extent, longest = shape[split_axis], -(-shape[split_axis] // n)
     outer, inner = prod(shape[:split_axis]), prod(shape[split_axis + 1:])
     cols = [(lo * inner, (hi - lo) * inner) for lo, hi in (block(extent, n, k) for k in range(n))]
-    rows_of_runs = all((longest if a == split_axis else shape[a]) <= 1 for a in range(axis))
+    rows_of_runs = _rows_of_runs(shape, split_axis, axis, longest)
+    one_by_one = _one_by_one(write)
 
     def write_one(x: np.ndarray, k: int, into: np.ndarray) -> None:
         if rows_of_runs and x.flags.c_contiguous:
@@ -489,7 +501,6 @@ def _run_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: int,
             runs_scattered(x.reshape(outer, extent * inner),
                            [(cols[k][0], into.view(x.dtype).reshape(outer, cols[k][1])) for k, into in pieces])
         else:
-            for k, into in pieces:
-                write(x, k, into)
+            one_by_one(x, pieces)
 
     return write_one, write_all
