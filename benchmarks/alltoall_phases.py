@@ -39,8 +39,16 @@ from math import prod
 import numpy as np
 
 from benchmarks.allgather_phases import report, setup, timed
-from interp.mpi_all_to_all import OWN_PIECE_DIRECT_RANKS, PiecesWriter, _equal_writers, _run_writers
-from interp.mpi_plans import PieceWriter, _gathered_from, _uneven_sender, result
+from interp.mpi_all_to_all import OWN_PIECE_DIRECT_RANKS, _equal_writers
+from interp.mpi_plans import (
+    PiecesWriter,
+    PieceWriter,
+    _gathered_from,
+    _one_by_one,
+    _run_writers,
+    _uneven_sender,
+    result,
+)
 from interp.mpi_shared import shared_results, shared_segments
 from refir.types import block_size
 
@@ -87,11 +95,7 @@ def uneven_slots_call(devices: tuple[int, ...], rank: int, x: np.ndarray, front:
     write, _ = _uneven_sender(x.shape, n, 1, 0, [sizes[m][rank] for m in range(n)])
     block = -(-max(sum(row) for row in sizes) // n)
     if before:
-        def one_by_one(x: np.ndarray, pieces: list[tuple[int, np.ndarray]]) -> None:
-            for k, into in pieces:
-                write(x, k, into)
-
-        return _slots(devices, rank, x, front, write, one_by_one, places, block, x.nbytes, own_first=True)
+        return _slots(devices, rank, x, front, write, _one_by_one(write), places, block, x.nbytes, own_first=True)
     write, write_all = _run_writers(x.shape, n, 1, 0, write)
     return _slots(devices, rank, x, front, write, write_all, places, block, x.nbytes)
 
