@@ -104,7 +104,7 @@ def prepared(kernel: Any, args: tuple[Any, ...]) -> Any:
 # differs between callers). A hit is the caller's own lookup in a plain dict: a
 # dict subclass with a `keep` method, or a class around a dict, measured 10 ns
 # a lookup slower alone and 20-30 ns on a kept launch of 0.7-2.4 µs
-# (benchmarks/kept_launch_host.py times the kept launches).
+# (benchmarks/HISTORY.md, branch `tidy`, times the kept launches).
 KeptLaunches = dict[Any, tuple[Any, ...]]
 LAUNCHES_KEPT = 4096  # entries of one cache; then it starts again (programs of many shapes)
 

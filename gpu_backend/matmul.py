@@ -125,7 +125,7 @@ def _core_matmul(cupy: Any) -> Callable:
     calls its own `_func(a, b, out=out)` with the operands untouched when they
     are at least 2-D with equal batch axes and `out` is of the result's shape,
     as matmul's always are here. Calling that function directly makes the same
-    cuBLAS call (the same bits: benchmarks/gpu_matmul_probe.py checks) without
+    cuBLAS call (the same bits: benchmarks/HISTORY.md, `smallrun`) without
     tens of µs of that front. A cupy built otherwise keeps cupy.matmul."""
     front = cupy.matmul
     core = getattr(front, "_func", None)
