@@ -139,7 +139,7 @@ def matmul_into(out: DeviceBuffer, a: DeviceBuffer, b: DeviceBuffer, library: bo
     cupy = _cupy() if library and not SIMULATED and a.data.dtype.char in "fd" else None
     if cupy is None or out.size == 0:
         return tiled_matmul(out, a, b)
-    blas = gemm.cublas_of(cupy) if gemm.ENABLED else None
+    blas = gemm.cublas_of(cupy)
     call = None if blas is None else gemm.gemm_call(blas, _operand(out), _operand(a), _operand(b), a.data.dtype.char)
     if call is not None:
         blas.gemm_ex(*call)  # type: ignore[union-attr]
