@@ -114,10 +114,6 @@ def launch_costs(one: DeviceBuffer, out: DeviceBuffer) -> list[str]:
     costs = {"numba kernel[grid, block](*args)": per_call(lambda: kernel[1, (1, 256)](*args))}
     gl.FAST = True
     costs["launch(), cached signature"] = per_call(lambda: gl.launch(kernel, 1, (1, 256), *args))
-    if hasattr(gl, "DIRECT"):  # the same through cuda.core's launch, as before driver_launch.py
-        gl.DIRECT = False
-        costs["launch(), cached, through cuda.core"] = per_call(lambda: gl.launch(kernel, 1, (1, 256), *args))
-        gl.DIRECT = True
     costs["elementwise() of 1 element"] = per_call(lambda: elementwise(_same, out, one))
     pooled = DeviceBuffer.empty((1,), np.dtype(np.float32))  # pooled Memory: after its first call, a kept launch
     costs["elementwise() of 1 pooled element"] = per_call(lambda: elementwise(_same, out, pooled))

@@ -16,7 +16,7 @@ along its rows and along its columns) what
 uneven blocks cost next to MPI's plain call of the even 64-column blocks
 (Alltoall, Allgather, Reduce_scatter_block: MPI's Allgatherv of the uneven
 blocks took 2-3x Allgather's time here, its Reduce_scatter about
-Reduce_scatter_block's, benchmarks/mpi_v_variants.py; so the even call is the
+Reduce_scatter_block's, benchmarks/HISTORY.md, `uneven`; so the even call is the
 stricter or an equal peer), and the odd-sized allreduce (uneven slices)
 next to MPI's Allreduce of the same buffer.
 Rank 0 prints a table of times and ratios, then the layout changes alone (every

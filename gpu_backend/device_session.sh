@@ -32,7 +32,6 @@
 #   bench-coll       benchmarks/gpu_bench.py collectives: the collectives table alone (GPU_BENCH_MIB sets the sizes)
 #   phases           benchmarks/collective_phases.py: each collective's phases timed apart, its wire several ways, torch
 #   pack             benchmarks/collective_packing.py: all_to_all's and reduce_scatter's local copies alone, one GPU
-#   matmul           benchmarks/gpu_matmul_probe.py: the host time of a matmul through cupy at the seed-2 shapes, one GPU
 # (the benchmarks come last: correctness first when the budget runs short)
 # A failing or slow stage never stops the next; each has a time limit and the
 # whole run keeps within $BUDGET seconds (the device tool stops a command at 600).
@@ -141,7 +140,6 @@ stage bench-run 240 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchma
 stage bench-run-alone 240 bash -c 'set -o pipefail; REFIR_MPI_ALONE=1 ranks 1 -m mpi4py -m benchmarks.gpu_bench run | tee "$OUT/bench-run-alone.txt"'
 stage bench-uneven 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench uneven | tee "$OUT/bench-uneven.txt"'
 stage bench-coll 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench collectives | tee "$OUT/bench-coll.txt"'
-stage matmul 60 bash -c 'set -o pipefail; "$PY" -m benchmarks.gpu_matmul_probe | tee "$OUT/matmul.txt"'
 stage phases 150 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.collective_phases | tee "$OUT/phases.txt"'
 stage pack 150 bash -c 'set -o pipefail; "$PY" -m benchmarks.collective_packing | tee "$OUT/pack.txt"'
 

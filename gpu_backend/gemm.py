@@ -17,19 +17,14 @@ out exactly as cupy does, and answers None wherever cupy would do anything
 else (a copy, a temporary result, a 1 x 1 result, a batch, a setting it
 does not mirror); matmul.py then keeps cupy's matmul. Made this way the call
 costs a few µs of host time instead of cupy's 20-70.
-
-REFIR_DIRECT_GEMM=0 keeps cupy's matmul for every call.
 """
 
 from __future__ import annotations
 
-import os
 from functools import cache
 from typing import Any
 
 import numpy as np
-
-ENABLED = os.environ.get("REFIR_DIRECT_GEMM", "1") != "0"
 
 
 class Cublas:

@@ -16,13 +16,13 @@ the kernel's declared parameters agree; otherwise the signature keeps a
 checked packing plan through cuda.core's launch (the path before), or
 numba's own conversion.
 
-Under the simulator, or with REFIR_FAST_LAUNCH=0, it is the plain numba launch.
+Under the simulator it is the plain numba launch (the switches that turned
+the cached and the direct launches off went once both had won: docs/switches.md).
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -33,10 +33,7 @@ from gpu_backend.driver_launch import direct_launch
 from gpu_backend.memory import Memory
 
 Dims = int | tuple[int, ...]
-FAST = not SIMULATED and os.environ.get("REFIR_FAST_LAUNCH", "1") != "0"
-# The cached signatures' launches through cuLaunchKernel (gpu_backend/driver_launch.py);
-# off (REFIR_DIRECT_LAUNCH=0), through cuda.core's launch.
-DIRECT = os.environ.get("REFIR_DIRECT_LAUNCH", "1") != "0"
+FAST = not SIMULATED  # cached signatures; tests set it to launch on a fake device
 
 
 def _dims(d: Dims) -> tuple[int, int, int]:
@@ -88,7 +85,7 @@ def prepared(kernel: Any, args: tuple[Any, ...]) -> Any:
     otherwise): a caller that keeps a plan per layout calls it with the plan's
     parameter values, `direct(grid, block, values)`, and skips `launch`'s pass
     over the arguments. Those launches are counted in counts["prepared"]."""
-    if not FAST or not DIRECT:
+    if not FAST:
         return None
     try:
         sig = _signatures.get((kernel, _key(args)))
@@ -104,7 +101,7 @@ def prepared(kernel: Any, args: tuple[Any, ...]) -> Any:
 # differs between callers). A hit is the caller's own lookup in a plain dict: a
 # dict subclass with a `keep` method, or a class around a dict, measured 10 ns
 # a lookup slower alone and 20-30 ns on a kept launch of 0.7-2.4 µs
-# (benchmarks/kept_launch_host.py times the kept launches).
+# (benchmarks/HISTORY.md, branch `tidy`, times the kept launches).
 KeptLaunches = dict[Any, tuple[Any, ...]]
 LAUNCHES_KEPT = 4096  # entries of one cache; then it starts again (programs of many shapes)
 
@@ -245,7 +242,7 @@ def launch(kernel: Any, grid: Dims, block: Dims, *args: Any) -> None:
     key = (kernel, parts)
     sig = _signatures.get(key)
     if sig is not None:
-        if sig.direct is not None and DIRECT:
+        if sig.direct is not None:  # through cuLaunchKernel (gpu_backend/driver_launch.py)
             counts["direct"] += 1
             sig.direct(grid, block, values)
             return

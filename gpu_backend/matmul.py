@@ -125,7 +125,7 @@ def _core_matmul(cupy: Any) -> Callable:
     calls its own `_func(a, b, out=out)` with the operands untouched when they
     are at least 2-D with equal batch axes and `out` is of the result's shape,
     as matmul's always are here. Calling that function directly makes the same
-    cuBLAS call (the same bits: benchmarks/gpu_matmul_probe.py checks) without
+    cuBLAS call (the same bits: benchmarks/HISTORY.md, `smallrun`) without
     tens of µs of that front. A cupy built otherwise keeps cupy.matmul."""
     front = cupy.matmul
     core = getattr(front, "_func", None)
@@ -139,7 +139,7 @@ def matmul_into(out: DeviceBuffer, a: DeviceBuffer, b: DeviceBuffer, library: bo
     cupy = _cupy() if library and not SIMULATED and a.data.dtype.char in "fd" else None
     if cupy is None or out.size == 0:
         return tiled_matmul(out, a, b)
-    blas = gemm.cublas_of(cupy) if gemm.ENABLED else None
+    blas = gemm.cublas_of(cupy)
     call = None if blas is None else gemm.gemm_call(blas, _operand(out), _operand(a), _operand(b), a.data.dtype.char)
     if call is not None:
         blas.gemm_ex(*call)  # type: ignore[union-attr]

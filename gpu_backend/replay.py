@@ -23,7 +23,7 @@ runs the full path, which records afresh):
   device, shape, byte strides and dtype; the same scalars; the same world
   (size, hosted ranks, and under MPI the world's communicator); the same thread (cupy's cuBLAS handle is
   per thread); the same pool object (a new CUDA context has a new one);
-  the same knobs: launch.FAST, launch.DIRECT, gemm.ENABLED, and
+  the same knobs: launch.FAST (which tests set for a fake device), and
   recording.generation, which every clear_plans (the launch geometry knobs)
   bumps; REFIR_GPU_REPLAY=0 turns replays off. These make the key.
 - the pool's blocks: every block the recorded run took is free in the pool
@@ -83,8 +83,8 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend import gemm, launch, memory, pending, recording
 from gpu_backend import graph as graphs
+from gpu_backend import launch, memory, pending, recording
 from gpu_backend.buffer import DeviceBuffer, storage, upload
 from gpu_backend.device import SIMULATED
 from gpu_backend.memory import Memory
@@ -119,7 +119,7 @@ _traces: dict[tuple[Any, ...], Trace] = {}
 def key_of(lowered: Lowered, inputs: dict[str, dict[int, Any]], scalars: dict[str, int], world: World,
            pool: Any) -> tuple[Any, ...] | None:
     """Everything a recorded run assumed but the pool's blocks (None: never replayed)."""
-    if not ENABLED or not pool or not (launch.FAST and launch.DIRECT):
+    if not ENABLED or not pool or not launch.FAST:
         return None
     layouts = []
     for name, blocks in inputs.items():
@@ -128,7 +128,7 @@ def key_of(lowered: Lowered, inputs: dict[str, dict[int, Any]], scalars: dict[st
                 return None
             layouts.append((name, d, x.shape, x.strides, x.dtype))
     return (id(lowered), tuple(layouts), tuple(scalars.items()), world.size, world.hosted, id(world.comm), id(pool),
-            threading.get_ident(), recording.generation, gemm.ENABLED)
+            threading.get_ident(), recording.generation)
 
 
 def replayed(lowered: Lowered, inputs: dict[str, dict[int, Any]], scalars: dict[str, int], world: World,

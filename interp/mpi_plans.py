@@ -202,7 +202,7 @@ def _sliced_allreduce(comm: MPI.Comm, x: np.ndarray, kind: str) -> np.ndarray:
     """The large allreduce of a C-contiguous partial (see _allreduce_plan), by
     MPI's plain all-to-all and allgather of equal slices, which move them
     faster here than the v-variants (1M: Allgatherv 2.2-2.8x Allgather's
-    time, benchmarks/mpi_v_variants.py): where the size is not a multiple
+    time, benchmarks/HISTORY.md, `uneven`): where the size is not a multiple
     of the team's, the last few elements (fewer than the members) go to
     every member, which folds them itself, in the same team order."""
     flat, n, itemsize = x.reshape(-1), comm.size, x.itemsize

@@ -87,7 +87,6 @@ def use_fake(monkeypatch: Any, dev: FakeDevice) -> None:
     monkeypatch.setattr(memory, "_pool", dev.pool)
     monkeypatch.setattr(replay, "ENABLED", True)
     monkeypatch.setattr(launch, "FAST", True)
-    monkeypatch.setattr(launch, "DIRECT", True)
     monkeypatch.setattr(replay, "upload", dev.upload)
     monkeypatch.setattr("gpu_backend.buffer.download", dev.download)
 

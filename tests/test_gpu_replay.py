@@ -171,11 +171,10 @@ def test_every_changed_assumption_falls_back_to_the_full_path(device, monkeypatc
     kernels.clear_plans()  # the launch knobs may have changed
     assert not replays_again(device, lowered, data(3))
     assert replays_again(device, lowered, data(4))
-    for owner, knob in ((launch, "FAST"), (launch, "DIRECT"), (gemm, "ENABLED")):
-        monkeypatch.setattr(owner, knob, not getattr(owner, knob))
-        assert not replays_again(device, lowered, data(5))
-        monkeypatch.undo()
-        use_fake(monkeypatch, device)
+    monkeypatch.setattr(launch, "FAST", False)  # numba's own launches: nothing to replay
+    assert not replays_again(device, lowered, data(5))
+    monkeypatch.undo()
+    use_fake(monkeypatch, device)
     seen = []
     thread = threading.Thread(target=lambda: seen.append(replays_again(device, lowered, data(6))))
     thread.start()
