@@ -40,6 +40,7 @@ def _prepare(args: argparse.Namespace, root: bool) -> tuple[refir.Program, Check
     path (under MPI, rank 0 alone reads or draws the inputs, and writes --out;
     the others receive their blocks)."""
     out = _out_path(args.out) if root else None
+    saved = writable_file(Path(args.save_inputs), "--save-inputs") if root and args.save_inputs else None
     if args.seed is not None and args.seed < 0:
         raise InputError(f"--seed {args.seed}: a seed is a non-negative integer")
     if args.world is not None:
@@ -53,8 +54,31 @@ def _prepare(args: argparse.Namespace, root: bool) -> tuple[refir.Program, Check
     if not root:
         return program, checked, {}, out
     if args.inputs:
-        return program, checked, read_inputs(args.inputs), out
-    return program, checked, draw_inputs(checked, bindings_for(checked, args.bind), args.seed or 0), out
+        inputs = _as_bf16(checked, read_inputs(args.inputs))
+    else:
+        inputs = draw_inputs(checked, bindings_for(checked, args.bind), args.seed or 0)
+    if saved is not None:  # before the run, so that a run that fails leaves its inputs behind
+        _write_npz(saved, inputs, "--save-inputs")
+    return program, checked, inputs, out
+
+
+def _as_bf16(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """numpy has no bfloat16: np.savez stores one as raw 2-byte records (|V2), so
+    a bf16 parameter takes such an array back as bf16, bit for bit."""
+    for p in checked.func.params:
+        x = inputs.get(p.name)
+        if p.type.dtype == "bf16" and x is not None and x.dtype.kind == "V" and x.dtype.itemsize == 2:
+            inputs[p.name] = x.view(p.type.np_dtype)
+    return inputs
+
+
+def _write_npz(path: Path, arrays: dict[str, np.ndarray], option: str) -> None:
+    try:
+        with path.open("wb") as f:  # exactly this path: np.savez(name) would append .npz
+            np.savez(f, **arrays)
+    except OSError as exc:
+        raise InputError(f"cannot write {option} {path}: {exc.strerror or exc}") from exc
+    say(f"wrote {path}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -83,12 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         lines.append(f"all {len(program.expects)} expect lines hold")
     say("\n".join(lines))
     if out is not None:  # rank 0 (the others returned above)
-        try:
-            with out.open("wb") as f:  # exactly this path: np.savez(name) would append .npz
-                np.savez(f, **result.outputs)
-        except OSError as exc:
-            raise InputError(f"cannot write --out {out}: {exc.strerror or exc}") from exc
-        say(f"wrote {out}")
+        _write_npz(out, result.outputs, "--out")
     return 1 if failures else 0
 
 
@@ -166,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--seed", type=int, help="draw inputs from this seed (default 0)")
     run.add_argument("--bind", nargs="*", default=[], metavar="SYM=N", help="symbol values for drawn inputs")
     run.add_argument("--out", help="write the global results to this .npz")
+    run.add_argument("--save-inputs", metavar="FILE.npz", help="write the global inputs (drawn or read) to this "
+                     ".npz, before the run; --inputs FILE.npz runs them again")
     run.add_argument("--backend", default="spmd", help="global, spmd, gpu, or module:callable")
     run.add_argument("--world", type=int, help="number of ranks (default: what the meshes need)")
     run.set_defaults(handler=cmd_run)

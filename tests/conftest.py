@@ -20,3 +20,16 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Say once why a clone without ../shared skips so many tests: -ra lists
+    each skip, but not that one missing folder is the reason for all of them."""
+    from helpers import NO_SHARED, SHARED
+
+    n = sum(1 for r in terminalreporter.stats.get("skipped", [])
+            if isinstance(r.longrepr, tuple) and (NO_SHARED in r.longrepr[2] or "../shared" in r.longrepr[2]))
+    if n:
+        where = (f"REFIR_SHARED={os.environ['REFIR_SHARED']} holds no examples/" if os.environ.get("REFIR_SHARED")
+                 else f"../shared is not beside the checkout ({SHARED}; CI has it, REFIR_SHARED may point to a copy)")
+        terminalreporter.write_line(f"{n} tests skipped: {where}")
