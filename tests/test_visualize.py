@@ -100,3 +100,16 @@ def test_save(tmp_path):
     assert picture.save(tmp_path / "p.html").read_text().startswith("<!DOCTYPE html>")
     with pytest.raises(refir.InputError, match="does not exist"):
         picture.save(tmp_path / "missing" / "p.svg")
+
+
+def test_the_tutorials_python_runs(tmp_path, monkeypatch, capsys):
+    """docs/tutorial.md section 10's Python block, as written (its file written under tmp_path)."""
+    text = (ROOT / "docs" / "tutorial.md").read_text().split("## 10.", 1)[1]
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(ROOT)
+    exec(compile(code.replace('"a.svg"', repr(str(tmp_path / "a.svg"))), "tutorial.md", "exec"), {})  # our own docs
+    out = capsys.readouterr().out
+    assert "global [7, 2, 3]" in out and "1        [1]      [4:7, 0:2, 0:3]" in out
+    assert "│ axis 0 4:7 │ dev 2      │ dev 3      │" in out and "dev 0 1 (copies)" in out
+    drawn = cells((tmp_path / "a.svg").read_text())
+    assert float(drawn["0"].get("width")) / float(drawn["1"].get("width")) == pytest.approx(4 / 3, rel=1e-4)
