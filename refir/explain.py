@@ -43,8 +43,8 @@ def add_view_args(p: argparse.ArgumentParser, pictures: bool = False) -> None:
         p.add_argument("--world", type=int, help="number of ranks (default: what the meshes need)")
         p.add_argument("--device", type=int, help="show this device's part only")
         p.add_argument("--value", metavar="NAME", help="show only NAME (an input, or the steps that make it)")
-        p.add_argument("--svg", metavar="FILE", help="also write the pictures as SVG")
-        p.add_argument("--html", metavar="FILE", help="also write the pictures as HTML")
+        p.add_argument("--svg", metavar="FILE", help="also write the pictures as a drawing: SVG, self-contained")
+        p.add_argument("--html", metavar="FILE", help="also write the pictures as a drawing: HTML holding the SVG")
 
 
 def world_for(checked: Checked, asked: int | None) -> int:
