@@ -4,6 +4,7 @@
     result = refir.run(prog, {"x": x}, backend="spmd")   # x: float32 of shape (N, 8)
     result.outputs["y"]          # the global array
     result.shards["y"][2]        # device 2's buffer, strides as laid out
+    refir.visualize(prog, "y")   # how y lies over the mesh: text, and a drawing in a notebook
 """
 
 from __future__ import annotations
@@ -21,9 +22,19 @@ from refir.runner import RunResult, run
 from refir.verify import verify
 
 __all__ = [
-    "InputError", "MismatchError", "OtherRankError", "ParseError", "Program", "RefirError", "RunError", "RunResult",
-    "VerifyError", "close", "from_nvfuser", "load", "parse", "print_program", "run", "verify",
+    "InputError", "MismatchError", "OtherRankError", "ParseError", "Picture", "Program", "RefirError", "RunError",
+    "RunResult", "VerifyError", "close", "from_nvfuser", "load", "parse", "print_program", "run", "verify",
+    "visualize", "visualize_placement",
 ]
+_PICTURES = ("Picture", "visualize", "visualize_placement")  # refir.visual, imported when first asked for
+
+
+def __getattr__(name: str) -> object:
+    if name in _PICTURES:
+        from refir import visual
+
+        return getattr(visual, name)
+    raise AttributeError(f"module 'refir' has no attribute {name!r}")
 
 
 def load(source: str | Path) -> Program:

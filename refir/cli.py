@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     _program_args(explain)
     add_view_args(explain, pictures=True)
     explain.set_defaults(handler=cmd_explain)
-    trace = sub.add_parser("trace", help="run on spmd and show every device's buffers, step by step")
+    trace = sub.add_parser("trace", help="run on spmd (or gpu) and show every device's buffers, step by step")
     _program_args(trace)
     add_trace_args(trace)
     trace.set_defaults(handler=cmd_trace)

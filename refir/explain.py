@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.rule import Rule
 from rich.text import Text
 
@@ -23,11 +23,12 @@ import refir
 from refir import ops
 from refir.bindings import check_world, devices_needed
 from refir.errors import InputError
-from refir.inputs import bindings_for
+from refir.inputs import bindings_for, writable_file
 from refir.lower import Lowered, lower
 from refir.pictures import step_picture, value_picture
 from refir.placement import CommFacts, Explained, Placement, explain, placement
 from refir.printer import format_mesh
+from refir.svg import html_of, svg_of
 from refir.verify import Checked
 from refir.world import mpi_world
 
@@ -42,8 +43,8 @@ def add_view_args(p: argparse.ArgumentParser, pictures: bool = False) -> None:
         p.add_argument("--world", type=int, help="number of ranks (default: what the meshes need)")
         p.add_argument("--device", type=int, help="show this device's part only")
         p.add_argument("--value", metavar="NAME", help="show only NAME (an input, or the steps that make it)")
-        p.add_argument("--svg", metavar="FILE", help="also write the pictures as SVG")
-        p.add_argument("--html", metavar="FILE", help="also write the pictures as HTML")
+        p.add_argument("--svg", metavar="FILE", help="also write the pictures as a drawing: SVG, self-contained")
+        p.add_argument("--html", metavar="FILE", help="also write the pictures as a drawing: HTML holding the SVG")
 
 
 def world_for(checked: Checked, asked: int | None) -> int:
@@ -171,32 +172,45 @@ def json_lower(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    for option in ("svg", "html"):  # checked before anything is printed
+        if getattr(args, option):
+            writable_file(Path(getattr(args, option)), f"--{option}")
     lowered, ex = explained_of(args)
-    if args.json:
-        print_json(explained_json(ex))
-        return 0
-    if not is_printer():
-        return 0
     names = [p.name for p in ex.values()]
     if args.value is not None and not any(wanted(n, args.value) for n in names):
         raise InputError(f"--value {args.value}: no value of that name (values: {', '.join(names)})")
-    console = make_console(record=bool(args.svg or args.html))
-    render(ex, console, args.device, args.value)
+    if args.json:
+        print_json(explained_json(ex))
+    if not is_printer():
+        return 0
+    items = pictures_of(ex, args.device, args.value)
+    if not args.json:
+        console = make_console()
+        for item in items:
+            console.print(item)
+    title = f"refir explain {args.program}"
     if args.svg:
-        console.save_svg(args.svg, title=f"refir explain {args.program}", clear=False)
+        write_text(Path(args.svg), svg_of(items, title), "--svg")
     if args.html:
-        console.save_html(args.html, clear=False)
+        write_text(Path(args.html), html_of(items, title), "--html")
     return 0
 
 
-def render(ex: Explained, console: Console, device: int | None = None, value: str | None = None) -> None:
+def write_text(path: Path, text: str, option: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write {option} {path}: {exc.strerror or exc}") from exc
+
+
+def pictures_of(ex: Explained, device: int | None = None, value: str | None = None) -> list[RenderableType]:
+    """What explain prints, in order: a heading, then every value's and step's picture."""
     checked = ex.lowered.checked
     binds = ", ".join(f"{k}={v}" for k, v in sorted(ex.bindings.items()))
-    console.print(Text(f"{checked.program.file}: {checked.func.name}, world of {ex.world}"
-                       + (f", {binds}" if binds else ""), style="bold"))
+    out: list[RenderableType] = [Text(f"{checked.program.file}: {checked.func.name}, world of {ex.world}"
+                                      + (f", {binds}" if binds else ""), style="bold")]
     if value is None:
-        for m in checked.program.meshes:
-            console.print(format_mesh(m))
+        out += [format_mesh(m) for m in checked.program.meshes]
 
     def idle(p: Placement) -> list[int]:
         return [d for d in range(ex.world) if d not in p.type.mesh]
@@ -207,21 +221,23 @@ def render(ex: Explained, console: Console, device: int | None = None, value: st
     for p in ex.inputs:
         if not wanted(p.name, value):
             continue
-        console.print(Rule(f"input {p.name}", align="left"))
-        console.print(value_picture(p, device, idle(p)) if shown(p) else Text(f"device {device} holds nothing"))
+        out.append(Rule(f"input {p.name}", align="left"))
+        out.append(value_picture(p, device, idle(p)) if shown(p) else Text(f"device {device} holds nothing"))
     for seg in ex.lowered.segments:
         if not any(wanted(s.out, value) for s in seg.steps):
             continue
         head = seg.kind if seg.kind == "compute" else ops.op_name(seg.steps[0].op)
         scalars = f" + scalars {', '.join(seg.scalars)}" if seg.scalars else ""
         scalars += f" + extents {', '.join(seg.extents)}" if seg.extents else ""
-        console.print(Rule(f"segment {seg.index} ({head}): inputs {', '.join(seg.inputs) or '-'}{scalars}"
-                           f" -> outputs {', '.join(seg.outputs) or '-'}", align="left"))
+        out.append(Rule(f"segment {seg.index} ({head}): inputs {', '.join(seg.inputs) or '-'}{scalars}"
+                        f" -> outputs {', '.join(seg.outputs) or '-'}", align="left"))
         for s in ex.steps:
             if s.segment == seg.index and wanted(s.step.out, value):
                 if shown(s.placement) or (s.comm and device in s.comm.devices()):
-                    console.print(step_picture(s, device, idle(s.placement)))
+                    out.append(step_picture(s, device, idle(s.placement)))
                 else:
-                    console.print(Text(f"{s.step.out}: device {device} takes no part"))
+                    out.append(Text(f"{s.step.out}: device {device} takes no part"))
     if value is None:
-        console.print(f"return {', '.join(ex.lowered.results)}")
+        out.append(f"return {', '.join(ex.lowered.results)}")
+    return out
+

@@ -9,8 +9,11 @@ and byte strides. Colour only repeats what the text says.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -65,11 +68,39 @@ def holder_text(p: Placement, devices: tuple[int, ...]) -> str:
     return f"dev {terms} (partial {t.partial_kind}{', copies' if len(sums) > 1 else ''})"
 
 
+@dataclass(frozen=True)
+class GridPicture:
+    """The grid of a placement: drawn as text tables by rich (`grid`), and as
+    cells in proportion to their blocks by refir.svg (refir.drawing)."""
+
+    placement: Placement
+    focus: int | None = None
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield grid(self.placement, self.focus)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, grid(self.placement, self.focus))
+
+
+def grid_axes(p: Placement) -> tuple[int | None, int | None, list[dict[int, int]]]:
+    """Which tensor axis runs down the grid, which across, and the pages (one
+    per block of a third sharded axis, each fixing that axis's block number)."""
+    t = p.type
+    sharded = [i for i, a in enumerate(t.axes) if a.shard]
+    rows = sharded[0] if len(sharded) > 1 else None
+    cols = sharded[1] if len(sharded) > 1 else sharded[0] if sharded else None
+    pages: list[dict[int, int]] = [{}]
+    if len(sharded) > 2:
+        pages = [{sharded[2]: n} for n in range(t.mesh.size(t.axes[sharded[2]].shard))]
+    return rows, cols, pages
+
+
 def grid(p: Placement, focus: int | None = None) -> RenderableType:
     """The sharded axes as a grid of blocks (first sharded axis down, second
     across, a third as one grid per block); each cell names its holders."""
     t = p.type
-    sharded = [i for i, a in enumerate(t.axes) if a.shard]
+    rows, cols, pages = grid_axes(p)
     holders = p.holders()
     ranges_of = {(i, n[i]): r[i] for n, r, _ in holders for i in n}
 
@@ -90,11 +121,6 @@ def grid(p: Placement, focus: int | None = None) -> RenderableType:
     def numbers(axis: int | None) -> list[int | None]:
         return [None] if axis is None else list(range(t.mesh.size(t.axes[axis].shard)))
 
-    rows = sharded[0] if len(sharded) > 1 else None
-    cols = sharded[1] if len(sharded) > 1 else sharded[0] if sharded else None
-    pages: list[dict[int, int]] = [{}]
-    if len(sharded) > 2:
-        pages = [{sharded[2]: n} for n in range(t.mesh.size(t.axes[sharded[2]].shard))]
     tables = []
     for page in pages:
         title = ", ".join(label(a, n) for a, n in page.items()) or None
@@ -151,7 +177,7 @@ def value_header(p: Placement) -> Text:
 
 
 def value_picture(p: Placement, device: int | None = None, idle: list[int] | None = None) -> Group:
-    parts: list[RenderableType] = [value_header(p), grid(p, device)]
+    parts: list[RenderableType] = [value_header(p), GridPicture(p, device)]
     parts.append(device_table(p, None if device is None else [device]))
     if idle:
         parts.append(Text(f"devices {devices_text(idle)} are outside mesh {p.type.mesh.name} and hold nothing",

@@ -41,8 +41,9 @@ class RunResult:
 
 def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", world: int | None = None,
         func: str | None = None, everywhere: bool = False, keep: str | None = None) -> RunResult:
-    """Run `program` on global `inputs`; see RunResult. keep="all" (spmd only)
-    keeps every input's and intermediate's per-device buffers in `kept`.
+    """Run `program` on global `inputs`; see RunResult. keep="all" (spmd or gpu)
+    keeps every input's and intermediate's per-device buffers in `kept` (on
+    gpu, each read back from the device as the step that made it ends).
 
     Under MPI (one rank per process) rank 0 must be given the inputs; another
     rank given none receives only its devices' blocks from rank 0. Rank 0
@@ -54,8 +55,8 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
         program = load(program)
     if keep not in (None, "all"):
         raise InputError(f"keep={keep!r}: write keep='all' or leave it out")
-    if keep and backend != "spmd":
-        raise InputError(f"keep='all' needs the spmd backend, not {backend!r}")
+    if keep and backend not in ("spmd", "gpu"):
+        raise InputError(f"keep='all' needs the spmd or gpu backend, not {backend!r}")
     checked = verified(program, func)
     mpi = mpi_world()
     if mpi is None:
@@ -79,9 +80,11 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
         local = deliver_inputs(checked, inputs, bindings, w, needy)
     kept: Shards = {}
     if keep:
-        from interp.backend import run_spmd
-
-        shards = run_spmd(lowered, local, bindings, backend_world(w), keep=kept)
+        if backend == "spmd":
+            from interp.backend import run_spmd as keeping
+        else:
+            from gpu_backend.backend import run_gpu as keeping
+        shards = keeping(lowered, local, bindings, backend_world(w), keep=kept)
         if w.comm is not None:
             kept = share_kept(kept, w)
     else:

@@ -1,7 +1,8 @@
-"""`python -m refir trace`: run a program on the spmd backend and show, step by
-step, every device's buffers before (the operands) and after (the result),
-with the blocks each communication moved. Under MPI every rank runs its own
-device and rank 0 prints everything.
+"""`python -m refir trace`: run a program on the spmd backend (or, `--backend
+gpu`, the gpu backend: its device buffers read back after each step, strides as
+it laid them out) and show, step by step, every device's buffers before (the
+operands) and after (the result), with the blocks each communication moved.
+Under MPI every rank runs its own device and rank 0 prints everything.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
     src.add_argument("--seed", type=int, help="draw inputs from this seed (default 0)")
     p.add_argument("--bind", nargs="*", default=[], metavar="SYM=N", help="symbol values for drawn inputs")
     p.add_argument("--world", type=int, help="number of ranks (default: what the meshes need)")
+    p.add_argument("--backend", default="spmd", choices=("spmd", "gpu"),
+                   help="spmd (numpy), or gpu (its device buffers read back after each step)")
     p.add_argument("--device", type=int, help="show this device's buffers only")
     p.add_argument("--value", metavar="NAME", help="show only the steps that make NAME (and its lowered parts)")
 
@@ -137,14 +140,14 @@ def cmd_trace(args: argparse.Namespace) -> int:
     names = [p.name for p in checked.func.params] + [s.out for s in lower(checked).steps]
     if args.value is not None and not any(wanted(n, args.value) for n in names):
         raise InputError(f"--value {args.value}: no value of that name (values: {', '.join(names)})")
-    result = refir.run(program, inputs, backend="spmd", world=args.world, func=args.func, keep="all")
+    result = refir.run(program, inputs, backend=args.backend, world=args.world, func=args.func, keep="all")
     assert result.lowered is not None
     ex = explain(result.lowered, result.bindings, world)
     if not is_printer():
         return 0
     console = make_console()
     binds = ", ".join(f"{k}={v}" for k, v in sorted(result.bindings.items()))
-    console.print(Text(f"{args.program}: {checked.func.name} on spmd" + (f", {binds}" if binds else ""),
+    console.print(Text(f"{args.program}: {checked.func.name} on {args.backend}" + (f", {binds}" if binds else ""),
                        style="bold"))
     for part in trace_pictures(ex, result, args.device, args.value):
         console.print(part)
