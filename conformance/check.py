@@ -196,7 +196,7 @@ def _check_global(case: Case, ref: Reference) -> list[Problem]:
 
 def _expects(case: Case, outputs: dict[str, np.ndarray]) -> list[str]:
     try:
-        return check_expects(case.program, case.inputs(), outputs)
+        return check_expects(case.program, case.inputs(), outputs, symbols=case.bindings, checked=case.checked)
     except RefirError as exc:
         return [str(exc)]
 

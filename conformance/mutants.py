@@ -41,6 +41,7 @@ class Mutant:
     backend: str = "spmd"  # the backend it breaks
     transport: str = "any"  # the transport it breaks: any, in-process or mpi (shows only with a rank per process)
     needs: tuple[type, ...] = ()  # lowered ops a case must have to show it (cases without are skipped)
+    reference: bool = False  # it breaks the impls the global reference runs on: its reference is made with it
 
 
 MUTANTS: list[Mutant] = []
@@ -48,10 +49,10 @@ OTHER = {"DIDx": "DIDy", "DIDy": "DIDx", "DIDz": "DIDz"}  # the mesh axis a 2-D 
 TeamsOf = Callable[[ops.Communication, TensorType, TensorType], list[Team]]
 
 
-def mutant(bug: str, by: str, backend: str = "spmd", transport: str = "any",
-           needs: tuple[type, ...] = ()) -> Callable[[Callable[[], Iterator[None]]], Callable[[], Iterator[None]]]:
+def mutant(bug: str, by: str, backend: str = "spmd", transport: str = "any", needs: tuple[type, ...] = (),
+           reference: bool = False) -> Callable[[Callable[[], Iterator[None]]], Callable[[], Iterator[None]]]:
     def register(fn: Callable[[], Iterator[None]]) -> Callable[[], Iterator[None]]:
-        MUTANTS.append(Mutant(fn.__name__, bug, by, contextmanager(fn), backend, transport, needs))
+        MUTANTS.append(Mutant(fn.__name__, bug, by, contextmanager(fn), backend, transport, needs, reference))
         return fn
 
     return register

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from rich import box
 from rich.table import Table
 
-from conformance import hidden_mutants  # noqa: F401  (registers its mutants)
+from conformance import hidden_mutants, numeric_mutants  # noqa: F401  (register their mutants)
 from conformance.cases import Case
 from conformance.check import check_backend, reference_of
 from conformance.compare import CHECKS
@@ -54,8 +54,10 @@ def hunt(cases: list[Case], backend: str = "spmd", mutants: list[Mutant] | None 
     """Every mutant against every case that reaches what it breaks, on the
     backend it breaks (`backend` stands for "spmd"). References are computed
     before any mutant is in place, so a mutant cannot corrupt its own
-    yardstick. Mutants of the MPI transport, in a plain run, go to a small
-    mpiexec batch (conformance/mpi_batch.py)."""
+    yardstick, except for a mutant of the impls the reference shares (its
+    reference is made with it in place: the expect lines judge it). Mutants
+    of the MPI transport, in a plain run, go to a small mpiexec batch
+    (conformance/mpi_batch.py)."""
     world = mpi_world()
     refs = []
     for c in cases:
@@ -76,6 +78,11 @@ def hunt(cases: list[Case], backend: str = "spmd", mutants: list[Mutant] | None 
             for case, ref in refs:
                 if not _reaches(case, m.needs):
                     continue
+                if m.reference:  # the reference itself is wrong: only the expect lines can tell
+                    try:
+                        ref = reference_of(case)
+                    except RefirError:
+                        continue
                 problems = check_backend(case, backend if m.backend == "spmd" else m.backend, ref)
                 kill.checks.update(set(p.check for p in problems))
                 meant = [p for p in problems if p.check == m.by]

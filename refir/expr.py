@@ -3,7 +3,8 @@
 Program text is untrusted, so an expect line is never handed to `eval`. It is parsed
 with Python's `ast` and walked here: numpy arithmetic and comparisons, indexing and
 slicing, tuples and lists, the whitelisted numpy functions, ufunc reductions, array
-methods and attributes below, and the names of the function's inputs and symbols.
+methods and attributes below, the names of the function's inputs and symbols, and
+`bf16` (bfloat16, as a dtype: `x.astype(bf16)`, rounded as refir rounds it).
 Anything else (other names or attributes, dunders, lambdas, comprehensions,
 f-strings, calls to anything not listed) is an InputError at the expect line,
 found before anything is evaluated. docs/spec.md ("Expect lines") lists the same.
@@ -22,6 +23,7 @@ import numpy as np
 
 from refir.errors import InputError, Loc
 from refir.limits import ELEMENTS
+from refir.types import as_dtype, bf16, finfo, is_bf16, is_float
 
 NUMPY_FUNCTIONS = frozenset({
     "abs", "absolute", "add", "all", "amax", "amin", "any", "ceil", "clip", "cos", "cumsum", "divide",
@@ -41,6 +43,7 @@ NUMPY_DTYPES = frozenset({
     "float32", "float64",
 })
 NUMPY_CONSTANTS = frozenset({"nan", "inf", "pi", "e"})
+DTYPE_NAMES = frozenset({"bf16"})  # refir's dtypes numpy has no name for, as bare names
 ARRAY_METHODS = frozenset({
     "all", "any", "astype", "clip", "copy", "cumsum", "max", "mean", "min", "prod", "reshape", "round",
     "squeeze", "sum", "swapaxes", "transpose",
@@ -89,9 +92,19 @@ def parse_expr(expr: str, names: frozenset[str], loc: Loc) -> ast.Expression:
 
 def evaluate(expr: str, scope: Mapping[str, Any], loc: Loc) -> Any:
     """The value of a whitelisted expression over `scope` (inputs and symbols)."""
+    return evaluate_rounded(expr, scope, loc)[0]
+
+
+def evaluate_rounded(expr: str, scope: Mapping[str, Any], loc: Loc) -> tuple[Any, np.dtype | None]:
+    """The value, and the least precise float dtype of any value the expression
+    computed (an operator's, a call's; not an input's or a constant's): the
+    precision its arithmetic ran in, None where it computed no float."""
     tree = parse_expr(expr, frozenset(scope), loc)
+    evaluator = _Evaluator(scope, loc)
     with np.errstate(all="ignore"):
-        return _Evaluator(scope, loc).eval(tree.body)
+        value = evaluator.eval(tree.body)
+    floats = [d for d in evaluator.computed if is_float(d)]
+    return value, min(floats, key=lambda d: finfo(d).nmant) if floats else None
 
 
 def _refuse(loc: Loc, message: str) -> InputError:
@@ -118,8 +131,8 @@ class _Checker:
                     raise self.fail(node, f"a {type(v).__name__} constant")
                 return
             case ast.Name(id=name):
-                if name != "np" and name not in self.names:
-                    raise self.fail(node, f"the name {name!r} (neither an input, a symbol nor np)")
+                if name != "np" and name not in self.names and name not in DTYPE_NAMES:
+                    raise self.fail(node, f"the name {name!r} (neither an input, a symbol, np nor bf16)")
                 return
             case ast.Attribute():
                 self.attribute(node, depth)
@@ -182,13 +195,22 @@ class _Evaluator:
     def __init__(self, scope: Mapping[str, Any], loc: Loc) -> None:
         self.scope = scope
         self.loc = loc
+        self.computed: list[np.dtype] = []  # the dtype of every value an operator or a call made
 
     def eval(self, node: ast.AST) -> Any:
+        value = self._eval(node)
+        if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Call)) and isinstance(value, (np.ndarray, np.generic)):
+            self.computed.append(value.dtype)
+        return value
+
+    def _eval(self, node: ast.AST) -> Any:
         match node:
             case ast.Constant(value=v):
                 return v
             case ast.Name(id=name):
-                return _Np() if name == "np" else self.scope[name]
+                if name in self.scope:
+                    return self.scope[name]
+                return _Np() if name == "np" else bf16()
             case ast.Attribute():
                 return self.attribute(node)
             case ast.Call():
@@ -246,6 +268,8 @@ class _Evaluator:
         target = self.attribute(f)
         if isinstance(target, _Ufunc):
             target = getattr(np, target.name)
+        if f.attr == "astype" and len(args) == 1 and not kwargs and _is_bf16(args[0]):
+            return as_dtype(target.__self__, bf16())  # through float32, as refir rounds a bf16
         return target(*args, **kwargs)
 
     def load(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -289,5 +313,9 @@ class _Evaluator:
 
 
 def _is_dtype(value: object) -> bool:
-    return any(value is getattr(np, name) for name in NUMPY_DTYPES) or (
+    return _is_bf16(value) or any(value is getattr(np, name) for name in NUMPY_DTYPES) or (
         isinstance(value, np.dtype) and value in {np.dtype(getattr(np, n)) for n in NUMPY_DTYPES})
+
+
+def _is_bf16(value: object) -> bool:
+    return isinstance(value, np.dtype) and is_bf16(value)
