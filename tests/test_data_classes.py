@@ -140,6 +140,7 @@ def test_reciprocal_division_is_wrong_on_edge_data_and_right_on_small_integers()
                 / np.array([1, 2, 3, 4], np.float32)).all()
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_edge_floats_hold_every_pool():
     rng = np.random.default_rng(1)
     x = edge_values(np.dtype(np.float64), (4, 8), rng)
@@ -151,16 +152,18 @@ def test_edge_floats_hold_every_pool():
     assert (x.astype(np.float32).astype(f16) != x.astype(f16)).any()  # f64 -> f16 rounds twice through f32
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_edge_integers_hold_ties_of_every_narrower_float():
     rng = np.random.default_rng(2)
     x = edge_values(np.dtype(np.int64), (4, 8), rng)
     assert (x.astype(np.float64).astype(np.float32) != x.astype(np.float32)).any()  # i64 -> f32 via f64
-    for to in (np.float16, np.float32, np.float64):
-        assert (ties_away(x, np.dtype(to)) != as_dtype(x, np.dtype(to))).any(), to
+    for to in map(np.dtype, (np.float16, np.float32, np.float64)):
+        right = as_dtype(x, to)  # a tie with an even lower neighbour shows ties-away, an odd one truncation
+        assert ((ties_away(x, to) != right) | (truncating(x, to) != right)).any(), to
 
 
 def _site(x: np.ndarray, extent: int) -> Site:
-    t = TensorType("f32", (Axis(extent, "DIDx"), Axis(2)), Mesh("m", (0, 1, 2, 3), (4,)))
+    t = TensorType("f32", (Axis(extent, "DIDx"), Axis(2)), Mesh("m", (4,), (0, 1, 2, 3)))
     return Site(ops.Reduction("max", (0,)), [x], [t], x.dtype)
 
 
@@ -171,7 +174,7 @@ def test_nan_in_a_later_block_and_empty_blocks():
     assert np.isnan(_nan_later_block(_site(x, 3))[1]) == np.False_  # device 1's NaN dropped
     first = np.array([[np.nan, -2], [-3, -4], [-5, -6]], np.float32)
     assert np.isnan(_nan_later_block(_site(first, 3))[0])  # device 0's NaN kept
-    assert list(_empty_block(_site(x, 3))) [0] == 0  # the empty block counted as 0 beats -1
+    assert _empty_block(_site(x, 3))[0] == 0  # the empty block counted as 0 beats -1
     assert _empty_block(_site(np.ones((4, 2), np.float32), 4)) is None  # no empty block: no such site
 
 
