@@ -15,8 +15,8 @@ import pytest
 import refir
 from conformance.cases import CORPUS, Case, bundled_cases, cases_of
 from conformance.check import check_case
-from conformance.classes import Site, exposed, recip_div, ties_away, truncating
 from conformance.classes import CLASSES as ERROR_CLASSES
+from conformance.classes import Site, exposed, recip_div, ties_away, truncating
 from conformance.coverage import Coverage, missing_classes, not_reached
 from conformance.data import DataSpec, edge_values
 from conformance.explore import drawn
