@@ -123,8 +123,8 @@ def _float_pools(dtype: np.dtype, rng: np.random.Generator, n: int) -> list[np.n
         ties += [_midpoints(to, rng, n, nudge=2.0 ** -40) for to in ("f16", "bf16")]
     exp_arg = {5: 11.0, 11: 600.0}.get(info.nexp, 40.0)  # near the overflow of exp in f16 and f64
     signs = np.where(rng.random(n) < 0.5, -1.0, 1.0)
-    # bf16 keeps so few bits that only 1 - 17/256 .. 1 - 21/256 show the cancellation beyond 4 ulps.
-    log_steps = rng.integers(16, 24, n) if info.nmant == 7 else rng.integers(1, 2 ** min(8, info.nmant - 3), n)
+    # 1 - k ulps for k from 17 on shows the cancellation beyond 4 ulps (bf16, with its 8 bits, up to 21 only).
+    log_steps = rng.integers(17, 22 if info.nmant == 7 else 48, n)
     return [
         # Three pools of full-mantissa values: div, sqrt, mul and rounding casts need them paired.
         _mixed(rng, n), _mixed(rng, n), _mixed(rng, n), *ties,
