@@ -1,7 +1,7 @@
 """`conform --coverage`: what the default run exercises, measured from the
 lowered programs it runs (never from a list kept by hand).
 
-Four tables, each cell reached (✓), allowed by the spec but not reached (✗),
+Five tables, each cell reached (✓), allowed by the spec but not reached (✗),
 or not allowed (blank):
 
 - local ops x operand dtype (a cast's row is its target dtype); whether the
