@@ -29,8 +29,6 @@ from refir import ops
 from refir.program import Lit, Sym, Var
 from refir.types import DTYPES, FLOATS, INTEGERS, TensorType, as_dtype, block, finfo, resolved
 
-Wrong = Callable[..., "np.ndarray | None"]
-
 
 @dataclass(frozen=True)
 class Site:
