@@ -1,7 +1,7 @@
 """`conform --coverage`: what the default run exercises, measured from the
 lowered programs it runs (never from a list kept by hand).
 
-Four tables, each cell reached (✓), allowed by the spec but not reached (✗),
+Five tables, each cell reached (✓), allowed by the spec but not reached (✗),
 or not allowed (blank):
 
 - local ops x operand dtype (a cast's row is its target dtype); whether the
@@ -9,7 +9,12 @@ or not allowed (blank):
 - communications x mesh shape and mesh axis, with "p" where the mesh's device
   ids are out of order (team position differs from mesh position);
 - communications x dtype (communications move bytes: every width matters);
-- every op x result layout (rank >= 2) and mesh rank.
+- every op x result layout (rank >= 2) and mesh rank;
+- data classes: for each op with known error classes (conformance/classes.py),
+  the dtypes on which some case's values exposed each class, that is, where a
+  backend with that class's wrong implementation fails the run. A local cell
+  the run reaches only with values that expose none of some class is marked
+  "·", not "✓": reaching an op is not testing it.
 
 Every allowed cell not reached is listed with the reason the run missed it.
 """
@@ -24,6 +29,7 @@ from rich import box
 from rich.table import Table
 
 from conformance.cases import Case
+from conformance.classes import CLASSES, classes_of, exposed
 from conformance.generate import DTYPES_DRAWN, MESH_SHAPES
 from conformance.report import plain
 from refir import ops
@@ -88,6 +94,7 @@ class Coverage:
     mesh: dict[tuple[type, object], bool] = field(default_factory=dict)  # (comm, column) -> ids out of order
     comm_dtype: set[tuple[type, str]] = field(default_factory=set)
     layout: set[tuple[str, str]] = field(default_factory=set)  # (op, column)
+    classes: set[tuple[str, str, str]] = field(default_factory=set)  # (row, operand dtype, class) exposed
     programs: int = 0
 
     def add(self, step: Step, types: dict[str, TensorType]) -> None:
@@ -112,6 +119,7 @@ class Coverage:
     def measure(self, cases: Iterable[Case]) -> Coverage:
         seen: set[int] = set()
         for case in cases:
+            self.classes |= exposed(case)  # every case: its data, not only its program, decides
             if id(case.program) in seen:
                 continue  # one program, several bindings or data kinds: the same lowered steps
             seen.add(id(case.program))
@@ -124,6 +132,32 @@ class Coverage:
 
 def _mark(reached: bool, allowed: bool, text: str = "✓") -> str:
     return "" if not allowed else text if reached else "✗"
+
+
+def missing_classes(cov: Coverage, row: str, dtype: str) -> list[str]:
+    """The error classes of an op on a dtype that no case's data exposed."""
+    return [c.name for c in classes_of(row, dtype) if (row, dtype, c.name) not in cov.classes]
+
+
+def _local_mark(cov: Coverage, row: str, dtype: str) -> str:
+    text = "·" if missing_classes(cov, row, dtype) else "✓"
+    return _mark((row, dtype) in cov.local, allowed_local(row, dtype), text)
+
+
+def class_table(cov: Coverage) -> Table:
+    """Per op and error class: the dtypes whose data exposed it, and those it did not."""
+    t = Table(title="data classes: where some case's values expose an op's known wrong implementation",
+              box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left")
+    for name in ("op", "class", "exposed on", "not on", "the wrong implementation"):
+        t.add_column(name)
+    for row in _local_rows():
+        for c in CLASSES:
+            dtypes = [d for d in DTYPE_NAMES if allowed_local(row, d) and c.applies(row, d)]
+            if dtypes:
+                on = [d for d in dtypes if (row, d, c.name) in cov.classes]
+                t.add_row(row, c.name, " ".join(on) or "-", " ".join(d for d in dtypes if d not in on) or "-",
+                          c.wrong)
+    return t
 
 
 def _table(title: str, columns: Iterable[str]) -> Table:
@@ -159,6 +193,9 @@ def not_reached(cov: Coverage, cases: int, seed: int) -> list[str]:
         for d in DTYPE_NAMES:
             if allowed_local(row, d) and (row, d) not in cov.local:
                 out.append(f"{row} on {d}: {_why(cov, cases, seed, dtype=d)}")
+            elif allowed_local(row, d) and missing_classes(cov, row, d):
+                out.append(f"{row} on {d}: reached, but no case's data exposed "
+                           f"{', '.join(missing_classes(cov, row, d))}")
     for kind in COMM_ROWS:
         name = _comm_name(kind)
         for c in COMM_COLUMNS:
@@ -192,9 +229,10 @@ def _comm_name(kind: type) -> str:
 
 
 def render(cov: Coverage, cases: int, seed: int) -> str:
-    local = _table("local ops x operand dtype", DTYPE_NAMES)
+    local = _table("local ops x operand dtype (·: reached, but some error class of the op never exposed)",
+                   DTYPE_NAMES)
     for row in _local_rows():
-        local.add_row(row, *(_mark((row, d) in cov.local, allowed_local(row, d)) for d in DTYPE_NAMES))
+        local.add_row(row, *(_local_mark(cov, row, d) for d in DTYPE_NAMES))
     mesh = _table("communications x mesh axis (p: device ids out of order)", map(_column_name, COMM_COLUMNS))
     for kind in COMM_ROWS:
         mesh.add_row(_comm_name(kind), *(_mark((kind, c) in cov.mesh, allowed_mesh(kind, c),
@@ -206,7 +244,7 @@ def render(cov: Coverage, cases: int, seed: int) -> str:
     for row in [*_local_rows(), *(_comm_name(k) for k in COMM_ROWS)]:
         layout.add_row(row, *(_mark((row, c) in cov.layout, _layout_allowed(row, c)) for c in LAYOUT_COLUMNS))
     missing = not_reached(cov, cases, seed)
-    parts = [plain(t) for t in (local, mesh, dtypes, layout)]
+    parts = [plain(t) for t in (local, mesh, dtypes, layout, class_table(cov))]
     head = f"refir conform --coverage: {cov.programs} lowered programs of the default run"
     tail = (f"{len(missing)} allowed cells not reached:\n" + "\n".join(f"  {m}" for m in missing)
             if missing else "every cell the spec allows is reached")

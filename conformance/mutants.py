@@ -417,3 +417,6 @@ def all_to_all_array_split() -> Iterator[None]:
 def extent_from_local_block() -> Iterator[None]:
     with _sharded_symbols_from_blocks(lambda t, axis, n: n * t.mesh.size(axis.shard)):
         yield
+
+
+from conformance import data_mutants  # noqa: E402, F401  (registers the mutants only the right data kills)

@@ -205,7 +205,7 @@ def test_a_seed_gives_the_same_programs_every_time_and_they_print_back():
     g = generate(RandomDraw(0, 53))
     assert print_program(g.program) == PINNED
     assert g.bindings == ({"N": 4}, {"N": 3})
-    assert g.data == DataSpec("exact", 17, (("x0", View((0,), (2,), (False,))), ("x1", View((0,), (2,), (True,)))))
+    assert g.data == DataSpec("float", 17, (("x0", View((0,), (2,), (False,))), ("x1", View((0,), (2,), (True,)))))
     for i in range(150):
         first, second = RandomDraw(1, i), RandomDraw(1, i)
         a, b = generate(first), generate(second)
