@@ -89,19 +89,12 @@ def suite(args: argparse.Namespace) -> int:
     batch = _batch(args, world, backends)  # started first: it runs while the in-process cases do
     progress = Progress(len(cases) + args.cases + (batch is not None), world, args.verbose)
     start = time.monotonic()
-    outcomes: list[Outcome] = []
-    for case in cases:
-        progress.step(case.name)
-        outcomes += [replace(o, replay=conform_command(case.path, o.backend)) if o.status == "fail" and case.path
-                     else o for o in check_case(case, backends)]
-    for index in range(args.cases):
-        progress.step(f"generated {index}")
-        ran = [o for case in drawn(args.seed, index) for o in check_case(case, backends)]
-        replays: dict[str, str] = {}
-        for o in ran:  # one shrink per program and backend, however many bindings fail
-            if o.status == "fail" and o.backend not in replays:
-                replays[o.backend] = _saved(o, args.save)
-        outcomes += [replace(o, replay=replays[o.backend]) if o.status == "fail" else o for o in ran]
+    try:
+        outcomes = _in_process(args, cases, backends, progress)
+    except BaseException:  # an error or ^C: the batch's mpiexec must not outlive the run
+        if batch is not None:
+            batch.abandon()
+        raise
     broken = ""
     if batch is not None:
         progress.step(f"{len(SUITE)} programs under mpiexec -n {RANKS}")
@@ -122,6 +115,24 @@ def suite(args: argparse.Namespace) -> int:
     if args.junit and (world is None or world.is_root):
         write_junit(args.junit, outcomes, time.monotonic() - start)
     return 1 if broken or any(o.status == "fail" for o in outcomes) else 0
+
+
+def _in_process(args: argparse.Namespace, cases: list[Case], backends: list[str], progress: Progress) -> list[Outcome]:
+    """The cases this process runs: the chosen ones, then the generated ones (shrunk and saved where they fail)."""
+    outcomes: list[Outcome] = []
+    for case in cases:
+        progress.step(case.name)
+        outcomes += [replace(o, replay=conform_command(case.path, o.backend)) if o.status == "fail" and case.path
+                     else o for o in check_case(case, backends)]
+    for index in range(args.cases):
+        progress.step(f"generated {index}")
+        ran = [o for case in drawn(args.seed, index) for o in check_case(case, backends)]
+        replays: dict[str, str] = {}
+        for o in ran:  # one shrink per program and backend, however many bindings fail
+            if o.status == "fail" and o.backend not in replays:
+                replays[o.backend] = _saved(o, args.save)
+        outcomes += [replace(o, replay=replays[o.backend]) if o.status == "fail" else o for o in ran]
+    return outcomes
 
 
 def _batch(args: argparse.Namespace, world: World | None, backends: list[str]) -> SuiteBatch | None:
