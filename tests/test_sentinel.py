@@ -115,6 +115,19 @@ def test_mpi_results_and_receive_scratch_hold_the_sentinel(armed: None) -> None:
     assert (mpi_plans.scratch("send", (1 << 15,), np.dtype(np.int32)) == 7).all()  # a send buffer is not filled
 
 
+def test_the_mpi_allgathers_receive_buffer_holds_the_sentinel_around_its_own_block(armed: None) -> None:
+    """What MpiTransport.allgather receives the others' blocks into (in place,
+    MPI_IN_PLACE): this rank's block at its place, the sentinel elsewhere."""
+    from interp.mpi_transport import MpiTransport
+
+    class Member:
+        rank = 1
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = MpiTransport._own_block_in_place(Member(), x, 0, [24, 24, 24]).view(np.float32)
+    assert np.isnan(got[:6]).all() and np.isnan(got[12:]).all() and got[6:12].tolist() == list(range(6))
+
+
 def test_gpu_receive_buffers_hold_the_sentinel(armed: None) -> None:
     from gpu_backend.buffer import download
     from gpu_backend.transports import received
