@@ -117,3 +117,16 @@ def test_the_batch_covers_what_it_is_chosen_for() -> None:
     assert kinds == {"Allgather", "Allreduce", "ReduceScatter", "AllToAll", "Gather", "Reduce", "Broadcast",
                      "Scatter", "SendRecv"}
     assert uneven and strided and two_d and len(cases) == 10
+
+
+def test_the_mutant_table_kills_it_under_mpiexec_by_the_segmented_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from conformance.mutants import MUTANTS
+    from conformance.teeth import hunt
+
+    planted = [m for m in MUTANTS if m.name == "mpi_allgather_own_block_kept"]
+    (kill,) = hunt(cases_of(CORPUS / "single_device_mesh.rir"), mutants=planted)
+    assert kill.killed and kill.mutant.by == "isolation" and set(kill.checks) == {"isolation"}, kill
+    assert kill.first.startswith(f"under mpiexec -n {RANKS}: allgather_inner_axis")
+    monkeypatch.setenv("REFIR_SENTINEL", "0")  # the batch's ranks then leave their buffers as they are
+    (survived,) = hunt(cases_of(CORPUS / "single_device_mesh.rir"), mutants=planted)
+    assert not survived.killed and not survived.not_run and not survived.checks
