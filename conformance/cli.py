@@ -9,6 +9,7 @@ deliberately broken spmd backends and shows which check kills each.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -17,8 +18,9 @@ from conformance.cases import Case, bundled_cases, cases_of, files_in
 from conformance.check import Outcome, check_case, quiet, reference_of
 from conformance.explore import drawn, minimize
 from conformance.failures import conform_command, save
+from conformance.mpi_batch import RANKS, SUITE, SuiteBatch, from_batch, to_batch, why_not
 from conformance.report import Progress, not_tested, summary, write_junit
-from refir.world import mpi_world, say
+from refir.world import World, mpi_world, say
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="print which ops, dtypes, layouts, meshes and communications the run reaches, and what not")
     p.add_argument("--mutant", action="append", metavar="NAME", help="with --mutants: only this one (repeatable)")
     p.add_argument("--kills-json", type=Path, metavar="FILE", help="with --mutants: write which checks killed each")
+    p.add_argument("--no-mpi", action="store_true",
+                   help="leave out the default run's batch under mpiexec -n 4 (run where an mpiexec is at hand)")
+    p.add_argument("--outcomes-json", type=Path, help=argparse.SUPPRESS)  # how the MPI batch reports back
     p.add_argument("-v", "--verbose", action="store_true", help="print a line per case as it finishes")
 
 
@@ -66,6 +71,9 @@ def conform(args: argparse.Namespace) -> int:
         writable_file(args.junit, "--junit")
     if args.save.exists() and not args.save.is_dir():
         raise InputError(f"--save {args.save} is not a folder")
+    from interp import sentinel
+
+    sentinel.arm()  # receive buffers hold the sentinel before transports write them (REFIR_SENTINEL=0: not)
     with quiet():
         return mutants(args) if args.mutants else coverage(args) if args.coverage else suite(args)
 
@@ -73,9 +81,44 @@ def conform(args: argparse.Namespace) -> int:
 def suite(args: argparse.Namespace) -> int:
     world = mpi_world()
     backends = args.backend or available_backends()
+    if "gpu" in backends:
+        # the CUDA target is chosen on this import, before numba.cuda is first imported (once another backend
+        # ran first under mpiexec, numba.cuda was in and the choice followed it: no driver, every case an error)
+        import gpu_backend.device  # noqa: F401
     cases = [] if args.no_corpus and not args.programs else chosen_cases(args)
-    progress = Progress(len(cases) + args.cases, world, args.verbose)
+    batch = _batch(args, world, backends)  # started first: it runs while the in-process cases do
+    progress = Progress(len(cases) + args.cases + (batch is not None), world, args.verbose)
     start = time.monotonic()
+    try:
+        outcomes = _in_process(args, cases, backends, progress)
+    except BaseException:  # an error or ^C: the batch's mpiexec must not outlive the run
+        if batch is not None:
+            batch.abandon()
+        raise
+    broken = ""
+    if batch is not None:
+        progress.step(f"{len(SUITE)} programs under mpiexec -n {RANKS}")
+        got = batch.outcomes()
+        if isinstance(got, str):
+            broken = got
+        else:
+            outcomes += from_batch(got, args.seed)
+    progress.close()
+    where = f"{world.size} MPI ranks" if world else "ranks simulated in one process"
+    if batch is not None and not broken:
+        where += f" (the mpi row: {RANKS} MPI ranks, one per process)"
+    say(summary(outcomes, backends, where, time.monotonic() - start, broken))
+    if not args.programs:
+        say("\n" + not_tested(backends, world, _batch_state(args, world, batch, broken)))
+    if args.outcomes_json and (world is None or world.is_root):
+        args.outcomes_json.write_text(json.dumps(to_batch(outcomes)))
+    if args.junit and (world is None or world.is_root):
+        write_junit(args.junit, outcomes, time.monotonic() - start)
+    return 1 if broken or any(o.status == "fail" for o in outcomes) else 0
+
+
+def _in_process(args: argparse.Namespace, cases: list[Case], backends: list[str], progress: Progress) -> list[Outcome]:
+    """The cases this process runs: the chosen ones, then the generated ones (shrunk and saved where they fail)."""
     outcomes: list[Outcome] = []
     for case in cases:
         progress.step(case.name)
@@ -89,14 +132,24 @@ def suite(args: argparse.Namespace) -> int:
             if o.status == "fail" and o.backend not in replays:
                 replays[o.backend] = _saved(o, args.save)
         outcomes += [replace(o, replay=replays[o.backend]) if o.status == "fail" else o for o in ran]
-    progress.close()
-    where = f"{world.size} MPI ranks" if world else "ranks simulated in one process"
-    say(summary(outcomes, backends, where, time.monotonic() - start))
-    if not args.programs:
-        say("\n" + not_tested(backends, world))
-    if args.junit and (world is None or world.is_root):
-        write_junit(args.junit, outcomes, time.monotonic() - start)
-    return 1 if any(o.status == "fail" for o in outcomes) else 0
+    return outcomes
+
+
+def _batch(args: argparse.Namespace, world: World | None, backends: list[str]) -> SuiteBatch | None:
+    """The default run's MPI batch, started, where it is due and can run."""
+    if world is not None or args.no_mpi or args.programs or args.no_corpus or why_not():
+        return None
+    # every backend asked for; by default those that reach a transport (global has none)
+    return SuiteBatch(args.backend or [b for b in backends if b != "global"], args.seed)
+
+
+def _batch_state(args: argparse.Namespace, world: World | None, batch: SuiteBatch | None, broken: str) -> str:
+    """What became of the MPI batch, for the closing hints ('' under MPI)."""
+    if world is not None:
+        return ""
+    if batch is not None:
+        return f"failed: {broken}" if broken else "ran"
+    return "--no-mpi left it out" if args.no_mpi else why_not() or "--no-corpus left it out"
 
 
 def _saved(outcome: Outcome, directory: Path) -> str:

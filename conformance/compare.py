@@ -38,6 +38,8 @@ class Problem:
 def bad_elements(got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> np.ndarray:
     """Where `got` breaks the numerics model (see conformance/bounds.py)."""
     free = ~np.isfinite(bound)
+    if got.dtype == want.dtype == np.bool_:  # by their bytes: a bool of byte 0xA5 (the sentinel) is no True
+        return ~free & (got.view(np.uint8) != want.view(np.uint8))
     if not is_float(want.dtype):
         return ~free & (got != want)
     g, w = got.astype(np.float64), want.astype(np.float64)
@@ -57,9 +59,16 @@ def value_problems(name: str, got: np.ndarray, want: np.ndarray, bound: np.ndarr
     if not bad.any():
         return []
     where = [tuple(int(i) for i in ix) for ix in np.argwhere(bad)[:SHOWN]]
-    quoted = ", ".join(f"{name}{list(ix)} = {got[ix]!r} vs {want[ix]!r}"
+    quoted = ", ".join(f"{name}{list(ix)} = {_quoted(got, ix)} vs {want[ix]!r}"
                        + (f" (bound {bound[ix]:.3g})" if bound[ix] else "") for ix in where)
     return [Problem(check, f"{int(bad.sum())} of {bad.size} elements of {name} differ from {against}: {quoted}")]
+
+
+def _quoted(x: np.ndarray, ix: tuple[int, ...]) -> str:
+    """An element as a message shows it: a bool of a byte other than 0 or 1 (the sentinel) by its byte."""
+    if x.dtype == np.bool_ and (byte := int(x.view(np.uint8)[ix])) > 1:
+        return f"byte 0x{byte:02x} (no bool: never written)"
+    return repr(x[ix])
 
 
 def layout_problems(name: str, t: TensorType, buffers: dict[int, np.ndarray],

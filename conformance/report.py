@@ -15,7 +15,7 @@ from rich.table import Table
 from conformance.check import Outcome
 from refir.world import World
 
-GROUPS = ("corpus", "examples", "files", "generated")
+GROUPS = ("corpus", "examples", "files", "generated", "mpi")  # mpi: the default run's batch under mpiexec
 SHOWN = 20  # failures listed in full
 
 
@@ -57,9 +57,9 @@ def plain(renderable: object, width: int = 160) -> str:
     return "\n".join(line.rstrip() for line in console.file.getvalue().rstrip("\n").splitlines())
 
 
-def summary(outcomes: list[Outcome], backends: list[str], where: str, seconds: float) -> str:
+def summary(outcomes: list[Outcome], backends: list[str], where: str, seconds: float, broken: str = "") -> str:
     """Cases by backends (passed of run, and skips), then every failure with
-    the command that replays it."""
+    the command that replays it; `broken`: why the MPI batch gave nothing."""
     groups = [g for g in GROUPS if any(o.case.group == g for o in outcomes)]
     count = {g: len({o.case.name for o in outcomes if o.case.group == g}) for g in groups}
     head = ", ".join(f"{count[g]} {g}" for g in groups)
@@ -74,7 +74,8 @@ def summary(outcomes: list[Outcome], backends: list[str], where: str, seconds: f
             mine = [o for o in outcomes if o.backend == b and g in ("total", o.case.group)]
             ran = [o for o in mine if o.status != "skip"]
             skipped = len(mine) - len(ran)
-            row.append(f"{sum(o.status == 'pass' for o in ran)}/{len(ran)}" + (f" ({skipped} skip)" if skipped else ""))
+            row.append("-" if not mine else f"{sum(o.status == 'pass' for o in ran)}/{len(ran)}"
+                       + (f" ({skipped} skip)" if skipped else ""))
         table.add_row(g, *row, end_section=bool(groups) and g == groups[-1])
     lines.append(plain(table))
     failed = [o for o in outcomes if o.status == "fail"]
@@ -87,29 +88,43 @@ def summary(outcomes: list[Outcome], backends: list[str], where: str, seconds: f
                 lines.append(f"    replay: {o.replay}")
         if len(failed) > SHOWN:
             lines.append(f"... and {len(failed) - SHOWN} more (all of them in the --junit report)")
+    if broken:
+        lines += ["", broken]
     skipped = sorted({o.note for o in outcomes if o.status == "skip"})
     if skipped:
         lines += ["", "skipped: " + "; ".join(skipped)]
-    lines += ["", "FAILED" if failed else "all backends agree"]
+    lines += ["", "FAILED" if failed or broken else "all backends agree"]
     return "\n".join(lines)
 
 
-def not_tested(backends: list[str], world: World | None) -> str:
-    missing = untested(backends, world)
+def not_tested(backends: list[str], world: World | None, batch: str = "") -> str:
+    missing = untested(backends, world, batch)
     return "\n".join(["not tested by this run:", *(f"- {m}" for m in missing)]) if missing else ""
 
 
-def untested(backends: list[str], world: World | None) -> list[str]:
-    """What this run did not exercise, and the command that does."""
+def untested(backends: list[str], world: World | None, batch: str = "") -> list[str]:
+    """What this run did not exercise, and the command that does; `batch`:
+    what became of the MPI batch ("ran", "failed: ...", or why it did not run)."""
+    from conformance.mpi_batch import RANKS, SUITE, mpiexec, shown
+
     out = []
     if world is None:
-        out.append("the MPI transport (one rank per process): this run simulated every rank in one process; "
-                   "run `mpiexec -n 4 python -m refir` (mpi4py and an MPI installed)")
+        launcher, python = shown(mpiexec() or "mpiexec"), shown(sys.executable)
+        every = f"run `{launcher} -n {RANKS} {python} -m refir`"
+        if batch == "ran":
+            out.append(f"the MPI transport beyond the mpi row ({len(SUITE)} corpus programs, one rank per process): "
+                       f"{every} for every case")
+        else:
+            why = "it failed" if batch.startswith("failed") else batch or "it did not run"
+            out.append(f"the MPI transport (one rank per process; the MPI batch: {why}): {every}")
     if "gpu" not in backends:
-        import importlib.util
-
-        why = "--backend left it out" if importlib.util.find_spec("numba") else "numba is not installed"
-        out.append(f"the gpu backend ({why}): run `python -m refir conform --backend gpu` with numba installed")
+        try:
+            import gpu_backend.backend  # noqa: F401
+        except ImportError as exc:
+            out.append(f"the gpu backend (it does not import here: {exc}; numba is a dependency of refir: "
+                       "reinstall it, pip install -e .)")
+        else:
+            out.append("the gpu backend (--backend left it out): run `python -m refir conform --backend gpu`")
     else:
         from gpu_backend.device import SIMULATED, THREADS
 

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from interp import sentinel
+
 MIN_CLASS = 512  # bytes: the driver aligns allocations to 256 anyway
 
 
@@ -57,8 +59,9 @@ class SizeClassPool:
     cycle alone would be freed by numba's finalizer before the borrower gives
     it back, and the free list would hand out dead memory."""
 
-    def __init__(self, upstream: Callable[[int], Any]) -> None:
+    def __init__(self, upstream: Callable[[int], Any], clear: Callable[[Any, int], None] | None = None) -> None:
         self.upstream = upstream
+        self.clear = clear  # fills a block's bytes with the sentinel (interp/sentinel.py) where it is armed
         self.free: dict[int, list[Any]] = {}
         self.lent: dict[int, Any] = {}  # id -> block handed out and not yet given back
         self.lock = threading.RLock()  # finalizers may release from any thread
@@ -77,6 +80,8 @@ class SizeClassPool:
             self.lent[id(block)] = block
             self.in_use += size
             self.peak = max(self.peak, self.in_use)
+        if self.clear is not None and sentinel.armed():  # no block keeps what its last user left in it
+            self.clear(block, size)
         return block, size
 
     def retake(self, blocks: list[tuple[int, int]], order: list[tuple[int, int]], takes: int,
@@ -171,6 +176,13 @@ class Retaken:
             pool.peak = self.peak
 
 
+def _memset(block: Any, size: int) -> None:
+    """A pool block's bytes set to sentinel.POOL_BYTE, on the default stream (as every kernel of the backend)."""
+    from numba.cuda.cudadrv import driver
+
+    driver.device_memset(block, sentinel.POOL_BYTE, size)
+
+
 def _manager_class() -> type:
     """numba's EMM plugin over SizeClassPool (real GPUs only)."""
     from numba import cuda
@@ -180,7 +192,7 @@ def _manager_class() -> type:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.numba: Any = None
-            self.pool = SizeClassPool(self._upstream)
+            self.pool = SizeClassPool(self._upstream, _memset)
 
         def initialize(self) -> None:
             # numba calls this again whenever a thread finds the context anew

@@ -34,7 +34,7 @@ import numpy as np
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.kernels import copy_into, laid_out
 from gpu_backend.packing import peer_pieces, slot_rows
-from gpu_backend.transports import Buffers, DeviceArrays
+from gpu_backend.transports import Buffers, DeviceArrays, received
 from interp.collectives import block_index
 from interp.mpi_transport import MpiTransport
 from interp.transport import rank_part
@@ -138,7 +138,7 @@ def _allgather(t: RankTransport, op: ops.Allgather, team: Team, x: Buf, src: Ten
     n, order, extent = len(team.devices), axis_first(x.ndim, op.axis), dst.axes[op.axis].extent
     c = block_size(extent, n, 0)
     send = padded(x, op.axis, c, order)
-    whole = DeviceBuffer.empty(scaled(send.shape, op.axis, n), x.dtype, order)
+    whole = received(scaled(send.shape, op.axis, n), x.dtype, order)
     t.wire.allgather(team.devices, send, whole)
     return whole if n * c == extent else whole.take(op.axis, 0, extent)
 
@@ -148,11 +148,11 @@ def _allreduce(t: RankTransport, op: ops.Allreduce, team: Team, x: Buf, src: Ten
                dst: TensorType) -> Buf:
     if t.wire.native(op.kind, x.dtype):
         send = laid_out(x, dst.order)
-        total = DeviceBuffer.empty(x.shape, x.dtype, dst.order)
+        total = received(x.shape, x.dtype, dst.order)
         t.wire.allreduce(team.devices, send, total, op.kind)
         return total
     send = laid_out(x, dst.order)  # every member packs alike
-    every = DeviceBuffer.empty((len(team.devices) * x.size,), x.dtype)
+    every = received((len(team.devices) * x.size,), x.dtype)
     t.wire.allgather(team.devices, send, every)
     return DeviceArrays(dst.order).fold(op.kind, pieces(every.flat(), len(team.devices), x.shape, dst.order))
 
@@ -174,7 +174,7 @@ def _reduce_scatter(t: RankTransport, op: ops.ReduceScatter, team: Team, x: Buf,
     mine = block_size(x.shape[op.axis], n, team.index(t.rank))
     slot = with_extent(x.shape, op.axis, c)
     if t.wire.native(op.kind, x.dtype):  # padding is reduced with padding only, then cut away
-        got = DeviceBuffer.empty(slot, x.dtype, order)
+        got = received(slot, x.dtype, order)
         chunks = min(RS_CHUNKS, c) if n * c == x.shape[op.axis] and src.order != order else 1
         if chunks > 1:
             _reduced_in_chunks(t, op, team, x, got, chunks, order)
@@ -182,7 +182,7 @@ def _reduce_scatter(t: RankTransport, op: ops.ReduceScatter, team: Team, x: Buf,
             t.wire.reduce_scatter(team.devices, padded(x, op.axis, n * c, order), got, op.kind)
         return got if mine == c else got.take(op.axis, 0, mine)
     send = padded(x, op.axis, n * c, order)
-    got = DeviceBuffer.empty(send.shape, x.dtype, order)  # my slot of every member, in team order
+    got = received(send.shape, x.dtype, order)  # my slot of every member, in team order
     t.wire.alltoall(team.devices, send, got)
     parts = [p.take(op.axis, 0, mine) for p in pieces(got.flat(), n, slot, order)]
     return DeviceArrays(dst.order).fold(op.kind, parts)
@@ -220,7 +220,7 @@ def _all_to_all(t: RankTransport, op: ops.AllToAll, team: Team, x: Buf, src: Ten
     send = DeviceBuffer.empty((n * prod(slot),), x.dtype)
     for room, part in zip(pieces(send.flat(), n, tuple(slot), order), parts):
         copy_into(room[tuple(slice(0, m) for m in part.shape)], part)
-    got = DeviceBuffer.empty((n * prod(slot),), x.dtype)
+    got = received((n * prod(slot),), x.dtype)
     t.wire.alltoall(team.devices, send, got)
     valid = []
     for s, room in enumerate(pieces(got.flat(), n, tuple(slot), order)):
@@ -251,7 +251,7 @@ def _pieces_in_place(t: RankTransport, op: ops.AllToAll, team: Team, x: DeviceBu
     every rank), the wire sends chunk c while the kernels pack chunk c + 1."""
     n, me, axis = len(team.devices), team.index(t.rank), op.concat_axis
     parts = x.split(n, op.split_axis)
-    out = DeviceBuffer.empty(scaled(parts[0].shape, axis, n), x.dtype, order)
+    out = received(scaled(parts[0].shape, axis, n), x.dtype, order)
     places = out.split(n, axis)
     extent = parts[0].shape[axis]
     chunks = max(1, min(extent, CHUNKS))
@@ -278,7 +278,7 @@ def _collect(t: RankTransport, team: Team, x: Buf, src: TensorType,
     if t.rank not in team.receivers:
         t.wire.p2p(sends, [])
         return None
-    flat = DeviceBuffer.empty((sum(prod(s) for s in shapes),), src.np_dtype).flat()
+    flat = received((sum(prod(s) for s in shapes),), src.np_dtype).flat()
     recvs = []
     for s, room in zip(team.senders, pieces_of(flat, shapes, order)):
         if s == t.rank:
@@ -313,7 +313,7 @@ def _reduce(t: RankTransport, op: ops.Reduce, team: Team, x: Buf, src: TensorTyp
 def _broadcast(t: RankTransport, op: ops.Broadcast, team: Team, x: Buf, src: TensorType,
                dst: TensorType) -> Buf:
     shape = t.header(team, x, src)  # team.devices[0] is the root
-    buf = laid_out(x, dst.order) if x is not None else DeviceBuffer.empty(shape, src.np_dtype, dst.order)
+    buf = laid_out(x, dst.order) if x is not None else received(shape, src.np_dtype, dst.order)
     t.wire.broadcast(team.devices, buf, 0)
     return buf if t.rank in team.receivers else None
 
@@ -332,7 +332,7 @@ def _scatter(t: RankTransport, op: ops.Scatter, team: Team, x: Buf, src: TensorT
             else:
                 sends.append((r, part))
     elif t.rank in team.receivers:
-        mine = DeviceBuffer.empty(local_shape(dst, {}, t.rank), src.np_dtype, dst.order)
+        mine = received(local_shape(dst, {}, t.rank), src.np_dtype, dst.order)
         recvs.append((op.root, mine))
     t.wire.p2p(sends, recvs)
     return mine
@@ -348,6 +348,6 @@ def _send_recv(t: RankTransport, op: ops.SendRecv, team: Team, x: Buf, src: Tens
         t.mpi.send_shape(x.shape, r)
         t.wire.p2p([(r, laid_out(x, dst.order))], [])
         return None
-    got = DeviceBuffer.empty(t.mpi.recv_shape(s, src.rank), src.np_dtype, dst.order)
+    got = received(t.mpi.recv_shape(s, src.rank), src.np_dtype, dst.order)
     t.wire.p2p([], [(s, got)])
     return got

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from gpu_backend import functions
-from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.buffer import DeviceBuffer, upload
 from gpu_backend.kernels import copy_into, elementwise, laid_out
+from interp import sentinel
 from interp.collectives import exchange
 from interp.transport import Transport
 from refir import ops
@@ -26,6 +29,20 @@ if TYPE_CHECKING:
     from gpu_backend.rank_transport import RankTransport
 
 Buffers = dict[int, DeviceBuffer]
+_SENTINELS: dict[np.dtype, DeviceBuffer] = {}  # one element of each dtype's sentinel, on the device
+
+
+def received(shape: tuple[int, ...], dtype: np.dtype, order: tuple[int, ...] | None = None) -> DeviceBuffer:
+    """DeviceBuffer.empty for what a communication writes: filled with the
+    sentinel first where it is armed (interp/sentinel.py), by a copy kernel
+    from one element kept on the device (no upload per buffer)."""
+    out = DeviceBuffer.empty(shape, dtype, order)
+    if sentinel.armed() and out.size:
+        one = _SENTINELS.get(np.dtype(dtype))
+        if one is None:
+            one = _SENTINELS[np.dtype(dtype)] = upload(sentinel.value(dtype).reshape(1))
+        copy_into(out, one.broadcast_to(out.shape) if out.ndim else DeviceBuffer(one.data, one.offset, (), ()))
+    return out
 
 
 class DeviceArrays:
@@ -37,7 +54,7 @@ class DeviceArrays:
     def concatenate(self, xs: list[DeviceBuffer], axis: int) -> DeviceBuffer:
         shape = list(xs[0].shape)
         shape[axis] = sum(x.shape[axis] for x in xs)
-        out = DeviceBuffer.empty(tuple(shape), xs[0].dtype, self.order)
+        out = received(tuple(shape), xs[0].dtype, self.order)
         start = 0
         for x in xs:
             copy_into(out.take(axis, start, start + x.shape[axis]), x)
@@ -49,7 +66,7 @@ class DeviceArrays:
 
     def fold(self, kind: str, parts: list[DeviceBuffer]) -> DeviceBuffer:
         """Left to right in team order, in the parts' own dtype (interp.impls.fold)."""
-        out = DeviceBuffer.empty(parts[0].shape, parts[0].dtype, self.order)
+        out = received(parts[0].shape, parts[0].dtype, self.order)
         if len(parts) == 1:
             return copy_into(out, parts[0])
         combine = functions.binary(functions.COMBINE[kind], parts[0].dtype)

@@ -39,6 +39,7 @@ import numpy as np
 from gpu_backend import pending, recording
 from gpu_backend.buffer import DeviceBuffer
 from interp.mpi_transport import MpiTransport
+from interp.sentinel import empty_bytes
 from refir.errors import RunError
 from refir.mpi import COMMS, bcast_bytes, wait
 
@@ -72,18 +73,18 @@ class MpiWire:
         return False
 
     def allgather(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer) -> None:
-        got = np.empty(_nbytes(recv), np.uint8)
+        got = empty_bytes(_nbytes(recv), recv.dtype)
         wait(self.mpi.team_comm(team).Iallgather(_host(send), got), "an allgather")
         _to_device(got, recv)
 
     def alltoall(self, team: tuple[int, ...], send: DeviceBuffer, recv: DeviceBuffer) -> None:
-        got = np.empty(_nbytes(recv), np.uint8)
+        got = empty_bytes(_nbytes(recv), recv.dtype)
         wait(self.mpi.team_comm(team).Ialltoall(_host(send), got), "an all_to_all")
         _to_device(got, recv)
 
     def broadcast(self, team: tuple[int, ...], buf: DeviceBuffer, root: int) -> None:
         comm = self.mpi.team_comm(team)
-        host = _host(buf) if comm.rank == root else np.empty(_nbytes(buf), np.uint8)
+        host = _host(buf) if comm.rank == root else empty_bytes(_nbytes(buf), buf.dtype)
         wait(comm.Ibcast(host, root=root), "a broadcast")
         if comm.rank != root:
             _to_device(host, buf)
@@ -100,7 +101,7 @@ class MpiWire:
 
     def p2p(self, sends: list[tuple[int, DeviceBuffer]], recvs: list[tuple[int, DeviceBuffer]]) -> None:
         comm = self.mpi.comm
-        got = [np.empty(_nbytes(a), np.uint8) for _, a in recvs]
+        got = [empty_bytes(_nbytes(a), a.dtype) for _, a in recvs]
         requests = [comm.Irecv(g, source=peer, tag=DATA_TAG) for (peer, _), g in zip(recvs, got)]
         requests += [comm.Isend(_host(a), dest=peer, tag=DATA_TAG) for peer, a in sends]
         wait(requests, "a point-to-point exchange")

@@ -4,7 +4,8 @@
 each receiver gets. The in-process transport calls it directly; the MPI and
 NCCL transports must give the same bits. The rules touch blocks only through
 `Arrays` (concatenate, split, fold), so the GPU backend runs this same spec on
-device buffers.
+device buffers. Where the receive-buffer sentinel is armed (interp/sentinel.py)
+the buffers they make are filled with it before they are written.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from interp import sentinel
 from interp.impls import fold
 from refir import ops
 from refir.tables import registrar
@@ -50,13 +52,17 @@ class Arrays(Protocol):
 
 class NumpyArrays:
     def concatenate(self, xs: list[np.ndarray], axis: int) -> np.ndarray:
-        return np.concatenate(xs, axis=axis)
+        if not sentinel.armed():
+            return np.concatenate(xs, axis=axis)
+        shape = list(xs[0].shape)
+        shape[axis] = sum(x.shape[axis] for x in xs)
+        return np.concatenate(xs, axis=axis, out=sentinel.empty(tuple(shape), xs[0].dtype))
 
     def split(self, x: np.ndarray, n: int, axis: int) -> list[np.ndarray]:
         return split(x, n, axis)
 
     def fold(self, kind: str, parts: list[np.ndarray]) -> np.ndarray:
-        return fold(kind, parts)
+        return fold(kind, parts, sentinel.fill(np.empty_like(parts[0])) if sentinel.armed() else None)
 
 
 NUMPY = NumpyArrays()

@@ -40,6 +40,7 @@ from interp.mpi_plans import (
     scratch,
 )
 from interp.mpi_shared import SharedResults, SharedSegments, shared_results, shared_segments
+from interp.sentinel import fill_bytes
 from interp.transport import HANDED_OUT
 from refir import ops
 from refir.mpi import wait
@@ -83,7 +84,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
             wait(comm.Ialltoall([pieces(x), count, MPI.BYTE], [whole, count, MPI.BYTE]), "an all_to_all")
         elif (results := shared_results(team.devices, count, core_each=False)) is not None:
             def through_window(whole: np.ndarray, flat: np.ndarray) -> np.ndarray:
-                turn = shared.next_half()
+                turn = shared.next_half(x.dtype)
                 half = shared.half(rank, turn, x.nbytes)
                 write_all(x, [(k, half[k * count:(k + 1) * count]) for k in range(n) if k != rank])
                 shared.written()
@@ -97,14 +98,14 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
             # result (a quarter of the bytes two ranks move through the segments), the others' packed into its
             # segment; piece `rank` of each other member's copied out.
             whole = result(front, x.dtype)
-            turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
+            turn, flat = shared.next_half(x.dtype), whole.reshape(-1).view(np.uint8)
             into = shared.half(rank, turn, x.nbytes)
             write_all(x, [(k, (flat if k == rank else into)[k * count:(k + 1) * count]) for k in range(n)])
             shared.written()
             _gathered_from(shared, turn, flat, count, rank * count)
         else:  # packed straight into this rank's segment; piece `rank` of each copied out, its own first
             whole = result(front, x.dtype)
-            turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
+            turn, flat = shared.next_half(x.dtype), whole.reshape(-1).view(np.uint8)
             pieces(x, shared.half(rank, turn, x.nbytes).view(x.dtype))
             np.copyto(flat[rank * count:(rank + 1) * count], shared.half(rank, turn, (rank + 1) * count)[rank * count:])
             shared.written()
@@ -148,7 +149,7 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
                 """The others' pieces packed into this rank's window half, this rank's out of theirs (its own
                 piece in place already, or packed with the others where there are more than two members and
                 copied out of its half)."""
-                turn = shared.next_half()
+                turn = shared.next_half(x.dtype)
                 half = shared.half(rank, turn, x.nbytes)
                 if own_in_place:
                     write_all(x, [(k, half[sent_at[k]:sent_at[k] + sent[k]]) for k in range(n) if k != rank])
@@ -202,6 +203,8 @@ def _exchanged_in_results(shared: SharedSegments, results: SharedResults, x: np.
     others' pieces another way."""
     rank, dtype = shared.comm.rank, x.dtype
     slot = results.free_slot()
+    if slot is not None:  # the sentinel before the round: the others write into the slot once it is over
+        fill_bytes(results.roots[slot][:prod(front) * dtype.itemsize], dtype)
     offered = results.offer(slot)
     if slot is None:
         whole = result(front, dtype)

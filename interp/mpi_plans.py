@@ -38,6 +38,7 @@ from interp.mpi_shared import (
     shared_segments,
 )
 from interp.row_runs import runs_into, runs_scattered
+from interp.sentinel import fill
 from interp.transport import HANDED_OUT
 from refir import ops
 from refir.memo import by_identity
@@ -81,11 +82,13 @@ def scratch(role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     one rank makes one call at a time), else a fresh one."""
     nbytes = prod(shape) * np.dtype(dtype).itemsize
     if not SCRATCH_MIN_BYTES <= nbytes <= SCRATCH_MAX_BYTES:
-        return np.empty(shape, dtype)
-    kept = _SCRATCH.get(role)
-    if kept is None or kept.nbytes < nbytes:
-        kept = _SCRATCH[role] = np.empty(nbytes, np.uint8)
-    return kept[:nbytes].view(dtype).reshape(shape)
+        out = np.empty(shape, dtype)
+    else:
+        kept = _SCRATCH.get(role)
+        if kept is None or kept.nbytes < nbytes:
+            kept = _SCRATCH[role] = np.empty(nbytes, np.uint8)
+        out = kept[:nbytes].view(dtype).reshape(shape)
+    return fill(out) if role == "received" else out  # what MPI writes: the sentinel first (interp/sentinel.py)
 
 
 # Results go to the caller, who keeps them: each must be an array no later call
@@ -102,20 +105,21 @@ _RESULTS: dict[tuple[tuple[int, ...], np.dtype], list[np.ndarray]] = {}
 
 def result(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialized C-contiguous array that owns its memory, for a result:
-    a kept one nobody holds any more where the size is in range, else a new one."""
+    a kept one nobody holds any more where the size is in range, else a new one
+    (either filled with the sentinel where it is armed, interp/sentinel.py)."""
     nbytes = prod(shape) * np.dtype(dtype).itemsize
     if nbytes < RESULT_MIN_BYTES:
-        return np.empty(shape, dtype)
+        return fill(np.empty(shape, dtype))
     kept = _RESULTS.setdefault((shape, np.dtype(dtype)), [])
     if (unheld := first_unheld(kept)) is not None:
-        return kept[unheld]
+        return fill(kept[unheld])
     out = np.empty(shape, dtype)
     if len(kept) < 2:
         if sum(a.nbytes for k in _RESULTS.values() for a in k) + nbytes > RESULTS_MAX_BYTES:
             _RESULTS.clear()
             kept = _RESULTS[(shape, np.dtype(dtype))] = []
         kept.append(out)
-    return out
+    return fill(out)
 
 
 Run = Callable[[MPI.Comm, np.ndarray], np.ndarray]  # (the team's communicator, this rank's buffer) -> result
@@ -156,7 +160,7 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
         if shared is not None:
             # laid out straight into this rank's segment and its own place in the result (transposed into both
             # from one read where it is strided), the others' copied out after the barrier
-            turn, flat = shared.next_half(), whole.reshape(-1).view(np.uint8)
+            turn, flat = shared.next_half(x.dtype), whole.reshape(-1).view(np.uint8)
             copy_into(shared.half(rank, turn, count).view(x.dtype).reshape(sent.shape), sent, whole[mine])
             shared.written()
             _gathered_blocks(shared, turn, flat, places)
@@ -189,7 +193,7 @@ def _allreduce_plan(op: ops.Allreduce, src: TensorType, team: Team, rank: int) -
         sent = x if x.flags.c_contiguous else np.ascontiguousarray(x)
         if x.nbytes >= SLICED_ALLREDUCE_BYTES and n > 1:
             return _sliced_allreduce(comm, sent, kind)
-        every = np.empty((n, x.size), x.dtype)
+        every = fill(np.empty((n, x.size), x.dtype))
         wait(comm.Iallgather([sent, x.nbytes, MPI.BYTE], [every, x.nbytes, MPI.BYTE]), "an allreduce")
         out = result(x.shape, x.dtype)
         fold(kind, every, out.reshape(-1))
@@ -211,7 +215,7 @@ def _sliced_allreduce(comm: MPI.Comm, x: np.ndarray, kind: str) -> np.ndarray:
     whole = result(x.shape, x.dtype)
     out = whole.reshape(-1)
     if r:  # started first, travelling while the slices do
-        tails = np.empty((n, r), x.dtype)
+        tails = fill(np.empty((n, r), x.dtype))
         tail = comm.Iallgather([flat[body:], r * itemsize, MPI.BYTE], [tails, r * itemsize, MPI.BYTE])
     mine = scratch("received", (n, q), x.dtype)  # slice `rank` of every partial
     wait(comm.Ialltoall([flat[:body], count, MPI.BYTE], [mine, count, MPI.BYTE]), "an allreduce")
@@ -268,7 +272,7 @@ def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, ran
         if shared is not None and takes_window:
             # The others' pieces written into this rank's window half at their places; after the barrier this
             # rank folds its piece straight out of the others' halves and its own buffer (no copy out)
-            turn = shared.next_half()
+            turn = shared.next_half(x.dtype)
             half = shared.half(rank, turn, nbytes)
             write_others(x, [(k, half[sent_at[k]:sent_at[k] + sent[k]]) for k in range(n) if k != rank])
             shared.written()
@@ -315,7 +319,7 @@ def _gathered_in_results(shared: SharedSegments, results: SharedResults, sent: n
     block is, every member learns in the round after the writes). A second
     barrier keeps every member's result unchanged until all have read it."""
     rank, size = shared.comm.rank, shared.comm.size
-    count, turn = sent.nbytes, shared.next_half()
+    count, turn = sent.nbytes, shared.next_half(sent.dtype)
     slot = results.free_slot()
     if slot is None:
         whole = result(front, sent.dtype)
@@ -323,7 +327,7 @@ def _gathered_in_results(shared: SharedSegments, results: SharedResults, sent: n
     else:
         whole = results.array(slot, front, sent.dtype, places[-1][1])
         HANDED_OUT[id(whole)] = whole  # spmd keeps it as a buffer of its own: nothing else refers to the slot
-        copy_into(whole[mine], sent)
+        copy_into(fill(whole)[mine], sent)
     where = results.written(slot, shared)
     flat = whole.reshape(-1).view(np.uint8)
     for step in range(1, size):

@@ -39,6 +39,7 @@ from collections.abc import Callable
 import numpy as np
 from mpi4py import MPI
 
+from interp.sentinel import fill_bytes
 from refir.errors import RunError
 from refir.mpi import COMMS, allgather_obj, barrier, wait
 
@@ -59,8 +60,12 @@ class SharedSegments:
         self.comm, self.nbytes, self.turn = comm, nbytes, 0
         self.segments = [np.frombuffer(self.win.Shared_query(r)[0], np.uint8, 2 * nbytes) for r in range(comm.size)]
 
-    def next_half(self) -> int:
+    def next_half(self, dtype: np.dtype | None = None) -> int:
+        """The half this call writes; this rank's is filled with the sentinel of
+        `dtype` first where it is armed (interp/sentinel.py)."""
         self.turn ^= 1
+        if dtype is not None:
+            fill_bytes(self.half(self.comm.rank, self.turn, self.nbytes), dtype)
         return self.turn
 
     def half(self, rank: int, turn: int, nbytes: int) -> np.ndarray:

@@ -45,6 +45,7 @@ from interp.collectives import block_index, split
 from interp.host_copy import copy_into
 from interp.impls import fold
 from interp.mpi_plans import PLANS, block_shapes, displacements, moved_first, planned
+from interp.sentinel import empty_bytes
 from interp.transport import rank_part
 from refir import ops
 from refir import teams as team_forming
@@ -173,7 +174,7 @@ class MpiTransport:
         """The bytes an allgather receives into, this rank's block already in its
         place (laid out there by one copy, the one MPI itself would make from a
         contiguous send buffer), so that the others' blocks come in place."""
-        recv = np.empty(sum(counts), np.uint8)
+        recv = empty_bytes(sum(counts), x.dtype)
         start = sum(counts[:comm.rank])
         pack_into(recv[start:start + counts[comm.rank]], x, axis)
         return recv
@@ -183,7 +184,7 @@ class MpiTransport:
         """Blocks of the first len(shapes) team ranks (of those shapes), on team rank `root`."""
         counts = [prod(shapes[i]) * dtype.itemsize if i < len(shapes) else 0 for i in range(comm.size)]
         send = to_bytes(x) if x is not None else np.empty(0, np.uint8)
-        recv = np.empty(sum(counts), np.uint8) if comm.rank == root else None
+        recv = empty_bytes(sum(counts), dtype) if comm.rank == root else None
         spec = [recv, counts, displacements(counts), MPI.BYTE]
         wait(comm.Igatherv(send, spec if comm.rank == root else None, root=root), "a gather")
         if comm.rank != root:
@@ -262,7 +263,7 @@ def _broadcast(t: MpiTransport, op: ops.Broadcast, team: Team, x: Arr, src: Tens
                dst: TensorType) -> Arr:
     comm = t.team_comm(team.devices)
     shape = t.shape_from(comm, 0, x, src.rank)
-    buf = to_bytes(x) if x is not None else np.empty(int(np.prod(shape)) * src.np_dtype.itemsize, np.uint8)
+    buf = to_bytes(x) if x is not None else empty_bytes(int(np.prod(shape)) * src.np_dtype.itemsize, src.np_dtype)
     wait(comm.Ibcast(buf, root=0), "a broadcast")
     return from_bytes(buf, shape, src.np_dtype)
 
@@ -281,7 +282,7 @@ def _scatter(t: MpiTransport, op: ops.Scatter, team: Team, x: Arr, src: TensorTy
         send = [to_bytes(parts[block_index(dst, d, op.axis)], op.axis)
                 for d in team.devices if d in team.receivers]
         spec = [np.concatenate(send) if send else np.empty(0, np.uint8), counts, displs, MPI.BYTE]
-    recv = np.empty(counts[comm.rank], np.uint8)
+    recv = empty_bytes(counts[comm.rank], src.np_dtype)
     wait(comm.Iscatterv(spec, recv, root=0), "a scatter")
     if team.devices[comm.rank] not in team.receivers:
         return None
@@ -299,6 +300,6 @@ def _send_recv(t: MpiTransport, op: ops.SendRecv, team: Team, x: Arr, src: Tenso
         wait(t.comm.Isend(to_bytes(x), dest=r, tag=DATA_TAG), "a send")
         return None
     shape = t.recv_shape(s, src.rank)
-    buf = np.empty(int(np.prod(shape)) * src.np_dtype.itemsize, np.uint8)
+    buf = empty_bytes(int(np.prod(shape)) * src.np_dtype.itemsize, src.np_dtype)
     wait(t.comm.Irecv(buf, source=s, tag=DATA_TAG), "a receive")
     return from_bytes(buf, shape, src.np_dtype)

@@ -8,6 +8,8 @@ NUMBA_ENABLE_CUDASIM=0 to test the real target.
 import os
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+# Transports fill receive buffers with the sentinel first (interp/sentinel.py), as in conform runs.
+os.environ.setdefault("REFIR_SENTINEL", "1")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
