@@ -11,6 +11,7 @@ import numpy as np
 
 from refir.arrays import host_array
 from refir.bindings import bind_inputs
+from refir.footprint import check_run_memory
 from refir.limits import check_shape
 from refir.lower import Lowered, lower
 from refir.memo import Memo, shape_signature
@@ -24,14 +25,16 @@ def host_arrays(inputs: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def bind_and_check(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str, int]:
-    """The inputs' bindings, and every value's global shape within refir's limits
-    (worked out once per program and input shapes: refir.memo)."""
+    """The inputs' bindings, every value's global shape within refir's limits,
+    and the run's memory, summed over every device, within REFIR_MAX_RUN_BYTES
+    (refir.footprint; worked out once per program and input shapes: refir.memo)."""
     signature = shape_signature(inputs)
 
     def work() -> dict[str, int]:
         bindings = bind_inputs(checked, inputs)
         for name, t in checked.types.items():  # intermediates too, before any is allocated
             check_shape(global_shape(t, bindings), f"{name}: {t}")
+        check_memory(checked, bindings)
         return bindings
 
     if signature is None:
@@ -40,6 +43,17 @@ def bind_and_check(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str,
 
 
 _BOUND: Memo[dict[str, int]] = Memo()
+
+
+def check_memory(checked: Checked, bindings: dict[str, int]) -> None:
+    """The run's memory, summed over every device, within REFIR_MAX_RUN_BYTES
+    (refir.footprint, memory_c1): for every backend alike, from the program and
+    the bindings alone, so that every MPI rank decides alike, before any input
+    is drawn or any block allocated (once per program and bindings)."""
+    _MEMORY.get(checked, tuple(sorted(bindings.items())), lambda: check_run_memory(lowered_of(checked), bindings))
+
+
+_MEMORY: Memo[object] = Memo()
 
 
 # Programs are immutable: a program run again (refir.run in a loop) is verified
