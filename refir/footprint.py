@@ -55,6 +55,8 @@ class Footprint:
     when: str  # the moment the devices together hold the most
     parts: tuple[Part, ...]  # what is held then, largest first
     values: dict[str, int]  # each value's bytes summed over the devices of its mesh (exact)
+    scratch: dict[str, int]  # each lowered step's scratch (a communication's buffers), summed over devices
+    kept: int  # what the transport keeps past its steps, by the run's end
 
 
 def nbytes_text(n: int) -> str:
@@ -115,8 +117,8 @@ def describe(name: str, t: TensorType, bindings: Bindings, nbytes: int, made: St
 class _Walk:
     """The per-device vectors of every value, and the peak as the run goes."""
 
-    def __init__(self, lowered: Lowered, bindings: Bindings) -> None:
-        self.lowered, self.bindings = lowered, bindings
+    def __init__(self, lowered: Lowered, bindings: Bindings, mpi: bool) -> None:
+        self.lowered, self.bindings, self.mpi = lowered, bindings, mpi
         meshes = [t.mesh for t in lowered.types.values()]
         self.width = 1 + max(max(m.devices) for m in meshes)
         self.elems: dict[str, Vec] = {}
@@ -130,6 +132,7 @@ class _Walk:
         self.peak = np.zeros(self.width, np.int64)
         self.kept = np.zeros(self.width, np.int64)  # the transport's, from a step to the end
         self.most = -1
+        self.scratched: dict[str, int] = {}
         self.when, self.parts = "", ()  # type: tuple[str, tuple[tuple[str, int], ...]]
 
     def moment(self, when: str, live: set[str], extra: list[tuple[str, Vec]]) -> None:
@@ -153,12 +156,8 @@ class _Walk:
             (src,) = args
             return b[src] + self._received(step, src)
         ins = sum((e[a] for a in args), np.zeros(self.width, np.int64))
-        if isinstance(step.op, ops.Cast):  # float to integer: float64 copies and masks
-            return 40 * ins
-        if isinstance(step.op, ops.Matmul):  # both operands and the product in float64
-            return 8 * (ins + e[step.out]) + b[step.out]
-        # a copy into the result's layout or dtype, a float64 accumulator, bf16 through float32
-        return b[step.out] + 8 * e[step.out] + 4 * ins
+        narrow = any(self.lowered.types[n].dtype in NARROW for n in (*args, step.out))
+        return local_scratch(step.op, ins, e[step.out], b[step.out], narrow)
 
     def _received(self, step: Step, src: str) -> Vec:
         """Receive buffers: every partial of a reduction's team (folded in team
@@ -195,13 +194,31 @@ class _Walk:
         self.kept += np.where((d >= 1 << 16) & (d <= 1 << 28), d, 0)  # the kept result
 
 
+NARROW = ("f16", "bf16")  # computed in float32
+
+
+def local_scratch(op: object, ins: Vec | int, out: Vec | int, out_bytes: Vec | int, narrow: bool) -> Vec | int:
+    """What a local op holds besides its operands and result (interp/impls.py),
+    from its operands' and result's elements: a cast to an integer its float64
+    copies and masks; a matmul its operands and product in float64; any other
+    op a copy into the result's layout or dtype, a reduction its float64
+    accumulator and (on the gpu) a float64 partial per chunk of its operand,
+    f16 and bf16 their float32 copies."""
+    if isinstance(op, ops.Cast):
+        return 40 * ins
+    if isinstance(op, ops.Matmul):
+        return 8 * (ins + out) + out_bytes
+    more = out_bytes + (8 * (ins + out) if isinstance(op, ops.Reduction) else 0)
+    return more + 4 * (ins + out) if narrow else more
+
+
 def _at(step: Step) -> str:
     return f"{format_eqn(step.eqn)} ({step.eqn.loc})" if step.eqn.loc.line else format_eqn(step.eqn)
 
 
-def device_walk(lowered: Lowered, bindings: Bindings) -> _Walk:
+def device_walk(lowered: Lowered, bindings: Bindings, mpi: bool) -> _Walk:
     """Every moment of interp.spmd.execute, as interp.liveness plans it."""
-    w, plan = _Walk(lowered, bindings), drops(lowered)
+    w, plan = _Walk(lowered, bindings, mpi), drops(lowered)
     zero = np.zeros(w.width, np.int64)
     env = {p.name for p in lowered.checked.func.params}
     w.moment("the inputs' blocks", env, [])
@@ -210,8 +227,10 @@ def device_walk(lowered: Lowered, bindings: Bindings) -> _Walk:
         scope = set(seg.inputs) - set(plan.before[s])
         for step, dropped in zip(seg.steps, plan.after_step[s]):
             scope.add(step.out)
-            w.moment(_at(step), env | scope, [(f"{step.out}'s scratch", w.scratch(step))])
-            if step.is_communication:
+            scratch = w.scratch(step)
+            w.scratched[step.out] = int(scratch.sum())
+            w.moment(_at(step), env | scope, [(f"{step.out}'s scratch", scratch)])
+            if step.is_communication and w.mpi:
                 w.keep(step)
             scope -= set(dropped)
         env |= set(seg.outputs) - set(plan.unkept[s])
@@ -234,26 +253,22 @@ def whole_bytes(checked: Checked, bindings: Bindings) -> int:
     scratch = 0
     for e in checked.func.eqns:
         ins = sum(size[a.name] for a in e.args if isinstance(a, Var))
-        if isinstance(e.op, ops.Cast):
-            s = 40 * ins
-        elif isinstance(e.op, ops.Matmul):
-            s = 8 * (ins + size[e.out]) + held[e.out]
-        else:
-            s = held[e.out] + 8 * size[e.out] + 4 * ins
-        scratch = max(scratch, s)
+        narrow = any(checked.types[n].dtype in NARROW for n in (*(a.name for a in e.args if isinstance(a, Var)), e.out))
+        scratch = max(scratch, int(local_scratch(e.op, ins, size[e.out], held[e.out], narrow)))
     results = sum(held[r] for r in checked.func.results)
     return sum(held.values()) + scratch + results
 
 
-def footprint(lowered: Lowered, bindings: Bindings) -> Footprint:
+def footprint(lowered: Lowered, bindings: Bindings, mpi: bool = False) -> Footprint:
+    """The run's bound; `mpi`: one rank per process, whose transport keeps buffers past its steps."""
     checked = lowered.checked
     whole = whole_bytes(checked, bindings)
     try:
-        w = device_walk(lowered, bindings)
+        w = device_walk(lowered, bindings, mpi)
     except OverflowError as exc:  # a value alone is past any limit
         t = lowered.types[str(exc)]
         n = prod(local_shape(t, bindings)) * t.np_dtype.itemsize * len(t.mesh.devices)
-        return Footprint(max(n, whole), n, whole, "", (Part(describe(str(exc), t, bindings, n), n),), {})
+        return Footprint(max(n, whole), n, whole, "", (Part(describe(str(exc), t, bindings, n), n),), {}, {}, 0)
     devices = int(w.peak.sum())
     values = {n: int(v.sum()) for n, v in w.bytes.items()}
     made = {step.out: step for step in lowered.steps}
@@ -262,14 +277,15 @@ def footprint(lowered: Lowered, bindings: Bindings) -> Footprint:
     parts.sort(key=lambda p: (not p.value, -p.nbytes))
     if whole > devices:
         parts.insert(0, Part(f"the global reference, every value whole: {nbytes_text(whole)}", whole, False))
-    return Footprint(max(devices, whole), devices, whole, w.when, tuple(parts), values)
+    return Footprint(max(devices, whole), devices, whole, w.when, tuple(parts), values, w.scratched,
+                     int(w.kept.sum()))
 
-def check_run_memory(lowered: Lowered, bindings: Bindings) -> Footprint:
+def check_run_memory(lowered: Lowered, bindings: Bindings, mpi: bool = False) -> Footprint:
     """The run's footprint, or an InputError naming the limit, the bytes and
     the biggest contributors when it is over RUN_BYTES (memory_c1). A pure
     function of the program and bindings: every MPI rank decides alike."""
     limit = RUN_BYTES.value
-    got = footprint(lowered, bindings)
+    got = footprint(lowered, bindings, mpi)
     if got.total > limit:
         shown = [p for p in got.parts if p.value][:3]
         rest = sum(p.nbytes for p in got.parts if p not in shown and p.value)

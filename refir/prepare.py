@@ -12,12 +12,13 @@ import numpy as np
 from refir.arrays import host_array
 from refir.bindings import bind_inputs
 from refir.footprint import check_run_memory
-from refir.limits import check_shape
+from refir.limits import RUN_BYTES, check_shape
 from refir.lower import Lowered, lower
 from refir.memo import Memo, shape_signature
 from refir.program import Program
 from refir.types import global_shape
 from refir.verify import Checked, verify
+from refir.world import mpi_world
 
 
 def host_arrays(inputs: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -34,12 +35,11 @@ def bind_and_check(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str,
         bindings = bind_inputs(checked, inputs)
         for name, t in checked.types.items():  # intermediates too, before any is allocated
             check_shape(global_shape(t, bindings), f"{name}: {t}")
-        check_memory(checked, bindings)
         return bindings
 
-    if signature is None:
-        return work()
-    return dict(_BOUND.get(checked, signature, work))  # a copy: the caller may change its bindings
+    bindings = work() if signature is None else dict(_BOUND.get(checked, signature, work))  # a copy: the caller's
+    check_memory(checked, bindings)
+    return bindings
 
 
 _BOUND: Memo[dict[str, int]] = Memo()
@@ -50,7 +50,9 @@ def check_memory(checked: Checked, bindings: dict[str, int]) -> None:
     (refir.footprint, memory_c1): for every backend alike, from the program and
     the bindings alone, so that every MPI rank decides alike, before any input
     is drawn or any block allocated (once per program and bindings)."""
-    _MEMORY.get(checked, tuple(sorted(bindings.items())), lambda: check_run_memory(lowered_of(checked), bindings))
+    mpi = mpi_world() is not None  # the same on every rank of a job
+    key = (RUN_BYTES.value, mpi, tuple(sorted(bindings.items())))  # a limit raised or lowered since: afresh
+    _MEMORY.get(checked, key, lambda: check_run_memory(lowered_of(checked), bindings, mpi))
 
 
 _MEMORY: Memo[object] = Memo()
