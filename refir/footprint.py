@@ -229,9 +229,9 @@ def device_walk(lowered: Lowered, bindings: Bindings, mpi: bool) -> _Walk:
             scope.add(step.out)
             scratch = w.scratch(step)
             w.scratched[step.out] = int(scratch.sum())
-            w.moment(_at(step), env | scope, [(f"{step.out}'s scratch", scratch)])
-            if step.is_communication and w.mpi:
+            if step.is_communication and w.mpi:  # made during the step, kept past it
                 w.keep(step)
+            w.moment(_at(step), env | scope, [(f"{step.out}'s scratch", scratch)])
             scope -= set(dropped)
         env |= set(seg.outputs) - set(plan.unkept[s])
     # The results' host copies (or, under MPI, the blocks rank 0 receives) and
