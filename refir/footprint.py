@@ -35,7 +35,7 @@ from refir.verify import Checked
 
 Vec = np.ndarray  # int64, one entry per device id
 
-HUGE = 1 << 62  # past this a total is over any limit, and int64 sums could wrap
+HUGE = 1 << 62  # past this a total is over any limit (and int64 sums could wrap)
 
 
 @dataclass(frozen=True)
@@ -121,19 +121,23 @@ class _Walk:
         self.lowered, self.bindings, self.mpi = lowered, bindings, mpi
         meshes = [t.mesh for t in lowered.types.values()]
         self.width = 1 + max(max(m.devices) for m in meshes)
-        self.elems: dict[str, Vec] = {}
         self.bytes: dict[str, Vec] = {}
         for name, t in lowered.types.items():
             first = prod(local_shape(t, bindings)) * t.np_dtype.itemsize
             if first * len(t.mesh.devices) >= HUGE:
                 raise OverflowError(name)
-            self.elems[name] = elements(t, bindings, self.width)
-            self.bytes[name] = self.elems[name] * t.np_dtype.itemsize
+            self.bytes[name] = elements(t, bindings, self.width) * t.np_dtype.itemsize
+        if 64 * sum(int(v.sum()) for v in self.bytes.values()) >= HUGE:  # sums with scratch stay within int64
+            raise OverflowError(max(self.bytes, key=lambda n: int(self.bytes[n].sum())))
         self.peak = np.zeros(self.width, np.int64)
         self.kept = np.zeros(self.width, np.int64)  # the transport's, from a step to the end
         self.most = -1
         self.scratched: dict[str, int] = {}
-        self.when, self.parts = "", ()  # type: tuple[str, tuple[tuple[str, int], ...]]
+        self.when = ""
+        self.parts: tuple[tuple[str, int], ...] = ()
+
+    def elems(self, name: str) -> Vec:
+        return self.bytes[name] // self.lowered.types[name].np_dtype.itemsize
 
     def moment(self, when: str, live: set[str], extra: list[tuple[str, Vec]]) -> None:
         held = [(n, self.bytes[n]) for n in sorted(live)] + extra
@@ -150,14 +154,14 @@ class _Walk:
 
     def scratch(self, step: Step) -> Vec:
         """What a step holds besides its operands and result, on each device."""
-        e, b = self.elems, self.bytes
+        b = self.bytes
         args = step.tensor_args()
         if step.is_communication:
             (src,) = args
             return b[src] + self._received(step, src)
-        ins = sum((e[a] for a in args), np.zeros(self.width, np.int64))
+        ins = sum((self.elems(a) for a in args), np.zeros(self.width, np.int64))
         narrow = any(self.lowered.types[n].dtype in NARROW for n in (*args, step.out))
-        return local_scratch(step.op, ins, e[step.out], b[step.out], narrow)
+        return local_scratch(step.op, ins, self.elems(step.out), b[step.out], narrow)
 
     def _received(self, step: Step, src: str) -> Vec:
         """Receive buffers: every partial of a reduction's team (folded in team
