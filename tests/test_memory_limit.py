@@ -47,11 +47,17 @@ def refusal(fn) -> str:
 # ---- the issue's example -----------------------------------------------------------
 
 @pytest.mark.parametrize("backend", ["spmd", "global", "gpu"])
-def test_the_issues_64_device_replication_is_refused_fast_allocating_nothing(backend):
+def test_the_issues_64_device_replication_is_refused_fast_allocating_nothing(backend, monkeypatch):
     """memory_c1: 16 GiB of replicas of a 256 MiB tensor, refused in well under
     a second with nothing allocated (the input is a zero-stride view: no 256 MiB)."""
     x = np.broadcast_to(np.float32(1), (67108864,))
     program = refir.load(ISSUE)
+
+    def reached(*_: object) -> None:  # were the check broken, fail here rather than allocate 16 GiB
+        raise AssertionError("the run went past the check")
+
+    monkeypatch.setattr("refir.runner.shard_inputs", reached)
+    monkeypatch.setattr("interp.global_eval.eval_global", reached)
     tracemalloc.start()
     start = time.perf_counter()
     try:
