@@ -64,7 +64,11 @@ def default_bindings(checked: Checked, given: dict[str, int] | None = None) -> d
 
 def draw_inputs(checked: Checked, bindings: dict[str, int], seed: int) -> dict[str, np.ndarray]:
     """Random inputs; floats are small integers so that every order of summation
-    gives the same bits."""
+    gives the same bits. The run's memory is checked first (memory_c1): a
+    refused run draws nothing."""
+    from refir.prepare import check_memory
+
+    check_memory(checked, bindings)
     rng = np.random.default_rng(seed)
     out = {}
     for p in checked.func.params:

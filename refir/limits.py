@@ -41,6 +41,9 @@ ELEMENTS = Limit("REFIR_MAX_ELEMENTS", 1 << 27, "elements")  # per tensor: 1 GiB
 DEVICES = Limit("REFIR_MAX_DEVICES", 1024, "devices")  # device ids 0 .. limit-1
 PROGRAM_BYTES = Limit("REFIR_MAX_PROGRAM_BYTES", 64 << 20, "bytes")  # one .rir file
 INPUT_BYTES = Limit("REFIR_MAX_INPUT_BYTES", 8 << 30, "bytes")  # a whole .npz, uncompressed
+# Every device's buffers together, replicas counted per device (refir/footprint.py).
+RUN_BYTES = Limit("REFIR_MAX_RUN_BYTES", 8 << 30, "bytes")
+MEMORY_C1 = "memory_c1"  # docs/spec.md §12.3: a run's footprint is within RUN_BYTES before anything is allocated
 
 
 def check_shape(shape: tuple[int, ...], subject: str) -> None:

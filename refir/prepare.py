@@ -11,12 +11,14 @@ import numpy as np
 
 from refir.arrays import host_array
 from refir.bindings import bind_inputs
-from refir.limits import check_shape
+from refir.footprint import check_run_memory
+from refir.limits import RUN_BYTES, check_shape
 from refir.lower import Lowered, lower
 from refir.memo import Memo, shape_signature
 from refir.program import Program
 from refir.types import global_shape
 from refir.verify import Checked, verify
+from refir.world import mpi_world
 
 
 def host_arrays(inputs: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -24,8 +26,9 @@ def host_arrays(inputs: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def bind_and_check(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str, int]:
-    """The inputs' bindings, and every value's global shape within refir's limits
-    (worked out once per program and input shapes: refir.memo)."""
+    """The inputs' bindings, every value's global shape within refir's limits,
+    and the run's memory, summed over every device, within REFIR_MAX_RUN_BYTES
+    (refir.footprint; worked out once per program and input shapes: refir.memo)."""
     signature = shape_signature(inputs)
 
     def work() -> dict[str, int]:
@@ -34,12 +37,25 @@ def bind_and_check(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str,
             check_shape(global_shape(t, bindings), f"{name}: {t}")
         return bindings
 
-    if signature is None:
-        return work()
-    return dict(_BOUND.get(checked, signature, work))  # a copy: the caller may change its bindings
+    bindings = work() if signature is None else dict(_BOUND.get(checked, signature, work))  # a copy: the caller's
+    check_memory(checked, bindings)
+    return bindings
 
 
 _BOUND: Memo[dict[str, int]] = Memo()
+
+
+def check_memory(checked: Checked, bindings: dict[str, int]) -> None:
+    """The run's memory, summed over every device, within REFIR_MAX_RUN_BYTES
+    (refir.footprint, memory_c1): for every backend alike, from the program and
+    the bindings alone, so that every MPI rank decides alike, before any input
+    is drawn or any block allocated (once per program and bindings)."""
+    mpi = mpi_world() is not None  # the same on every rank of a job
+    key = (RUN_BYTES.value, mpi, tuple(sorted(bindings.items())))  # a limit raised or lowered since: afresh
+    _MEMORY.get(checked, key, lambda: check_run_memory(lowered_of(checked), bindings, mpi))
+
+
+_MEMORY: Memo[object] = Memo()
 
 
 # Programs are immutable: a program run again (refir.run in a loop) is verified

@@ -1,0 +1,276 @@
+"""A run's memory counts every device's buffers, replicas per device (docs/spec.md
+§12.3, memory_c1): refused before anything is allocated, on every backend and
+under MPI, with one message; within the limit, a run goes ahead."""
+
+import re
+import subprocess
+import sys
+import time
+import tracemalloc
+from math import prod
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import ROOT, run_mpi
+
+import refir
+from refir.errors import InputError
+from refir.footprint import footprint
+from refir.inputs import default_bindings, draw_inputs
+from refir.limits import MEMORY_C1, RUN_BYTES
+from refir.prepare import lowered_of, verified
+from refir.types import local_shape
+
+MESH4 = "mesh m = [0, 1, 2, 3]\n"
+MESH2D = "mesh m = [[0, 1, 2], [3, 4, 5]]\n"  # DIDy of 2, DIDx of 3
+# The issue's example: one tensor of 256 MiB, replicated on 64 devices: 16 GiB.
+ISSUE = ("mesh m = [" + ", ".join(map(str, range(64))) + "]\n"
+         "func main(x: f32[67108864@DIDx]) {\n  y: f32[67108864] = set(x)\n  return y\n}\n")
+ALLGATHER = MESH4 + "func main(x: f32[8@DIDx, 3]) {\n  y: f32[8, 3] = set(x)\n  return y\n}\n"
+
+
+def measured(text: str, bindings: dict[str, int] | None = None):
+    """The program's checked form, its bindings and its footprint."""
+    checked = verified(refir.load(text), None)
+    b = default_bindings(checked, bindings)
+    return checked, b, footprint(lowered_of(checked), b)
+
+
+def refusal(fn) -> str:
+    with pytest.raises(InputError) as e:
+        fn()
+    assert f"[{MEMORY_C1}]" in str(e.value)
+    return str(e.value)
+
+
+# ---- the issue's example -----------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["spmd", "global", "gpu"])
+def test_the_issues_64_device_replication_is_refused_fast_allocating_nothing(backend, monkeypatch):
+    """memory_c1: 16 GiB of replicas of a 256 MiB tensor, refused in well under
+    a second with nothing allocated (the input is a zero-stride view: no 256 MiB)."""
+    x = np.broadcast_to(np.float32(1), (67108864,))
+    program = refir.load(ISSUE)
+
+    def reached(*_: object) -> None:  # were the check broken, fail here rather than allocate 16 GiB
+        raise AssertionError("the run went past the check")
+
+    monkeypatch.setattr("refir.runner.shard_inputs", reached)
+    monkeypatch.setattr("interp.global_eval.eval_global", reached)
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        message = refusal(lambda: refir.run(program, {"x": x}, backend=backend))
+        took = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert took < 0.5, took  # measured ~0.01 s on a shared 2-core machine
+    assert peak < 8 << 20, peak  # a few MB of Python objects; the replicas would be 16 GiB
+    total = footprint(lowered_of(verified(program, None)), {}).total
+    assert total > 16 << 30
+    assert message.startswith(f"this run needs {total / (1 << 30):.1f} GiB ({total} bytes) summed over every device, "
+                              f"over refir's limit of 8 GiB ({8 << 30} bytes) [memory_c1]; ")
+    assert ("y: f32[67108864] on m = set(x) (<text>:3:3) (replicated over 64 devices: 64 x 256 MiB) = 16 GiB"
+            in message)
+    assert message.endswith("(raise the limit with REFIR_MAX_RUN_BYTES=N)")
+    assert "\n" not in message
+
+
+def test_the_cli_refuses_before_drawing_the_inputs(tmp_path):
+    """`run` draws its inputs only after the check: the 256 MiB input (512 MiB
+    while drawn) is never made."""
+    path = tmp_path / "replicas.rir"
+    path.write_text(ISSUE)
+    child = ("import resource, sys\nfrom refir.cli import main\ncode = main(sys.argv[1:])\n"
+             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nsys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", child, "run", str(path)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 2 and lines[0].startswith("error: this run needs") and "[memory_c1]" in lines[0], done.stderr
+    assert int(lines[1]) < 200_000, lines[1]  # kB: the interpreter and numpy, not 256 MiB of input
+
+
+def test_commands_that_allocate_nothing_do_not_check_it(tmp_path):
+    path = tmp_path / "replicas.rir"
+    path.write_text(ISSUE)
+    for command in ("check", "lower"):
+        done = subprocess.run([sys.executable, "-m", "refir", command, str(path)], capture_output=True, text=True,
+                              timeout=120, cwd=ROOT)
+        assert done.returncode == 0, (command, done.stderr)
+
+
+# ---- the limit, just under and just over ----------------------------------------------
+
+@pytest.mark.parametrize("backend", ["spmd", "global"])
+def test_a_run_at_the_limit_runs_and_one_byte_over_is_refused(monkeypatch, backend):
+    checked, b, fp = measured(ALLGATHER)
+    x = np.arange(24, dtype=np.float32).reshape(8, 3)
+    monkeypatch.setenv(RUN_BYTES.env, str(fp.total))
+    got = refir.run(checked.program, {"x": x}, backend=backend)
+    np.testing.assert_array_equal(got.outputs["y"], x)
+    monkeypatch.setenv(RUN_BYTES.env, str(fp.total - 1))  # the same program and inputs: decided afresh
+    message = refusal(lambda: refir.run(checked.program, {"x": x}, backend=backend))
+    assert f"this run needs {fp.total} B ({fp.total} bytes)" in message
+    assert f"over refir's limit of {fp.total - 1} B" in message
+    monkeypatch.setenv(RUN_BYTES.env, str(fp.total))
+    np.testing.assert_array_equal(refir.run(checked.program, {"x": x}, backend=backend).outputs["y"], x)
+
+
+def test_a_bad_limit_is_an_input_error(monkeypatch):
+    monkeypatch.setenv(RUN_BYTES.env, "lots")
+    with pytest.raises(InputError, match="REFIR_MAX_RUN_BYTES='lots' is not a non-negative integer"):
+        refir.run(ALLGATHER, {"x": np.zeros((8, 3), np.float32)})
+
+
+def test_the_footprint_of_an_allgather_by_hand():
+    """Four devices, blocks of 24 B gathered into 96 B replicas. At the
+    allgather each device holds its 24 B block, its 96 B result and the step's
+    pack (24 B) and receive (96 B) buffers: 240 B. Device 0 also ends holding
+    the result, its host copy and the 96 B whole output: 288 B. 288 + 3 * 240."""
+    _, _, fp = measured(ALLGATHER)
+    assert fp.values["x"] == 4 * 24 and fp.values["y"] == 4 * 96
+    assert fp.scratch["y"] == 4 * (24 + 96)
+    assert fp.devices == 288 + 3 * 240 == fp.total
+    assert fp.whole == 96 + 96 + 96 + 96  # x and y whole, set's copy, the result's copy
+
+
+# ---- replication and uneven blocks -----------------------------------------------------
+
+def test_replication_over_a_2d_mesh_counts_every_copy():
+    text = MESH2D + ("func main(x: f32[6@DIDx, 4]) {\n  y: f32[6, 4] = set(x)\n"
+                     "  z: f32[6@DIDx, 4@DIDy] = set(y)\n  return z\n}\n")
+    _, _, fp = measured(text)
+    assert fp.values["x"] == 6 * (2 * 4 * 4)  # blocks of 2 rows on 3 columns, each on both mesh rows
+    assert fp.values["y"] == 6 * 96  # replicated on all six
+    assert fp.values["z"] == 96  # cut six ways: no copies
+    checked = verified(refir.load(text), None)
+    x = np.zeros((6, 4), np.float32)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(RUN_BYTES.env, "100")
+        message = refusal(lambda: refir.run(checked.program, {"x": x}))
+    assert "input x: f32[6@DIDx, 4] on m (blocks of up to 32 B on 6 devices, each in 2 copies) = 192 B" in message
+    assert "y: f32[6, 4] on m = set(x) (<text>:3:3) (replicated over 6 devices: 6 x 96 B) = 576 B" in message
+
+
+@pytest.mark.parametrize("text, name, want", [
+    (MESH4 + "func main(x: f32[5@DIDx]) {\n  y = neg(x)\n  return y\n}\n", "x", 5 * 4),  # 2, 2, 1, 0
+    (MESH4 + "func main(x: f32[2@DIDx]) {\n  y = neg(x)\n  return y\n}\n", "x", 2 * 4),  # 1, 1, 0, 0
+    (MESH2D + "func main(x: f32[5@DIDy, 7@DIDx]) {\n  y = neg(x)\n  return y\n}\n", "x", 5 * 7 * 4),  # 3+2 by 3+3+1
+    (MESH2D + "func main(x: f32[5@DIDx, 2]) {\n  y = neg(x)\n  return y\n}\n", "x", 2 * 5 * 2 * 4),  # 2, 2, 1: twice
+])
+def test_uneven_blocks_count_exactly(text, name, want):
+    checked, b, fp = measured(text)
+    t = checked.types[name]
+    by_device = sum(prod(local_shape(t, b, d)) for d in t.mesh.devices) * t.np_dtype.itemsize
+    assert fp.values[name] == by_device == want
+    assert fp.values[name] < len(t.mesh.devices) * prod(local_shape(t, b)) * 4  # not every block the longest
+
+
+# ---- a transport's buffers -------------------------------------------------------------
+
+def test_an_allreduce_counts_every_partial_of_its_team():
+    """Each of 4 devices packs its 32 B partial and receives all 4 of its team's."""
+    text = MESH4 + "func main(x: f32[8, 12@DIDx]) {\n  y: f32[8] = sum(x, dims=[1])\n  return y\n}\n"
+    checked, _, fp = measured(text)
+    (step,) = [s for s in lowered_of(checked).steps if s.is_communication]
+    assert type(step.op).__name__ == "Allreduce"
+    assert fp.scratch[step.out] == 4 * (32 + 4 * 32)
+
+
+def test_mpi_counts_the_windows_and_buffers_its_transport_keeps():
+    """64 KiB blocks gathered into 256 KiB replicas: under MPI the window (4 x
+    64 KiB a rank), result slots (4 x 256 KiB), the kept pack buffer and the
+    kept result stay past the step."""
+    text = MESH4 + "func main(x: f32[64@DIDx, 1024]) {\n  y: f32[64, 1024] = set(x)\n  return y\n}\n"
+    checked, b, plain = measured(text)
+    kept = footprint(lowered_of(checked), b, mpi=True)
+    per_rank = 4 * (64 << 10) + 4 * (256 << 10) + (64 << 10) + (256 << 10)
+    assert plain.kept == 0 and kept.kept == 4 * per_rank
+    assert kept.devices == plain.devices + 4 * per_rank
+
+
+# ---- an upper bound of what is allocated -------------------------------------------------
+
+BOUNDED = {
+    "allgather": MESH4 + "func main(x: f32[512@DIDx, 256]) {\n  y: f32[512, 256] = set(x)\n  z = add(y, y)\n"
+                         "  return z\n}\n",
+    "allreduce": MESH4 + "func main(x: f32[64, 4096@DIDx]) {\n  y: f32[64] = sum(x, dims=[1])\n  return y\n}\n",
+    "reduce_scatter": MESH4 + "func main(x: f32[512, 512@DIDx]) {\n  y: f32[512@DIDx] = sum(x, dims=[1])\n"
+                              "  return y\n}\n",
+    "matmul": MESH4 + "func main(p: f32[256, 256@DIDx], q: f32[256@DIDx, 256]) {\n  c: f32[256, 256] = matmul(p, q)\n"
+                      "  return c\n}\n",
+    "cast": MESH4 + "func main(x: f32[1000@DIDx, 300]) {\n  y: i32[1000@DIDx, 300] = cast(x, dtype=i32)\n"
+                    "  return y\n}\n",
+    "all_to_all": MESH4 + "func main(x: f32[512@DIDx, 512]) {\n  y: f32[512, 512@DIDx] layout[1, 0] = set(x)\n"
+                          "  return y\n}\n",
+    "mesh_2d": MESH2D + "func main(x: f32[300@DIDx, 200@DIDy]) {\n  y: f32[300, 200] = set(x)\n  w = mul(y, 2.0)\n"
+                        "  return w\n}\n",
+    "scatter": "mesh a = [0]\nmesh c = [0, 1, 2, 3]\nfunc main(x: f32[500, 400] on a) {\n"
+               "  y: f32[500@DIDx, 400] on c = set(x)\n  return y\n}\n",
+    "bf16": MESH4 + "func main(x: bf16[500@DIDx, 600]) {\n  y = exp(x)\n  z: bf16[500, 600] = set(y)\n  return z\n}\n",
+}
+
+
+@pytest.mark.parametrize("backend", ["spmd", "global"])
+@pytest.mark.parametrize("name", sorted(BOUNDED))
+def test_the_footprint_bounds_what_a_run_allocates(name, backend):
+    """tracemalloc's peak over a run (numpy's buffers and Python's objects, on
+    blocks of 100 KiB to 1 MiB) stays within the footprint."""
+    checked, b, fp = measured(BOUNDED[name])
+    inputs = draw_inputs(checked, b, 0)
+    refir.run(checked.program, inputs, backend=backend)  # the memos of a first run
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        out = refir.run(checked.program, inputs, backend=backend)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert peak <= fp.total, (peak, fp.total)
+    assert peak >= sum(x.nbytes for x in out.outputs.values()) > 0  # the measure sees what the run made
+
+
+# ---- the default corpus and examples ------------------------------------------------------
+
+def test_nothing_shipped_comes_near_the_limit():
+    paths = sorted((ROOT / "conformance" / "corpus").glob("*.rir")) + sorted((ROOT / "examples").glob("*.rir"))
+    paths += sorted((ROOT / "docs").rglob("*.rir"))
+    assert len(paths) > 20
+    for path in paths:
+        checked = refir.verify(refir.load(path))
+        b = default_bindings(checked)
+        assert footprint(lowered_of(checked), b).total < RUN_BYTES.default >> 10, path
+
+
+# ---- under MPI ----------------------------------------------------------------------------
+
+def test_under_mpi_every_rank_stops_with_the_one_message(tmp_path):
+    """Rank 0 draws the inputs and finds the run over the limit; the other ranks,
+    given none, stop with it: every rank exits 2, the message printed once."""
+    path = tmp_path / "gather.rir"
+    path.write_text(ALLGATHER)
+    done = run_mpi(4, ["-m", "refir", "run", str(path)], timeout=90, env={RUN_BYTES.env: "500"})
+    out = done.stdout + done.stderr
+    assert done.returncode == 2, out
+    found = re.findall(r"error: this run needs .*\[memory_c1\].*REFIR_MAX_RUN_BYTES=N\)", out)
+    assert len(found) == 1, out
+    assert "y: f32[8, 3] on m = set(x)" in found[0]
+    assert "Traceback" not in out
+
+
+def test_under_mpi_a_run_within_the_limit_runs(tmp_path):
+    path = tmp_path / "gather.rir"
+    path.write_text(ALLGATHER)
+    checked, b, _ = measured(ALLGATHER)
+    limit = footprint(lowered_of(checked), b, mpi=True).total
+    done = run_mpi(4, ["-m", "refir", "run", str(path)], timeout=90, env={RUN_BYTES.env: str(limit)})
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_spec_states_the_constraint():
+    spec = (ROOT / "docs" / "spec.md").read_text()
+    assert f"- **{MEMORY_C1}** A run's footprint is at most `{RUN_BYTES.env}`" in spec
+    assert Path(refir.__file__).parent.joinpath("footprint.py").exists()
