@@ -23,13 +23,14 @@ REFIR_DIRECT_GEMM=0 keeps cupy's matmul for every call.
 
 from __future__ import annotations
 
-import os
 from functools import cache
 from typing import Any
 
 import numpy as np
 
-ENABLED = os.environ.get("REFIR_DIRECT_GEMM", "1") != "0"
+from refir import env
+
+ENABLED = env.flag("REFIR_DIRECT_GEMM", True)
 
 
 class Cublas:

@@ -22,7 +22,6 @@ Under the simulator, or with REFIR_FAST_LAUNCH=0, it is the plain numba launch.
 from __future__ import annotations
 
 import ctypes
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -31,12 +30,13 @@ import numpy as np
 from gpu_backend.device import SIMULATED
 from gpu_backend.driver_launch import direct_launch
 from gpu_backend.memory import Memory
+from refir import env
 
 Dims = int | tuple[int, ...]
-FAST = not SIMULATED and os.environ.get("REFIR_FAST_LAUNCH", "1") != "0"
+FAST = not SIMULATED and env.flag("REFIR_FAST_LAUNCH", True)
 # The cached signatures' launches through cuLaunchKernel (gpu_backend/driver_launch.py);
 # off (REFIR_DIRECT_LAUNCH=0), through cuda.core's launch.
-DIRECT = os.environ.get("REFIR_DIRECT_LAUNCH", "1") != "0"
+DIRECT = env.flag("REFIR_DIRECT_LAUNCH", True)
 
 
 def _dims(d: Dims) -> tuple[int, int, int]:
