@@ -333,8 +333,9 @@ def verify_func(program: Program, func: Func) -> Checked:
     for r in func.results:
         if r not in types:  # func_c4
             raise VerifyError(func.results_loc, "func_c4", f"result {r!r} is not defined")
-    if len(set(func.results)) != len(func.results):  # func_c4
-        raise VerifyError(func.results_loc, "func_c4", "a value is returned twice")
+    twice = [r for i, r in enumerate(func.results) if r in func.results[:i]]
+    if twice:  # func_c4 (the parser refuses it first, at the name)
+        raise VerifyError(func.results_loc, "func_c4", f"{twice[0]!r} is returned twice")
     return Checked(program, func, types, frozenset(symbols))
 
 
