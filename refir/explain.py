@@ -10,10 +10,11 @@ rank 0 prints (nothing runs, so no rank needs the others).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rich.console import Console
 from rich.rule import Rule
@@ -23,7 +24,7 @@ import refir
 from refir import ops
 from refir.bindings import check_world, devices_needed
 from refir.errors import InputError
-from refir.inputs import bindings_for
+from refir.inputs import bindings_for, writable_file
 from refir.lower import Lowered, lower
 from refir.pictures import step_picture, value_picture
 from refir.placement import CommFacts, Explained, Placement, explain, placement
@@ -58,12 +59,31 @@ def is_printer() -> bool:
     return world is None or world.is_root
 
 
-def make_console(record: bool = False) -> Console:
-    """Colour and the terminal's width on a terminal; else plain text WIDTH wide."""
-    if sys.stdout.isatty():
+def make_console(record: bool = False, silent: bool = False) -> Console:
+    """Colour and the terminal's width on a terminal; else plain text WIDTH wide,
+    without trailing spaces. `silent`: nothing printed (recorded for --svg, --html)."""
+    if sys.stdout.isatty() and not silent:
         return Console(record=record, highlight=False, soft_wrap=False, markup=False)
-    return Console(record=record, width=WIDTH, color_system=None, force_terminal=False, highlight=False, markup=False,
-                   soft_wrap=False)
+    out: IO[str] = io.StringIO() if silent else _Stripped(sys.stdout)
+    return Console(file=out, record=record, width=WIDTH, color_system=None, force_terminal=False, highlight=False,
+                   markup=False, soft_wrap=False)
+
+
+class _Stripped(io.TextIOBase):
+    """A text stream that drops the spaces ending each line (rich pads table cells)."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out, self.spaces = out, ""
+
+    def write(self, text: str) -> int:
+        *lines, last = (self.spaces + text).split("\n")
+        kept = last.rstrip(" ")
+        self.out.write("".join(line.rstrip(" ") + "\n" for line in lines) + kept)
+        self.spaces = last[len(kept):]  # written only if more text follows on this line
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
 
 
 def wanted(name: str, value: str | None) -> bool:
@@ -171,21 +191,28 @@ def json_lower(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    # Where the pictures go is checked before anything is worked out or printed.
+    files = {option: writable_file(Path(path), option) for option, path in (("--svg", args.svg),
+                                                                            ("--html", args.html)) if path}
     lowered, ex = explained_of(args)
-    if args.json:
-        print_json(explained_json(ex))
-        return 0
     if not is_printer():
         return 0
     names = [p.name for p in ex.values()]
     if args.value is not None and not any(wanted(n, args.value) for n in names):
         raise InputError(f"--value {args.value}: no value of that name (values: {', '.join(names)})")
-    console = make_console(record=bool(args.svg or args.html))
-    render(ex, console, args.device, args.value)
-    if args.svg:
-        console.save_svg(args.svg, title=f"refir explain {args.program}", clear=False)
-    if args.html:
-        console.save_html(args.html, clear=False)
+    if args.json:
+        print_json(explained_json(ex))
+    console = make_console(record=bool(files), silent=args.json)  # --json: the pictures go to the files only
+    if files or not args.json:
+        render(ex, console, args.device, args.value)
+    for option, path in files.items():
+        try:
+            if option == "--svg":
+                console.save_svg(str(path), title=f"refir explain {args.program}", clear=False)
+            else:
+                console.save_html(str(path), clear=False)
+        except OSError as exc:
+            raise InputError(f"cannot write {option} {path}: {exc.strerror or exc}") from exc
     return 0
 
 
