@@ -35,8 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mutants", action="store_true", help="run the mutant table on the spmd backend instead")
     p.add_argument("--coverage", action="store_true",
                    help="print which ops, dtypes, layouts, meshes and communications the run reaches, and what not")
-    p.add_argument("--mutant", action="append", metavar="NAME", help="with --mutants: only this one (repeatable)")
-    p.add_argument("--kills-json", type=Path, metavar="FILE", help="with --mutants: write which checks killed each")
+    p.add_argument("--mutant", action="append", metavar="NAME",
+                   help="run the mutant table for this mutant only (repeatable; implies --mutants)")
+    p.add_argument("--kills-json", type=Path, metavar="FILE",
+                   help="write which checks killed each mutant (implies --mutants)")
     p.add_argument("-v", "--verbose", action="store_true", help="print a line per case as it finishes")
 
 
@@ -62,12 +64,41 @@ def conform(args: argparse.Namespace) -> int:
 
     if args.seed < 0 or args.cases < 0:
         raise InputError(f"--seed {args.seed} --cases {args.cases}: both are non-negative integers")
+    check_modes(args)
     if args.junit is not None:
         writable_file(args.junit, "--junit")
+    if args.kills_json is not None:
+        writable_file(args.kills_json, "--kills-json")
     if args.save.exists() and not args.save.is_dir():
         raise InputError(f"--save {args.save} is not a folder")
     with quiet():
         return mutants(args) if args.mutants else coverage(args) if args.coverage else suite(args)
+
+
+def check_modes(args: argparse.Namespace) -> None:
+    """One run of three (the suite, --mutants, --coverage); --mutant and --kills-json
+    imply --mutants. Options another run would drop are refused (InputError)."""
+    import difflib
+
+    from refir.errors import InputError
+
+    if args.mutant or args.kills_json:
+        args.mutants = True
+    if args.mutants and args.coverage:
+        raise InputError("--coverage and --mutants (or --mutant, --kills-json) are separate runs: give one")
+    if args.junit is not None and (args.mutants or args.coverage):
+        other = "--mutants" if args.mutants else "--coverage"
+        raise InputError(f"--junit reports the suite's cases: leave it out with {other}")
+    if not args.mutant:
+        return
+    from conformance.mutants import MUTANTS
+
+    names = [m.name for m in MUTANTS]
+    for name in args.mutant:
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            raise InputError(f"--mutant {name}: no such mutant" + (f", did you mean {close[0]}" if close else
+                                                                    f" (mutants: {', '.join(names)})"))
 
 
 def suite(args: argparse.Namespace) -> int:
