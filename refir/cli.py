@@ -9,7 +9,7 @@
   redistribute    DTensor placements: build, run and explain a resharding
   conform         the differential conformance suite (--mutants, --coverage)
 
-With no command, refir runs `conform`: the bundled conformance corpus (and the
+With no subcommand, refir runs `conform`: the bundled conformance corpus (and the
 shared examples, where they are checked out beside it) and generated programs on
 every backend this machine has, with a summary table. conform's options are
 accepted here too: `python -m refir --cases 5 --backend spmd`."""

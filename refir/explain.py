@@ -25,6 +25,7 @@ from refir import ops
 from refir.bindings import check_world, devices_needed
 from refir.errors import InputError
 from refir.inputs import bindings_for, writable_file
+from refir.limits import DEVICES
 from refir.lower import Lowered, lower
 from refir.pictures import step_picture, value_picture
 from refir.placement import CommFacts, Explained, Placement, explain, placement
@@ -48,6 +49,10 @@ def add_view_args(p: argparse.ArgumentParser, pictures: bool = False) -> None:
 
 
 def world_for(checked: Checked, asked: int | None) -> int:
+    if asked is not None:  # as `run` checks its --world
+        if asked < 1:
+            raise InputError(f"--world {asked}: a world has at least one rank")
+        DEVICES.check(asked, "--world asks for")
     mpi = mpi_world()
     size = mpi.size if mpi is not None else asked if asked is not None else devices_needed(checked)
     check_world(checked, size)

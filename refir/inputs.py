@@ -64,8 +64,8 @@ def bindings_for(checked: Checked, bind: list[str] | None) -> dict[str, int]:
     asked = parse_bind(" ".join(bind)) if bind else {}
     unknown = sorted(set(asked) - set(checked.symbols))
     if unknown:
-        raise InputError(f"--bind names {unknown[0]!r}, which is not a symbol of {checked.func.name} "
-                         f"(symbols: {', '.join(sorted(checked.symbols)) or 'none'})")
+        known = f" (its symbols: {', '.join(sorted(checked.symbols))})" if checked.symbols else ""
+        raise InputError(f"--bind names {unknown[0]!r}, which is not a symbol of {checked.func.name}{known}")
     return default_bindings(checked, {**given, **asked})
 
 

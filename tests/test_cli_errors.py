@@ -120,6 +120,12 @@ def test_a_mistyped_command_is_named_and_a_real_path_still_runs_conform(capsys, 
     assert code == 0 and "all backends agree" in out, (out, err)
 
 
+@pytest.mark.parametrize("command", ["explain", "trace"])
+def test_a_world_of_no_rank_is_refused_by_every_command(capsys, command):
+    assert refused(capsys, command, PIPELINE, "--world", 0) == "error: --world 0: a world has at least one rank\n"
+    assert refused(capsys, command, PIPELINE, "--world", 5000).startswith("error: --world asks for 5000 devices")
+
+
 def test_lower_and_check_honour_bind(capsys):
     code, out, _ = refir_cli(capsys, "lower", PIPELINE, "--bind", "N=3")
     assert code == 0 and out.startswith("func main: 3 segments (N=3)\n  input x: f32[3@DIDx, 8] on s1  local [2, 8] ")
