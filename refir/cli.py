@@ -192,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     src = run.add_mutually_exclusive_group()
     src.add_argument("--inputs", help=".npz of global input arrays, named by parameter")
     src.add_argument("--seed", type=int, help="draw inputs from this seed (default 0)")
-    run.add_argument("--bind", nargs="*", default=[], metavar="SYM=N", help="symbol values for drawn inputs")
+    run.add_argument("--bind", nargs="*", default=[], metavar="SYM=N",
+                     help="symbol values for drawn inputs, each over the # bind: line's")
     run.add_argument("--out", help="write the global results to this .npz")
     run.add_argument("--backend", default="spmd", help="global, spmd, gpu, or module:callable")
     run.add_argument("--world", type=int, help="number of ranks (default: what the meshes need)")

@@ -38,7 +38,8 @@ WIDTH = 100  # when not writing to a terminal: output that is the same everywher
 
 def add_view_args(p: argparse.ArgumentParser, pictures: bool = False) -> None:
     """--bind and --json (check, lower, explain); --world, --device, --svg, --html (explain)."""
-    p.add_argument("--bind", nargs="*", default=[], metavar="SYM=N", help="symbol values (default: # bind: or 4s)")
+    p.add_argument("--bind", nargs="*", default=[], metavar="SYM=N",
+                   help="symbol values, each over the # bind: line's (default: it, or 4s)")
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
     if pictures:
         p.add_argument("--world", type=int, help="number of ranks (default: what the meshes need)")
