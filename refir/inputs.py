@@ -88,6 +88,8 @@ def default_bindings(checked: Checked, given: dict[str, int] | None = None) -> d
 def draw_inputs(checked: Checked, bindings: dict[str, int], seed: int) -> dict[str, np.ndarray]:
     """Random inputs; floats are small integers so that every order of summation
     gives the same bits."""
+    if seed < 0:  # numpy's own complaint would be a traceback
+        raise InputError(f"--seed {seed}: a seed is a non-negative integer")
     rng = np.random.default_rng(seed)
     out = {}
     for p in checked.func.params:

@@ -126,6 +126,10 @@ def test_a_world_of_no_rank_is_refused_by_every_command(capsys, command):
     assert refused(capsys, command, PIPELINE, "--world", 5000).startswith("error: --world asks for 5000 devices")
 
 
+def test_a_negative_seed_is_refused_by_trace_too(capsys):
+    assert refused(capsys, "trace", PIPELINE, "--seed", -1) == "error: --seed -1: a seed is a non-negative integer\n"
+
+
 def test_lower_and_check_honour_bind(capsys):
     code, out, _ = refir_cli(capsys, "lower", PIPELINE, "--bind", "N=3")
     assert code == 0 and out.startswith("func main: 3 segments (N=3)\n  input x: f32[3@DIDx, 8] on s1  local [2, 8] ")
