@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import functools
 import linecache
+import os
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from refir.errors import NOWHERE, InputError, Loc, VerifyError
@@ -17,6 +19,7 @@ from refir.limits import check_static
 from refir.types import BROADCAST, Axis, TensorType
 
 OWN = {__file__}  # the builder's modules: their frames are skipped (refir/builder.py adds itself)
+_PACKAGE = str(Path(__file__).parent) + os.sep  # refir's own modules
 F = TypeVar("F", bound=Callable[..., object])
 
 AxisSpec = int | str  # 4, "N", "N@DIDx", "8@DIDy", "b"
@@ -39,11 +42,13 @@ def axis(spec: AxisSpec | Axis) -> Axis:
 
 
 def caller() -> Loc:
-    """The line of the first frame outside the builder: the user's call."""
+    """The line of the first frame outside the builder: the user's call. NOWHERE
+    when refir itself called the builder (refir.dtensor, for `redistribute`): then
+    the message speaks for itself, and refir's own lines would mislead."""
     frame = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename in OWN:
         frame = frame.f_back  # type: ignore[assignment]
-    if frame is None:
+    if frame is None or frame.f_code.co_filename.startswith(_PACKAGE):
         return NOWHERE
     file, line = frame.f_code.co_filename, frame.f_lineno
     text = linecache.getline(file, line).rstrip("\n")
@@ -58,14 +63,15 @@ def located(method: F) -> F:
         try:
             return method(*args, **kw)
         except VerifyError as exc:
-            if exc.loc.line:
-                raise
-            raise VerifyError(caller(), exc.label, exc.message) from None
-        except InputError as exc:
-            if getattr(exc, "located", False):
-                raise
             here = caller()
-            new = InputError(f"{here}: {exc}" if here.line else str(exc))
+            if exc.loc.line or not here.line:
+                raise
+            raise VerifyError(here, exc.label, exc.message) from None
+        except InputError as exc:
+            here = caller()
+            if getattr(exc, "located", False) or not here.line or str(exc).startswith(f"{here}:"):
+                raise
+            new = InputError(f"{here}: {exc}")
             new.located = True  # type: ignore[attr-defined]
             raise new from None
 

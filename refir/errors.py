@@ -67,8 +67,10 @@ class VerifyError(RefirError):
         self.loc = loc
         self.label = label
         self.message = message
-        where = loc.show() if loc.line else str(loc)
-        super().__init__(f"{where}\nverify error [{label}]: {message}")
+        # A program built in Python has no text to point at (refir's builder places
+        # what it can at the caller's line): then the message stands alone.
+        where = loc.show() + "\n" if loc.line else "" if loc == NOWHERE else f"{loc}\n"
+        super().__init__(f"{where}verify error [{label}]: {message}")
 
 
 class RunError(RefirError):

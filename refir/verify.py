@@ -40,7 +40,8 @@ def check_mesh(mesh: Mesh, loc: Loc) -> None:
         raise VerifyError(loc, "mesh_c2", f"mesh {mesh.name!r} device ids must be distinct and >= 0 "
                           f"(offending: {bad})")
     top = max(mesh.devices)
-    DEVICES.check(top + 1, f"{loc}: mesh {mesh.name!r} names device {top}, which needs a world of")
+    where = f"{loc}: " if loc.line else ""  # a built mesh may have no place
+    DEVICES.check(top + 1, f"{where}mesh {mesh.name!r} names device {top}, which needs a world of")
 
 
 def check_type(t: TensorType, loc: Loc) -> None:
