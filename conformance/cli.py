@@ -65,6 +65,7 @@ def conform(args: argparse.Namespace) -> int:
     if args.seed < 0 or args.cases < 0:
         raise InputError(f"--seed {args.seed} --cases {args.cases}: both are non-negative integers")
     check_modes(args)
+    check_inputs(args)
     if args.junit is not None:
         writable_file(args.junit, "--junit")
     if args.kills_json is not None:
@@ -99,6 +100,20 @@ def check_modes(args: argparse.Namespace) -> None:
             close = difflib.get_close_matches(name, names, n=1)
             raise InputError(f"--mutant {name}: no such mutant" + (f", did you mean {close[0]}" if close else
                                                                     f" (mutants: {', '.join(names)})"))
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """Backends and program folders, before the work: a run of no case must not
+    pass over an unknown backend, nor a folder of no programs."""
+    from refir.backends import backend_named
+    from refir.errors import InputError
+
+    for name in args.backend or []:
+        if name != "global":
+            backend_named(name)  # an InputError for a name it does not know or cannot load
+    for path in args.programs:
+        if path.is_dir() and not any(path.glob("*.rir")):
+            raise InputError(f"{path} is a folder with no .rir file in it")
 
 
 def suite(args: argparse.Namespace) -> int:
