@@ -45,7 +45,7 @@ def _program_args(p: argparse.ArgumentParser) -> None:
 
 def _out_path(out: str | None) -> Path | None:
     """--out, checked before anything runs; it is written exactly there."""
-    return None if out is None else writable_file(Path(out), "--out")
+    return None if out is None else writable_file(out, "--out")
 
 
 def _prepare(args: argparse.Namespace, root: bool) -> tuple[refir.Program, Checked, dict[str, np.ndarray],

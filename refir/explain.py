@@ -198,8 +198,8 @@ def json_lower(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     # Where the pictures go is checked before anything is worked out or printed.
-    files = {option: writable_file(Path(path), option) for option, path in (("--svg", args.svg),
-                                                                            ("--html", args.html)) if path}
+    files = {option: writable_file(path, option) for option, path in (("--svg", args.svg), ("--html", args.html))
+             if path is not None}
     lowered, ex = explained_of(args)
     if not is_printer():
         return 0

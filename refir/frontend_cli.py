@@ -27,9 +27,9 @@ def cmd_import_nvfuser(args: argparse.Namespace) -> int:
     from refir.frontends.nvfuser import import_nvfuser
     from refir.inputs import writable_file
 
-    if args.explain and not args.output:
+    if args.explain and args.output is None:
         raise InputError("--explain explains the written program: give -o PROG.rir")
-    output = writable_file(Path(args.output), "-o") if args.output else None  # before any work
+    output = writable_file(args.output, "-o") if args.output is not None else None  # before any work
     # A regular UTF-8 file within refir's size limit, as program text is (- is standard input).
     text = read_source(Path(args.dump))
     imported = import_nvfuser(text, "<stdin>" if args.dump == "-" else args.dump, _links(args.link), args.bullet,
@@ -52,7 +52,7 @@ def cmd_import_nvfuser(args: argparse.Namespace) -> int:
         from refir.verify import verify
 
         say(format_lowered(lower(verify(imported.program))))
-    elif not args.output:
+    elif output is None:
         say(imported.text.rstrip("\n"))
     return 0
 

@@ -104,11 +104,12 @@ def draw_inputs(checked: Checked, bindings: dict[str, int], seed: int) -> dict[s
     return out
 
 
-def writable_file(path: Path, option: str) -> Path:
+def writable_file(name: Path | str, option: str) -> Path:
     """A file an option (--out, --junit, --svg, -o) will write, checked before
     anything runs: a file name, not a folder, in a folder that exists and may be written."""
-    if str(path) in ("", "-"):
-        raise InputError(f"{option} {str(path)!r}: give the name of a file to write")
+    if str(name) in ("", "-"):
+        raise InputError(f"{option} {str(name)!r}: give the name of a file to write")
+    path = Path(name)
     if path.is_dir():
         raise InputError(f"{option} {path} is a folder, not a file to write")
     parent = path.parent
