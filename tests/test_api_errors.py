@@ -94,6 +94,20 @@ def test_the_builder_refuses_what_the_parser_would_not_read_back():
         refir.parse("mesh m = [0]\nfunc main(x: f32[100000000000000000000]) {\n  return x\n}\n")
 
 
+def test_refirs_own_builder_calls_are_not_placed_at_refirs_lines(capsys):
+    # `redistribute` builds its program with the builder: a bad option is the user's, not dtensor.py's.
+    assert main(["redistribute", "--mesh", "2", "--shape", "4", "--from", "S0", "--to", "R", "--dtype", "nope"]) == 2
+    assert capsys.readouterr().err == ("error: unknown dtype 'nope' (known: bool, i8, i16, i32, i64, u8, f16, f32, "
+                                       "f64, bf16)\n")
+    assert main(["redistribute", "--mesh", "2", "--shape", "-4", "--from", "S0", "--to", "R"]) == 2
+    assert capsys.readouterr().err == "error: verify error [type_c6]: axis 0 has a negative extent -4\n"
+    b = Builder()
+    with pytest.raises(InputError) as info:
+        line = here(); b.mesh(list(range(2000)))  # noqa: E702
+    assert str(info.value).startswith(f"{__file__}:{line}:9: mesh 'm' names device 1999, which needs a world of "
+                                      "2000 devices, over refir's limit")
+
+
 # ---- the API ------------------------------------------------------------------------------------
 
 

@@ -61,6 +61,15 @@ def test_import_nvfuser_refuses_an_unwritable_output_before_the_work(capsys, tmp
     assert err == f"error: -o {tmp_path}/missing/p.rir: the folder {tmp_path}/missing does not exist\n"
 
 
+@pytest.mark.parametrize("args, message", [
+    (["explain", PIPELINE, "--svg", ""], "--svg '': give the name of a file to write"),
+    (["import-nvfuser", DUMP, "-o", ""], "-o '': give the name of a file to write"),
+    (["run", PIPELINE, "--out", ""], "--out '': give the name of a file to write"),
+])
+def test_an_empty_file_name_is_refused_not_ignored(capsys, args, message):
+    assert refused(capsys, *args) == f"error: {message}\n"
+
+
 def test_import_nvfuser_of_a_binary_file_is_one_line_without_raw_bytes(capsys, tmp_path):
     path = tmp_path / "dump.bin"
     path.write_bytes(b"\x7fELF\x02\x01\x00\x1b[31m\xb6 rest\n")
@@ -139,6 +148,12 @@ def test_lower_and_check_honour_bind(capsys):
     code, out, _ = refir_cli(capsys, "check", PIPELINE, "--bind", "N=3")
     assert code == 0 and "func main(x: f32[3@DIDx, 8] on s1) {" in out and out.endswith(": ok with N=3\n")
     assert "  moved: f32[3@DIDx, 8] on s2 = set(h)\n" in out
+
+
+def test_conform_refuses_an_unknown_backend_and_an_empty_folder_before_the_work(capsys, tmp_path):
+    err = refused(capsys, "conform", "--backend", "nope", "--cases", 0, "--no-corpus")
+    assert err == "error: unknown backend 'nope' (global, spmd, gpu, or module:callable)\n"
+    assert refused(capsys, "conform", tmp_path) == f"error: {tmp_path} is a folder with no .rir file in it\n"
 
 
 def conform_args(*argv: str):
