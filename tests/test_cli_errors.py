@@ -166,6 +166,7 @@ def conform_args(*argv: str):
 
 def test_conform_mode_options(capsys):
     assert conform_args("--mutant", "max_drops_nan").mutants  # --mutant implies --mutants
+    assert conform_args("--mutant", "mpi_broadcast_root_world_rank").mutants  # the MPI batch names these
     assert not conform_args("--cases", "0").mutants
     assert refused(capsys, "conform", "--coverage", "--mutants") == (
         "error: --coverage and --mutants (or --mutant, --kills-json) are separate runs: give one\n")
