@@ -22,7 +22,7 @@ import numpy as np
 import refir
 from conformance.data import KINDS, DataSpec, make_inputs
 from refir.errors import InputError
-from refir.inputs import bind_lines, default_bindings
+from refir.inputs import bind_lines, default_bindings, program_symbols
 from refir.program import Program
 from refir.verify import Checked
 
@@ -81,7 +81,7 @@ def cases_of(path: Path, group: str = "files", seed: int = 0) -> list[Case]:
     program = refir.parse(text, str(path))
     checked = refir.verify(program)
     return [Case(group, path.stem, program, default_bindings(checked, b), spec, path)
-            for b in (bind_lines(text) or [{}]) for spec in data_specs(text, seed)]
+            for b in (bind_lines(text, str(path), program_symbols(program)) or [{}]) for spec in data_specs(text, seed)]
 
 
 def files_in(paths: list[Path]) -> list[Path]:

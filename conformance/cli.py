@@ -37,8 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mutants", action="store_true", help="run the mutant table on the spmd backend instead")
     p.add_argument("--coverage", action="store_true",
                    help="print which ops, dtypes, layouts, meshes and communications the run reaches, and what not")
-    p.add_argument("--mutant", action="append", metavar="NAME", help="with --mutants: only this one (repeatable)")
-    p.add_argument("--kills-json", type=Path, metavar="FILE", help="with --mutants: write which checks killed each")
+    p.add_argument("--mutant", action="append", metavar="NAME",
+                   help="run the mutant table for this mutant only (repeatable; implies --mutants)")
+    p.add_argument("--kills-json", type=Path, metavar="FILE",
+                   help="write which checks killed each mutant (implies --mutants)")
     p.add_argument("--no-mpi", action="store_true",
                    help="leave out the default run's batch under mpiexec -n 4 (run where an mpiexec is at hand)")
     p.add_argument("--outcomes-json", type=Path, help=argparse.SUPPRESS)  # how the MPI batch reports back
@@ -67,8 +69,12 @@ def conform(args: argparse.Namespace) -> int:
 
     if args.seed < 0 or args.cases < 0:
         raise InputError(f"--seed {args.seed} --cases {args.cases}: both are non-negative integers")
+    check_modes(args)
+    check_inputs(args)
     if args.junit is not None:
         writable_file(args.junit, "--junit")
+    if args.kills_json is not None:
+        writable_file(args.kills_json, "--kills-json")
     if args.save.exists() and not args.save.is_dir():
         raise InputError(f"--save {args.save} is not a folder")
     from interp import sentinel
@@ -76,6 +82,47 @@ def conform(args: argparse.Namespace) -> int:
     sentinel.arm()  # receive buffers hold the sentinel before transports write them (REFIR_SENTINEL=0: not)
     with quiet():
         return mutants(args) if args.mutants else coverage(args) if args.coverage else suite(args)
+
+
+def check_modes(args: argparse.Namespace) -> None:
+    """One run of three (the suite, --mutants, --coverage); --mutant and --kills-json
+    imply --mutants. Options another run would drop are refused (InputError)."""
+    import difflib
+
+    from refir.errors import InputError
+
+    if args.mutant or args.kills_json:
+        args.mutants = True
+    if args.mutants and args.coverage:
+        raise InputError("--coverage and --mutants (or --mutant, --kills-json) are separate runs: give one")
+    if args.junit is not None and (args.mutants or args.coverage):
+        other = "--mutants" if args.mutants else "--coverage"
+        raise InputError(f"--junit reports the suite's cases: leave it out with {other}")
+    if not args.mutant:
+        return
+    from conformance import hidden_mutants  # noqa: F401  (registers the MPI transport's mutants too)
+    from conformance.mutants import MUTANTS
+
+    names = [m.name for m in MUTANTS]
+    for name in args.mutant:
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            raise InputError(f"--mutant {name}: no such mutant" + (f", did you mean {close[0]}" if close else
+                                                                    f" (mutants: {', '.join(names)})"))
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """Backends and program folders, before the work: a run of no case must not
+    pass over an unknown backend, nor a folder of no programs."""
+    from refir.backends import backend_named
+    from refir.errors import InputError
+
+    for name in args.backend or []:
+        if name != "global":
+            backend_named(name)  # an InputError for a name it does not know or cannot load
+    for path in args.programs:
+        if path.is_dir() and not any(path.glob("*.rir")):
+            raise InputError(f"{path} is a folder with no .rir file in it")
 
 
 def suite(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ import warnings
 from functools import cache
 from typing import Any
 
+from refir import env
 from refir.errors import RunError
 
 
@@ -57,7 +58,7 @@ if SIMULATED:
     from gpu_backend.simulator import install
 
     install()
-elif os.environ.get("REFIR_GPU_POOL", "1") != "0":  # device memory through gpu_backend/pool.py
+elif env.flag("REFIR_GPU_POOL", True):  # device memory through gpu_backend/pool.py
     from gpu_backend.pool import install as install_pool
 
     install_pool()

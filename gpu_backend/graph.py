@@ -29,15 +29,15 @@ on capturing and keeping, for measuring where two GPUs are lent.
 from __future__ import annotations
 
 import ctypes
-import os
 from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 from gpu_backend.driver_launch import DirectLaunch, LaunchError, _libcuda, copy_bytes, error_name
+from refir import env
 
-ENABLED = os.environ.get("REFIR_GPU_GRAPH", "1") != "0"
-WITH_NCCL = os.environ.get("REFIR_GPU_GRAPH_NCCL", "0") == "1"  # NCCL calls captured too (off: between graphs)
+ENABLED = env.flag("REFIR_GPU_GRAPH", True)
+WITH_NCCL = env.flag("REFIR_GPU_GRAPH_NCCL", False)  # NCCL calls captured too (off: between graphs)
 _CAPTURE_RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED: other threads' calls are not refused meanwhile
 
 

@@ -89,11 +89,12 @@ from gpu_backend.buffer import DeviceBuffer, storage, upload
 from gpu_backend.device import SIMULATED
 from gpu_backend.memory import Memory
 from gpu_backend.replay_trace import Trace, counts, folded  # noqa: F401 (folded: for tests and probes)
+from refir import env
 from refir.errors import RunError
 from refir.lower import Lowered
 from refir.world import World
 
-ENABLED = not SIMULATED and os.environ.get("REFIR_GPU_REPLAY", "1") != "0"
+ENABLED = not SIMULATED and env.flag("REFIR_GPU_REPLAY", True)
 KEPT = 64  # traces per process; then they start again
 last_taint: list[str] = []  # why the last recording was not kept
 

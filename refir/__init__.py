@@ -41,7 +41,8 @@ def load(source: str | Path) -> Program:
     """Parse a program from a file path (a Path, or one line that ends in `.rir`
     or names a file) or from program text. The command line always passes a
     Path; `-` is standard input."""
-    if isinstance(source, Path) or ("\n" not in source and (source.endswith(".rir") or _is_file(source))):
+    if isinstance(source, Path) or ("\n" not in source and (source.endswith(".rir") or _is_file(source)
+                                                             or _is_dir(source))):
         return parse(read_source(Path(source)), "<stdin>" if str(source) == "-" else str(source))
     try:
         return parse(source)
@@ -58,6 +59,13 @@ def _is_file(name: str) -> bool:
         return False
 
 
+def _is_dir(name: str) -> bool:
+    try:
+        return bool(name.strip()) and Path(name).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def read_source(path: Path) -> str:
     """The text of a program file (`-`: standard input): a regular file within
     REFIR_MAX_PROGRAM_BYTES, UTF-8. Anything else is an InputError or a ParseError."""
@@ -67,7 +75,8 @@ def read_source(path: Path) -> str:
             data = sys.stdin.buffer.read(limit + 1)
         else:
             if not path.is_file():
-                why = "No such file or directory" if not path.exists() else "not a regular file"
+                why = ("No such file or directory" if not path.exists() else
+                       "it is a folder (give a file in it)" if path.is_dir() else "not a regular file")
                 raise InputError(f"cannot read {path}: {why}")
             with path.open("rb") as f:
                 data = f.read(limit + 1)
@@ -75,6 +84,8 @@ def read_source(path: Path) -> str:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
     if len(data) > limit:
         raise InputError(f"{path} is larger than refir's limit of {limit} bytes (raise it with {PROGRAM_BYTES.env}=N)")
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]  # a UTF-8 byte-order mark, as some editors write: skipped
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

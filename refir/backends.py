@@ -79,6 +79,10 @@ def world_for(checked: Checked, world: int | None, mpi: World | None) -> World:
         _WORLD_CHECKED.get(checked, mpi.size, lambda: check_world(checked, mpi.size))
         return mpi
 
+    if world is not None and (isinstance(world, bool) or not isinstance(world, int) or world < 1):
+        raise InputError(f"world={world!r}: a world is a whole number of ranks, at least one "
+                         f"(this program needs {devices_needed(checked)})")
+
     def work() -> World:
         size = world if world is not None else devices_needed(checked)
         check_world(checked, size)

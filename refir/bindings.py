@@ -119,10 +119,10 @@ def check_world(checked: Checked, world: int) -> None:
     """Every device a mesh names must be a rank of the world."""
     for t in checked.types.values():
         outside = [d for d in t.mesh.devices if d >= world]
-        if outside:
+        if outside:  # the advice is the world every mesh fits in, not just this one
+            need = devices_needed(checked)
             raise InputError(f"mesh {t.mesh.name!r} names device {outside[0]}, outside a world of "
-                           f"{world} rank{'s' * (world != 1)} (run with --world {max(t.mesh.devices) + 1} "
-                           f"or mpirun -n {max(t.mesh.devices) + 1})")
+                             f"{world} rank{'s' * (world != 1)} (run with --world {need} or mpirun -n {need})")
 
 
 def devices_needed(checked: Checked) -> int:

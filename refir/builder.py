@@ -17,34 +17,18 @@ mistake fails at the line that makes it (a VerifyError naming the constraint).
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from refir import ops
-from refir.errors import NOWHERE, InputError
+from refir.builder_checks import OWN, AxisSpec, axis, caller, check_limits, flatten, located, prod
+from refir.errors import InputError
 from refir.program import Eqn, Func, Lit, Operand, Param, Program, Sym, Var
-from refir.types import BROADCAST, DIDS, DTYPES, Axis, Mesh, TensorType
+from refir.types import DIDS, DTYPES, Axis, Mesh, TensorType
 from refir.verify import INFER, _Eqn, check_mesh, check_type, verify
 
-AxisSpec = int | str  # 4, "N", "N@DIDx", "8@DIDy", "b"
-_AXIS = re.compile(r"^(\d+|[A-Za-z_]\w*)(?:@(DID[xyz]))?$")
-
-
-def axis(spec: AxisSpec | Axis) -> Axis:
-    """`4`, `"N"`, `"N@DIDx"` or `"b"` as an Axis."""
-    if isinstance(spec, Axis):
-        return spec
-    if isinstance(spec, int):
-        return Axis(spec)
-    if spec == "b":
-        return BROADCAST
-    m = _AXIS.match(spec)
-    if m is None:
-        raise InputError(f"bad axis {spec!r}: write 4, 'N', 'N@DIDx' or 'b'")
-    extent = int(m.group(1)) if m.group(1).isdigit() else m.group(1)
-    return Axis(extent, m.group(2))
-
+OWN.add(__file__)  # errors are placed at the caller's line, outside this module
+_MAX_LITERAL_DIGITS = 1000  # as the parser reads integer literals
 
 @dataclass(frozen=True, eq=False)
 class Value:
@@ -86,6 +70,7 @@ class Value:
     def __matmul__(self, other: Value) -> Value:
         return self.matmul(other)
 
+    @located
     def unary(self, kind: str, **kw: object) -> Value:
         """Any unary op by name: `x.unary("exp")` (one of neg abs exp log sqrt relu)."""
         if kind not in ops.UNARY:
@@ -117,6 +102,7 @@ class Value:
     def relu(self, **kw: object) -> Value:
         return self.builder.apply(ops.Unary("relu"), (self,), **kw)
 
+    @located
     def cast(self, dtype: str, **kw: object) -> Value:
         if dtype not in DTYPES:
             raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
@@ -130,6 +116,7 @@ class Value:
     def unsqueeze(self, dims: Sequence[int], **kw: object) -> Value:
         return self.builder.apply(ops.Unsqueeze(tuple(dims)), (self,), **kw)
 
+    @located
     def reduce(self, kind: str, dims: Sequence[int], **kw: object) -> Value:
         """`kind` is one of sum prod max min band bor bxor. Over a sharded axis the
         devices hold partial results: declare where they land with `shard=`/`mesh=`
@@ -172,6 +159,7 @@ class Builder:
 
     # ---- declarations -----------------------------------------------------------------
 
+    @located
     def mesh(self, devices: Sequence, name: str | None = None, shape: Sequence[int] | None = None) -> Mesh:
         """A mesh from nested lists of device ids, `[0, 1]` or `[[0, 1], [2, 3]]`, or
         from a flat list in row-major order and its `shape`: `mesh([3, 1, 0, 2], shape=(2, 2))`."""
@@ -186,17 +174,18 @@ class Builder:
                 found.append(len(level))
                 level = level[0] if level else None
             shape = found
-        flat = _flatten(devices)
+        flat = flatten(devices)
         mesh = Mesh(name, tuple(shape), tuple(flat))
-        if len(flat) != _prod(list(shape)):
+        if len(flat) != prod(list(shape)):
             raise InputError(f"mesh {name}: rows of unequal length" if nested else
                              f"mesh {name}: {len(flat)} device ids do not fill shape {list(shape)}")
         if any(m.name == name for m in self.meshes):
             raise InputError(f"mesh {name!r} is declared twice")
-        check_mesh(mesh, NOWHERE)
+        check_mesh(mesh, caller())
         self.meshes.append(mesh)
         return mesh
 
+    @located
     def type(self, dtype: str, axes: Sequence[AxisSpec | Axis], mesh: Mesh | None = None,
              layout: Sequence[int] | None = None) -> TensorType:
         """A type on `mesh` (the only mesh if there is one): `type("bf16", ["N@DIDy", 3, "b"])`.
@@ -205,9 +194,11 @@ class Builder:
             raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
         t = TensorType(dtype, tuple(axis(a) for a in axes), self._mesh(mesh),
                        tuple(layout) if layout is not None else None)
-        check_type(t, NOWHERE)
+        check_type(t, caller())
+        check_limits(t, str(t))  # the decorator says where
         return t
 
+    @located
     def input(self, name: str, dtype: str | TensorType, axes: Sequence[AxisSpec | Axis] | None = None,
               mesh: Mesh | None = None, layout: Sequence[int] | None = None) -> Value:
         """A parameter: `input("x", "f32", ["N@DIDx", 4])`, or `input("x", t)` of a TensorType."""
@@ -221,10 +212,11 @@ class Builder:
         else:
             t = self.type(dtype, axes, mesh, layout)
         self._define(name)
-        self.params.append(Param(name, t))
+        self.params.append(Param(name, t, caller()))
         self.types[name] = t
         return Value(self, name, t)
 
+    @located
     def sym(self, name: str) -> Sym:
         """A symbolic extent used as a scalar operand: `x + b.sym("N")`. An input
         declared before must have an axis of that extent (its binding is the global extent)."""
@@ -234,6 +226,7 @@ class Builder:
                              f"(bound: {', '.join(bound) or 'none'})")
         return Sym(name)
 
+    @located
     def output(self, *values: Value) -> None:
         for v in values:
             if v.builder is not self:
@@ -242,6 +235,7 @@ class Builder:
 
     # ---- ops --------------------------------------------------------------------------
 
+    @located
     def apply(self, op: ops.Op, args: tuple, name: str | None = None, result_type: TensorType | None = None,
               shard: dict[int, str] | None = None, mesh: Mesh | None = None,
               layout: Sequence[int] | None = None, typed: bool = True) -> Value:
@@ -251,6 +245,7 @@ class Builder:
         (the text then reads `t3 = relu(t2)`, and the verifier infers it again)."""
         operands = tuple(self._operand(a) for a in args)
         out = name or next(n for n in self._names if n not in self.types)
+        here = caller()
         self._define(out)
         declared = result_type
         restyled = shard is not None or mesh is not None or layout is not None
@@ -265,13 +260,14 @@ class Builder:
         if mesh is not None:
             self._known_mesh(mesh)
         if declared is None and restyled:
-            base = INFER[type(op)](op, _Eqn(Eqn(out, None, op, operands), self.types))
+            base = INFER[type(op)](op, _Eqn(Eqn(out, None, op, operands, here), self.types))
             declared = self._restyle(base, shard, mesh, layout)
-        eqn = Eqn(out, declared, op, operands)
+        eqn = Eqn(out, declared, op, operands, here)
         if declared is not None:
-            check_type(declared, NOWHERE)
+            check_type(declared, here)
         t = INFER[type(op)](op, _Eqn(eqn, self.types))
-        check_type(t, NOWHERE)
+        check_type(t, here)
+        check_limits(t, f"{out}: {t}")  # every type is written out, and must parse back
         self.eqns.append(replace(eqn, type=t if typed else None))  # by default every type written out
         self.types[out] = t
         return Value(self, out, t)
@@ -296,6 +292,9 @@ class Builder:
             return a
         if isinstance(a, bool) or not isinstance(a, (int, float)):
             raise InputError(f"an operand must be a Value, a number or a symbol, not {a!r}")
+        if isinstance(a, int) and len(str(abs(a))) > _MAX_LITERAL_DIGITS:
+            raise InputError(f"the integer operand has {len(str(abs(a)))} digits; an integer literal has at "
+                             f"most {_MAX_LITERAL_DIGITS}")
         return Lit(a)
 
     def _source_type(self, t: TensorType) -> None:
@@ -304,7 +303,8 @@ class Builder:
         if t.partial:
             raise InputError(f"{t} is partial: partial types are the lowering's own; declare where "
                              "the partial results land (a sharding, a mesh) instead")
-        check_type(t, NOWHERE)
+        check_type(t, caller())
+        check_limits(t, str(t))  # the decorator says where
 
     def _known_mesh(self, mesh: Mesh) -> None:
         if mesh not in self.meshes:
@@ -325,6 +325,7 @@ class Builder:
 
     # ---- the program ------------------------------------------------------------------
 
+    @located
     def build(self) -> Program:
         """The Program, verified as a whole."""
         if not self.results:
@@ -333,19 +334,6 @@ class Builder:
         program = Program(tuple(self.meshes), (func,), file="<built>")
         verify(program)
         return program
-
-
-def _flatten(x: object) -> list[int]:
-    if isinstance(x, (list, tuple)):
-        return [d for item in x for d in _flatten(item)]
-    return [int(x)]  # type: ignore[call-overload]
-
-
-def _prod(xs: list[int]) -> int:
-    out = 1
-    for x in xs:
-        out *= x
-    return out
 
 
 # Functions in the style of jax.numpy: each forwards to its first Value's builder.

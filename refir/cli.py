@@ -1,4 +1,13 @@
-"""The command line: `python -m refir [run|check|lower|conform] ...`.
+"""The command line: `python -m refir COMMAND ...`.
+
+  run             run a program on global inputs (drawn from a seed, or an .npz)
+  check           verify a program and print every inferred type
+  lower           print segments, communications, local shapes and strides
+  explain         pictures of who holds what and who sends what (--json, --svg, --html)
+  trace           run on spmd and show every device's buffers, step by step
+  import-nvfuser  nvFuser's printed fusion IR -> a refir program
+  redistribute    DTensor placements: build, run and explain a resharding
+  conform         the differential conformance suite (--mutants, --coverage)
 
 With no subcommand, refir runs `conform`: the bundled conformance corpus (and the
 shared examples, where they are checked out beside it) and generated programs on
@@ -8,18 +17,23 @@ accepted here too: `python -m refir --cases 5 --backend spmd`."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 import refir
-from refir.errors import InputError, ParseError, RefirError, RunError, VerifyError
+from refir import env
+from refir.errors import InputError, ParseError, RefirError, RunError, VerifyError, printable
 from refir.expect import check_expects
 from refir.inputs import bindings_for, draw_inputs, read_inputs, writable_file
 from refir.limits import DEVICES
+from refir.program import Func
+from refir.types import TensorType, resolved
 from refir.verify import Checked, verify_all
 from refir.world import mpi_world, say
 
@@ -31,7 +45,7 @@ def _program_args(p: argparse.ArgumentParser) -> None:
 
 def _out_path(out: str | None) -> Path | None:
     """--out, checked before anything runs; it is written exactly there."""
-    return None if out is None else writable_file(Path(out), "--out")
+    return None if out is None else writable_file(out, "--out")
 
 
 def _prepare(args: argparse.Namespace, root: bool) -> tuple[refir.Program, Checked, dict[str, np.ndarray],
@@ -122,10 +136,24 @@ def cmd_check(args: argparse.Namespace) -> int:
     program = refir.load(Path(args.program))
     every = [refir.verify(program, args.func)] if args.func else verify_all(program)
     texts = [format_mesh(m) for m in program.meshes] + [""]
+    bound = ""
     for checked in every:
-        texts.append(format_func(checked.func, checked.types))
-    say("\n".join(texts) + f"\n{program.file}: ok")
+        if args.bind:  # every extent its bound value
+            bindings = bindings_for(checked, args.bind)
+            bound = " with " + ", ".join(f"{k}={v}" for k, v in sorted(bindings.items()))
+            texts.append(format_func(*_resolved(checked, bindings)))
+        else:
+            texts.append(format_func(checked.func, checked.types))
+    say("\n".join(texts) + f"\n{program.file}: ok{bound}")
     return 0
+
+
+def _resolved(checked: Checked, bindings: dict[str, int]) -> tuple[Func, dict[str, TensorType]]:
+    """The function and its types with every symbol replaced by its binding."""
+    types = {n: resolved(t, bindings) for n, t in checked.types.items()}
+    func = replace(checked.func, params=tuple(replace(p, type=types[p.name]) for p in checked.func.params),
+                   eqns=tuple(replace(e, type=None) for e in checked.func.eqns))
+    return func, types
 
 
 def cmd_lower(args: argparse.Namespace) -> int:
@@ -137,7 +165,7 @@ def cmd_lower(args: argparse.Namespace) -> int:
 
         return json_lower(args)
     checked = refir.verify(refir.load(Path(args.program)), args.func)
-    say(format_lowered(lower(checked)))
+    say(format_lowered(lower(checked), bindings_for(checked, args.bind) if args.bind else None))
     return 0
 
 
@@ -183,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     src = run.add_mutually_exclusive_group()
     src.add_argument("--inputs", help=".npz of global input arrays, named by parameter")
     src.add_argument("--seed", type=int, help="draw inputs from this seed (default 0)")
-    run.add_argument("--bind", nargs="*", default=[], metavar="SYM=N", help="symbol values for drawn inputs")
+    run.add_argument("--bind", nargs="*", default=[], metavar="SYM=N",
+                     help="symbol values for drawn inputs, each over the # bind: line's")
     run.add_argument("--out", help="write the global results to this .npz")
     run.add_argument("--save-inputs", metavar="FILE.npz", help="write the global inputs (drawn or read) to this "
                      ".npz, before the run; --inputs FILE.npz runs them again")
@@ -218,16 +247,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def with_command(argv: list[str], commands: list[str]) -> list[str]:
+    """`argv` with its command; none given is conform, whose options are accepted
+    here (--help and --version stay the top level's). A first word that is no
+    command, no existing path and no option is a mistyped command."""
+    first = argv[0] if argv and not argv[0].startswith("-") else None
+    if first in commands or {"-h", "--help", "--version"} & set(argv):
+        return argv
+    if first is not None and not Path(first).exists():
+        close = difflib.get_close_matches(first, commands, n=1)
+        if close:
+            raise InputError(f"unknown command {first!r}, did you mean {close[0]}")
+        if "/" not in first and "." not in first:
+            raise InputError(f"unknown command {first!r} (commands: {', '.join(commands)}; "
+                             "a .rir file or folder runs conform on it)")
+    return ["conform", *argv]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    # No subcommand: conform, whose options are accepted here (--help and --version stay the top level's).
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-    first = next((a for a in argv if not a.startswith("-") or a == "-"), None)
-    if first not in commands and not {"-h", "--help", "--version"} & set(argv):
-        argv = ["conform", *argv]
-    args = parser.parse_args(argv)
+    commands = list(next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices)
     try:
+        env.check_all()  # a bad REFIR_* value: one line, before anything runs
+        args = parser.parse_args(with_command(argv, commands))
         # Integers wrap and floats overflow to inf by the spec: numpy's warnings about it are
         # noise, from this thread (errstate) or from the CUDA simulator's threads (the filter).
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -235,18 +278,19 @@ def main(argv: list[str] | None = None) -> int:
                                     RuntimeWarning)
             return args.handler(args)
     except RefirError as exc:
+        message = printable(str(exc))  # never a garbage file's raw bytes on the terminal
         world = mpi_world()
         if world is None:
-            sys.stderr.write(f"error: {exc}\n")
+            sys.stderr.write(f"error: {message}\n")
             return 2
         # An error every rank agreed on (refir.mpi.agreed), or a bad program or input,
         # which every rank meets alike outside `run`: rank 0 reports, all exit.
         if getattr(exc, "agreed", False) or isinstance(exc, (ParseError, VerifyError, InputError)):
             if world.is_root:
-                sys.stderr.write(f"error: {exc}\n")
+                sys.stderr.write(f"error: {message}\n")
             return 2
         # Anything else may have struck this rank alone: end the others too.
-        text = str(exc).removeprefix(f"rank {world.rank}: ")
+        text = message.removeprefix(f"rank {world.rank}: ")
         sys.stderr.write(f"rank {world.rank}: error: {text}\n")
         sys.stderr.flush()
         time.sleep(0.5)  # let the launcher forward this rank's stderr before the job is torn down

@@ -22,7 +22,8 @@ class Loc:
         return f"{self.file}:{self.line}:{self.col}"
 
     def show(self, width: int = 100) -> str:
-        """The location, the source line (a window of it, when long) and a caret under the column."""
+        """The location, the source line (a window of it, when long) and a caret under the column.
+        Characters a terminal would act on are shown escaped (the caret stays under its column)."""
         if not self.text:
             return str(self)
         start = max(0, min(self.col - 1 - width // 2, len(self.text) - width))
@@ -31,7 +32,18 @@ class Loc:
             shown, start = "..." + shown, start - 3
         if start + 3 + width < len(self.text):
             shown += "..."
-        return f"{self}\n    {shown}\n    {' ' * (self.col - 1 - start)}^"
+        before = printable(shown[:max(0, self.col - 1 - start)])
+        return f"{self}\n    {printable(shown)}\n    {' ' * len(before)}^"
+
+
+def printable(text: str) -> str:
+    """`text` safe for a terminal: newlines kept, tabs as spaces, every other
+    non-printable character escaped (\\x1b, \\u200b), so that a garbage file's
+    bytes never reach the terminal raw."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == "\n" else " " if c == "\t" else
+                   c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 NOWHERE = Loc("<built>", 0, 0)
@@ -55,8 +67,10 @@ class VerifyError(RefirError):
         self.loc = loc
         self.label = label
         self.message = message
-        where = loc.show() if loc.line else str(loc)
-        super().__init__(f"{where}\nverify error [{label}]: {message}")
+        # A program built in Python has no text to point at (refir's builder places
+        # what it can at the caller's line): then the message stands alone.
+        where = loc.show() + "\n" if loc.line else "" if loc == NOWHERE else f"{loc}\n"
+        super().__init__(f"{where}verify error [{label}]: {message}")
 
 
 class RunError(RefirError):

@@ -10,10 +10,11 @@ rank 0 prints (nothing runs, so no rank needs the others).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rich.console import Console, RenderableType
 from rich.rule import Rule
@@ -24,6 +25,7 @@ from refir import ops
 from refir.bindings import check_world, devices_needed
 from refir.errors import InputError
 from refir.inputs import bindings_for, writable_file
+from refir.limits import DEVICES
 from refir.lower import Lowered, lower
 from refir.pictures import step_picture, value_picture
 from refir.placement import CommFacts, Explained, Placement, explain, placement
@@ -37,7 +39,8 @@ WIDTH = 100  # when not writing to a terminal: output that is the same everywher
 
 def add_view_args(p: argparse.ArgumentParser, pictures: bool = False) -> None:
     """--bind and --json (check, lower, explain); --world, --device, --svg, --html (explain)."""
-    p.add_argument("--bind", nargs="*", default=[], metavar="SYM=N", help="symbol values (default: # bind: or 4s)")
+    p.add_argument("--bind", nargs="*", default=[], metavar="SYM=N",
+                   help="symbol values, each over the # bind: line's (default: it, or 4s)")
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
     if pictures:
         p.add_argument("--world", type=int, help="number of ranks (default: what the meshes need)")
@@ -48,6 +51,10 @@ def add_view_args(p: argparse.ArgumentParser, pictures: bool = False) -> None:
 
 
 def world_for(checked: Checked, asked: int | None) -> int:
+    if asked is not None:  # as `run` checks its --world
+        if asked < 1:
+            raise InputError(f"--world {asked}: a world has at least one rank")
+        DEVICES.check(asked, "--world asks for")
     mpi = mpi_world()
     size = mpi.size if mpi is not None else asked if asked is not None else devices_needed(checked)
     check_world(checked, size)
@@ -59,12 +66,31 @@ def is_printer() -> bool:
     return world is None or world.is_root
 
 
-def make_console(record: bool = False) -> Console:
-    """Colour and the terminal's width on a terminal; else plain text WIDTH wide."""
-    if sys.stdout.isatty():
+def make_console(record: bool = False, silent: bool = False) -> Console:
+    """Colour and the terminal's width on a terminal; else plain text WIDTH wide,
+    without trailing spaces. `silent`: nothing printed (recorded for --svg, --html)."""
+    if sys.stdout.isatty() and not silent:
         return Console(record=record, highlight=False, soft_wrap=False, markup=False)
-    return Console(record=record, width=WIDTH, color_system=None, force_terminal=False, highlight=False, markup=False,
-                   soft_wrap=False)
+    out: IO[str] = io.StringIO() if silent else _Stripped(sys.stdout)
+    return Console(file=out, record=record, width=WIDTH, color_system=None, force_terminal=False, highlight=False,
+                   markup=False, soft_wrap=False)
+
+
+class _Stripped(io.TextIOBase):
+    """A text stream that drops the spaces ending each line (rich pads table cells)."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out, self.spaces = out, ""
+
+    def write(self, text: str) -> int:
+        *lines, last = (self.spaces + text).split("\n")
+        kept = last.rstrip(" ")
+        self.out.write("".join(line.rstrip(" ") + "\n" for line in lines) + kept)
+        self.spaces = last[len(kept):]  # written only if more text follows on this line
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
 
 
 def wanted(name: str, value: str | None) -> bool:
@@ -172,9 +198,9 @@ def json_lower(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    for option in ("svg", "html"):  # checked before anything is printed
-        if getattr(args, option):
-            writable_file(Path(getattr(args, option)), f"--{option}")
+    for option in ("svg", "html"):  # checked before anything is worked out or printed
+        if getattr(args, option) is not None:
+            writable_file(getattr(args, option), f"--{option}")
     lowered, ex = explained_of(args)
     names = [p.name for p in ex.values()]
     if args.value is not None and not any(wanted(n, args.value) for n in names):
@@ -189,9 +215,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for item in items:
             console.print(item)
     title = f"refir explain {args.program}"
-    if args.svg:
+    if args.svg is not None:
         write_text(Path(args.svg), svg_of(items, title), "--svg")
-    if args.html:
+    if args.html is not None:
         write_text(Path(args.html), html_of(items, title), "--html")
     return 0
 

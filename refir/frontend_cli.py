@@ -16,29 +16,33 @@ def _links(items: list[str]) -> dict[str, str]:
         dst, eq, src = item.partition("=")
         if not eq or not dst.strip() or not src.strip():
             raise InputError(f"bad --link {item!r}: write INPUT=OUTPUT, e.g. --link T5=T4")
+        if dst.strip() in out:
+            raise InputError(f"--link {item}: {dst.strip()} is linked twice")
         out[dst.strip()] = src.strip()
     return out
 
 
 def cmd_import_nvfuser(args: argparse.Namespace) -> int:
+    from refir import read_source
     from refir.frontends.nvfuser import import_nvfuser
+    from refir.inputs import writable_file
 
-    if args.dump == "-":
-        text, name = sys.stdin.read(), "<stdin>"
-    else:
-        try:
-            text, name = Path(args.dump).read_text(), args.dump
-        except OSError as exc:
-            raise InputError(f"cannot read {args.dump}: {exc.strerror}") from exc
-    imported = import_nvfuser(text, name, _links(args.link), args.bullet)
+    if args.explain and args.output is None:
+        raise InputError("--explain explains the written program: give -o PROG.rir")
+    output = writable_file(args.output, "-o") if args.output is not None else None  # before any work
+    # A regular UTF-8 file within refir's size limit, as program text is (- is standard input).
+    text = read_source(Path(args.dump))
+    imported = import_nvfuser(text, "<stdin>" if args.dump == "-" else args.dump, _links(args.link), args.bullet,
+                              option="--link")
     for note in imported.notes:
         sys.stderr.write(f"note: {note}\n")
-    if args.output:
-        Path(args.output).write_text(imported.text)
+    if output is not None:
+        try:
+            output.write_text(imported.text)
+        except OSError as exc:
+            raise InputError(f"cannot write -o {output}: {exc.strerror or exc}") from exc
         say(f"wrote {args.output}")
     if args.explain:
-        if not args.output:
-            raise InputError("--explain explains the written program: give -o PROG.rir")
         from refir.cli import main
 
         return main(["explain", args.output])
@@ -48,7 +52,7 @@ def cmd_import_nvfuser(args: argparse.Namespace) -> int:
         from refir.verify import verify
 
         say(format_lowered(lower(verify(imported.program))))
-    elif not args.output:
+    elif output is None:
         say(imported.text.rstrip("\n"))
     return 0
 

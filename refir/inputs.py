@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import zipfile
 from math import lcm, prod
@@ -18,32 +19,54 @@ from refir.verify import Checked
 _BIND = re.compile(r"^#\s*bind:\s*(.*)$", re.M)
 
 
-def parse_bind(text: str) -> dict[str, int]:
-    """`N=8 D=4` (also `N=8, D=4`) -> {"N": 8, "D": 4}."""
-    out = {}
+def parse_bind(text: str, where: str = "--bind") -> dict[str, int]:
+    """`N=8 D=4` (also `N=8, D=4`) -> {"N": 8, "D": 4}; `where` (the option, or
+    `file:line: the # bind: line`) begins every error, and a symbol bound twice is one."""
+    out: dict[str, int] = {}
     for item in re.split(r"[,\s]+", text.strip()):
         if not item:
             continue
         name, eq, value = item.partition("=")
         if not eq or not name.isidentifier() or not re.fullmatch(r"[0-9]{1,18}", value, re.ASCII):
-            raise InputError(f"bad binding {item!r}: write NAME=N, N a non-negative integer")
+            raise InputError(f"{where}: bad binding {item!r}: write NAME=N, N a non-negative integer")
+        if name in out:
+            raise InputError(f"{where}: {name} is bound twice ({name}={out[name]} and {item}): bind it once")
         out[name] = int(value)
     return out
 
 
-def bind_lines(text: str) -> list[dict[str, int]]:
-    """The bindings a program lists in its `# bind:` comment lines."""
-    return [parse_bind(m.group(1)) for m in _BIND.finditer(text)]
+def bind_lines(text: str, file: str = "<text>", symbols: set[str] | None = None) -> list[dict[str, int]]:
+    """The bindings a program lists in its `# bind:` comment lines; with `symbols`
+    (those of every function), a line that names another symbol is refused at its line."""
+    out = []
+    text = text.removeprefix("\ufeff")
+    for m in _BIND.finditer(text):
+        where = f"{file}:{text.count(chr(10), 0, m.start()) + 1}: the # bind: line"
+        bound = parse_bind(m.group(1), where)
+        unknown = sorted(set(bound) - symbols) if symbols is not None else []
+        if unknown:
+            raise InputError(f"{where} names {unknown[0]!r}, which is a symbol of no function "
+                             f"(symbols: {', '.join(sorted(symbols or ())) or 'none'})")
+        out.append(bound)
+    return out
+
+
+def program_symbols(program: Program) -> set[str]:
+    return {s for f in program.funcs for p in f.params for s in p.type.symbols()}
 
 
 def bindings_for(checked: Checked, bind: list[str] | None) -> dict[str, int]:
-    """A command's bindings: its --bind words, else the program's first `# bind:`
-    line, else refir's defaults."""
-    given = parse_bind(" ".join(bind)) if bind else None
-    if given is None:
-        listed = bind_lines(source_text(checked.program))
-        given = listed[0] if listed else None
-    return default_bindings(checked, given)
+    """A command's bindings: the program's first `# bind:` line (its symbols of this
+    function), each symbol --bind names set to the value given there, the rest
+    refir's defaults."""
+    listed = bind_lines(source_text(checked.program), checked.program.file, program_symbols(checked.program))
+    given = {k: v for k, v in (listed[0] if listed else {}).items() if k in checked.symbols}
+    asked = parse_bind(" ".join(bind)) if bind else {}
+    unknown = sorted(set(asked) - set(checked.symbols))
+    if unknown:
+        known = f" (its symbols: {', '.join(sorted(checked.symbols))})" if checked.symbols else ""
+        raise InputError(f"--bind names {unknown[0]!r}, which is not a symbol of {checked.func.name}{known}")
+    return default_bindings(checked, {**given, **asked})
 
 
 def default_bindings(checked: Checked, given: dict[str, int] | None = None) -> dict[str, int]:
@@ -68,6 +91,8 @@ def draw_inputs(checked: Checked, bindings: dict[str, int], seed: int) -> dict[s
     refused run draws nothing."""
     from refir.prepare import check_memory
 
+    if seed < 0:  # numpy's own complaint would be a traceback
+        raise InputError(f"--seed {seed}: a seed is a non-negative integer")
     check_memory(checked, bindings)
     rng = np.random.default_rng(seed)
     out = {}
@@ -83,13 +108,19 @@ def draw_inputs(checked: Checked, bindings: dict[str, int], seed: int) -> dict[s
     return out
 
 
-def writable_file(path: Path, option: str) -> Path:
-    """A file an option (--out, --junit) will write, checked before anything runs:
-    not a folder, in a folder that exists."""
-    if path.is_dir() or str(path) in ("", "-"):
+def writable_file(name: Path | str, option: str) -> Path:
+    """A file an option (--out, --junit, --svg, -o) will write, checked before
+    anything runs: a file name, not a folder, in a folder that exists and may be written."""
+    if str(name) in ("", "-"):
+        raise InputError(f"{option} {str(name)!r}: give the name of a file to write")
+    path = Path(name)
+    if path.is_dir():
         raise InputError(f"{option} {path} is a folder, not a file to write")
-    if not path.parent.is_dir():
-        raise InputError(f"{option} {path}: the folder {path.parent} does not exist")
+    parent = path.parent
+    if not parent.is_dir():
+        raise InputError(f"{option} {path}: the folder {parent} does not exist")
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        raise InputError(f"{option} {path}: {'the file' if path.exists() else f'the folder {parent}'} is not writable")
     return path
 
 

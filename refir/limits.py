@@ -45,6 +45,22 @@ INPUT_BYTES = Limit("REFIR_MAX_INPUT_BYTES", 8 << 30, "bytes")  # a whole .npz, 
 RUN_BYTES = Limit("REFIR_MAX_RUN_BYTES", 8 << 30, "bytes")
 MEMORY_C1 = "memory_c1"  # docs/spec.md §12.3: a run's footprint is within RUN_BYTES before anything is allocated
 
+LIMITS = (ELEMENTS, DEVICES, PROGRAM_BYTES, INPUT_BYTES)
+
+
+MAX_DIGITS = 19  # extents, device ids, dims and layouts fit in 64 bits
+
+
+def check_static(extents: list[int | str], subject: str) -> None:
+    """A type's static extents as the parser reads them: each of at most MAX_DIGITS
+    digits, their product within ELEMENTS (`subject`: where the type stands)."""
+    static = [e for e in extents if isinstance(e, int)]
+    for e in static:
+        if len(str(abs(e))) > MAX_DIGITS:
+            raise InputError(f"{subject}: the extent {str(e)[:24]}... has {len(str(abs(e)))} digits; extents fit "
+                             "in 64 bits")
+    ELEMENTS.check(prod(static), f"{subject}: a tensor of static extents {static} has")
+
 
 def check_shape(shape: tuple[int, ...], subject: str) -> None:
     ELEMENTS.check(prod(shape), f"{subject} of shape {shape} has")

@@ -9,7 +9,7 @@ from refir import ops
 from refir.lower import Lowered, Step
 from refir.printer import format_call
 from refir.teams import teams
-from refir.types import Extent, TensorType, block_size
+from refir.types import Bindings, Extent, TensorType, block_size, resolved
 
 
 def _local_extent(extent: Extent, parts: int) -> str:
@@ -61,10 +61,11 @@ def uneven_blocks(t: TensorType) -> str | None:
     return "; ".join(notes) or None
 
 
-def format_step(step: Step, lowered: Lowered) -> list[str]:
-    lines = [f"    {step.out}: {step.type} = {format_call(step.op, step.args)}"]
-    lines.append(f"        {format_buffer(step.type)} on devices {_devices(step.type.mesh.devices)}")
-    blocks = uneven_blocks(step.type)
+def format_step(step: Step, lowered: Lowered, bindings: Bindings | None = None) -> list[str]:
+    t = resolved(step.type, bindings) if bindings else step.type
+    lines = [f"    {step.out}: {t} = {format_call(step.op, step.args)}"]
+    lines.append(f"        {format_buffer(t)} on devices {_devices(t.mesh.devices)}")
+    blocks = uneven_blocks(t)
     if blocks:
         lines.append(f"        {blocks}")
     if step.is_communication:
@@ -76,13 +77,17 @@ def format_step(step: Step, lowered: Lowered) -> list[str]:
     return lines
 
 
-def format_lowered(lowered: Lowered) -> str:
+def format_lowered(lowered: Lowered, bindings: Bindings | None = None) -> str:
+    """The listing; with `bindings`, every extent is its bound value (symbols otherwise)."""
     func = lowered.checked.func
-    out = [f"func {func.name}: {len(lowered.segments)} segments"]
+    n = len(lowered.segments)
+    binds = ", ".join(f"{k}={v}" for k, v in sorted((bindings or {}).items()))
+    out = [f"func {func.name}: {n} segment{'s' * (n != 1)}" + (f" ({binds})" if binds else "")]
     for p in func.params:
-        out.append(f"  input {p.name}: {p.type}  {format_buffer(p.type)}"
-                   + ("" if p.type.layout is not None else " (any strides accepted)"))
-        blocks = uneven_blocks(p.type)
+        t = resolved(p.type, bindings) if bindings else p.type
+        out.append(f"  input {p.name}: {t}  {format_buffer(t)}"
+                   + ("" if t.layout is not None else " (any strides accepted)"))
+        blocks = uneven_blocks(t)
         if blocks:
             out.append(f"        {blocks}")
     for seg in lowered.segments:
@@ -92,7 +97,7 @@ def format_lowered(lowered: Lowered) -> str:
         out.append(f"  segment {seg.index} ({kind}): inputs {', '.join(seg.inputs) or '-'}{scalars}"
                    f" -> outputs {', '.join(seg.outputs) or '-'}")
         for step in seg.steps:
-            out += format_step(step, lowered)
+            out += format_step(step, lowered, bindings)
     returned = (r if lowered.source(r) == r else f"{lowered.source(r)} as {r}" for r in lowered.results)
     out.append(f"  return {', '.join(returned)}")
     return "\n".join(out)

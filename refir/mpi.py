@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from refir import env
 from refir.errors import OtherRankError, RefirError, RunError
 
-TIMEOUT_S = float(os.environ.get("REFIR_MPI_TIMEOUT", "120"))
+TIMEOUT_S = env.seconds("REFIR_MPI_TIMEOUT", 120)
 # A rank that times out aborts the job; the others wait a little longer first,
 # in rank order, so that one message (the first rank's) is printed, not one each.
 STAGGER_S = 1.5
@@ -75,18 +76,17 @@ def barrier(comm: MPI.Comm) -> None:
 # ---- faults, for tests only ------------------------------------------------------------
 
 # Read once, at import (a launch's environment): fault() runs a few times in every run.
-FAULT = os.environ.get("REFIR_FAULT", "")
+FAULT = env.fault()
 
 
 def fault(stage: str) -> None:
     """REFIR_FAULT=RANK:STAGE:KIND in the launch's environment makes that rank
     fail at `stage` (inputs, comm, collective, gather): `kill` (SIGKILL),
     `stall` (sleep for an hour) or `raise`."""
-    spec = FAULT
-    if not spec:
+    if FAULT is None:
         return
-    rank, where, kind = spec.split(":")
-    if int(rank) != MPI.COMM_WORLD.rank or where != stage:
+    rank, where, kind = FAULT
+    if rank != MPI.COMM_WORLD.rank or where != stage:
         return
     if kind == "kill":
         os.kill(os.getpid(), signal.SIGKILL)

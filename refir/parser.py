@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from refir import ops
 from refir.errors import Loc, ParseError, VerifyError
-from refir.limits import DEVICES, ELEMENTS
+from refir.limits import DEVICES, MAX_DIGITS, check_static
 from refir.program import Eqn, Expect, Func, Lit, Operand, Param, Program, Sym, Var
 from refir.types import BROADCAST, DIDS, DTYPES, Axis, Mesh, TensorType
 from refir.verify import check_mesh
@@ -34,7 +34,7 @@ _TOKEN = re.compile(
 # Only the head is matched by a pattern: the expression is the rest of the line,
 # stripped (a lazy `(.+?)\s*$` backtracks quadratically on long lines).
 _EXPECT = re.compile(r"#\s*expect:\s*([A-Za-z_][A-Za-z_0-9]*)\s*=")
-_MAX_DIGITS = 19  # extents, device ids, dims and layouts fit in 64 bits
+_MAX_DIGITS = MAX_DIGITS
 _MAX_LITERAL_DIGITS = 1000  # integer literals wrap into their tensor's dtype, but are not unbounded
 
 
@@ -188,11 +188,19 @@ class Parser:
         while not self.at("return"):
             eqns.append(self.eqn())
         ret = self.expect("return").loc
-        results = [self.name("a result name").text]
+        results = [self.result([])]
         while self.accept(","):
-            results.append(self.name("a result name").text)
+            results.append(self.result(results))
         self.expect("}")
         return Func(name, tuple(params), tuple(eqns), tuple(results), start, ret)
+
+    def result(self, before: list[str]) -> str:
+        """A result name; one returned before is refused where it stands (func_c4)."""
+        t = self.name("a result name")
+        if t.text in before:  # func_c4
+            raise VerifyError(t.loc, "func_c4", f"{t.text!r} is returned twice (result {before.index(t.text)} "
+                              f"and result {len(before)})")
+        return t.text
 
     def type(self) -> TensorType:
         dt = self.name("a dtype")
@@ -210,8 +218,7 @@ class Parser:
             why = "no mesh is declared" if not self.meshes else "the program declares several meshes"
             raise VerifyError(dt.loc, "type_c1", f"this type needs 'on MESH': {why}")
         layout = tuple(self.listing(self.integer)) if self.accept("layout") else None
-        static = [a.extent for a in axes if isinstance(a.extent, int)]
-        ELEMENTS.check(math.prod(static), f"{dt.loc}: a tensor of static extents {static} has")
+        check_static([a.extent for a in axes], str(dt.loc))
         return TensorType(dt.text, tuple(axes), mesh, layout)
 
     def axis(self) -> Axis:
@@ -357,4 +364,4 @@ def build_op(opname: Token, pos: list[object], kw: dict[str, object]) -> tuple[o
 
 
 def parse(text: str, file: str = "<text>") -> Program:
-    return Parser(text, file).program()
+    return Parser(text.removeprefix("\ufeff"), file).program()  # a byte-order mark is no character of the program

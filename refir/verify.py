@@ -40,7 +40,8 @@ def check_mesh(mesh: Mesh, loc: Loc) -> None:
         raise VerifyError(loc, "mesh_c2", f"mesh {mesh.name!r} device ids must be distinct and >= 0 "
                           f"(offending: {bad})")
     top = max(mesh.devices)
-    DEVICES.check(top + 1, f"{loc}: mesh {mesh.name!r} names device {top}, which needs a world of")
+    where = f"{loc}: " if loc.line else ""  # a built mesh may have no place
+    DEVICES.check(top + 1, f"{where}mesh {mesh.name!r} names device {top}, which needs a world of")
 
 
 def check_type(t: TensorType, loc: Loc) -> None:
@@ -333,8 +334,9 @@ def verify_func(program: Program, func: Func) -> Checked:
     for r in func.results:
         if r not in types:  # func_c4
             raise VerifyError(func.results_loc, "func_c4", f"result {r!r} is not defined")
-    if len(set(func.results)) != len(func.results):  # func_c4
-        raise VerifyError(func.results_loc, "func_c4", "a value is returned twice")
+    twice = [r for i, r in enumerate(func.results) if r in func.results[:i]]
+    if twice:  # func_c4 (the parser refuses it first, at the name)
+        raise VerifyError(func.results_loc, "func_c4", f"{twice[0]!r} is returned twice")
     return Checked(program, func, types, frozenset(symbols))
 
 

@@ -13,6 +13,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from refir import env
+
 _LAUNCHER_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 
 
@@ -45,7 +47,9 @@ _LAUNCHED: list[bool] = []
 # REFIR_MPI_ALONE=1: a launch of one rank takes refir's MPI path all the same
 # (the agreement, the inputs handed out, the results gathered, a one-rank NCCL
 # communicator on a GPU), to measure and test that path where one GPU is all there is.
-ALONE = os.environ.get("REFIR_MPI_ALONE", "") == "1"
+# Read when asked (not at import: a bad value is then an error the command line reports).
+def alone() -> bool:
+    return env.flag("REFIR_MPI_ALONE", False)
 
 
 def mpi_world() -> World | None:
@@ -56,7 +60,7 @@ def mpi_world() -> World | None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    if comm.size == 1 and not ALONE:
+    if comm.size == 1 and not alone():
         return None
     return World(comm.size, (comm.rank,), comm)
 
@@ -69,7 +73,8 @@ def say(text: str) -> None:
     """Print from rank 0 only, in one write, so that ranks never interleave."""
     world = mpi_world()
     if world is None or world.is_root:
-        sys.stdout.write(text + "\n")
+        # No trailing spaces: piped output compares and diffs cleanly.
+        sys.stdout.write("\n".join(line.rstrip() for line in text.split("\n")) + "\n")
         sys.stdout.flush()
 
 

@@ -224,7 +224,7 @@ def test_func_c3_symbol_operand_of_a_program_built_in_python():
 
 def test_func_c4():
     rejects(prog("x: f32[4]", "y = relu(x)", "return y, w"), "func_c4", 4, 3, "result 'w' is not defined")
-    rejects(prog("x: f32[4]", "y = relu(x)", "return y, y"), "func_c4", 4, 3, "returned twice")
+    rejects(prog("x: f32[4]", "y = relu(x)", "return y, y"), "func_c4", 4, 13, "'y' is returned twice")
 
 
 def test_func_c5():

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from refir.errors import Loc, ParseError
+from refir.errors import InputError, Loc, ParseError
 from refir.frontends.nvfuser_axes import Ax, EqualityClasses, kept, logical_axes
 from refir.frontends.nvfuser_dump import Call, Domain, Scalar, Statement, TVRef
 from refir.frontends.nvfuser_ops import COMM_NAMES, OpMapper, short
@@ -34,10 +34,12 @@ class Imported:
 
 
 class Importer(OpMapper):
-    def __init__(self, text: str, file: str, links: dict[str, str], bullet: str = "+") -> None:
+    def __init__(self, text: str, file: str, links: dict[str, str], bullet: str = "+",
+                 option: str = "links") -> None:
         self.dump = parse_dump(text, file)
         self.file = file
         self.links = links
+        self.option = option  # how errors name a link: "links" (the API) or "--link" (the command line)
         self.bullet = bullet
         self.notes: list[str] = []
         self.syms = EqualityClasses()
@@ -115,9 +117,11 @@ class Importer(OpMapper):
         for dst, src in self.links.items():
             for n in (dst, src):
                 if n not in self.refs:
-                    raise ParseError(Loc(self.file, 0, 0), f"--link {dst}={src}: the dump has no TensorView {n}")
+                    known = sorted(self.refs, key=lambda r: (len(r), r))
+                    raise InputError(f"{self.link(dst, src)}: {self.file} has no TensorView {n} "
+                                     f"(it has {', '.join(known[:12])}{', ...' if len(known) > 12 else ''})")
             if dst in defined:
-                raise ParseError(defined[dst].out.loc, f"--link {dst}={src}: {dst} is already defined here")
+                raise ParseError(defined[dst].out.loc, f"{self.link(dst, src)}: {dst} is already defined here")
         reads: list[str] = []
         for s in d.statements:
             for a in self.operands(s):
@@ -133,10 +137,13 @@ class Importer(OpMapper):
             self.statement(s)
         for dst, src in self.links.items():
             self.set_like(dst, self.refs[src], self.refs[dst].loc)
-            self.eqns.insert(self._after(src), (dst, f"set({src})", [f"--link {dst}={src}: "
+            self.eqns.insert(self._after(src), (dst, f"set({src})", [f"{self.link(dst, src)}: "
                                                                      f"{self.refs[dst].spelling}"]))
         order = self.topological(done)
         return self.emit(params, order, results)
+
+    def link(self, dst: str, src: str) -> str:
+        return f"--link {dst}={src}" if self.option == "--link" else f"links={{{dst!r}: {src!r}}}"
 
     def operands(self, s: Statement) -> list[TVRef | Scalar]:
         if isinstance(s.expr, TVRef):
@@ -295,9 +302,16 @@ def _nest(flat: list[int], shape: tuple[int, ...]) -> str:
 
 
 def import_nvfuser(text: str, file: str = "<dump>", links: dict[str, str] | None = None,
-                   bullet: str = "+") -> Imported:
-    """The refir program of an nvFuser dump, its .rir text and the importer's notes."""
-    return Importer(text, file, dict(links or {}), bullet).run()
+                   bullet: str = "+", option: str = "links") -> Imported:
+    """The refir program of an nvFuser dump, its .rir text and the importer's notes.
+    `option` names the links in messages: `links` (the API) or `--link` (the command line)."""
+    if not isinstance(text, str):
+        raise InputError(f"the dump is a {type(text).__name__}: pass its text (a str)")
+    if links is not None and (not isinstance(links, dict)
+                              or not all(isinstance(k, str) and isinstance(v, str) for k, v in links.items())):
+        raise InputError(f"links={links!r}: map each later input to the earlier output it is, "
+                         "e.g. links={'T5': 'T4'}")
+    return Importer(text, file, dict(links or {}), bullet, option).run()
 
 
 def from_nvfuser(text: str, links: dict[str, str] | None = None) -> Program:
