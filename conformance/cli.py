@@ -100,7 +100,6 @@ def check_modes(args: argparse.Namespace) -> None:
         raise InputError(f"--junit reports the suite's cases: leave it out with {other}")
     if not args.mutant:
         return
-    from conformance import hidden_mutants  # noqa: F401  (registers the MPI transport's mutants too)
     from conformance.mutants import MUTANTS
 
     names = [m.name for m in MUTANTS]

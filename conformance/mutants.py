@@ -419,4 +419,6 @@ def extent_from_local_block() -> Iterator[None]:
         yield
 
 
-from conformance import data_mutants  # noqa: E402, F401  (registers the mutants only the right data kills)
+# Mutants kept in modules of their own register themselves into MUTANTS on import:
+# importing this module is enough to see every one.
+from conformance import data_mutants, hidden_mutants, mpi_mutants, numeric_mutants  # noqa: E402, F401

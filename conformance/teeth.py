@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from rich import box
 from rich.table import Table
 
-from conformance import hidden_mutants, mpi_mutants, numeric_mutants  # noqa: F401  (they register their mutants)
 from conformance.cases import Case
 from conformance.check import check_backend, reference_of
 from conformance.compare import CHECKS

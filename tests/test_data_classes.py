@@ -60,12 +60,19 @@ def test_conform_mutants_lists_every_data_mutant_killed(capsys):
 
 
 def test_without_the_edge_data_the_default_run_misses_them():
-    # The bug: a*(1/b) passed the default run. Its other data still lets it through.
-    plain = [c for c in _default_cases() if c.data.kind != "edge"]
+    # The bug: a*(1/b) passed the default run. Its other data still lets it through,
+    # but for half_precision_rounding's bf16 quotients of float data (shown below).
+    plain = [c for c in _default_cases() if c.data.kind != "edge" and not c.name.startswith("half_precision")]
     kills = hunt(plain, mutants=_mutants(["div_as_reciprocal", "cast_ties_away", "log_range_reduced"]),
                  backends=("spmd",))
     assert [(k.mutant.name, k.killed) for k in kills] == [
         ("div_as_reciprocal", False), ("cast_ties_away", False), ("log_range_reduced", False)]
+
+
+def test_bf16_quotients_of_float_data_also_expose_a_reciprocal_division():
+    rounding = [c for c in _default_cases() if c.name.startswith("half_precision_rounding")]
+    (kill,) = hunt(rounding, mutants=_mutants(["div_as_reciprocal"]), backends=("spmd",))
+    assert kill.killed and kill.first.startswith("half_precision_rounding"), kill.first
 
 
 @pytest.mark.parametrize("name, program", [("div_as_reciprocal", "edge_elementwise"),

@@ -47,7 +47,7 @@ def test_ranges_shapes_and_strides_are_those_of_the_kept_buffers(path):
     lowered, doc = doc_of(case)
     inputs = case.inputs()
     result = refir.run(case.program, inputs, keep="all")
-    ref, _ = reference(case.checked, inputs, case.bindings)
+    ref, bounds = reference(case.checked, inputs, case.bindings)
     for v in values_of(doc):
         kept = result.kept[v["name"]]
         assert sorted(kept) == sorted(int(d) for d in v["devices"]), v["name"]
@@ -59,8 +59,12 @@ def test_ranges_shapes_and_strides_are_those_of_the_kept_buffers(path):
                 assert [s for s, n in zip(buf.strides, buf.shape) if n > 1] == \
                     [s for s, n in zip(facts["byte_strides"], buf.shape) if n > 1], (v["name"], d)
             if v["partial"] is None:
-                block = whole[tuple(slice(a, b) for a, b in facts["ranges"])]
-                np.testing.assert_allclose(buf, block, rtol=1e-2, equal_nan=True, err_msg=f"{v['name']} on {d}")
+                where = tuple(slice(a, b) for a, b in facts["ranges"])
+                block, bound = whole[where], bounds[v["name"].split("~")[0]][where]
+                got, want = np.asarray(buf).astype(np.float64), np.asarray(block).astype(np.float64)
+                with np.errstate(all="ignore"):  # within the conformance bound (docs/spec.md section 10)
+                    ok = (np.abs(got - want) <= bound) | (got == want) | (np.isnan(got) & np.isnan(want))
+                assert np.all(ok), f"{v['name']} on {d}: {buf} vs {block}"
 
 
 def traced_bytes(op, src, dst, local_shapes, itemsize):

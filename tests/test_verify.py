@@ -373,6 +373,23 @@ def test_result_c2():
     rejects(text, "result_c2", 4, 3)
 
 
+def test_memory_c1(monkeypatch):
+    """A run's memory is summed over every device (tests/test_memory_limit.py has the rest):
+    64 bytes replicated on four devices is 256, over a limit of 200."""
+    import numpy as np
+
+    import refir
+    from refir.errors import InputError
+
+    text = "mesh m = [0, 1, 2, 3]\nfunc main(x: f32[16@DIDx] on m) {\n  y: f32[16] on m = set(x)\n  return y\n}\n"
+    monkeypatch.setenv("REFIR_MAX_RUN_BYTES", "200")
+    with pytest.raises(InputError, match=r"memory_c1"):
+        refir.run(refir.load(text), {"x": np.arange(16, dtype=np.float32)}, backend="spmd", world=4)
+    monkeypatch.setenv("REFIR_MAX_RUN_BYTES", str(1 << 20))
+    assert refir.run(refir.load(text), {"x": np.arange(16, dtype=np.float32)}, backend="spmd",
+                     world=4).outputs["y"].tolist() == list(range(16))
+
+
 # ---- every label has its test -----------------------------------------------------------
 
 
