@@ -3,12 +3,11 @@ every rank's block (its offset from refir's block rule, spec §3.1)."""
 
 from __future__ import annotations
 
+from conformance.peers.spec import Block, Blocks, PeerCase, group_inputs, result_type
 from refir import builder
 from refir.dtensor import Placement, Replicate, Shard, nested_devices, redistribute_program, to_refir
 from refir.program import Program
 from refir.types import Mesh, block_slices
-
-from conformance.peers.spec import Block, Blocks, PeerCase, group_inputs, result_type
 
 
 def program(case: PeerCase, mesh: Mesh) -> Program:
@@ -47,7 +46,7 @@ def operand_targets(case: PeerCase) -> list[tuple[Placement, ...]]:
         return p == Shard(dim)
 
     if case.op == "matmul":
-        x, w = case.src, case.other
+        x = case.src
         xs, ws = [], []
         for i, d in enumerate(dst):
             inner = isinstance(d, Replicate) and keep(x[i], 1)

@@ -136,10 +136,13 @@ def draw_case(c: Chooser, peer: object) -> PeerCase:
     if kind == "op":
         return _draw_op(c, peer, root, view, dims, dtype, sizes, seed)
     rank = 1 + c.below(3)
-    partial = kind != "op" and c.maybe(30)
+    partial = c.maybe(30)
     pop = c.pick(PARTIAL_OPS) if partial else "sum"
-    src = _placements(c, rank, ndim_view, partial, pop)
-    dst = _placements(c, rank, ndim_view, False, pop)
+    if kind == "collective":
+        src, dst = _one_step(c, rank, ndim_view, partial, pop)
+    else:
+        src = _placements(c, rank, ndim_view, partial, pop)
+        dst = _placements(c, rank, ndim_view, False, pop)
     shape = _extents(c, rank, sizes, (src, dst), peer.EVEN_ONLY)
     return PeerCase(kind, root, view, dims, dtype, shape, src, dst, seed=seed)
 
@@ -156,6 +159,25 @@ def _placements(c: Chooser, rank: int, n: int, partial: bool, pop: str) -> tuple
         options: list[Placement] = [Replicate(), *(Shard(d) for d in free)] + ([Partial(pop)] if partial else [])
         out.append(c.pick(options))
     return tuple(out)
+
+
+def _one_step(c: Chooser, rank: int, n: int, partial: bool,
+              pop: str) -> tuple[tuple[Placement, ...], tuple[Placement, ...]]:
+    """Placements that differ on one mesh dim: one collective (all_gather,
+    all_to_all, psum / pmax / pmin, psum_scatter) or a local slice."""
+    src = list(_placements(c, rank, n, False, pop))
+    i = c.below(n)
+    if partial:
+        src[i] = Partial(pop)
+    others = {p.dim for j, p in enumerate(src) if j != i and isinstance(p, Shard)}
+    options: list[Placement] = [p for p in (Replicate(), *(Shard(d) for d in range(rank) if d not in others))
+                                if p != src[i]]
+    dst = list(src)
+    if not options:  # src[i] is whole and every tensor dim is sharded elsewhere: gather one of those
+        i = next(j for j, p in enumerate(src) if isinstance(p, Shard))
+        options = [Replicate()]
+    dst[i] = c.pick(options)
+    return tuple(src), tuple(dst)
 
 
 def _extents(c: Chooser, rank: int, sizes: tuple[int, ...], placed: tuple[tuple[Placement, ...], ...],

@@ -11,7 +11,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,17 +23,13 @@ from conformance.shrink import Choices, RandomDraw, ReplayDraw, shrink
 from refir.dtensor import Partial, to_refir
 from refir.errors import RefirError
 
-# (name, does it explain these problems of this case, why it is a convention): docs/peers.md lists each.
-Convention = tuple[str, Callable[[PeerCase, list[str]], bool], str]
-CONVENTIONS: list[Convention] = []
-
 
 @dataclass
 class Outcome:
     case: PeerCase
     status: str  # agree or differ
     problems: list[str] = field(default_factory=list)
-    triage: str = ""  # refir, peer, both or convention:<name>
+    triage: str = ""  # refir, peer, both, convention:<name> or peer-bug:<name> (known: conformance/peers/known.py)
     shrunk: PeerCase | None = None
     reproducer: str = ""  # the script written for it
     alone: str = ""  # whether the script fails on its own: fails, passes, or why not run
@@ -114,9 +109,12 @@ def own_problems(case: PeerCase, got: object, name: str) -> list[str]:
 
 
 def triage(case: PeerCase, peer_wrong: list[str], refir_wrong: list[str]) -> str:
-    for name, matches, _ in CONVENTIONS:
-        if matches(case, peer_wrong + refir_wrong):
-            return f"convention:{name}"
+    from conformance.peers.known import CONVENTIONS, PEER_BUGS
+
+    for label, table in (("convention", CONVENTIONS), ("peer-bug", PEER_BUGS)):
+        for name, matches in table:
+            if matches(case, peer_wrong + refir_wrong):
+                return f"{label}:{name}"
     return "both" if peer_wrong and refir_wrong else "refir" if refir_wrong else "peer"
 
 
