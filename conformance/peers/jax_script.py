@@ -23,7 +23,7 @@ import ml_dtypes
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-CASE = json.loads({data!r})
+CASE = json.loads({data!r})  # noqa: E501
 DTYPE = {{"f32": np.float32, "i32": np.int32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}}[CASE["dtype"]]
 NAMES = ("a", "b", "c")
 lax = jax.lax

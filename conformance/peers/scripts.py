@@ -60,7 +60,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distrib
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-CASE = json.loads({data!r})
+CASE = json.loads({data!r})  # noqa: E501
 DTYPE = {{"f32": torch.float32, "i32": torch.int32, "bf16": torch.bfloat16, "f16": torch.float16,
          "f64": torch.float64, "i64": torch.int64}}[CASE["dtype"]]
 NAMES = ("a", "b", "c")
