@@ -99,6 +99,8 @@ def summary(peer: object, outcomes: list[Outcome], timing: Timing, seconds: floa
                 lines.append(f"    shrunk: {o.shrunk.label()}")
             if o.reproducer:
                 lines.append(f"    reproducer: python {o.reproducer}  ({o.alone} alone)")
+            elif o.alone:
+                lines.append(f"    {o.alone}")
         if len(differ) > SHOWN:
             lines.append(f"... and {len(differ) - SHOWN} more (all of them in --json)")
     fresh = sum(new(o) for o in outcomes)

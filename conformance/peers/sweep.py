@@ -165,13 +165,18 @@ def sweep(peer: object, cases: int, seed: int, save: Path, progress: object | No
           shrink_tries: int = 60) -> tuple[list[Outcome], Timing]:
     timing = Timing()
     outcomes = []
+    seen: set[str] = set()  # known entries met: each is shrunk and written once
     with quiet():
         for index in range(cases):
             case = drawn(peer, seed, index)
             if progress is not None:
                 progress.step(case.label())
             o = check(peer, case, timing)
-            if o.status == "differ":
+            known = o.triage.startswith(("convention:", "peer-bug:"))
+            if o.status == "differ" and known and o.triage in seen:
+                o.alone = f"known ({o.triage}): shrunk and written at its first case"
+            elif o.status == "differ":
+                seen.add(o.triage)
                 o.shrunk = minimize(peer, o, shrink_tries)
                 o.reproducer, o.alone = write_reproducer(peer, o.shrunk, save, f"{peer.NAME}_{seed}_{index}")
             outcomes.append(o)
