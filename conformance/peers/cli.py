@@ -15,7 +15,7 @@ from pathlib import Path
 from rich import box
 from rich.table import Table
 
-from conformance.peers.sweep import Outcome, Timing
+from conformance.peers.sweep import Outcome, Timing, is_partial
 from conformance.report import Progress, plain
 from refir.errors import InputError
 from refir.world import say
@@ -65,7 +65,7 @@ def new(o: Outcome) -> bool:
 
 def row_of(o: Outcome) -> str:
     c = o.case
-    what = c.op if c.kind == "op" else c.kind + (" partial" if any("P(" in str(p) for p in c.src) else "")
+    what = c.op if c.kind == "op" else c.kind + (" partial" if is_partial(c) else "")
     return f"{what}, {c.view}" if c.view != "root" else what
 
 
