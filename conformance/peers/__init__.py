@@ -1,12 +1,15 @@
 """Peers: the suite's cases run through another sharding system, compared rank by rank.
 
-    spec      a peer case (mesh, mesh feature, placements, op, dtype, data), drawn
-              from a stream of draws (so conformance.shrink shrinks it), and its
-              refir side: the program, run on spmd, and every rank's block
-    dtensor   torch DTensor, all ranks in one process (LocalTensorMode, "fake" group)
-    jax       JAX on the CPU, 8 host devices (NamedSharding, shard_map collectives)
-    sweep     draw, run both sides, compare, shrink, triage, write reproducers
-    cli       `python -m refir peer dtensor|jax`
+    spec          a peer case (mesh, mesh view, placements, op, dtype, data), drawn
+                  from a stream of draws (so conformance.shrink shrinks it), its
+                  meaning and every rank's expected block
+    refir_side    the case as a refir program, run on spmd once per group
+    dtensor_peer  torch DTensor, all ranks in one process (LocalTensorMode, "fake" group)
+    jax_peer      JAX on the CPU, 8 host devices (NamedSharding, shard_map collectives)
+    scripts, jax_script  standalone reproducers that use the peer alone
+    known         known conventions and peer bugs (docs/peers.md)
+    sweep         draw, run both sides, compare, shrink, triage, write reproducers
+    cli           `python -m refir peer dtensor|jax`
 
 A peer module imports its framework lazily: refir never needs torch or jax.
 Every peer has the same small interface (`Peer`): `available()` says why not,
