@@ -241,6 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
     from refir.frontend_cli import add_subcommands
 
     add_subcommands(sub)
+    from conformance.peers.cli import add_arguments as peer_arguments
+    from conformance.peers.cli import peer_command
+
+    peer = sub.add_parser("peer", help="the suite against torch DTensor or JAX, rank by rank (docs/peers.md)")
+    peer_arguments(peer)
+    peer.set_defaults(handler=peer_command)
     conform = sub.add_parser("conform", help="the differential conformance suite")
     add_arguments(conform)
     conform.set_defaults(handler=cmd_conform)

@@ -1,0 +1,178 @@
+"""torch DTensor as a peer: every rank of a 2- to 8-rank world in this one process.
+
+`LocalTensorMode` over the "fake" process group runs DTensor's own code paths
+(its redistribute planner, all_to_all included) on real values, one local
+tensor per rank. Each rank's source is a `LocalTensor` of per-rank tensors (a
+plain tensor handed to distribute_tensor under the mode is not per rank), the
+global tensor of its group's data. DTensor returns uneven blocks as views of
+padded buffers: values and shapes are compared, strides are its convention.
+torch is imported here only, on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from conformance.peers.spec import NAMES, Block, Blocks, PeerCase, PeerResult, expected, group_inputs
+from refir.dtensor import Partial, Placement, Shard, local_block, to_refir
+from refir.types import BF16
+
+NAME = "dtensor"
+DTYPES = ("f32", "i32", "bf16", "f16", "f64", "i64")
+EVEN_ONLY = False
+FEATURES = ("root", "slice", "flatten")
+KINDS = ("reshard", "op")
+_WORLD: list[int] = []  # the fake group's world size, once initialised
+
+
+def available() -> str:
+    try:
+        import torch  # noqa: F401
+        from torch.distributed._local_tensor import LocalTensorMode  # noqa: F401
+    except ImportError as exc:
+        return f"torch with DTensor's LocalTensorMode is not importable ({exc})"
+    return ""
+
+
+def versions() -> str:
+    import torch
+
+    return f"torch {torch.__version__}"
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"f32": torch.float32, "i32": torch.int32, "bf16": torch.bfloat16, "f16": torch.float16,
+            "f64": torch.float64, "i64": torch.int64}[name]
+
+
+def to_torch(a: np.ndarray) -> Any:
+    import torch
+
+    a = np.ascontiguousarray(a)
+    if a.dtype == BF16:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())
+
+
+def to_numpy(t: Any) -> np.ndarray:
+    import torch
+
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().copy().view(BF16)
+    return t.numpy().copy()
+
+
+def _world(n: int) -> None:
+    """The fake process group of n ranks (made again when n changes)."""
+    import logging
+
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    # DTensor advises flattening where it runs two collectives in a row: advice, not a finding.
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+    if _WORLD and _WORLD[0] == n:
+        return
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", rank=0, world_size=n, store=FakeStore())
+    _WORLD[:] = [n]
+
+
+def placement(p: Placement) -> Any:
+    from torch.distributed.tensor import Partial as TPartial
+    from torch.distributed.tensor import Replicate as TReplicate
+    from torch.distributed.tensor import Shard as TShard
+
+    return TShard(p.dim) if isinstance(p, Shard) else TPartial(p.op) if isinstance(p, Partial) else TReplicate()
+
+
+def view_mesh(case: PeerCase) -> Any:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", case.root, mesh_dim_names=NAMES[:len(case.root)])
+    names = tuple(NAMES[d] for d in case.dims)
+    if case.view == "slice":
+        return mesh[names[0] if len(names) == 1 else names]
+    if case.view == "flatten":
+        return mesh[names]._flatten("_".join(names))
+    return mesh
+
+
+def _int_of(v: Any, r: int) -> int:
+    node = getattr(v, "_local_ints", None)
+    if node is None and hasattr(v, "node"):
+        node = getattr(v.node, "_local_ints", None)
+    return int(node[r]) if node is not None else int(v)
+
+
+def _blocks(t: Any, mesh: Any, ranks: list[int]) -> Blocks:
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    _, offset = compute_local_shape_and_global_offset(tuple(t.shape), mesh, t.placements)
+    local = t.to_local()
+    return {r: Block(tuple(_int_of(o, r) for o in offset), to_numpy(local._local_tensors[r])) for r in ranks}
+
+
+def _operand(lm: Any, case: PeerCase, mesh: Any, name: str, shape: tuple[int, ...], ps: tuple[Placement, ...],
+             data: list[dict[str, np.ndarray]], group_of: dict[int, int]) -> Any:
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    tps = [placement(p) for p in ps]
+    if not any(isinstance(p, Partial) for p in ps):
+        return distribute_tensor(lm.rank_map(lambda r: to_torch(data[group_of[r]][name])), mesh, tps)
+    groups = case.groups()
+
+    def mine(r: int) -> Any:
+        g = group_of[r]
+        t = to_refir(shape, case.mesh(groups[g]), ps, case.dtype)
+        return to_torch(local_block(t, None, r, data[g][f"{name}_parts"]))
+
+    stride = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+    return DTensor.from_local(lm.rank_map(mine), mesh, tps, run_check=False, shape=shape, stride=stride)
+
+
+def run(case: PeerCase) -> PeerResult:
+    import torch
+    from torch.distributed._local_tensor import LocalTensorMode
+
+    _world(case.world)
+    groups = case.groups()
+    group_of = {r: g for g, group in enumerate(groups) for r in group}
+    data = [group_inputs(case, g) for g in range(len(groups))]
+    ranks = sorted(group_of)
+    with LocalTensorMode(case.world) as lm:
+        mesh = view_mesh(case)
+        args = [_operand(lm, case, mesh, n, s, ps, data, group_of) for n, s, ps in case.operands()]
+        dst = [placement(p) for p in case.dst]
+        if case.kind != "op":
+            return PeerResult(_blocks(args[0].redistribute(mesh, dst), mesh, ranks))
+        fn: Callable[..., Any] = {"add": torch.add, "mul": torch.mul, "matmul": torch.matmul,
+                                  "sum": lambda x: torch.sum(x, dim=case.axis),
+                                  "max": lambda x: torch.amax(x, dim=case.axis)}[case.op]
+        z = fn(*args)
+        own = tuple(_from_torch(p) for p in z.placements)
+        own_blocks = None if any(isinstance(p, Partial) for p in own) else _blocks(z, mesh, ranks)
+        return PeerResult(_blocks(z.redistribute(mesh, dst), mesh, ranks), own, own_blocks)
+
+
+def _from_torch(p: Any) -> Placement:
+    from refir.dtensor import Replicate
+
+    if p.is_shard():
+        return Shard(p.dim)
+    if p.is_partial():
+        return Partial(p.reduce_op)
+    return Replicate()
+
+
+def script(case: PeerCase) -> str:
+    from conformance.peers.scripts import dtensor_script
+
+    return dtensor_script(case, [group_inputs(case, g) for g in range(len(case.groups()))], expected(case))

@@ -1,0 +1,76 @@
+"""refir's side of a peer case: the program, run on spmd once per group, and
+every rank's block (its offset from refir's block rule, spec §3.1)."""
+
+from __future__ import annotations
+
+from conformance.peers.spec import Block, Blocks, PeerCase, group_inputs, result_type
+from refir import builder
+from refir.dtensor import Placement, Replicate, Shard, nested_devices, redistribute_program, to_refir
+from refir.program import Program
+from refir.types import Mesh, block_slices
+
+
+def program(case: PeerCase, mesh: Mesh) -> Program:
+    """A resharding is refir.dtensor's program. An op is refir's own plan: each
+    operand set to placements the op accepts (the result's shardings; a reduced
+    or contracted axis keeps its source's mesh dim where the result leaves it
+    free, so that refir's partial path and its allreduce / reduce_scatter run),
+    then the op, typed with the target placements."""
+    if case.kind != "op":
+        return redistribute_program(mesh, case.shape, case.src, case.dst, case.dtype)
+    b = builder.Builder()
+    b.mesh(nested_devices(mesh), name=mesh.name)
+    args = []
+    for (name, shape, ps), want in zip(case.operands(), operand_targets(case)):
+        x = b.input(name, to_refir(shape, mesh, ps, case.dtype))
+        args.append(x if want == ps else x.set(name=f"{name}_set", result_type=to_refir(shape, mesh, want,
+                                                                                          case.dtype)))
+    out = {"name": "y", "result_type": result_type(case, mesh)}
+    if case.op in ("add", "mul"):
+        y = builder.binary(case.op, *args, **out)
+    elif case.op == "matmul":
+        y = args[0].matmul(args[1], **out)
+    else:
+        y = args[0].reduce(case.op, [case.axis], **out)
+    b.output(y)
+    return b.build()
+
+
+def operand_targets(case: PeerCase) -> list[tuple[Placement, ...]]:
+    """Per operand, the placements refir's plan sets it to (see program)."""
+    dst = case.dst
+    if case.op in ("add", "mul"):
+        return [dst, dst]
+
+    def keep(p: Placement, dim: int) -> bool:  # the source shards the inner axis here, and dst leaves it free
+        return p == Shard(dim)
+
+    if case.op == "matmul":
+        x = case.src
+        xs, ws = [], []
+        for i, d in enumerate(dst):
+            inner = isinstance(d, Replicate) and keep(x[i], 1)
+            xs.append(Shard(1) if inner else Shard(0) if d == Shard(0) else Replicate())
+            ws.append(Shard(0) if inner else Shard(1) if d == Shard(1) else Replicate())
+        return [tuple(xs), tuple(ws)]
+    out = []
+    for i, d in enumerate(dst):
+        if isinstance(d, Shard):
+            out.append(Shard(d.dim + (d.dim >= case.axis)))
+        else:
+            out.append(Shard(case.axis) if keep(case.src[i], case.axis) else Replicate())
+    return [tuple(out)]
+def run(case: PeerCase) -> Blocks:
+    import refir
+
+    out: Blocks = {}
+    for g, group in enumerate(case.groups()):
+        mesh = case.mesh(group)
+        result = refir.run(program(case, mesh), group_inputs(case, g), backend="spmd")
+        t = result_type(case, mesh)
+        for r in group:
+            local = result.shards["y"][r]
+            offset = tuple(s.indices(n)[0] for s, n in zip(block_slices(t, r, case.shape), case.shape))
+            out[r] = Block(offset, local)
+    return out
+

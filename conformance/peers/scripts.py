@@ -1,0 +1,126 @@
+"""Standalone reproducers: a case as a Python script that uses the peer alone
+(no refir), with every rank's input and expected block written into it as
+data. It exits non-zero, naming each rank whose block differs, while the
+discrepancy lasts: ready to paste into a bug report."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from conformance.peers.spec import Blocks, PeerCase
+from refir.dtensor import Partial, Placement, Shard, local_block, to_refir
+
+
+def _array(a: np.ndarray) -> dict:
+    return {"shape": list(a.shape), "flat": np.asarray(a, dtype=np.float64).ravel().tolist()}
+
+
+def _placement(p: Placement) -> str:
+    return f"S{p.dim}" if isinstance(p, Shard) else f"P({p.op})" if isinstance(p, Partial) else "R"
+
+
+def case_data(case: PeerCase, inputs: list[dict[str, np.ndarray]], want: Blocks) -> dict:
+    """Each rank's source of each operand: its group's global tensor, or (a
+    partial source) its own contribution block."""
+    groups = case.groups()
+    operands = []
+    for name, shape, ps in case.operands():
+        partial = any(isinstance(p, Partial) for p in ps)
+        per_rank = {}
+        for g, group in enumerate(groups):
+            for r in group:
+                if partial:
+                    t = to_refir(shape, case.mesh(group), ps, case.dtype)
+                    per_rank[r] = _array(local_block(t, None, r, inputs[g][f"{name}_parts"]))
+                else:
+                    per_rank[r] = _array(inputs[g][name])
+        operands.append({"name": name, "shape": list(shape), "placements": [_placement(p) for p in ps],
+                         "partial": partial, "per_rank": per_rank})
+    return {"case": case.label(), "kind": case.kind, "root": list(case.root), "view": case.view,
+            "dims": list(case.dims), "dtype": case.dtype, "op": case.op, "axis": case.axis,
+            "shape": list(case.shape), "dst": [_placement(p) for p in case.dst], "operands": operands,
+            "groups": [list(g) for g in groups],
+            "expected": {r: {"offset": list(b.offset), **_array(b.values)} for r, b in want.items()}}
+
+
+DTENSOR = '''"""{label}: torch DTensor against the expected blocks (written by `refir peer dtensor`).
+
+Every rank runs in this one process: LocalTensorMode over the "fake" process group.
+Exits 1 and names every rank whose block differs."""
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed._local_tensor import LocalTensorMode
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+CASE = json.loads({data!r})  # noqa: E501
+DTYPE = {{"f32": torch.float32, "i32": torch.int32, "bf16": torch.bfloat16, "f16": torch.float16,
+         "f64": torch.float64, "i64": torch.int64}}[CASE["dtype"]]
+NAMES = ("a", "b", "c")
+
+
+def placement(text):
+    if text == "R":
+        return Replicate()
+    if text.startswith("S"):
+        return Shard(int(text[1:]))
+    return Partial(text[2:-1])
+
+
+def tensor(a):
+    return torch.tensor(a["flat"], dtype=torch.float64).reshape(a["shape"]).to(DTYPE)
+
+
+def at(v, r):
+    node = getattr(v, "_local_ints", None) or getattr(getattr(v, "node", None), "_local_ints", None)
+    return int(node[r]) if node is not None else int(v)
+
+
+world = 1
+for n in CASE["root"]:
+    world *= n
+dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+bad = []
+with LocalTensorMode(world) as lm:
+    mesh = init_device_mesh("cpu", tuple(CASE["root"]), mesh_dim_names=NAMES[:len(CASE["root"])])
+    names = tuple(NAMES[d] for d in CASE["dims"])
+    if CASE["view"] == "slice":
+        mesh = mesh[names[0] if len(names) == 1 else names]
+    elif CASE["view"] == "flatten":
+        mesh = mesh[names]._flatten("_".join(names))
+    args = []
+    for o in CASE["operands"]:
+        ps = [placement(p) for p in o["placements"]]
+        local = lm.rank_map(lambda r: tensor(o["per_rank"][str(r)]))
+        if o["partial"]:
+            stride = tuple(int(torch.tensor(o["shape"][i + 1:]).prod()) for i in range(len(o["shape"])))
+            args.append(DTensor.from_local(local, mesh, ps, run_check=False, shape=o["shape"], stride=stride))
+        else:
+            args.append(distribute_tensor(local, mesh, ps))
+    op = {{"": lambda x: x, "add": torch.add, "mul": torch.mul, "matmul": torch.matmul,
+          "sum": lambda x: torch.sum(x, dim=CASE["axis"]), "max": lambda x: torch.amax(x, dim=CASE["axis"])}}
+    y = op[CASE["op"]](*args).redistribute(mesh, [placement(p) for p in CASE["dst"]])
+    _, offset = compute_local_shape_and_global_offset(tuple(y.shape), mesh, y.placements)
+    local = y.to_local()
+    for r, want in CASE["expected"].items():
+        got = local._local_tensors[int(r)]
+        off = [at(o, int(r)) for o in offset]
+        if off != want["offset"] or list(got.shape) != want["shape"] or not torch.equal(got, tensor(want)):
+            bad.append(f"rank {{r}}: got offset {{off}} shape {{list(got.shape)}} {{got.flatten().tolist()[:8]}}, "
+                       f"want offset {{want['offset']}} shape {{want['shape']}} {{want['flat'][:8]}}")
+print(CASE["case"], f"torch {{torch.__version__}}")
+print("\\n".join(bad) or "every rank's block is as expected")
+sys.exit(1 if bad else 0)
+'''
+
+
+def dtensor_script(case: PeerCase, inputs: list[dict[str, np.ndarray]], want: Blocks) -> str:
+    data = json.dumps(case_data(case, inputs, want), separators=(",", ":"))
+    return DTENSOR.format(label=case.label(), data=data)

@@ -1,0 +1,187 @@
+"""The peer sweep: draw cases, run each on the peer and on refir's spmd, compare
+rank by rank, and for each discrepancy shrink, triage and write a reproducer.
+
+Triage compares both sides with the meaning (numpy's value, cut by DTensor's
+and refir's block rule): a side that differs from it is wrong; a difference
+listed in CONVENTIONS (docs/peers.md) is a convention, not a bug.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from conformance.check import describe, quiet
+from conformance.generate import Chooser
+from conformance.peers.spec import Blocks, PeerCase, block_of, draw_case, expected, meaning
+from conformance.shrink import Choices, RandomDraw, ReplayDraw, shrink
+from refir.dtensor import Partial, to_refir
+from refir.errors import RefirError
+
+
+@dataclass
+class Outcome:
+    case: PeerCase
+    status: str  # agree or differ
+    problems: list[str] = field(default_factory=list)
+    triage: str = ""  # refir, peer, both, convention:<name> or peer-bug:<name> (known: conformance/peers/known.py)
+    shrunk: PeerCase | None = None
+    reproducer: str = ""  # the script written for it
+    alone: str = ""  # whether the script fails on its own: fails, passes, or why not run
+
+
+@dataclass
+class Timing:
+    peer: float = 0.0
+    refir: float = 0.0
+
+
+def differences(a: Blocks, b: Blocks, left: str, right: str) -> list[str]:
+    out = []
+    for r in sorted(set(a) | set(b)):
+        if r not in a or r not in b:
+            out.append(f"rank {r}: no block from {left if r not in a else right}")
+            continue
+        x, y = a[r], b[r]
+        if x.offset != y.offset:
+            out.append(f"rank {r}: offset {left} {list(x.offset)}, {right} {list(y.offset)}")
+        if x.values.shape != y.values.shape:
+            out.append(f"rank {r}: block shape {left} {list(x.values.shape)}, {right} {list(y.values.shape)}")
+        elif x.values.dtype != y.values.dtype:
+            out.append(f"rank {r}: dtype {left} {x.values.dtype}, {right} {y.values.dtype}")
+        elif not np.array_equal(x.values, y.values, equal_nan=x.values.dtype.kind == "f"):
+            out.append(f"rank {r}: values {left} {x.values.ravel()[:6].tolist()}, {right} "
+                       f"{y.values.ravel()[:6].tolist()}")
+    return out
+
+
+def check(peer: object, case: PeerCase, timing: Timing | None = None) -> Outcome:
+    from conformance.peers import refir_side
+
+    timing = timing or Timing()
+    want = expected(case)
+    peer_err = ref_err = ""
+    t0 = time.perf_counter()
+    try:
+        got = peer.run(case)
+    except Exception as exc:  # the peer's own error is a finding, not a crash of the sweep
+        got = None
+        peer_err = f"{peer.NAME} raises {describe(exc)}"
+    t1 = time.perf_counter()
+    try:
+        ours: Blocks | None = refir_side.run(case)
+    except Exception as exc:  # a refir error on a valid case is a refir bug, reported as such
+        ours, ref_err = None, f"refir raises {describe(exc)}"
+    t2 = time.perf_counter()
+    timing.peer += t1 - t0
+    timing.refir += t2 - t1
+    peer_wrong = [peer_err] if got is None else differences(got.blocks, want, peer.NAME, "meaning")
+    if got is not None and got.own_blocks is not None:
+        peer_wrong += own_problems(case, got, peer.NAME)
+    refir_wrong = [ref_err] if ours is None else differences(ours, want, "refir", "meaning")
+    problems = ([] if got is None or ours is None else differences(got.blocks, ours, peer.NAME, "refir"))
+    problems += peer_wrong + refir_wrong
+    if not problems:
+        return Outcome(case, "agree")
+    return Outcome(case, "differ", list(dict.fromkeys(problems)), triage(case, peer_wrong, refir_wrong))
+
+
+def own_problems(case: PeerCase, got: object, name: str) -> list[str]:
+    """The op's result at the placements the peer chose: its blocks by refir's rule."""
+    try:
+        groups = case.groups()
+        want: Blocks = {}
+        for g, group in enumerate(groups):
+            from conformance.peers.spec import group_inputs
+
+            t = to_refir(case.shape, case.mesh(group), got.own, case.dtype)
+            value = meaning(case, group_inputs(case, g))
+            want.update({r: block_of(t, value, r) for r in group})
+    except RefirError:
+        return []  # placements refir cannot write (a dim sharded twice): only the target is compared
+    return [f"at its own placements {list(map(str, got.own))}: {p}"
+            for p in differences(got.own_blocks, want, name, "meaning")]
+
+
+def triage(case: PeerCase, peer_wrong: list[str], refir_wrong: list[str]) -> str:
+    from conformance.peers.known import CONVENTIONS, PEER_BUGS
+
+    for label, table in (("convention", CONVENTIONS), ("peer-bug", PEER_BUGS)):
+        for name, matches in table:
+            if matches(case, peer_wrong + refir_wrong):
+                return f"{label}:{name}"
+    return "both" if peer_wrong and refir_wrong else "refir" if refir_wrong else "peer"
+
+
+def drawn(peer: object, seed: int, index: int) -> PeerCase:
+    d = RandomDraw(seed, index)
+    case = draw_case(Chooser(d), peer)
+    return replace(case, choices=tuple(d.record))
+
+
+def replayed(peer: object, choices: Choices) -> PeerCase:
+    d = ReplayDraw(choices)
+    case = draw_case(Chooser(d), peer)
+    return replace(case, choices=tuple(d.record))
+
+
+def minimize(peer: object, outcome: Outcome, tries: int = 60) -> PeerCase:
+    """The simplest case found that the same side still gets wrong in the same way."""
+    kind = outcome.triage
+    first = _what(outcome.problems[0])
+
+    def fails(choices: Choices) -> Choices | None:
+        case = replayed(peer, choices)
+        o = check(peer, case)
+        return case.choices if o.status == "differ" and o.triage == kind and _what(o.problems[0]) == first else None
+
+    return replayed(peer, shrink(outcome.case.choices, fails, lambda c: (), tries))
+
+
+def _what(problem: str) -> str:
+    """A problem's kind: offset, block shape, values, raises..."""
+    words = problem.split(": ", 1)[-1].split()
+    return " ".join(words[:2]) if words else ""
+
+
+def write_reproducer(peer: object, case: PeerCase, directory: Path, stem: str) -> tuple[str, str]:
+    """The standalone script, and whether it fails on its own (it must)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{stem}.py"
+    path.write_text(peer.script(case))
+    try:
+        done = subprocess.run([sys.executable, str(path)], capture_output=True, timeout=120, text=True)
+    except subprocess.TimeoutExpired:
+        return str(path), "timed out"
+    return str(path), "fails" if done.returncode else "passes (the discrepancy did not reproduce)"
+
+
+def sweep(peer: object, cases: int, seed: int, save: Path, progress: object | None = None,
+          shrink_tries: int = 60) -> tuple[list[Outcome], Timing]:
+    timing = Timing()
+    outcomes = []
+    seen: set[str] = set()  # known entries met: each is shrunk and written once
+    with quiet():
+        for index in range(cases):
+            case = drawn(peer, seed, index)
+            if progress is not None:
+                progress.step(case.label())
+            o = check(peer, case, timing)
+            known = o.triage.startswith(("convention:", "peer-bug:"))
+            if o.status == "differ" and known and o.triage in seen:
+                o.alone = f"known ({o.triage}): shrunk and written at its first case"
+            elif o.status == "differ":
+                seen.add(o.triage)
+                o.shrunk = minimize(peer, o, shrink_tries)
+                o.reproducer, o.alone = write_reproducer(peer, o.shrunk, save, f"{peer.NAME}_{seed}_{index}")
+            outcomes.append(o)
+    return outcomes, timing
+
+
+def is_partial(case: PeerCase) -> bool:
+    return any(isinstance(p, Partial) for p in case.src)
