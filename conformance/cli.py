@@ -186,7 +186,26 @@ def _batch(args: argparse.Namespace, world: World | None, backends: list[str]) -
     if world is not None or args.no_mpi or args.programs or args.no_corpus or why_not():
         return None
     # every backend asked for; by default those that reach a transport (global has none)
-    return SuiteBatch(args.backend or [b for b in backends if b != "global"], args.seed)
+    chosen = args.backend or [b for b in backends if b != "global"]
+    short = gpus_short() if "gpu" in chosen else ""
+    if short:  # one rank a GPU: four ranks on fewer GPUs would be refused by NCCL (InvalidUsage)
+        say(f"the mpi row leaves out the gpu backend: {short}")
+        chosen = [b for b in chosen if b != "gpu"]
+    return SuiteBatch(chosen, args.seed) if chosen else None
+
+
+def gpus_short() -> str:
+    """Why the gpu backend cannot take the batch's RANKS ranks here, or '': on real
+    GPUs each rank needs a GPU of its own (the simulator has no such bound)."""
+    from gpu_backend.device import SIMULATED
+
+    if SIMULATED:
+        return ""
+    from numba import cuda
+
+    found = len(cuda.gpus)
+    return "" if found >= RANKS else (f"{found} GPU{'s' if found != 1 else ''} here, and its {RANKS} ranks need one "
+                                      f"each (run `mpiexec -n {found} python -m refir conform --backend gpu`)")
 
 
 def _batch_state(args: argparse.Namespace, world: World | None, batch: SuiteBatch | None, broken: str) -> str:

@@ -4,9 +4,10 @@
   check           verify a program and print every inferred type
   lower           print segments, communications, local shapes and strides
   explain         pictures of who holds what and who sends what (--json, --svg, --html)
-  trace           run on spmd and show every device's buffers, step by step
+  trace           run on spmd (or gpu) and show every device's buffers, step by step
   import-nvfuser  nvFuser's printed fusion IR -> a refir program
   redistribute    DTensor placements: build, run and explain a resharding
+  peer            the suite against torch DTensor or JAX, rank by rank (docs/peers.md)
   conform         the differential conformance suite (--mutants, --coverage)
 
 With no subcommand, refir runs `conform`: the bundled conformance corpus (and the

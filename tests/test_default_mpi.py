@@ -135,3 +135,24 @@ def test_the_mutant_table_kills_it_under_mpiexec_by_the_segmented_run(monkeypatc
     monkeypatch.setenv("REFIR_SENTINEL", "0")  # the batch's ranks then leave their buffers as they are
     (survived,) = hunt(cases_of(CORPUS / "single_device_mesh.rir"), mutants=planted)
     assert not survived.killed and not survived.not_run and not survived.checks
+
+
+def test_on_fewer_real_gpus_than_ranks_the_batch_leaves_the_gpu_backend_out(monkeypatch: pytest.MonkeyPatch,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    """Seen on one H200: four NCCL ranks on one GPU fail every gpu case with InvalidUsage.
+    The batch then runs the other backends, and says why gpu is not among them."""
+    import argparse
+
+    import conformance.cli as cli
+
+    assert cli.gpus_short() == ""  # the simulator here: no bound on the ranks
+    started: list[list[str]] = []
+    monkeypatch.setattr(cli, "why_not", lambda: "")
+    monkeypatch.setattr(cli, "SuiteBatch", lambda backends, seed: started.append(list(backends)) or "batch")
+    monkeypatch.setattr(cli, "gpus_short", lambda: "1 GPU here")
+    args = argparse.Namespace(no_mpi=False, programs=[], no_corpus=False, backend=None, seed=0)
+    assert cli._batch(args, None, ["global", "spmd", "gpu"]) == "batch" and started == [["spmd"]]
+    assert "leaves out the gpu backend: 1 GPU here" in capsys.readouterr().out
+    assert cli._batch(argparse.Namespace(**{**vars(args), "backend": ["gpu"]}), None, ["gpu"]) is None
+    monkeypatch.setattr(cli, "gpus_short", lambda: "")
+    assert cli._batch(args, None, ["global", "spmd", "gpu"]) == "batch" and started[-1] == ["spmd", "gpu"]
