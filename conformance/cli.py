@@ -20,7 +20,7 @@ from conformance.explore import drawn, minimize
 from conformance.failures import conform_command, save
 from conformance.mpi_batch import RANKS, SUITE, SuiteBatch, from_batch, to_batch, why_not
 from conformance.report import Progress, not_tested, summary, write_junit
-from refir.world import World, mpi_world, say
+from refir.world import World, launched_by_mpi, mpi_world, say
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -183,8 +183,8 @@ def _in_process(args: argparse.Namespace, cases: list[Case], backends: list[str]
 
 def _batch(args: argparse.Namespace, world: World | None, backends: list[str]) -> SuiteBatch | None:
     """The default run's MPI batch, started, where it is due and can run."""
-    if world is not None or args.no_mpi or args.programs or args.no_corpus or why_not():
-        return None
+    if world is not None or launched_by_mpi() or args.no_mpi or args.programs or args.no_corpus or why_not():
+        return None  # under a launcher already (a world of one too): no mpiexec inside mpiexec
     # every backend asked for; by default those that reach a transport (global has none)
     chosen = args.backend or [b for b in backends if b != "global"]
     short = gpus_short() if "gpu" in chosen else ""
@@ -210,7 +210,7 @@ def gpus_short() -> str:
 
 def _batch_state(args: argparse.Namespace, world: World | None, batch: SuiteBatch | None, broken: str) -> str:
     """What became of the MPI batch, for the closing hints ('' under MPI)."""
-    if world is not None:
+    if world is not None or launched_by_mpi():
         return ""
     if batch is not None:
         return f"failed: {broken}" if broken else "ran"
