@@ -113,3 +113,21 @@ def _mapped() -> set[str]:
             continue
         names.update(line.rsplit("/dev/shm/", 1)[1].split(" ")[0] for line in text.splitlines() if "/dev/shm/" in line)
     return names
+
+
+def refir_cli(capsys: pytest.CaptureFixture, *args: object) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of `python -m refir ARGS`, in-process."""
+    from refir.cli import main
+
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def refused(capsys: pytest.CaptureFixture, *args: object) -> str:
+    """The one error line of a refused command (exit 2, nothing on stdout, no traceback)."""
+    code, out, err = refir_cli(capsys, *args)
+    assert (code, out) == (2, ""), (code, out, err)
+    assert [line for line in err.splitlines() if line.startswith("error: ")] == [err.splitlines()[0]], err
+    assert "Traceback" not in err, err
+    return err

@@ -6,11 +6,10 @@ import argparse
 import json
 
 import pytest
-from helpers import ROOT, run_mpi
+from helpers import ROOT, refir_cli, refused, run_mpi
 
 from conformance.cli import add_arguments, check_modes
 from refir import env
-from refir.cli import main
 
 PIPELINE = ROOT / "examples" / "pipeline.rir"  # needs a world of 4; N over 2 devices
 DUMP = ROOT / "docs" / "frontends" / "permute_then_scatter.txt"
@@ -24,19 +23,6 @@ func main(x: f32[N@DIDx, K] on m) {
 """
 
 
-def refir_cli(capsys, *args):
-    code = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def refused(capsys, *args) -> str:
-    """The one error line of a refused command (exit 2, nothing on stdout)."""
-    code, out, err = refir_cli(capsys, *args)
-    assert (code, out) == (2, ""), (code, out, err)
-    assert [line for line in err.splitlines() if line.startswith("error: ")] == [err.splitlines()[0]], err
-    assert "Traceback" not in err, err
-    return err
 
 
 def written(tmp_path, text: str, name: str = "prog.rir"):

@@ -13,10 +13,9 @@ import zipfile
 
 import numpy as np
 import pytest
-from helpers import OWN_EXAMPLES, ROOT
+from helpers import OWN_EXAMPLES, ROOT, refir_cli, refused
 
 import refir
-from refir.cli import main
 from refir.errors import InputError, Loc
 from refir.expr import evaluate
 
@@ -30,18 +29,6 @@ func main(x: i32[N@DIDx, 4]) {
 """
 
 
-def refir_cli(capsys, *args):
-    """(exit status, stdout, stderr) of `python -m refir ARGS`, in-process."""
-    code = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def refused(capsys, *args) -> str:
-    code, out, err = refir_cli(capsys, *args)
-    assert code == 2 and out == "", (code, out, err)
-    assert err.startswith("error: ") and "Traceback" not in err, err
-    return err
 
 
 def program(tmp_path, text, name="p.rir"):
