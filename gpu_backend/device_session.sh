@@ -126,7 +126,7 @@ stage mpi-collectives 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_collec
 stage kernels 300 "$PY" -m pytest -q -p no:cacheprovider -rfE $WORKERS tests/test_gpu_kernels.py \
   tests/test_gpu_collectives.py tests/test_gpu_replay.py -k "not under_mpi"
 stage cli 90 bash -c cli
-stage conform 240 "$PY" -m refir conform --backend gpu --cases 40 --seed 3
+stage conform 330 "$PY" -m refir conform --backend gpu --cases 40 --seed 3
 stage mpi-replay 300 bash -c 'REFIR_MPI_ALONE=$((NGPU == 1)) ranks "$NGPU" -m mpi4py tests/test_mpi_replay.py'
 stage mpi-conform 150 bash -c 'ranks "$NGPU" -m mpi4py -m refir conform --backend gpu --cases 20 --seed 5'
 stage bf16 100 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_bf16.py \
