@@ -214,7 +214,13 @@ def _batch_state(args: argparse.Namespace, world: World | None, batch: SuiteBatc
         return ""
     if batch is not None:
         return f"failed: {broken}" if broken else "ran"
-    return "--no-mpi left it out" if args.no_mpi else why_not() or "--no-corpus left it out"
+    if args.no_mpi:
+        return "--no-mpi left it out"
+    if why_not():
+        return why_not()
+    if args.no_corpus or args.programs:
+        return "--no-corpus left it out" if args.no_corpus else "programs named on the command line left it out"
+    return f"no backend left for it: the gpu backend's {gpus_short()}"
 
 
 def _saved(outcome: Outcome, directory: Path) -> str:

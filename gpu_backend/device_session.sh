@@ -128,7 +128,7 @@ stage kernels 300 "$PY" -m pytest -q -p no:cacheprovider -rfE $WORKERS tests/tes
 stage cli 90 bash -c cli
 stage conform 330 "$PY" -m refir conform --backend gpu --cases 40 --seed 3
 stage mpi-replay 300 bash -c 'REFIR_MPI_ALONE=$((NGPU == 1)) ranks "$NGPU" -m mpi4py tests/test_mpi_replay.py'
-stage mpi-conform 150 bash -c 'ranks "$NGPU" -m mpi4py -m refir conform --backend gpu --cases 20 --seed 5'
+stage mpi-conform 300 bash -c 'ranks "$NGPU" -m mpi4py -m refir conform --backend gpu --cases 20 --seed 5'
 stage bf16 100 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_bf16.py \
   tests/test_nvfuser_import.py::test_row_parallel_linear_in_bf16_with_two_segments
 stage dtensor 150 bash -c 'ranks "$NGPU" -m mpi4py gpu_backend/dtensor_check.py'

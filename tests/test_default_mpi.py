@@ -154,5 +154,6 @@ def test_on_fewer_real_gpus_than_ranks_the_batch_leaves_the_gpu_backend_out(monk
     assert cli._batch(args, None, ["global", "spmd", "gpu"]) == "batch" and started == [["spmd"]]
     assert "leaves out the gpu backend: 1 GPU here" in capsys.readouterr().out
     assert cli._batch(argparse.Namespace(**{**vars(args), "backend": ["gpu"]}), None, ["gpu"]) is None
+    assert cli._batch_state(args, None, None, "") == "no backend left for it: the gpu backend's 1 GPU here"
     monkeypatch.setattr(cli, "gpus_short", lambda: "")
     assert cli._batch(args, None, ["global", "spmd", "gpu"]) == "batch" and started[-1] == ["spmd", "gpu"]
