@@ -27,7 +27,6 @@ from pathlib import Path
 from conformance.cases import CORPUS, cases_of
 from conformance.check import Outcome
 from conformance.compare import Problem
-from refir.errors import InputError
 
 RANKS = 4
 BATCH = (
@@ -62,17 +61,10 @@ def shown(path: str) -> str:
 
 
 def batch_timeout() -> float:
-    """The batch's limit in seconds: REFIR_MPI_TIMEOUT where set."""
-    raw = os.environ.get("REFIR_MPI_TIMEOUT")
-    if raw is None:
-        return BATCH_TIMEOUT_S
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise InputError(f"REFIR_MPI_TIMEOUT={raw!r}: give a positive number of seconds")
-    return seconds
+    """The batch's limit in seconds: REFIR_MPI_TIMEOUT where set (refir.env parses it)."""
+    from refir import env
+
+    return env.seconds("REFIR_MPI_TIMEOUT", BATCH_TIMEOUT_S)
 
 
 def why_not() -> str:

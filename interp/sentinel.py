@@ -18,12 +18,20 @@ import os
 
 import numpy as np
 
+from refir import env
 from refir.types import is_float
 
 ENV = "REFIR_SENTINEL"
 BYTE = 0xA5
 POOL_BYTE = 0xFF  # memory of no known dtype (the gpu pool's blocks): NaN in every float format, -1 in integers
-_ARMED = [os.environ.get(ENV, "0") == "1"]
+
+
+def _forced() -> bool | None:
+    """REFIR_SENTINEL's word (refir.env refuses a value but 0 or 1), or None where unset."""
+    return env.flag(ENV, False) if os.environ.get(ENV, "").strip() else None
+
+
+_ARMED = [_forced() is True]
 
 
 def armed() -> bool:
@@ -32,8 +40,8 @@ def armed() -> bool:
 
 def arm(on: bool = True) -> None:
     """Arm (or disarm) the fill, unless REFIR_SENTINEL says otherwise."""
-    forced = os.environ.get(ENV)
-    _ARMED[0] = forced == "1" if forced in ("0", "1") else on
+    forced = _forced()
+    _ARMED[0] = on if forced is None else forced
 
 
 def value(dtype: np.dtype) -> np.ndarray:

@@ -14,7 +14,8 @@ import os
 from refir.errors import InputError
 
 # Switches: 0 off, 1 on, unset the default.
-FLAGS = ("REFIR_MPI_ALONE", "REFIR_GPU_REPLAY", "REFIR_GPU_GRAPH", "REFIR_GPU_GRAPH_NCCL", "REFIR_GPU_POOL")
+FLAGS = ("REFIR_MPI_ALONE", "REFIR_GPU_REPLAY", "REFIR_GPU_GRAPH", "REFIR_GPU_GRAPH_NCCL", "REFIR_GPU_POOL",
+         "REFIR_SENTINEL")
 FAULT_STAGES = ("inputs", "comm", "collective", "gather")
 FAULT_KINDS = ("kill", "stall", "raise")
 
