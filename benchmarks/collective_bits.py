@@ -37,8 +37,8 @@ def dump(prefix: str) -> None:
 
     from interp.collectives import split
     from interp.mpi_transport import MpiTransport
-    from refir import ops
-    from refir.types import Axis, Mesh, TensorType
+    from refir.ir import ops
+    from refir.ir.types import Axis, Mesh, TensorType
 
     comm = MPI.COMM_WORLD
     n, rank = comm.size, comm.rank

@@ -35,7 +35,7 @@ from gpu_backend import launch, packing, rank_transport, transpose
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED, cuda
 from gpu_backend.kernels import copy_into, laid_out
-from refir.types import axis_first
+from refir.ir.types import axis_first
 
 
 class NoWire:

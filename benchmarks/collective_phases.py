@@ -46,7 +46,7 @@ from gpu_backend.device import SIMULATED, cuda, use_device
 from gpu_backend.kernels import copy_into
 from gpu_backend.rank_transport import pieces
 from gpu_backend.transports import LaidOut, transport_for
-from refir.world import World, mpi_world
+from refir.world.ranks import World, mpi_world
 
 REPEATS = 7
 

@@ -36,7 +36,7 @@ from benchmarks.gpu_runs import whole_runs
 from benchmarks.gpu_timing import REPEATS, SIZES_MIB, torch_group
 from benchmarks.gpu_uneven import uneven
 from gpu_backend.device import SIMULATED, cuda, use_device
-from refir.world import local_world, mpi_world
+from refir.world.ranks import local_world, mpi_world
 
 
 def main() -> int:

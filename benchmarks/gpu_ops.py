@@ -29,9 +29,9 @@ from gpu_backend.functions import binary, cast
 from gpu_backend.kernels import copy_into, elementwise
 from gpu_backend.reduce import reduce_into
 from gpu_backend.transports import LaidOut, transport_for
-from refir import ops
-from refir.types import Axis, Mesh, TensorType
-from refir.world import World
+from refir.ir import ops
+from refir.ir.types import Axis, Mesh, TensorType
+from refir.world.ranks import World
 
 Row = tuple[str, float, float, float, float]  # name, bytes counted, refir s, torch s, refir s back to back
 

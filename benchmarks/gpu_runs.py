@@ -14,7 +14,7 @@ from gpu_backend import memory, pool
 from gpu_backend.buffer import DeviceBuffer, to_device, to_host
 from gpu_backend.device import cuda
 from gpu_backend.kernels import copy_into
-from refir.world import World
+from refir.world.ranks import World
 
 # Issue 15's three sizes, and issue 10's whole program at 1 MiB and 1 GiB (x: f32[M, K] of that size).
 SIZES = [tuple(int(n) for n in s.split(",")) for s in os.environ.get(
@@ -47,8 +47,8 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
     import gpu_backend.pending as gp
     import gpu_backend.replay as rp
     import gpu_backend.transports as gt
-    import refir.ranks as rr
-    import refir.runner as rn
+    import refir.running.runner as rn
+    import refir.world.exchange as rr
 
     spots = [(rn, "verified", "verify"), (rn, "gather_outputs", "gather"), (rr, "settle", "agree"),
              (rr, "deliver_inputs", "deliver"), (rp, "_agreed", "replay round"),
@@ -142,8 +142,8 @@ def memory_row(program: object, inputs: dict[str, np.ndarray], world: World) -> 
     """Rank's pool peak during one run next to the program's largest live set on its device."""
     import refir
     from interp.liveness import largest_live
-    from refir.bindings import bind_inputs
-    from refir.lower import lower
+    from refir.lowering.lower import lower
+    from refir.running.bindings import bind_inputs
 
     low = lower(refir.verify(program))
     live = largest_live(low, bind_inputs(low.checked, inputs), world.rank)
@@ -167,7 +167,7 @@ def whole_runs(torch: object, world: World) -> list[str]:
     import torch.distributed as dist
 
     import refir
-    from refir.mpi import COMMS
+    from refir.world.mpi_job import COMMS
 
     solo = world.comm is None  # one GPU in this process: no allreduce, for host costs where no two GPUs are lent
     if not solo:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from refir.world import World
+from refir.world.ranks import World
 
 # GPU_BENCH_MIB: the sizes of the kernel and collective tables, MiB (a power of
 # two each); the other benchmarks take the last.

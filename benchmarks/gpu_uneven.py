@@ -8,9 +8,9 @@ from benchmarks.gpu_timing import ELEMS, MIB, REPEATS, median_time, torch_group
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.device import cuda
 from gpu_backend.transports import LaidOut, transport_for
-from refir import ops
-from refir.types import Axis, Mesh, TensorType, local_shape
-from refir.world import World
+from refir.ir import ops
+from refir.ir.types import Axis, Mesh, TensorType, local_shape
+from refir.world.ranks import World
 
 
 def uneven(torch: object, world: World) -> list[str]:

@@ -31,15 +31,15 @@ from benchmarks.phases import PATTERN, nested, phase_medians
 SIZES = [tuple(int(n) for n in s.split(",")) for s in os.environ.get("RUN_SIZES", "8,16,8 256,512,256").split()]
 REPEATS = int(os.environ.get("RUN_REPEATS", "300"))
 # (module, attribute, label); a label in parentheses is part of the phase before it. Each
-# function is wrapped where its caller looks it up: refir.runner's and refir.ranks' names
-# (before the runner's split, refir.ranks looked both up in refir.runner, and has neither).
-SPOTS = [("refir.runner", "verified", "verify"), ("refir.runner", "bind_and_check", "bind"),
-         ("refir.ranks", "bind_and_check", "bind"), ("refir.ranks", "settle", "agree"),
-         ("refir.runner", "shard_inputs", "shard"), ("refir.ranks", "shard_inputs", "shard"),
-         ("refir.ranks", "deliver_inputs", "deliver"), ("interp.backend", "run_spmd", "backend"),
+# function is wrapped where its caller looks it up: refir.running.runner's and refir.world.exchange' names
+# (before the runner's split, refir.world.exchange looked both up in refir.running.runner, and has neither).
+SPOTS = [("refir.running.runner", "verified", "verify"), ("refir.running.runner", "bind_and_check", "bind"),
+         ("refir.world.exchange", "bind_and_check", "bind"), ("refir.world.exchange", "settle", "agree"),
+         ("refir.running.runner", "shard_inputs", "shard"), ("refir.world.exchange", "shard_inputs", "shard"),
+         ("refir.world.exchange", "deliver_inputs", "deliver"), ("interp.backend", "run_spmd", "backend"),
          ("interp.spmd.NumpyLocal", "__call__", "(local steps"),
          ("interp.spmd.NumpyTransport", "communicate", "communication)"),
-         ("refir.runner", "gather_outputs", "gather")]
+         ("refir.running.runner", "gather_outputs", "gather")]
 
 
 def inputs(m: int, k: int, n: int) -> dict[str, np.ndarray]:
@@ -86,7 +86,7 @@ def mpi_peers(given: dict[str, np.ndarray], comm) -> tuple[Callable[[], object],
 def two_rounds() -> Callable[[], object]:
     """The floor of a run's own MPI rounds: two of refir's small allgathers
     (the agreement on the inputs, the result headers), with nothing to check."""
-    from refir.mpi import COMMS, allgather_obj
+    from refir.world.mpi_job import COMMS, allgather_obj
 
     comm = COMMS.world()
     return lambda: (allgather_obj(comm, (None, {"M": 1}), "a round"), allgather_obj(comm, [], "a round"))
@@ -176,7 +176,7 @@ def report(devices: int, comm=None, with_profile: bool = False) -> list[str]:  #
 
 def main() -> None:
     with_profile = "--profile" in sys.argv[1:]
-    from refir.world import launched_by_mpi
+    from refir.world.ranks import launched_by_mpi
 
     if launched_by_mpi():
         from mpi4py import MPI

@@ -39,8 +39,8 @@ import numpy as np
 from mpi4py import MPI
 
 from interp.mpi_transport import MpiTransport
-from refir import ops
-from refir.types import Axis, Mesh, TensorType
+from refir.ir import ops
+from refir.ir.types import Axis, Mesh, TensorType
 
 
 def timed(fn, repeats: int = 9) -> tuple[float, float]:

@@ -12,8 +12,8 @@ import numpy as np
 
 from interp.error_bounds import every_value, propagate
 from interp.numerics import CONFORM
-from refir.types import Bindings
-from refir.verify import Checked
+from refir.checks.verifier import Checked
+from refir.ir.types import Bindings
 
 
 def reference(checked: Checked, inputs: dict[str, np.ndarray],

@@ -21,10 +21,11 @@ import numpy as np
 
 import refir
 from conformance.data import KINDS, DataSpec, make_inputs
+from refir.checks.verifier import Checked
 from refir.errors import InputError
-from refir.inputs import bind_lines, default_bindings, program_symbols
-from refir.program import Program
-from refir.verify import Checked
+from refir.ir.program import Program
+from refir.running.inputs import bind_lines, default_bindings, program_symbols
+from refir.text.load import read_source
 
 CORPUS = Path(__file__).parent / "corpus"
 _DATA = re.compile(r"^#\s*data:\s*(.*?)\s*$", re.M)
@@ -77,7 +78,7 @@ def data_specs(text: str, seed: int) -> list[DataSpec]:
 
 def cases_of(path: Path, group: str = "files", seed: int = 0) -> list[Case]:
     """One case per `# bind:` line and data kind."""
-    text = refir.read_source(path)
+    text = read_source(path)
     program = refir.parse(text, str(path))
     checked = refir.verify(program)
     return [Case(group, path.stem, program, default_bindings(checked, b), spec, path)

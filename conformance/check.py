@@ -23,15 +23,16 @@ from conformance.cases import Case
 from conformance.compare import Problem, assemble, layout_problems, sharing_problems, value_problems
 from conformance.data import changed, snapshot
 from interp.global_eval import eval_global
-from refir.backends import Backend, Shards, backend_named, backend_world, resolve_world
-from refir.bindings import bind_inputs, devices_needed
+from refir.checks.expect_lines import check_expects
 from refir.errors import RefirError
-from refir.expect import check_expects
-from refir.gather import share_shards
-from refir.lower import Lowered, Segment, lower
-from refir.program import Param
-from refir.shard import shard_inputs
-from refir.world import World, mpi_world
+from refir.ir.program import Param
+from refir.lowering.lower import Lowered, Segment, lower
+from refir.running.backends import backend_named, backend_world, resolve_world
+from refir.running.bindings import bind_inputs, devices_needed
+from refir.running.gather_outputs import share_shards
+from refir.running.shard_inputs import shard_inputs
+from refir.world.backend_types import Backend, Shards
+from refir.world.ranks import World, mpi_world
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,7 @@ def agree(world: World, local: list[Problem]) -> list[Problem]:
     ranks only may have left messages behind, which must not reach the next."""
     if world.comm is None:
         return _unique(local)
-    from refir.mpi import COMMS, allgather_obj
+    from refir.world.mpi_job import COMMS, allgather_obj
 
     problems = _unique([p for part in allgather_obj(world.comm, local, "every rank's verdict") for p in part])
     if problems:

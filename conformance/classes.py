@@ -25,9 +25,9 @@ from conformance.cases import Case
 from conformance.compare import bad_elements
 from conformance.data import _narrower
 from interp.impls import COMBINE, cast, compute, identity, reduction, scalar_value
-from refir import ops
-from refir.program import Lit, Sym, Var
-from refir.types import DTYPES, FLOATS, INTEGERS, TensorType, as_dtype, block, finfo, resolved
+from refir.ir import ops
+from refir.ir.program import Lit, Sym, Var
+from refir.ir.types import DTYPES, FLOATS, INTEGERS, TensorType, as_dtype, block, finfo, resolved
 
 
 @dataclass(frozen=True)

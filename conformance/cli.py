@@ -20,7 +20,7 @@ from conformance.explore import drawn, minimize
 from conformance.failures import conform_command, save
 from conformance.mpi_batch import RANKS, SUITE, SuiteBatch, from_batch, to_batch, why_not
 from conformance.report import Progress, not_tested, summary, write_junit
-from refir.world import World, launched_by_mpi, mpi_world, say
+from refir.world.ranks import World, launched_by_mpi, mpi_world, say
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -65,7 +65,7 @@ def chosen_cases(args: argparse.Namespace) -> list[Case]:
 
 def conform(args: argparse.Namespace) -> int:
     from refir.errors import InputError
-    from refir.inputs import writable_file
+    from refir.running.inputs import writable_file
 
     if args.seed < 0 or args.cases < 0:
         raise InputError(f"--seed {args.seed} --cases {args.cases}: both are non-negative integers")
@@ -113,8 +113,8 @@ def check_modes(args: argparse.Namespace) -> None:
 def check_inputs(args: argparse.Namespace) -> None:
     """Backends and program folders, before the work: a run of no case must not
     pass over an unknown backend, nor a folder of no programs."""
-    from refir.backends import backend_named
     from refir.errors import InputError
+    from refir.running.backends import backend_named
 
     for name in args.backend or []:
         if name != "global":

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from refir.assemble import assemble as assemble_blocks
-from refir.types import Bindings, TensorType, dense_strides, has_layout, is_float, local_shape
+from refir.ir.types import Bindings, TensorType, dense_strides, has_layout, is_float, local_shape
+from refir.running.assemble_outputs import assemble as assemble_blocks
 
 CHECKS: dict[str, str] = {
     "error": "the backend returns a buffer for every device, without raising",
@@ -75,7 +75,7 @@ def layout_problems(name: str, t: TensorType, buffers: dict[int, np.ndarray],
                     bindings: Bindings) -> list[Problem]:
     """Each device's buffer of `name` has its own block's shape (short and empty
     blocks included, shard_c1) and is dense in its layout; an empty block too has
-    the strides its extents give (refir.types.dense_strides)."""
+    the strides its extents give (refir.ir.types.dense_strides)."""
     out = []
     for d, buf in sorted(buffers.items()):
         want = local_shape(t, bindings, d)
@@ -114,7 +114,7 @@ def _empty_dense(buf: np.ndarray, order: tuple[int, ...]) -> bool:
 
 def assemble(name: str, t: TensorType, buffers: dict[int, np.ndarray],
              bindings: Bindings) -> tuple[np.ndarray | None, list[Problem]]:
-    """The global array from every device's block (refir.assemble.assemble);
+    """The global array from every device's block (refir.running.assemble_outputs.assemble);
     replicas must agree by the numerics model. A block of the wrong shape is
     left to layout_problems."""
     got = assemble_blocks(t, buffers, bindings, lambda a, b: not bad_elements(a, b, np.zeros(a.shape)).any())

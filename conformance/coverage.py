@@ -32,12 +32,12 @@ from conformance.cases import Case
 from conformance.classes import CLASSES, classes_of, exposed
 from conformance.generate import DTYPES_DRAWN, MESH_SHAPES
 from conformance.report import plain
-from refir import ops
+from refir.checks.verifier import verify
 from refir.errors import RefirError
-from refir.lower import Step, lower
-from refir.parser import parse
-from refir.types import DIDS, DTYPES, Mesh, TensorType
-from refir.verify import verify
+from refir.ir import ops
+from refir.ir.types import DIDS, DTYPES, Mesh, TensorType
+from refir.lowering.lower import Step, lower
+from refir.text.parser import parse
 
 DTYPE_NAMES = tuple(DTYPES)
 AXIS_COMMS = (ops.Allgather, ops.AllToAll, ops.Allreduce, ops.ReduceScatter)

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from refir.types import DTYPES, Bindings, TensorType, as_dtype, finfo, global_shape
+from refir.ir.types import DTYPES, Bindings, TensorType, as_dtype, finfo, global_shape
 
 KINDS = ("exact", "float", "special", "edge")
 SENTINEL = 77

@@ -17,8 +17,8 @@ import interp.impls
 from conformance.classes import exp2_exp, recip_div, reduced_log, rsqrt_sqrt, ties_away
 from conformance.data import _narrower
 from conformance.mutants import mutant
-from refir import ops
-from refir.types import DTYPES, is_float
+from refir.ir import ops
+from refir.ir.types import DTYPES, is_float
 
 
 def _unary(name: str, wrong: Any) -> Iterator[None]:

@@ -27,10 +27,10 @@ import numpy as np
 import refir
 from conformance.cases import Case
 from conformance.check import Outcome, Reference
-from refir.expect import check_expects
-from refir.printer import print_program
-from refir.program import Expect
-from refir.world import mpi_world
+from refir.checks.expect_lines import check_expects
+from refir.ir.program import Expect
+from refir.text.printer import print_program
+from refir.world.ranks import mpi_world
 
 
 def mpi_prefix() -> str:
@@ -67,7 +67,7 @@ def save(outcome: Outcome, ref: Reference | None, directory: Path, note: str = "
         if ref is not None:
             np.savez(expected, **{r: ref.values[r] for r in results})
     if world is not None:
-        from refir.mpi import barrier
+        from refir.world.mpi_job import barrier
 
         barrier(world.comm)  # every rank reads the files back
     saved = replace(case, program=refir.load(rir), path=rir)

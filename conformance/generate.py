@@ -5,7 +5,7 @@ simplest answer (fewer equations, no sharding, row-major, exact data). So the
 same code runs under hypothesis (conformance/strategies.py) and from a seed
 (conformance/shrink.py), and shrinking the draws shrinks the program.
 
-The program is made through refir's Python builder (refir/builder.py), as a
+The program is made through refir's Python builder (refir/frontends/builder.py), as a
 user would make it: meshes, typed inputs, one call per equation with the
 result type the draws chose (or `typed=False`: inferred), results, `build()`.
 Text, where it is needed (failure files, --save, the shrinker's output), is
@@ -25,12 +25,13 @@ from math import lcm, prod
 from typing import Protocol
 
 from conformance.data import KINDS, DataSpec, View
-from refir import builder, ops
-from refir.builder import Value
-from refir.parser import parse
-from refir.printer import print_program
-from refir.program import Program
-from refir.types import BROADCAST, DIDS, FLOATS, INTEGERS, Axis, Extent, Mesh, TensorType
+from refir.frontends import builder
+from refir.frontends.builder import Value
+from refir.ir import ops
+from refir.ir.program import Program
+from refir.ir.types import BROADCAST, DIDS, FLOATS, INTEGERS, Axis, Extent, Mesh, TensorType
+from refir.text.parser import parse
+from refir.text.printer import print_program
 
 BUDGET = 64
 STATIC = (2, 4, 1, 3, 6, 8)

@@ -26,10 +26,10 @@ import numpy as np
 import interp.collectives
 import interp.impls
 from conformance.mutants import mutant
-from refir import ops
-from refir.teams import Team
-from refir.types import DTYPES
-from refir.world import launched_by_mpi
+from refir.ir import ops
+from refir.ir.types import DTYPES
+from refir.lowering.teams import Team
+from refir.world.ranks import launched_by_mpi
 
 
 @dataclass(frozen=True)

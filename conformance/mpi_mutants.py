@@ -26,10 +26,10 @@ from unittest import mock
 import numpy as np
 
 from conformance.mutants import mutant
-from refir import ops
-from refir.teams import Team
-from refir.types import TensorType, local_shape
-from refir.world import launched_by_mpi
+from refir.ir import ops
+from refir.ir.types import TensorType, local_shape
+from refir.lowering.teams import Team
+from refir.world.ranks import launched_by_mpi
 
 # The buffers the mutant keeps, by the op's id (the op is kept too, so that its id stays its): as a
 # transport's would, they outlive the calls (a backend may put the mutant in place for each call).
@@ -48,7 +48,7 @@ def mpi_allgather_own_block_kept() -> Iterator[None]:
     import interp.mpi_transport as mpi
     from interp.mpi_plans import displacements
     from interp.sentinel import fill_bytes
-    from refir.mpi import wait
+    from refir.world.mpi_job import wait
 
     def allgather(t: Any, op: ops.Allgather, team: Team, x: np.ndarray, src: TensorType,
                   dst: TensorType) -> np.ndarray:

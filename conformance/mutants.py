@@ -22,14 +22,14 @@ import interp.collectives
 import interp.impls
 import interp.spmd
 import interp.transport
-import refir.teams
-from refir import ops
-from refir.backends import Shards
-from refir.lower import Lowered, Step
-from refir.program import Sym
-from refir.teams import Team
-from refir.types import TensorType, block_size, has_layout, local_shape
-from refir.world import World, launched_by_mpi
+import refir.lowering.teams
+from refir.ir import ops
+from refir.ir.program import Sym
+from refir.ir.types import TensorType, block_size, has_layout, local_shape
+from refir.lowering.lower import Lowered, Step
+from refir.lowering.teams import Team
+from refir.world.backend_types import Shards
+from refir.world.ranks import World, launched_by_mpi
 
 
 @dataclass(frozen=True)
@@ -83,13 +83,13 @@ def as_row_major(x: np.ndarray) -> np.ndarray:
 
 def _patch_teams(stack: ExitStack, change: Callable[..., list[Team]]) -> None:
     """Route every team lookup through `change(op, src, dst, original_teams)`."""
-    original = refir.teams.teams
+    original = refir.lowering.teams.teams
 
     def teams(op: ops.Communication, src: object, dst: object) -> list[Team]:
         return change(op, src, dst, original)
 
-    # The in-process transport imported the name; the MPI one looks it up in refir.teams.
-    stack.enter_context(mock.patch.object(refir.teams, "teams", teams))
+    # The in-process transport imported the name; the MPI one looks it up in refir.lowering.teams.
+    stack.enter_context(mock.patch.object(refir.lowering.teams, "teams", teams))
     stack.enter_context(mock.patch.object(interp.transport, "teams", teams))
 
 

@@ -19,8 +19,8 @@ import numpy as np
 
 import interp.impls
 from conformance.mutants import mutant
-from refir import ops
-from refir.types import as_dtype, finfo, is_float
+from refir.ir import ops
+from refir.ir.types import as_dtype, finfo, is_float
 
 ROUNDED = ("add", "sub", "mul", "div")
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from conformance.check import Outcome
-from refir.world import World
+from refir.world.ranks import World
 
 GROUPS = ("corpus", "examples", "files", "generated", "mpi")  # mpi: the default run's batch under mpiexec
 SHOWN = 20  # failures listed in full

@@ -14,10 +14,10 @@ from conformance.compare import CHECKS
 from conformance.mpi_batch import RANKS, hunt_under_mpi
 from conformance.mutants import MUTANTS, Mutant
 from conformance.report import plain
-from refir.bindings import devices_needed
 from refir.errors import RefirError
-from refir.lower import lower
-from refir.world import mpi_world
+from refir.lowering.lower import lower
+from refir.running.bindings import devices_needed
+from refir.world.ranks import mpi_world
 
 
 @dataclass

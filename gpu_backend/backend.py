@@ -16,10 +16,10 @@ from gpu_backend.device import announce, use_device
 from gpu_backend.impls import GpuLocal
 from gpu_backend.transports import LaidOut, transport_for
 from interp.spmd import execute
-from refir.backends import Shards
-from refir.bindings import check_local_inputs
-from refir.lower import Lowered
-from refir.world import World
+from refir.lowering.lower import Lowered
+from refir.running.bindings import check_local_inputs
+from refir.world.backend_types import Shards
+from refir.world.ranks import World
 
 
 def run_gpu(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: World,

@@ -3,7 +3,7 @@ offset, a shape and element strides (any sign, zero for broadcast axes).
 
 Views (transpose, slices, inserted axes, broadcasting) only change offset,
 shape and strides; kernels read any of them. A buffer made by `empty` is dense
-in the memory order it was asked for, the way refir.types lays out host arrays.
+in the memory order it was asked for, the way refir.ir.types lays out host arrays.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from gpu_backend import memory, pending, recording
 from gpu_backend.device import SIMULATED, cuda
-from refir.types import bf16, block, dense_strides, is_bf16
+from refir.ir.types import bf16, block, dense_strides, is_bf16
 
 # numba has no bfloat16: device memory holds its bits as uint16, which is no
 # refir dtype, so a uint16 device array always means bfloat16.
@@ -202,7 +202,7 @@ def host_span(x: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...], tuple[in
 
 def download(b: DeviceBuffer) -> np.ndarray:
     """A host copy with the buffer's own strides."""
-    if b.size == 0:  # an empty block keeps its strides (refir.types.empty_in_order)
+    if b.size == 0:  # an empty block keeps its strides (refir.ir.types.empty_in_order)
         strides = tuple(s * b.dtype.itemsize for s in b.strides)
         return np.ndarray(b.shape, b.dtype, np.empty(0, b.dtype), strides=strides)
     low, high = b.span()

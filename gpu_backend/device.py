@@ -94,7 +94,7 @@ def use_device(comm: Any = None) -> None:
         return
     from mpi4py import MPI
 
-    from refir.mpi import barrier
+    from refir.world.mpi_job import barrier
 
     barrier(comm)  # splitting blocks until every rank calls it: first wait, within the timeout
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)

@@ -4,7 +4,7 @@ Run by gpu_backend/device_session.sh (stage `dtensor`), one rank per GPU under
 mpiexec: `python -m mpi4py gpu_backend/dtensor_check.py`. For each case, torch
 builds the source DTensor (a partial one from each device's contribution,
 `DTensor.from_local`) and redistributes it; refir runs the program
-`refir.dtensor.redistribute_program` builds on its gpu backend. Every device's
+`refir.frontends.dtensor.redistribute_program` builds on its gpu backend. Every device's
 local block must be the same, bit for bit, and equal to DTensor's block of the
 value. torch is imported here only: it is never a refir dependency.
 """
@@ -33,9 +33,10 @@ def main() -> int:
     from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
     import refir
-    from refir.dtensor import Partial as RPartial
-    from refir.dtensor import Shard as RShard
-    from refir.dtensor import (
+    from refir.errors import InputError
+    from refir.frontends.dtensor import Partial as RPartial
+    from refir.frontends.dtensor import Shard as RShard
+    from refir.frontends.dtensor import (
         contributions_type,
         local_block,
         parse_mesh,
@@ -43,8 +44,7 @@ def main() -> int:
         redistribute_program,
         to_refir,
     )
-    from refir.errors import InputError
-    from refir.types import BF16, DTYPES
+    from refir.ir.types import BF16, DTYPES
 
     comm = MPI.COMM_WORLD
     rank, size = comm.rank, comm.size

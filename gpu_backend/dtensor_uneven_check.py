@@ -19,8 +19,8 @@ import numpy as np
 
 import refir
 from gpu_backend.device import SIMULATED, cuda, use_device
-from refir.shard import shard_inputs
-from refir.world import mpi_world
+from refir.running.shard_inputs import shard_inputs
+from refir.world.ranks import mpi_world
 
 # (DTensor's placements from->to and the global shape, refir's parameters and equation, input shapes)
 CASES = [

@@ -21,7 +21,7 @@ from functools import cache
 import numpy as np
 
 from gpu_backend.device import SIMULATED, cuda
-from refir.types import is_bf16, is_float
+from refir.ir.types import is_bf16, is_float
 
 Fn = Callable[..., object]
 

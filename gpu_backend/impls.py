@@ -25,10 +25,10 @@ from gpu_backend.reduce import reduce_into
 from gpu_backend.scalars import elementwise_scalar
 from interp.impls import scalar_value
 from interp.spmd import slice_block
-from refir import ops
-from refir.lower import Step
-from refir.tables import registrar
-from refir.types import DTYPES, TensorType, dense_strides
+from refir.ir import ops
+from refir.ir.tables import registrar
+from refir.ir.types import DTYPES, TensorType, dense_strides
+from refir.lowering.lower import Step
 
 Order = tuple[int, ...]
 GpuImpl = Callable[..., DeviceBuffer]

@@ -5,7 +5,7 @@ if a peer never joins it, the GPU waits for ever, and so does any call that
 synchronises with the stream (a copy to or from the host, cuda.synchronize).
 The NCCL wire therefore marks each operation it queues (`queued`), and every
 copy between host and device first calls `settle`, which waits for the GPU
-through an event, politely and within REFIR_MPI_TIMEOUT (refir.mpi.poll),
+through an event, politely and within REFIR_MPI_TIMEOUT (refir.world.mpi_job.poll),
 and raises a RunError naming the first unsettled operation instead of hanging.
 
 The wait used to follow every NCCL call (0.1-0.4 ms a call at small sizes, in
@@ -38,7 +38,7 @@ def settle() -> None:
         return
     what, _pending = _pending, None  # a timeout fails the run; the next one starts afresh
     from gpu_backend.device import cuda
-    from refir.mpi import poll
+    from refir.world.mpi_job import poll
 
     if _event is None:
         _event = cuda.event(timing=False)

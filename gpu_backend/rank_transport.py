@@ -38,11 +38,11 @@ from gpu_backend.transports import Buffers, DeviceArrays, received
 from interp.collectives import block_index
 from interp.mpi_transport import MpiTransport
 from interp.transport import rank_part
-from refir import ops
-from refir.mpi import fault
-from refir.tables import registrar
-from refir.teams import Team
-from refir.types import TensorType, axis_first, block, block_size, local_shape
+from refir.ir import ops
+from refir.ir.tables import registrar
+from refir.ir.types import TensorType, axis_first, block, block_size, local_shape
+from refir.lowering.teams import Team
+from refir.world.mpi_job import fault
 
 Arr = Any  # a 1-D device array
 Dense = DeviceBuffer  # one whose elements fill data[offset:offset+size]: the wire moves that memory

@@ -36,7 +36,7 @@ Under MPI (one rank per process, NCCL between GPUs) each rank records its
 NCCL calls too (gpu_backend/wires.py notes each as a collective: the NCCL
 call on the wire's stream, and the stream ordering around it, made again on
 the same device pointers), with the requirement that the communicator found
-for the team in refir.mpi.COMMS is still the very one the call used
+for the team in refir.world.mpi_job.COMMS is still the very one the call used
 (refir.close() frees them; a trace never calls a freed one). A rank cannot
 replay alone: its collectives, and the shape headers the full path sends
 through MPI, would not be matched by a rank on the full path. So all ranks
@@ -91,8 +91,8 @@ from gpu_backend.memory import Memory
 from gpu_backend.replay_trace import Trace, counts, folded  # noqa: F401 (folded: for tests and probes)
 from refir import env
 from refir.errors import RunError
-from refir.lower import Lowered
-from refir.world import World
+from refir.lowering.lower import Lowered
+from refir.world.ranks import World
 
 ENABLED = not SIMULATED and env.flag("REFIR_GPU_REPLAY", True)
 KEPT = 64  # traces per process; then they start again
@@ -194,7 +194,7 @@ def _agreed(comm: Any, mine: int) -> tuple[int, bool]:
     holds a trace of one and the same recorded run, ready to replay."""
     from mpi4py import MPI
 
-    from refir.mpi import wait
+    from refir.world.mpi_job import wait
 
     knobs = int(ENABLED) | int(graphs.ENABLED) << 1 | int(graphs.WITH_NCCL) << 2
     sent = np.array([_runs_seen[0], mine, -mine, knobs, -knobs], np.int64)

@@ -15,7 +15,7 @@ from gpu_backend import gemm, pending, recording
 from gpu_backend import graph as graphs
 from gpu_backend.buffer import host_span, shaped
 from refir.errors import RunError
-from refir.lower import Lowered
+from refir.lowering.lower import Lowered
 
 counts = {"replayed": 0, "recorded": 0, "refused": 0, "declined": 0, "tainted": 0,  # for benchmarks and tests
           "graphed": 0, "graphs kept": 0, "graphs with other bits": 0, "no graph": 0}
@@ -162,7 +162,7 @@ def _every(comm: Any, mine: bool) -> bool:
     """Whether every rank says so (one small allreduce)."""
     from mpi4py import MPI
 
-    from refir.mpi import wait
+    from refir.world.mpi_job import wait
 
     got = np.empty(1, np.int64)
     wait(comm.Iallreduce(np.array([int(mine)], np.int64), got, op=MPI.MIN), "every rank to say whether it graphs")

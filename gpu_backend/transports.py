@@ -20,10 +20,10 @@ from gpu_backend.kernels import copy_into, elementwise, laid_out
 from interp import sentinel
 from interp.collectives import exchange
 from interp.transport import Transport
-from refir import ops
-from refir.teams import teams
-from refir.types import TensorType
-from refir.world import World
+from refir.ir import ops
+from refir.ir.types import TensorType
+from refir.lowering.teams import teams
+from refir.world.ranks import World
 
 if TYPE_CHECKING:
     from gpu_backend.rank_transport import RankTransport

@@ -5,7 +5,7 @@ A wire is handed DeviceBuffers whose elements fill data[offset:offset+size]
 
 `NcclWire` keeps them on the GPU: nccl4py communicators, one per team (the
 world's for point-to-point), bootstrapped with a unique id sent over the
-team's MPI communicator, one GPU per rank. They live in refir.mpi.COMMS, made
+team's MPI communicator, one GPU per rank. They live in refir.world.mpi_job.COMMS, made
 on a team's first use and kept for every later run (NCCL sets up connections
 lazily on first use: about a second that only the first run pays). NCCL runs
 on a stream of its own (as torch runs it; one for the process), after
@@ -41,7 +41,7 @@ from gpu_backend.buffer import DeviceBuffer
 from interp.mpi_transport import MpiTransport
 from interp.sentinel import empty_bytes
 from refir.errors import RunError
-from refir.mpi import COMMS, bcast_bytes, wait
+from refir.world.mpi_job import COMMS, bcast_bytes, wait
 
 DATA_TAG = 22
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from interp.spmd import NumpyLocal, NumpyTransport, execute
 from interp.transport import InProcess, Transport
-from refir.backends import Shards
-from refir.bindings import check_local_inputs
-from refir.lower import Lowered
-from refir.world import World
+from refir.lowering.lower import Lowered
+from refir.running.bindings import check_local_inputs
+from refir.world.backend_types import Shards
+from refir.world.ranks import World
 
 
 def transport_for(world: World) -> Transport:

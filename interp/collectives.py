@@ -17,10 +17,10 @@ import numpy as np
 
 from interp import sentinel
 from interp.impls import fold
-from refir import ops
-from refir.tables import registrar
-from refir.teams import Team
-from refir.types import TensorType, block
+from refir.ir import ops
+from refir.ir.tables import registrar
+from refir.ir.types import TensorType, block
+from refir.lowering.teams import Team
 
 Blocks = dict[int, np.ndarray]
 Rule = Callable[..., Blocks]
@@ -36,7 +36,7 @@ def block_index(t: TensorType, device: int, axis: int) -> int:
 
 
 def split(x: np.ndarray, n: int, axis: int) -> list[np.ndarray]:
-    """x cut into n blocks along `axis` by the sharding rule (refir.types.block):
+    """x cut into n blocks along `axis` by the sharding rule (refir.ir.types.block):
     the last ones may be shorter or empty (np.array_split would spread them)."""
     extent = x.shape[axis]
     return [x[(slice(None),) * axis + (slice(*block(extent, n, k)),)] for k in range(n)]

@@ -29,11 +29,11 @@ from interp import numerics as nx
 from interp.global_eval import eval_global
 from interp.impls import scalar_value
 from interp.numerics import TRANSCENDENTAL_ULPS, Model, eps, exact_limit, exactly_integer, finite_abs, gamma, ulp
-from refir import ops
-from refir.program import Lit, Sym, Var
-from refir.tables import registrar
-from refir.types import DTYPES, Bindings, finfo, is_float
-from refir.verify import Checked
+from refir.checks.verifier import Checked
+from refir.ir import ops
+from refir.ir.program import Lit, Sym, Var
+from refir.ir.tables import registrar
+from refir.ir.types import DTYPES, Bindings, finfo, is_float
 
 
 @dataclass(frozen=True)

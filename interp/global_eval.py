@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from interp.impls import compute
+from refir.checks.verifier import Checked
 from refir.errors import RefirError, RunError
-from refir.program import Lit, Sym, Var
-from refir.types import Bindings, as_dtype
-from refir.verify import Checked
-from refir.where import describe_eqn
+from refir.ir.program import Lit, Sym, Var
+from refir.ir.types import Bindings, as_dtype
+from refir.text.equation_context import describe_eqn
 
 
 def eval_global(checked: Checked, inputs: dict[str, np.ndarray], bindings: Bindings) -> dict[str, np.ndarray]:

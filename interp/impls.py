@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from refir import ops
-from refir.tables import registrar
-from refir.types import DTYPES, as_dtype, is_bf16, is_float
+from refir.ir import ops
+from refir.ir.tables import registrar
+from refir.ir.types import DTYPES, as_dtype, is_bf16, is_float
 
 Impl = Callable[..., np.ndarray]
 IMPLS: dict[type, Impl] = {}

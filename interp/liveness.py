@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from refir.lower import Lowered
-from refir.types import Bindings, local_shape, resolved
+from refir.ir.types import Bindings, local_shape, resolved
+from refir.lowering.lower import Lowered
 
 
 @dataclass(frozen=True)

@@ -42,10 +42,10 @@ from interp.mpi_plans import (
 from interp.mpi_shared import SharedResults, SharedSegments, shared_results, shared_segments
 from interp.sentinel import fill_bytes
 from interp.transport import HANDED_OUT
-from refir import ops
-from refir.mpi import wait
-from refir.teams import Team
-from refir.types import TensorType, block_size
+from refir.ir import ops
+from refir.ir.types import TensorType, block_size
+from refir.lowering.teams import Team
+from refir.world.mpi_job import wait
 
 # Up to this many ranks an all_to_all of runs through the window sends this rank's
 # own piece straight into its result, piece by piece (1M, two ranks: 1.70 -> 1.41

@@ -40,12 +40,12 @@ from interp.mpi_shared import (
 from interp.row_runs import runs_into, runs_scattered
 from interp.sentinel import fill
 from interp.transport import HANDED_OUT
-from refir import ops
-from refir.memo import by_identity
-from refir.mpi import barrier, wait
-from refir.tables import registrar
-from refir.teams import Team
-from refir.types import TensorType, axis_first, block, block_size, local_shape
+from refir.ir import ops
+from refir.ir.program_cache import by_identity
+from refir.ir.tables import registrar
+from refir.ir.types import TensorType, axis_first, block, block_size, local_shape
+from refir.lowering.teams import Team
+from refir.world.mpi_job import barrier, wait
 
 
 def moved_first(x: np.ndarray, axis: int) -> np.ndarray:

@@ -25,7 +25,7 @@ reads the others' same half after the barrier; the next call writes the other
 half, and the call after it reuses the first only after everyone passed the
 next call's barrier, so after they finished reading. Every member makes the
 same calls on a team in the same order, so the turns agree. Windows live as
-long as the team's communicator (refir.mpi.COMMS frees both).
+long as the team's communicator (refir.world.mpi_job.COMMS frees both).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from mpi4py import MPI
 
 from interp.sentinel import fill_bytes
 from refir.errors import RunError
-from refir.mpi import COMMS, allgather_obj, barrier, wait
+from refir.world.mpi_job import COMMS, allgather_obj, barrier, wait
 
 # Below this many bytes per rank a collective's own call costs less than the
 # barrier and copies (and 1K calls are bound by Python, not bytes). Above the

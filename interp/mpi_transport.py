@@ -27,7 +27,7 @@ each other.
 allgather, allreduce, reduce_scatter and all_to_all, of equal or uneven
 blocks, are planned once per (op, type, team, rank) (interp/mpi_plans.py):
 a call goes from `communicate` straight to its plan while the op's rule and
-refir.teams.teams are the ones it was planned under (conformance mutants
+refir.lowering.teams.teams are the ones it was planned under (conformance mutants
 replace either; the call then takes the rules, which use the same plans).
 """
 
@@ -47,12 +47,12 @@ from interp.impls import fold
 from interp.mpi_plans import PLANS, block_shapes, displacements, moved_first, planned
 from interp.sentinel import empty_bytes
 from interp.transport import rank_part
-from refir import ops
-from refir import teams as team_forming
-from refir.mpi import COMMS, fault, wait
-from refir.tables import registrar
-from refir.teams import Team, teams_of
-from refir.types import TensorType, local_shape
+from refir.ir import ops
+from refir.ir.tables import registrar
+from refir.ir.types import TensorType, local_shape
+from refir.lowering import teams as team_forming
+from refir.lowering.teams import Team, teams_of
+from refir.world.mpi_job import COMMS, fault, wait
 
 HEADER_TAG, DATA_TAG = 11, 12  # point-to-point: a block's shape, then its bytes
 
@@ -100,7 +100,7 @@ class _Call:
 
 class MpiTransport:
     """Communications of this process's rank, on the process's communicators
-    (refir.mpi.COMMS: made once per team, kept for every later run)."""
+    (refir.world.mpi_job.COMMS: made once per team, kept for every later run)."""
 
     def __init__(self) -> None:
         self.comm = COMMS.world()

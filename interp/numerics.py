@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from refir.types import as_dtype, finfo, is_float
+from refir.ir.types import as_dtype, finfo, is_float
 
 TRANSCENDENTAL_ULPS = 4  # exp and log, on a GPU or in numpy
 

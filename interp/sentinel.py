@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from refir import env
-from refir.types import is_float
+from refir.ir.types import is_float
 
 ENV = "REFIR_SENTINEL"
 BYTE = 0xA5

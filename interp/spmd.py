@@ -16,13 +16,11 @@ import numpy as np
 from interp.impls import compute
 from interp.liveness import drops
 from interp.transport import Transport, own_buffer
-from refir import ops
-from refir.bindings import bind_local
 from refir.errors import RefirError, RunError
-from refir.lower import Lowered, Step
-from refir.memo import Memo
-from refir.program import Lit, Sym, Var
-from refir.types import (
+from refir.ir import ops
+from refir.ir.program import Lit, Sym, Var
+from refir.ir.program_cache import Memo
+from refir.ir.types import (
     SHARD_C1,
     SHARD_C2,
     Bindings,
@@ -34,7 +32,9 @@ from refir.types import (
     materialize,
     resolved,
 )
-from refir.where import describe_eqn
+from refir.lowering.lower import Lowered, Step
+from refir.running.bindings import bind_local
+from refir.text.equation_context import describe_eqn
 
 Buffers = dict[int, Any]  # device -> local buffer
 
@@ -133,7 +133,7 @@ def step_facts(lowered: Lowered, step: Step, device: int, scope: dict[str, Buffe
     segment symbols and operand shapes (a pure function of them), so a
     program run again on inputs of the same shapes does not bind its
     symbols afresh at every step. (A plain dict per program rather than a
-    refir.memo.Memo: asked at every step of every run, the Memo's
+    refir.ir.program_cache.Memo: asked at every step of every run, the Memo's
     bookkeeping cost ~10% of a small spmd run.)"""
     kept = _FACTS.get(id(lowered))
     if kept is None or kept[0] is not lowered:
@@ -158,7 +158,7 @@ _FACTS: dict[int, tuple[Lowered, dict[tuple, tuple[Fill, tuple[int, ...]]]]] = {
 
 def tensor_names(step: Step) -> tuple[str, ...]:
     """step.tensor_args(), made once per step (by hand rather than
-    refir.memo.by_identity, whose generic key costs ~5% of a small spmd run)."""
+    refir.ir.program_cache.by_identity, whose generic key costs ~5% of a small spmd run)."""
     got = _NAMES.get(id(step))
     if got is None or got[0] is not step:
         if len(_NAMES) >= 4096:

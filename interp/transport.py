@@ -1,7 +1,7 @@
 """Transports: how the communications of the lowered program reach other ranks.
 
 Both transports take the senders' buffers their process hosts and return the
-receivers' buffers their process hosts; both form teams with refir.teams and
+receivers' buffers their process hosts; both form teams with refir.lowering.teams and
 give identical bits. `InProcess` runs every rank in this process; `MpiTransport`
 (interp/mpi_transport.py) runs one rank per MPI process.
 """
@@ -15,9 +15,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from interp.collectives import exchange
-from refir import ops
-from refir.teams import Team, teams, teams_of
-from refir.types import TensorType
+from refir.ir import ops
+from refir.ir.types import TensorType
+from refir.lowering.teams import Team, teams, teams_of
 
 # Arrays a transport hands out as buffers of their own though they do not own
 # their memory (interp.mpi_shared's result slots: shared memory that nothing

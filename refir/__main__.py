@@ -3,6 +3,6 @@
 import sys
 
 from refir.cli import main
-from refir.world import abort_on_error
+from refir.world.ranks import abort_on_error
 
 sys.exit(abort_on_error(main))

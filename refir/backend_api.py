@@ -41,12 +41,12 @@ import numpy as np
 
 from interp.backend import run_spmd, transport_for
 from interp.spmd import NumpyLocal, NumpyTransport
-from refir import ops
-from refir.backends import Backend, Shards
-from refir.lower import Lowered, Segment, Step
-from refir.program import Lit, Sym, Var
-from refir.types import TensorType, materialize, resolved
-from refir.world import World
+from refir.ir import ops
+from refir.ir.program import Lit, Sym, Var
+from refir.ir.types import TensorType, materialize, resolved
+from refir.lowering.lower import Lowered, Segment, Step
+from refir.world.backend_types import Backend, Shards
+from refir.world.ranks import World
 
 __all__ = ["Backend", "Communications", "Lit", "Lowered", "Segment", "Shards", "Step", "Sym", "TensorType", "Var",
            "World", "laid_out", "ops", "reference_step", "run_spmd"]

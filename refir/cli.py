@@ -27,16 +27,17 @@ from pathlib import Path
 
 import numpy as np
 
-import refir
 from refir import env
+from refir.checks.expect_lines import check_expects
+from refir.checks.limits import DEVICES
+from refir.checks.verifier import Checked, verify, verify_all
 from refir.errors import InputError, ParseError, RefirError, RunError, VerifyError, printable
-from refir.expect import check_expects
-from refir.inputs import bindings_for, draw_inputs, read_inputs, writable_file
-from refir.limits import DEVICES
-from refir.program import Func
-from refir.types import TensorType, resolved
-from refir.verify import Checked, verify_all
-from refir.world import mpi_world, say
+from refir.ir.program import Func, Program
+from refir.ir.types import TensorType, resolved
+from refir.running.inputs import bindings_for, draw_inputs, read_inputs, writable_file
+from refir.running.runner import run
+from refir.text.load import load
+from refir.world.ranks import mpi_world, say
 
 
 def _program_args(p: argparse.ArgumentParser) -> None:
@@ -49,7 +50,7 @@ def _out_path(out: str | None) -> Path | None:
     return None if out is None else writable_file(out, "--out")
 
 
-def _prepare(args: argparse.Namespace, root: bool) -> tuple[refir.Program, Checked, dict[str, np.ndarray],
+def _prepare(args: argparse.Namespace, root: bool) -> tuple[Program, Checked, dict[str, np.ndarray],
                                                             Path | None]:
     """The program, and where `root` the global inputs and the checked --out
     path (under MPI, rank 0 alone reads or draws the inputs, and writes --out;
@@ -62,8 +63,8 @@ def _prepare(args: argparse.Namespace, root: bool) -> tuple[refir.Program, Check
         if args.world < 1:
             raise InputError(f"--world {args.world}: a world has at least one rank")
         DEVICES.check(args.world, "--world asks for")
-    program = refir.load(Path(args.program))
-    checked = refir.verify(program, args.func)
+    program = load(Path(args.program))
+    checked = verify(program, args.func)
     if args.inputs and (args.bind or args.seed is not None):
         raise RunError("--inputs fixes every extent and value: leave out --bind and --seed")
     if not root:
@@ -101,11 +102,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if world is None:
         program, checked, inputs, out = _prepare(args, True)
     else:
-        from refir.mpi import COMMS, agreed
+        from refir.world.mpi_job import COMMS, agreed
 
         (program, checked, inputs, out), _ = agreed(COMMS.world(), "every rank to read the program",
                                                     lambda: _prepare(args, world.is_root))
-    result = refir.run(program, inputs, backend=args.backend, world=args.world, func=args.func)
+    result = run(program, inputs, backend=args.backend, world=args.world, func=args.func)
     if world is not None and not world.is_root:
         return 0  # rank 0 has the results, and says what they are
     lines = [f"{args.program}: {checked.func.name} on {args.backend}"
@@ -127,15 +128,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from refir.printer import format_func, format_mesh
+    from refir.text.printer import format_func, format_mesh
 
     if args.json:
-        from refir.explain import json_check
+        from refir.explain.report import json_check
 
         return json_check(args)
 
-    program = refir.load(Path(args.program))
-    every = [refir.verify(program, args.func)] if args.func else verify_all(program)
+    program = load(Path(args.program))
+    every = [verify(program, args.func)] if args.func else verify_all(program)
     texts = [format_mesh(m) for m in program.meshes] + [""]
     bound = ""
     for checked in every:
@@ -158,26 +159,26 @@ def _resolved(checked: Checked, bindings: dict[str, int]) -> tuple[Func, dict[st
 
 
 def cmd_lower(args: argparse.Namespace) -> int:
-    from refir.listing import format_lowered
-    from refir.lower import lower
+    from refir.explain.lowered_listing import format_lowered
+    from refir.lowering.lower import lower
 
     if args.json:
-        from refir.explain import json_lower
+        from refir.explain.report import json_lower
 
         return json_lower(args)
-    checked = refir.verify(refir.load(Path(args.program)), args.func)
+    checked = verify(load(Path(args.program)), args.func)
     say(format_lowered(lower(checked), bindings_for(checked, args.bind) if args.bind else None))
     return 0
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from refir.explain import cmd_explain as explain
+    from refir.explain.report import cmd_explain as explain
 
     return explain(args)
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from refir.trace import cmd_trace as trace
+    from refir.explain.trace import cmd_trace as trace
 
     return trace(args)
 
@@ -207,27 +208,27 @@ def build_parser() -> argparse.ArgumentParser:
                                      "conform (refir conform --help) apply with no command too.")
     parser.add_argument("--version", action="version", version=f"refir {version()}")
     sub = parser.add_subparsers(dest="command")
-    run = sub.add_parser("run", help="run a program on global inputs")
-    _program_args(run)
-    src = run.add_mutually_exclusive_group()
+    run_cmd = sub.add_parser("run", help="run a program on global inputs")
+    _program_args(run_cmd)
+    src = run_cmd.add_mutually_exclusive_group()
     src.add_argument("--inputs", help=".npz of global input arrays, named by parameter")
     src.add_argument("--seed", type=int, help="draw inputs from this seed (default 0)")
-    run.add_argument("--bind", nargs="*", default=[], metavar="SYM=N",
+    run_cmd.add_argument("--bind", nargs="*", default=[], metavar="SYM=N",
                      help="symbol values for drawn inputs, each over the # bind: line's")
-    run.add_argument("--out", help="write the global results to this .npz")
-    run.add_argument("--save-inputs", metavar="FILE.npz", help="write the global inputs (drawn or read) to this "
+    run_cmd.add_argument("--out", help="write the global results to this .npz")
+    run_cmd.add_argument("--save-inputs", metavar="FILE.npz", help="write the global inputs (drawn or read) to this "
                      ".npz, before the run; --inputs FILE.npz runs them again")
-    run.add_argument("--backend", default="spmd", help="global, spmd, gpu, or module:callable")
-    run.add_argument("--world", type=int, help="number of ranks (default: what the meshes need)")
-    run.set_defaults(handler=cmd_run)
+    run_cmd.add_argument("--backend", default="spmd", help="global, spmd, gpu, or module:callable")
+    run_cmd.add_argument("--world", type=int, help="number of ranks (default: what the meshes need)")
+    run_cmd.set_defaults(handler=cmd_run)
     check = sub.add_parser("check", help="verify and print every inferred type")
     _program_args(check)
     check.set_defaults(handler=cmd_check)
     low = sub.add_parser("lower", help="print segments, communications, shapes and strides")
     _program_args(low)
     low.set_defaults(handler=cmd_lower)
-    from refir.explain import add_view_args
-    from refir.trace import add_trace_args
+    from refir.explain.report import add_view_args
+    from refir.explain.trace import add_trace_args
 
     add_view_args(check)
     add_view_args(low)
@@ -239,9 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     _program_args(trace)
     add_trace_args(trace)
     trace.set_defaults(handler=cmd_trace)
-    from refir.frontend_cli import add_subcommands
+    from refir.frontends.cli import add_subcommands
 
-    add_subcommands(sub)
+    add_subcommands(sub, then=main)
     from conformance.peers.cli import add_arguments as peer_arguments
     from conformance.peers.cli import peer_command
 
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         if world is None:
             sys.stderr.write(f"error: {message}\n")
             return 2
-        # An error every rank agreed on (refir.mpi.agreed), or a bad program or input,
+        # An error every rank agreed on (refir.world.mpi_job.agreed), or a bad program or input,
         # which every rank meets alike outside `run`: rank 0 reports, all exit.
         if getattr(exc, "agreed", False) or isinstance(exc, (ParseError, VerifyError, InputError)):
             if world.is_root:
@@ -307,6 +308,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def console_main() -> None:
     """The `refir` console script."""
-    from refir.world import abort_on_error
+    from refir.world.ranks import abort_on_error
 
     sys.exit(abort_on_error(main))

@@ -3,7 +3,7 @@ naming the variable, never a ValueError from deep inside an import.
 
 The command line checks every variable here before it does anything (`check_all`),
 so that under MPI every rank finds the same bad value at once and rank 0 alone
-says so in one line. The resource limits (REFIR_MAX_ELEMENTS and the like) live in refir/limits.py.
+says so in one line. The resource limits (REFIR_MAX_ELEMENTS and the like) live in refir/checks/limits.py.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def seconds(name: str, default: float) -> float:
 
 
 def fault() -> tuple[int, str, str] | None:
-    """REFIR_FAULT=RANK:STAGE:KIND (tests only; see refir.mpi.fault), or None."""
+    """REFIR_FAULT=RANK:STAGE:KIND (tests only; see refir.world.mpi_job.fault), or None."""
     text = os.environ.get("REFIR_FAULT", "").strip()
     if not text:
         return None
@@ -58,7 +58,7 @@ def fault() -> tuple[int, str, str] | None:
 
 def check_all() -> None:
     """Every variable above, and the limits, parsed once: the first bad one raises."""
-    from refir.limits import LIMITS
+    from refir.checks.limits import LIMITS
 
     for name in FLAGS:
         flag(name, False)

@@ -21,7 +21,7 @@ from gpu_backend import launch, memory, recording, replay
 from gpu_backend.buffer import DeviceBuffer
 from gpu_backend.memory import Lease, Memory
 from gpu_backend.pool import SizeClassPool
-from refir.world import World, local_world
+from refir.world.ranks import World, local_world
 
 PROGRAM = """mesh m = [0]
 func main(x: f32[M, K@DIDx], w: f32[K@DIDx, N]) {
@@ -74,7 +74,7 @@ class FakeDevice:
     def allreduce(self, address: int, count: int, comm: Any) -> None:  # the one "collective": a sum over ranks
         from mpi4py import MPI
 
-        from refir.mpi import wait
+        from refir.world.mpi_job import wait
 
         mine = np.ascontiguousarray(self.memory[address][:count])
         total = np.empty_like(mine)
@@ -124,7 +124,7 @@ def run(dev: FakeDevice, lowered: Any, inputs: dict[str, dict[int, np.ndarray]],
 
 def _header(comm: Any, shape: tuple[int, int]) -> None:
     """Rank 0's shape on every rank, as RankTransport.header sends one (a replay makes none)."""
-    from refir.mpi import wait
+    from refir.world.mpi_job import wait
 
     header = np.array(shape, np.int64)
     wait(comm.Ibcast(header, root=0), "a shape header")

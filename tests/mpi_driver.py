@@ -22,12 +22,12 @@ import sys
 
 from interp.backend import run_spmd
 from refir import close
+from refir.checks.expect_lines import check_expects
 from refir.errors import RefirError, RunError
-from refir.expect import check_expects
-from refir.mpi import COMMS
-from refir.parser import parse
-from refir.runner import run
-from refir.world import mpi_world
+from refir.running.runner import run
+from refir.text.parser import parse
+from refir.world.mpi_job import COMMS
+from refir.world.ranks import mpi_world
 
 HELD = {}  # result -> device -> (strides, array): this rank's own buffers
 GIVEN = {}  # input -> device -> (shape, bytes of the memory behind the block)

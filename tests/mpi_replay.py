@@ -23,9 +23,9 @@ import refir  # noqa: E402
 from gpu_backend import graph as graphs  # noqa: E402
 from gpu_backend import launch, replay, replay_trace  # noqa: E402
 from refir.errors import RunError  # noqa: E402
-from refir.lower import lower  # noqa: E402
-from refir.mpi import COMMS  # noqa: E402
-from refir.world import World, abort_on_error  # noqa: E402
+from refir.lowering.lower import lower  # noqa: E402
+from refir.world.mpi_job import COMMS  # noqa: E402
+from refir.world.ranks import World, abort_on_error  # noqa: E402
 
 
 class Launch:

@@ -12,7 +12,7 @@ import json
 import sys
 
 from refir.cli import main
-from refir.world import mpi_world
+from refir.world.ranks import mpi_world
 
 
 def printed(argv):

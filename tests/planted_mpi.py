@@ -12,9 +12,9 @@ import time
 from conformance import mpi_mutants  # noqa: F401  (registers the mutant)
 from conformance.mutants import MUTANTS
 from interp.backend import run_spmd
-from refir.backends import Shards
-from refir.lower import Lowered
-from refir.world import World, launched_by_mpi
+from refir.lowering.lower import Lowered
+from refir.world.backend_types import Shards
+from refir.world.ranks import World, launched_by_mpi
 
 
 def backend(lowered: Lowered, inputs: Shards, bindings: dict[str, int], world: World) -> Shards:

@@ -10,9 +10,9 @@ import pytest
 from helpers import ROOT
 
 import refir
-from refir.builder import Builder
 from refir.cli import build_parser, main
 from refir.errors import InputError, ParseError, VerifyError
+from refir.frontends.builder import Builder
 
 PIPELINE = ROOT / "examples" / "pipeline.rir"
 DUMP = ROOT / "docs" / "frontends" / "permute_then_scatter.txt"

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import refir
-from refir.arrays import host_array
 from refir.errors import InputError
+from refir.running.input_arrays import host_array
 
 PROGRAM = """mesh m = [0, 1]
 func main(x: f32[4@DIDx, 3]) {

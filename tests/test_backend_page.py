@@ -81,7 +81,7 @@ def test_the_page_own_loop_passes_under_mpiexec(tmp_path):
 
 
 def test_the_page_segments_of_pipeline_are_what_lowering_makes():
-    from refir.lower import lower
+    from refir.lowering.lower import lower
 
     lowered = lower(refir.verify(refir.load(ROOT / "examples" / "pipeline.rir")))
     got = [(s.kind, [(st.out, st.op, tuple(a.name for a in st.args)) for st in s.steps]) for s in lowered.segments]

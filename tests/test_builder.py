@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 import refir
-from refir import builder, ops
-from refir.builder import Builder
 from refir.errors import InputError, VerifyError
-from refir.lower import lower
-from refir.types import BROADCAST, DTYPES, Axis, Mesh, TensorType
+from refir.frontends import builder
+from refir.frontends.builder import Builder
+from refir.ir import ops
+from refir.ir.types import BROADCAST, DTYPES, Axis, Mesh, TensorType
+from refir.lowering.lower import lower
 
 
 def scatter_after_permute() -> refir.Program:

@@ -10,9 +10,9 @@ import pytest
 from helpers import ROOT, needs_shared, run_mpi, shared_example
 
 import refir
-from refir.inputs import draw_inputs
-from refir.listing import format_lowered
-from refir.lower import lower
+from refir.explain.lowered_listing import format_lowered
+from refir.lowering.lower import lower
+from refir.running.inputs import draw_inputs
 
 BY_NAME = {n: shared_example(n) for n in ("scatter_after_permute", "layouts", "collectives", "global_extent")}
 SPEC_EXAMPLE = """\

@@ -10,10 +10,10 @@ import pytest
 
 import refir
 from interp.collectives import exchange
-from refir import ops
-from refir.ops import op_name
-from refir.teams import Team, teams
-from refir.types import Axis, Mesh, TensorType
+from refir.ir import ops
+from refir.ir.ops import op_name
+from refir.ir.types import Axis, Mesh, TensorType
+from refir.lowering.teams import Team, teams
 
 
 def run(text, **inputs):
@@ -339,13 +339,14 @@ def test_teams_of_is_remembered_by_identity_and_follows_a_replaced_teams():
     src = TensorType("f32", (Axis(4, "DIDy"), Axis(4, "DIDx")), mesh)
     dst = TensorType("f32", (Axis(4, "DIDy"), Axis(4)), mesh)
     op = ops.Allgather(1, "DIDx")
-    first = refir.teams.teams_of(0, op, src, dst)
+    first = refir.lowering.teams.teams_of(0, op, src, dst)
     assert [t.devices for t in first] == [(0, 2)]
-    assert refir.teams.teams_of(0, op, src, dst) is first  # the same objects: found again, not formed again
+    assert refir.lowering.teams.teams_of(0, op, src, dst) is first  # the same objects: found again, not formed again
     equal = TensorType("f32", (Axis(4, "DIDy"), Axis(4, "DIDx")), Mesh("m", (2, 2), (3, 1, 0, 2)))
-    again = refir.teams.teams_of(0, op, equal, dst)  # an equal type, another object: formed again, the same teams
+    # an equal type, another object: formed again, the same teams
+    again = refir.lowering.teams.teams_of(0, op, equal, dst)
     assert again is not first and again == first
     swapped = [Team((2, 0), (2, 0), (2, 0))]
-    with mock.patch.object(refir.teams, "teams", lambda *args: swapped):
-        assert refir.teams.teams_of(0, op, src, dst) == tuple(swapped)
-    assert refir.teams.teams_of(0, op, src, dst) is first
+    with mock.patch.object(refir.lowering.teams, "teams", lambda *args: swapped):
+        assert refir.lowering.teams.teams_of(0, op, src, dst) == tuple(swapped)
+    assert refir.lowering.teams.teams_of(0, op, src, dst) is first

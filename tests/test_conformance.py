@@ -30,12 +30,12 @@ from conformance.generate import BUDGET, generate
 from conformance.shrink import RandomDraw, shrink
 from conformance.strategies import cases, programs
 from conformance.teeth import hunt, table
-from refir import ops
-from refir.bindings import bind_inputs, devices_needed
-from refir.builder import Builder
 from refir.cli import main
-from refir.lower import lower
-from refir.printer import print_program
+from refir.frontends.builder import Builder
+from refir.ir import ops
+from refir.lowering.lower import lower
+from refir.running.bindings import bind_inputs, devices_needed
+from refir.text.printer import print_program
 
 CORPUS_FILES = sorted(CORPUS.glob("*.rir"))
 

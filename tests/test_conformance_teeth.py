@@ -12,8 +12,8 @@ from conformance.mpi_batch import why_not
 from conformance.mutants import MUTANTS
 from conformance.teeth import hunt
 from gpu_backend.device import THREADS
-from refir import ops
 from refir.cli import main
+from refir.ir import ops
 
 
 def _mutant(name: str):

@@ -22,9 +22,9 @@ from conformance.data import DataSpec, edge_values
 from conformance.explore import drawn
 from conformance.mutants import MUTANTS
 from conformance.teeth import hunt
-from refir import ops
 from refir.cli import main
-from refir.types import DTYPES, Axis, Mesh, TensorType, as_dtype
+from refir.ir import ops
+from refir.ir.types import DTYPES, Axis, Mesh, TensorType, as_dtype
 
 DATA_MUTANTS = ["div_as_reciprocal", "cast_ties_away", "combine_drops_later_nan", "sqrt_via_rsqrt",
                 "exp_via_exp2", "log_range_reduced", "float_to_int_floor"]

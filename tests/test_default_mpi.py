@@ -104,9 +104,9 @@ def test_no_mpi_leaves_the_batch_out_and_the_hints_say_what_to_run(capsys: pytes
 
 def test_the_batch_covers_what_it_is_chosen_for() -> None:
     """Every collective kind, uneven blocks and strided layouts, and a 2-D mesh."""
-    from refir import ops
-    from refir.lower import lower
-    from refir.types import local_shape
+    from refir.ir import ops
+    from refir.ir.types import local_shape
+    from refir.lowering.lower import lower
 
     kinds: set[str] = set()
     uneven = strided = two_d = False

@@ -7,7 +7,8 @@ import pytest
 
 import refir
 from refir.cli import main
-from refir.dtensor import (
+from refir.errors import InputError
+from refir.frontends.dtensor import (
     Partial,
     Replicate,
     Shard,
@@ -18,8 +19,7 @@ from refir.dtensor import (
     redistribute_program,
     to_refir,
 )
-from refir.errors import InputError
-from refir.lower import lower
+from refir.lowering.lower import lower
 
 
 def dtensor_block(value: np.ndarray, mesh_shape, placements, coords) -> np.ndarray:

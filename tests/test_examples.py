@@ -11,10 +11,10 @@ import pytest
 from helpers import EXAMPLES, ROOT, needs_shared
 
 import refir
-from refir.bindings import devices_needed
-from refir.expect import check_expects
-from refir.inputs import default_bindings, draw_inputs
-from refir.types import block_slices, dense_strides, local_shape
+from refir.checks.expect_lines import check_expects
+from refir.ir.types import block_slices, dense_strides, local_shape
+from refir.running.bindings import devices_needed
+from refir.running.inputs import default_bindings, draw_inputs
 
 pytestmark = needs_shared
 

@@ -21,12 +21,12 @@ from conformance.teeth import hunt
 from interp.error_bounds import every_value, propagate
 from interp.impls import IMPLS, scalar_value
 from interp.numerics import CONFORM, REFERENCE, expression, half_ulp
-from refir import ops
+from refir.checks.expect_eval import evaluate_rounded
+from refir.checks.expect_lines import check_expects
 from refir.errors import Loc
-from refir.expect import check_expects
-from refir.expr import evaluate_rounded
-from refir.program import Lit, Sym, Var
-from refir.types import BF16, DTYPES, as_dtype, is_float
+from refir.ir import ops
+from refir.ir.program import Lit, Sym, Var
+from refir.ir.types import BF16, DTYPES, as_dtype, is_float
 
 F32 = np.dtype(np.float32)
 ZERO = """mesh m = [0, 1]

@@ -17,11 +17,11 @@ import refir
 from conformance.bounds import reference
 from conformance.cases import CORPUS, cases_of
 from interp.transport import InProcess
-from refir import ops
 from refir.cli import main
-from refir.explain import explained_json
-from refir.lower import lower
-from refir.placement import explain
+from refir.explain.placement import explain
+from refir.explain.report import explained_json
+from refir.ir import ops
+from refir.lowering.lower import lower
 
 FILES = sorted(CORPUS.glob("*.rir")) + EXAMPLES
 SCATTER = ROOT / "docs" / "tutorial" / "scatter_after_permute.rir"
@@ -198,15 +198,15 @@ def test_trace_takes_inputs_and_summarises_large_buffers(tmp_path, capsys):
 
 
 def test_uneven_and_empty_blocks_display_plainly(monkeypatch):
-    """Ranges come from refir.types.block_slices alone: cut 5 elements into
+    """Ranges come from refir.ir.types.block_slices alone: cut 5 elements into
     blocks of ceil(5/4) = 2 and the last device's block is empty."""
     import io
 
     from rich.console import Console
 
-    from refir import placement as placement_module
-    from refir.pictures import value_picture
-    from refir.types import Axis, Mesh, TensorType
+    from refir.explain import placement as placement_module
+    from refir.explain.pictures import value_picture
+    from refir.ir.types import Axis, Mesh, TensorType
 
     def ceil_blocks(t, device, shape):
         out = []
@@ -236,7 +236,7 @@ def test_uneven_and_empty_blocks_display_plainly(monkeypatch):
 
 def test_explain_and_trace_of_every_corpus_program_under_mpiexec(tmp_path, capsys):
     """One launch of 4 ranks: rank 0 alone prints, and prints what a run in one process prints."""
-    from refir.bindings import devices_needed
+    from refir.running.bindings import devices_needed
 
     fits = [str(p) for p in FILES if devices_needed(first_case(p).checked) <= 4]
     out = tmp_path / "views.json"

@@ -16,11 +16,11 @@ import refir
 from interp.backend import run_spmd
 from interp.spmd import execute
 from interp.transport import InProcess
-from refir.backends import Shards
 from refir.errors import RunError
-from refir.listing import format_lowered
-from refir.lower import lower
-from refir.world import mpi_world
+from refir.explain.lowered_listing import format_lowered
+from refir.lowering.lower import lower
+from refir.world.backend_types import Shards
+from refir.world.ranks import mpi_world
 
 sys.path.insert(0, os.path.dirname(__file__))
 from helpers import ROOT, run_mpi  # noqa: E402

@@ -1,7 +1,7 @@
 """bfloat16 on the gpu backend: the device stores its bits (numba has no bf16
 type) and converts in the kernels. The conversions agree bit for bit with
 ml_dtypes on float32 values and with the spec's rounding of a double (through
-float32, refir.types.as_dtype), and programs in bf16 agree with spmd on every
+float32, refir.ir.types.as_dtype), and programs in bf16 agree with spmd on every
 buffer."""
 
 import sys
@@ -12,8 +12,8 @@ import pytest
 
 import refir
 from gpu_backend.functions import bf16_decode, bf16_encode
-from refir.inputs import default_bindings, draw_inputs
-from refir.types import BF16, as_dtype
+from refir.ir.types import BF16, as_dtype
+from refir.running.inputs import default_bindings, draw_inputs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import run_mpi  # noqa: E402

@@ -25,10 +25,10 @@ from gpu_backend.transports import DeviceInProcess, LaidOut, transport_for  # no
 from gpu_backend.wires import MpiWire  # noqa: E402
 from interp.spmd import NumpyTransport  # noqa: E402
 from interp.transport import InProcess  # noqa: E402
-from refir import ops  # noqa: E402
-from refir.mpi import wait  # noqa: E402
-from refir.types import DTYPES, Axis, Mesh, TensorType, has_layout, local_shape  # noqa: E402
-from refir.world import mpi_world  # noqa: E402
+from refir.ir import ops  # noqa: E402
+from refir.ir.types import DTYPES, Axis, Mesh, TensorType, has_layout, local_shape  # noqa: E402
+from refir.world.mpi_job import wait  # noqa: E402
+from refir.world.ranks import mpi_world  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

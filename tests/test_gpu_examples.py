@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 import refir
-from refir.bindings import devices_needed
+from refir.checks.expect_lines import check_expects
 from refir.errors import RefirError
-from refir.expect import check_expects
-from refir.inputs import default_bindings, draw_inputs
-from refir.types import has_layout
-from refir.world import mpi_world
+from refir.ir.types import has_layout
+from refir.running.bindings import devices_needed
+from refir.running.inputs import default_bindings, draw_inputs
+from refir.world.ranks import mpi_world
 
 sys.path.insert(0, os.path.dirname(__file__))
 from helpers import EXAMPLES, ROOT, needs_shared, run_mpi  # noqa: E402
@@ -96,7 +96,7 @@ def test_a_second_run_under_mpi_makes_no_communicator(under_mpi):
 
 def reuse_line(path) -> str:
     """Run an example that has run before: no communicator (MPI's or NCCL's) is made."""
-    from refir.mpi import COMMS
+    from refir.world.mpi_job import COMMS
 
     before = dict(COMMS.created)
     found = problems(path)

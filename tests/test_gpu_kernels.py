@@ -16,8 +16,8 @@ from gpu_backend.kernels import copy_into
 from gpu_backend.matmul import matmul_into
 from gpu_backend.reduce import reduce_into
 from interp import impls
-from refir import ops
-from refir.types import DTYPES, finfo, has_layout, is_float
+from refir.ir import ops
+from refir.ir.types import DTYPES, finfo, has_layout, is_float
 
 # Simulated kernels compute with numpy scalars, which warn where a GPU wraps silently.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")

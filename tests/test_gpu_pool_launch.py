@@ -245,7 +245,7 @@ def test_memory_falls_back_to_numba_arrays_without_a_pool():
 def test_a_queued_collective_is_waited_for_before_the_host_blocks(monkeypatch):
     import pytest
 
-    import refir.mpi
+    import refir.world.mpi_job
     from gpu_backend import buffer, pending
     from refir.errors import RunError
 
@@ -269,8 +269,8 @@ def test_a_queued_collective_is_waited_for_before_the_host_blocks(monkeypatch):
     pending.settle()  # nothing queued: no poll
     assert pending._event.polls == 3
     monkeypatch.setattr(pending, "_event", Event(10 ** 9))
-    monkeypatch.setattr(refir.mpi, "TIMEOUT_S", 0.05)
-    monkeypatch.setattr(refir.mpi, "STAGGER_S", 0.0)
+    monkeypatch.setattr(refir.world.mpi_job, "TIMEOUT_S", 0.05)
+    monkeypatch.setattr(refir.world.mpi_job, "STAGGER_S", 0.0)
     pending.queued("an NCCL broadcast")
     with pytest.raises(RunError, match="gave up waiting for an NCCL broadcast on the GPU after 0.05 s"):
         pending.settle()

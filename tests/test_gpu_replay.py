@@ -20,10 +20,10 @@ import pytest
 import refir
 from gpu_backend import gemm, graph, kernels, launch, memory, recording, replay, replay_trace
 from gpu_backend.device import SIMULATED
-from refir.inputs import default_bindings, draw_inputs
-from refir.lower import lower
-from refir.types import BF16
-from refir.world import local_world
+from refir.ir.types import BF16
+from refir.lowering.lower import lower
+from refir.running.inputs import default_bindings, draw_inputs
+from refir.world.ranks import local_world
 
 sys.path.insert(0, os.path.dirname(__file__))
 from fake_device import PROGRAM, FakeDevice, data, run, use_fake  # noqa: E402

@@ -8,8 +8,8 @@ import pytest
 import gpu_backend.impls as gi
 from gpu_backend.buffer import download, upload
 from interp.impls import compute as reference
-from refir import ops
-from refir.types import BF16
+from refir.ir import ops
+from refir.ir.types import BF16
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # simulated wraps warn in numpy
 CASES = [(np.float32, 2.5), (np.int8, 300), (np.uint8, -3), (np.int64, 2**70 + 5), (BF16, 1.5),

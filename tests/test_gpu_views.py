@@ -13,8 +13,8 @@ import refir
 from gpu_backend.buffer import DeviceBuffer, download, upload
 from gpu_backend.impls import compute
 from gpu_backend.transports import DeviceInProcess, LaidOut
-from refir import ops
-from refir.types import Axis, Mesh, TensorType, dense_strides
+from refir.ir import ops
+from refir.ir.types import Axis, Mesh, TensorType, dense_strides
 
 X = np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5
 

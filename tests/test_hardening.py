@@ -16,8 +16,8 @@ import pytest
 from helpers import OWN_EXAMPLES, ROOT, refir_cli, refused
 
 import refir
+from refir.checks.expect_eval import evaluate
 from refir.errors import InputError, Loc
-from refir.expr import evaluate
 
 OK = """\
 mesh m = [0, 1]

@@ -10,9 +10,9 @@ import refir
 from interp.liveness import drops, largest_live
 from interp.spmd import NumpyLocal, NumpyTransport, execute
 from interp.transport import InProcess
-from refir.bindings import bind_inputs
-from refir.lower import lower
-from refir.shard import shard_inputs
+from refir.lowering.lower import lower
+from refir.running.bindings import bind_inputs
+from refir.running.shard_inputs import shard_inputs
 from tests.helpers import SEED2
 
 

@@ -11,15 +11,15 @@ from helpers import SHARED, needs_shared
 import refir
 from interp.spmd import NumpyLocal, NumpyTransport, execute
 from interp.transport import InProcess
-from refir import ops
-from refir.bindings import bind_inputs
 from refir.errors import RunError
-from refir.listing import format_lowered
-from refir.lower import lower
-from refir.ops import op_name
-from refir.shard import shard_inputs
-from refir.teams import Team, teams
-from refir.types import Mesh, dense_strides
+from refir.explain.lowered_listing import format_lowered
+from refir.ir import ops
+from refir.ir.ops import op_name
+from refir.ir.types import Mesh, dense_strides
+from refir.lowering.lower import lower
+from refir.lowering.teams import Team, teams
+from refir.running.bindings import bind_inputs
+from refir.running.shard_inputs import shard_inputs
 
 EXAMPLES = SHARED / "examples"
 

@@ -1,4 +1,4 @@
-"""What refir.run keeps between runs of one program (refir/memo.py): reused on
+"""What refir.run keeps between runs of one program (refir/ir/program_cache.py): reused on
 the next run of the same signature, never for another program, other shapes,
 dtypes or strides, and never the inputs' values."""
 
@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 import refir
-import refir.backends
-import refir.bindings
-import refir.prepare
-import refir.shard
+import refir.running.backends
+import refir.running.bindings
+import refir.running.prepare
+import refir.running.shard_inputs
 from interp import spmd
 from refir.errors import InputError
-from refir.memo import Memo, shape_signature
+from refir.ir.program_cache import Memo, shape_signature
 from tests.helpers import SEED2
 
 
@@ -26,8 +26,8 @@ def expected(given: dict[str, np.ndarray]) -> np.ndarray:
     return np.maximum(given["x"] @ given["w"] + given["bias"], 0)
 
 
-MEMOS = {"bindings": refir.prepare._BOUND, "input blocks": refir.shard._BLOCKS,
-         "world": refir.backends._WORLDS, "local input checks": refir.bindings._LOCAL_OK,
+MEMOS = {"bindings": refir.running.prepare._BOUND, "input blocks": refir.running.shard_inputs._BLOCKS,
+         "world": refir.running.backends._WORLDS, "local input checks": refir.running.bindings._LOCAL_OK,
          "communication types": spmd._RESOLVED}
 
 
@@ -66,11 +66,11 @@ def test_local_buffers_of_other_strides_are_checked_again():
     program = refir.load("mesh m = [0, 1]\nfunc main(x: f32[4, 6@DIDx] layout[1, 0]) {\n  y = neg(x)\n  return y\n}\n")
     lowered = refir.run(program, {"x": np.zeros((4, 6), np.float32)}).lowered
     dense = {"x": {d: np.asfortranarray(np.ones((4, 3), np.float32)) for d in (0, 1)}}
-    refir.bindings.check_local_inputs(lowered.checked, dense, {})
-    refir.bindings.check_local_inputs(lowered.checked, dense, {})  # kept
+    refir.running.bindings.check_local_inputs(lowered.checked, dense, {})
+    refir.running.bindings.check_local_inputs(lowered.checked, dense, {})  # kept
     row_major = {"x": {d: np.ones((4, 3), np.float32) for d in (0, 1)}}  # same shapes, other strides
     with pytest.raises(InputError, match="dense in its layout"):
-        refir.bindings.check_local_inputs(lowered.checked, row_major, {})
+        refir.running.bindings.check_local_inputs(lowered.checked, row_major, {})
 
 
 def test_a_local_result_is_a_buffer_of_its_own_with_the_declared_strides():
@@ -116,7 +116,7 @@ def test_received_buffers_are_each_devices_own():
 
 
 def test_replicas_are_compared_bit_for_bit_in_any_layout():
-    from refir.assemble import same_bits
+    from refir.running.assemble_outputs import same_bits
 
     a = np.array([[np.nan, -0.0], [1.0, 2.0]], np.float32)
     other_nan = a.copy()
@@ -140,7 +140,7 @@ def test_has_and_put_keep_a_value_only_for_its_owner():
 def test_result_headers_name_dtypes_by_their_str_where_it_names_them():
     import ml_dtypes
 
-    from refir.ranks import entry, wire_dtype
+    from refir.world.exchange import entry, wire_dtype
 
     for dtype in (np.float32, np.dtype(">f8"), np.bool_, np.int8, np.float16, ml_dtypes.bfloat16):
         dtype = np.dtype(dtype)

@@ -15,12 +15,12 @@ import pytest
 from helpers import ROOT, run_mpi
 
 import refir
+from refir.checks.footprint import footprint
+from refir.checks.limits import MEMORY_C1, RUN_BYTES
 from refir.errors import InputError
-from refir.footprint import footprint
-from refir.inputs import default_bindings, draw_inputs
-from refir.limits import MEMORY_C1, RUN_BYTES
-from refir.prepare import lowered_of, verified
-from refir.types import local_shape
+from refir.ir.types import local_shape
+from refir.running.inputs import default_bindings, draw_inputs
+from refir.running.prepare import lowered_of, verified
 
 MESH4 = "mesh m = [0, 1, 2, 3]\n"
 MESH2D = "mesh m = [[0, 1, 2], [3, 4, 5]]\n"  # DIDy of 2, DIDx of 3
@@ -56,7 +56,7 @@ def test_the_issues_64_device_replication_is_refused_fast_allocating_nothing(bac
     def reached(*_: object) -> None:  # were the check broken, fail here rather than allocate 16 GiB
         raise AssertionError("the run went past the check")
 
-    monkeypatch.setattr("refir.runner.shard_inputs", reached)
+    monkeypatch.setattr("refir.running.runner.shard_inputs", reached)
     monkeypatch.setattr("interp.global_eval.eval_global", reached)
     tracemalloc.start()
     start = time.perf_counter()
@@ -281,4 +281,4 @@ def test_under_mpi_a_run_within_the_limit_runs(tmp_path):
 def test_the_spec_states_the_constraint():
     spec = (ROOT / "docs" / "spec.md").read_text()
     assert f"- **{MEMORY_C1}** A run's footprint is at most `{RUN_BYTES.env}`" in spec
-    assert Path(refir.__file__).parent.joinpath("footprint.py").exists()
+    assert Path(refir.__file__).parent.joinpath("checks", "footprint.py").exists()

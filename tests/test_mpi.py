@@ -13,9 +13,9 @@ import pytest
 from helpers import EXAMPLES, ROOT, needs_shared, run_mpi, shared_example
 
 import refir
-from refir.expect import check_expects
-from refir.gather import root_blocks
-from refir.inputs import default_bindings, draw_inputs
+from refir.checks.expect_lines import check_expects
+from refir.running.gather_outputs import root_blocks
+from refir.running.inputs import default_bindings, draw_inputs
 
 DRIVER = str(ROOT / "tests" / "mpi_driver.py")
 BIGGER = {"allreduce_then_bias": {"D": 6, "K": 5, "M": 3, "N": 7}, "collectives": {"R": 8, "C": 12, "P": 4},
@@ -358,7 +358,7 @@ def test_cli_out_from_mpiexec_is_bitwise_the_in_process_result(tmp_path):
 
 
 SMALL_MESSAGES = r"""
-from refir.mpi import COMMS, allgather_obj, bcast_obj
+from refir.world.mpi_job import COMMS, allgather_obj, bcast_obj
 comm = COMMS.world()
 for n in (0, 10, 240, 248, 249, 5000):  # one round within the slot (SLOT - 8 bytes of pickle), two past it
     assert allgather_obj(comm, "x" * (n + comm.rank), "t") == ["x" * (n + k) for k in range(comm.size)], n
@@ -410,7 +410,7 @@ from interp.backend import run_spmd
 from refir.errors import RefirError
 from tests.helpers import SEED2
 
-rank = refir.world.mpi_world().rank
+rank = refir.world.ranks.mpi_world().rank
 program = refir.load(SEED2)
 rng = np.random.default_rng(0)
 given = {"x": rng.standard_normal((4, 6)).astype(np.float32), "w": rng.standard_normal((6, 3)).astype(np.float32),

@@ -25,9 +25,9 @@ from interp import mpi_shared
 from interp.collectives import split
 from interp.mpi_transport import MpiTransport
 from interp.spmd import NumpyTransport
-from refir import ops
-from refir.mpi import COMMS
-from refir.types import Axis, Mesh, TensorType
+from refir.ir import ops
+from refir.world.mpi_job import COMMS
+from refir.ir.types import Axis, Mesh, TensorType
 
 comm = MPI.COMM_WORLD
 n, rank = comm.size, comm.rank
@@ -231,9 +231,9 @@ from mpi4py import MPI
 
 from interp import mpi_shared
 from interp.mpi_transport import MpiTransport
-from refir import ops
+from refir.ir import ops
 from refir.errors import RunError
-from refir.types import Axis, Mesh, TensorType
+from refir.ir.types import Axis, Mesh, TensorType
 
 comm = MPI.COMM_WORLD
 n, rank = comm.size, comm.rank
@@ -281,9 +281,9 @@ from mpi4py import MPI
 
 from interp import mpi_shared
 from interp.mpi_transport import MpiTransport
-from refir import ops
+from refir.ir import ops
 from refir.errors import RunError
-from refir.types import Axis, Mesh, TensorType
+from refir.ir.types import Axis, Mesh, TensorType
 
 comm = MPI.COMM_WORLD
 n, rank = comm.size, comm.rank

@@ -1,7 +1,7 @@
 """No MPI job ever hangs: a rank killed, stalled or failing at any stage of a
 run (handing out inputs, creating a communicator, inside a collective,
 gathering the results) ends the whole job within the timeout, with one clear
-message. Faults are injected through refir.mpi.fault (REFIR_FAULT=RANK:STAGE:KIND);
+message. Faults are injected through refir.world.mpi_job.fault (REFIR_FAULT=RANK:STAGE:KIND);
 each launch is one `python -m refir run` under `mpiexec -n 4` with a 3 s timeout.
 A fault ends its job, so each needs a launch of its own: they run four at a
 time (their ranks mostly sleep, waiting), once for the whole file."""
@@ -17,7 +17,7 @@ import pytest
 from helpers import ROOT, mpiexec, run_job, run_mpi
 
 TIMEOUT_S = 3
-STAGGER_S = 1.5  # refir.mpi.STAGGER_S: later ranks wait this much longer each
+STAGGER_S = 1.5  # refir.world.mpi_job.STAGGER_S: later ranks wait this much longer each
 PROGRAM = """mesh m = [0, 1, 2, 3]
 func main(x: f32[8@DIDx, 3]) {
   s = sum(x, dims=[0])

@@ -60,7 +60,7 @@ def problems(program, checked, draws: int = 5) -> tuple[list[str], int]:
     """What differs between replayed runs and runs with replays off; and how many runs were replayed."""
     import refir
     from gpu_backend import replay
-    from refir.inputs import default_bindings, draw_inputs
+    from refir.running.inputs import default_bindings, draw_inputs
 
     found, before = [], replay.counts["replayed"]
     for draw in range(draws):  # compiles; records; replays, then makes and tries the graph; the graph
@@ -84,8 +84,8 @@ def fitted(text: str, devices: str, size: int) -> tuple:
     the mesh [0, 1] that does not is tried on the world's devices instead
     (with one rank, its collectives on teams of one: NCCL calls all the same)."""
     import refir
-    from refir.bindings import devices_needed
     from refir.errors import RefirError
+    from refir.running.bindings import devices_needed
 
     for source in (text, text.replace("[0, 1]", devices)):
         try:
@@ -101,8 +101,8 @@ def fitted(text: str, devices: str, size: int) -> tuple:
 def main() -> int:
     from gpu_backend import replay
     from refir.errors import RefirError
-    from refir.prepare import lowered_of, verified
-    from refir.world import mpi_world
+    from refir.running.prepare import lowered_of, verified
+    from refir.world.ranks import mpi_world
 
     world = mpi_world()
     size = world.size if world is not None else 1

@@ -82,9 +82,9 @@ from unittest import mock
 import numpy as np
 
 from interp import mpi_plans, mpi_transport as mt
-from refir import ops
-from refir.teams import Team
-from refir.types import Axis, Mesh, TensorType
+from refir.ir import ops
+from refir.lowering.teams import Team
+from refir.ir.types import Axis, Mesh, TensorType
 
 # Plans are worked out from types alone: every allgather, reduce_scatter,
 # all_to_all and allreduce is planned, uneven blocks too (their sizes and
@@ -199,9 +199,9 @@ from interp import mpi_shared
 from interp.collectives import split
 from interp.mpi_transport import MpiTransport
 from interp.spmd import NumpyTransport
-from refir import ops
-from refir.mpi import COMMS
-from refir.types import Axis, Mesh, TensorType
+from refir.ir import ops
+from refir.world.mpi_job import COMMS
+from refir.ir.types import Axis, Mesh, TensorType
 
 # Collectives past SHARED_MIN_BYTES per rank, against numpy on every rank's
 # blocks (each rank makes them all from the seeds): all_to_all through the
@@ -333,10 +333,10 @@ from mpi4py import MPI
 
 import interp.mpi_plans as plans
 from interp.mpi_transport import MpiTransport
-from refir import ops
+from refir.ir import ops
 from refir.errors import RunError
-from refir.mpi import COMMS
-from refir.types import Axis, Mesh, TensorType
+from refir.world.mpi_job import COMMS
+from refir.ir.types import Axis, Mesh, TensorType
 
 comm = MPI.COMM_WORLD
 n, rank = comm.size, comm.rank

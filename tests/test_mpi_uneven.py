@@ -21,9 +21,9 @@ from mpi4py import MPI
 
 from interp.collectives import exchange, split
 from interp.mpi_transport import MpiTransport
-from refir import ops
-from refir.teams import Team
-from refir.types import Axis, Mesh, TensorType
+from refir.ir import ops
+from refir.lowering.teams import Team
+from refir.ir.types import Axis, Mesh, TensorType
 
 comm = MPI.COMM_WORLD
 n, rank = comm.size, comm.rank
@@ -202,9 +202,9 @@ from mpi4py import MPI
 
 import interp.mpi_shared as shared
 from interp.mpi_transport import MpiTransport
-from refir import ops
+from refir.ir import ops
 from refir.errors import RunError
-from refir.types import Axis, Mesh, TensorType
+from refir.ir.types import Axis, Mesh, TensorType
 
 comm = MPI.COMM_WORLD
 n, rank = comm.size, comm.rank

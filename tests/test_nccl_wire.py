@@ -174,7 +174,7 @@ def test_a_recorded_run_notes_each_nccl_call_to_make_again_on_its_communicator(m
     collectives; made again, they ask NCCL the very same; and a replay first
     requires the team's communicator to be the one the calls used."""
     from gpu_backend import recording
-    from refir.mpi import COMMS
+    from refir.world.mpi_job import COMMS
 
     w, driver, raw = wire()
     owner = SimpleNamespace(ptr=102)

@@ -9,12 +9,12 @@ import pytest
 import refir
 from refir.cli import main
 from refir.errors import InputError, ParseError
+from refir.explain.lowered_listing import format_lowered
 from refir.frontends.nvfuser import import_nvfuser
-from refir.inputs import default_bindings, draw_inputs
-from refir.listing import format_lowered
-from refir.lower import lower
-from refir.printer import print_program
-from refir.types import has_layout
+from refir.ir.types import has_layout
+from refir.lowering.lower import lower
+from refir.running.inputs import default_bindings, draw_inputs
+from refir.text.printer import print_program
 
 HERE = Path(__file__).parent
 SEEDS = HERE.parent.parent / "shared" / "seeds"

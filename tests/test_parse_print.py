@@ -6,11 +6,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import refir
-from refir import ops
 from refir.errors import InputError, ParseError
-from refir.printer import format_mesh, print_program
-from refir.program import Eqn, Expect, Func, Lit, Param, Program, Sym, Var
-from refir.types import BROADCAST, Axis, Mesh, TensorType
+from refir.ir import ops
+from refir.ir.program import Eqn, Expect, Func, Lit, Param, Program, Sym, Var
+from refir.ir.types import BROADCAST, Axis, Mesh, TensorType
+from refir.text.printer import format_mesh, print_program
 
 SMALL = """\
 mesh g = [[3, 1], [0, 2]]

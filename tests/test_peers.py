@@ -16,7 +16,7 @@ from conformance.peers.spec import Block, PeerCase, draw_case, expected
 from conformance.peers.sweep import check, differences, drawn
 from conformance.shrink import RandomDraw
 from refir.cli import main
-from refir.dtensor import Partial, Replicate, Shard
+from refir.frontends.dtensor import Partial, Replicate, Shard
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_JAX = importlib.util.find_spec("jax") is not None

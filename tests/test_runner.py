@@ -12,9 +12,9 @@ from interp.backend import run_spmd
 from interp.spmd import NumpyLocal, execute
 from interp.transport import InProcess
 from refir.errors import InputError, MismatchError, RunError
-from refir.inputs import default_bindings, draw_inputs
-from refir.lower import lower
-from refir.types import materialize, memory_order, receive_into, wire_bytes
+from refir.ir.types import materialize, memory_order, receive_into, wire_bytes
+from refir.lowering.lower import lower
+from refir.running.inputs import default_bindings, draw_inputs
 
 LAYOUTS = shared_example("layouts")
 TWO_MESHES = shared_example("two_meshes")
@@ -251,7 +251,7 @@ def test_run_error_names_the_equation_and_rank():
 @given(st.lists(st.integers(0, 3), min_size=0, max_size=4).flatmap(
     lambda shape: st.tuples(st.just(tuple(shape)), st.permutations(list(range(len(shape)))))))
 def test_a_dense_buffer_travels_and_comes_back_with_its_very_strides(case):
-    """What refir.ranks does for each buffer under MPI: its bytes dense in its own order, then back."""
+    """What refir.world.exchange does for each buffer under MPI: its bytes dense in its own order, then back."""
     shape, order = case
     x = materialize(np.arange(int(np.prod(shape)), dtype=np.int16).reshape(shape), tuple(order))
     o = memory_order(x)
@@ -264,8 +264,8 @@ def test_a_dense_buffer_travels_and_comes_back_with_its_very_strides(case):
 @needs_shared
 @pytest.mark.parametrize("backend", ["spmd", "gpu"])
 def test_local_buffers_handed_straight_to_a_backend_are_checked(backend):
-    from refir.backends import backend_named
-    from refir.world import local_world
+    from refir.running.backends import backend_named
+    from refir.world.ranks import local_world
 
     low = lower(refir.verify(refir.load(LAYOUTS)))
     run = backend_named(backend)
@@ -310,9 +310,9 @@ def test_result_headers_are_vetted_again_unless_the_round_handed_back_the_same_l
 
     import refir
     from benchmarks.phases import PATTERN
-    from refir import result_headers
-    from refir.prepare import bind_and_check, verified
-    from refir.ranks import entry
+    from refir.running.prepare import bind_and_check, verified
+    from refir.world import result_headers
+    from refir.world.exchange import entry
 
     checked = verified(refir.load(PATTERN.format(devices="0, 1")), None)
     x, w, b = np.zeros((8, 16), np.float32), np.zeros((16, 8), np.float32), np.zeros(8, np.float32)

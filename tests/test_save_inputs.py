@@ -13,7 +13,7 @@ from helpers import ROOT
 
 import refir
 from refir.cli import main
-from refir.inputs import bindings_for, draw_inputs
+from refir.running.inputs import bindings_for, draw_inputs
 
 BF16 = """mesh m = [0, 1]
 func main(x: bf16[5@DIDx, 3]) {

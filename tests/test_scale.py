@@ -6,8 +6,8 @@ import gc
 import time
 
 import refir
-from refir.lower import lower
-from refir.verify import verify_all
+from refir.checks.verifier import verify_all
+from refir.lowering.lower import lower
 
 
 def many_functions(n: int) -> str:

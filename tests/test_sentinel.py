@@ -17,7 +17,7 @@ import refir
 from conformance.cases import CORPUS, cases_of
 from conformance.compare import bad_elements
 from interp import sentinel
-from refir.types import DTYPES
+from refir.ir.types import DTYPES
 from tests.helpers import ROOT, run_mpi
 
 

@@ -10,7 +10,7 @@ from helpers import ROOT
 F32_RUN = """import sys
 import numpy as np
 import refir
-from refir.types import DTYPES, dtype_name, is_float
+from refir.ir.types import DTYPES, dtype_name, is_float
 prog = refir.load("examples/pipeline.rir")
 x = np.arange(64, dtype=np.float32).reshape(8, 8)
 refir.run(prog, {"x": x}, backend="spmd", world=4)
@@ -19,7 +19,7 @@ print("ml_dtypes" in sys.modules)
 """
 BF16_RUN = """import sys
 import refir
-from refir.types import DTYPES, dtype_name, is_bf16, is_float
+from refir.ir.types import DTYPES, dtype_name, is_bf16, is_float
 t = DTYPES["bf16"]
 print("ml_dtypes" in sys.modules, dtype_name(t), is_bf16(t), is_float(t), t.itemsize)
 """

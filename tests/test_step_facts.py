@@ -10,7 +10,7 @@ import pytest
 import refir
 from interp import spmd
 from refir.errors import RunError
-from refir.prepare import lowered_of, verified
+from refir.running.prepare import lowered_of, verified
 
 PROGRAM = """mesh m = [0, 1]
 func main(x: f32[M, N@DIDx]) {

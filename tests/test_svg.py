@@ -17,7 +17,7 @@ import pytest
 from helpers import ROOT
 
 from refir.cli import main
-from refir.svg import NAMESPACE
+from refir.explain.svg import NAMESPACE
 
 NS = {"s": NAMESPACE}
 # x: 5 rows over 4 devices (blocks of 2, 2, 1 and 0 rows); y: 7 x 5 over a 2 x 2 mesh (rows 4, 3; columns 3, 2).
@@ -216,16 +216,16 @@ def rgb(fill: str) -> np.ndarray:
 
 
 def drawings_of(program: Path | str, tmp_path: Path) -> list:
-    """The geometry (refir.drawing) of every grid explain draws, in order."""
+    """The geometry (refir.explain.drawing) of every grid explain draws, in order."""
     from rich.console import Group
 
     import refir
-    from refir.drawing import grid_drawing
-    from refir.explain import pictures_of
-    from refir.inputs import bindings_for
-    from refir.lower import lower
-    from refir.pictures import GridPicture
-    from refir.placement import explain
+    from refir.explain.drawing import grid_drawing
+    from refir.explain.pictures import GridPicture
+    from refir.explain.placement import explain
+    from refir.explain.report import pictures_of
+    from refir.lowering.lower import lower
+    from refir.running.inputs import bindings_for
 
     checked = refir.verify(refir.load(program if isinstance(program, Path) else tmp_path / "prog.rir"))
     ex = explain(lower(checked), bindings_for(checked, None), 4)

@@ -13,7 +13,7 @@ from helpers import OWN_EXAMPLES, ROOT, run_mpi
 import refir
 from conformance.cases import CORPUS, cases_of
 from refir.cli import main
-from refir.placement import placement
+from refir.explain.placement import placement
 
 TUTORIAL = ROOT / "docs" / "tutorial"
 PROGRAMS = sorted(CORPUS.glob("*.rir")) + sorted(TUTORIAL.glob("*.rir")) + OWN_EXAMPLES

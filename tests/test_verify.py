@@ -13,12 +13,12 @@ import pytest
 import refir
 from interp.spmd import NumpyLocal, NumpyTransport, execute
 from interp.transport import InProcess
-from refir import ops
-from refir.bindings import check_local_inputs
 from refir.errors import InputError, Loc, RunError, VerifyError
-from refir.lower import lower
-from refir.program import Eqn, Func, Param, Program, Sym, Var
-from refir.types import Axis, Mesh, TensorType, block, block_size
+from refir.ir import ops
+from refir.ir.program import Eqn, Func, Param, Program, Sym, Var
+from refir.ir.types import Axis, Mesh, TensorType, block, block_size
+from refir.lowering.lower import lower
+from refir.running.bindings import check_local_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 FILE = "prog.rir"

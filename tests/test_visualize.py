@@ -10,8 +10,8 @@ from helpers import ROOT
 
 import refir
 from refir.cli import main
-from refir.dtensor import Replicate, Shard
-from refir.svg import NAMESPACE
+from refir.explain.svg import NAMESPACE
+from refir.frontends.dtensor import Replicate, Shard
 
 TUTORIAL = ROOT / "docs" / "tutorial"
 SCATTER = TUTORIAL / "scatter_after_permute.rir"

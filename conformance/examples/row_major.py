@@ -8,7 +8,7 @@ whose inputs are not row-major in memory:
 
     python -m refir conform --backend conformance.examples.row_major:run
 
-A backend is any callable with refir's backend signature (refir/backends.py):
+A backend is any callable with refir's backend signature (refir/running/backends.py):
 the lowered program, each input's buffer per device, the symbols' values and
 the world; it returns each result's buffer per device, as numpy arrays laid
 out as the result types say.
@@ -19,9 +19,9 @@ from __future__ import annotations
 from conformance.mutants import as_row_major
 from interp.backend import transport_for
 from interp.spmd import NumpyLocal, NumpyTransport, execute
-from refir.backends import Shards
-from refir.lower import Lowered
-from refir.world import World
+from refir.lowering.lower import Lowered
+from refir.world.backend_types import Shards
+from refir.world.ranks import World
 
 
 def run(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: World) -> Shards:

@@ -18,7 +18,7 @@ from rich.table import Table
 from conformance.peers.sweep import Outcome, Timing, is_partial
 from conformance.report import Progress, plain
 from refir.errors import InputError
-from refir.world import say
+from refir.world.ranks import say
 
 SHOWN = 20
 
@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def peer_command(args: argparse.Namespace) -> int:
     from conformance.peers import load_peer
     from conformance.peers.sweep import sweep
-    from refir.inputs import writable_file
+    from refir.running.inputs import writable_file
 
     if args.cases < 0 or args.seed < 0 or args.shrink < 0:
         raise InputError(f"--cases {args.cases} --seed {args.seed} --shrink {args.shrink}: non-negative integers")

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from conformance.peers.spec import NAMES, Block, Blocks, PeerCase, PeerResult, expected, group_inputs
-from refir.dtensor import Partial, Placement, Shard, local_block, to_refir
-from refir.types import BF16
+from refir.frontends.dtensor import Partial, Placement, Shard, local_block, to_refir
+from refir.ir.types import BF16
 
 NAME = "dtensor"
 DTYPES = ("f32", "i32", "bf16", "f16", "f64", "i64")
@@ -163,7 +163,7 @@ def run(case: PeerCase) -> PeerResult:
 
 
 def _from_torch(p: Any) -> Placement:
-    from refir.dtensor import Replicate
+    from refir.frontends.dtensor import Replicate
 
     if p.is_shard():
         return Shard(p.dim)

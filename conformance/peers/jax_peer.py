@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from conformance.peers.spec import NAMES, Block, Blocks, PeerCase, PeerResult, expected, group_inputs
-from refir.dtensor import Partial, Placement, Shard
+from refir.frontends.dtensor import Partial, Placement, Shard
 
 NAME = "jax"
 DTYPES = ("f32", "i32", "bf16", "f16")

@@ -4,14 +4,14 @@ every rank's block (its offset from refir's block rule, spec §3.1)."""
 from __future__ import annotations
 
 from conformance.peers.spec import Block, Blocks, PeerCase, group_inputs, result_type
-from refir import builder
-from refir.dtensor import Placement, Replicate, Shard, nested_devices, redistribute_program, to_refir
-from refir.program import Program
-from refir.types import Mesh, block_slices
+from refir.frontends import builder
+from refir.frontends.dtensor import Placement, Replicate, Shard, nested_devices, redistribute_program, to_refir
+from refir.ir.program import Program
+from refir.ir.types import Mesh, block_slices
 
 
 def program(case: PeerCase, mesh: Mesh) -> Program:
-    """A resharding is refir.dtensor's program. An op is refir's own plan: each
+    """A resharding is refir.frontends.dtensor's program. An op is refir's own plan: each
     operand set to placements the op accepts (the result's shardings; a reduced
     or contracted axis keeps its source's mesh dim where the result leaves it
     free, so that refir's partial path and its allreduce / reduce_scatter run),

@@ -10,7 +10,7 @@ import json
 import numpy as np
 
 from conformance.peers.spec import Blocks, PeerCase
-from refir.dtensor import Partial, Placement, Shard, local_block, to_refir
+from refir.frontends.dtensor import Partial, Placement, Shard, local_block, to_refir
 
 
 def _array(a: np.ndarray) -> dict:

@@ -5,13 +5,13 @@ RandomDraw or ReplayDraw), so conformance.shrink shrinks it like a generated
 program. It names a root mesh of 2 to 8 ranks (1-D to 3-D, DTensor's row-major
 rank order, dims named a, b, c), the view of it the case runs on (the root, a
 submesh sliced by names, or named dims flattened into one), and either a
-resharding (source and target placements, DTensor's vocabulary: refir.dtensor)
+resharding (source and target placements, DTensor's vocabulary: refir.frontends.dtensor)
 or an op DTensor shards by its own rules (add, mul, matmul, sum, max).
 
 A view other than the root splits the ranks into groups, one submesh each; each
 group gets data of its own, so a peer that mixes groups up shows it. On refir's
 side a group is a refir mesh of those device ids, and the case's program
-(refir.dtensor.redistribute_program, or the op built with refir.builder) runs on
+(refir.frontends.dtensor.redistribute_program, or the op built with refir.frontends.builder) runs on
 spmd once per group.
 """
 
@@ -24,8 +24,8 @@ from math import prod
 import numpy as np
 
 from conformance.generate import Chooser
-from refir.dtensor import Partial, Placement, Replicate, Shard, contributions_type, to_refir
-from refir.types import DTYPES, Mesh, TensorType, block_slices
+from refir.frontends.dtensor import Partial, Placement, Replicate, Shard, contributions_type, to_refir
+from refir.ir.types import DTYPES, Mesh, TensorType, block_slices
 
 NAMES = ("a", "b", "c")
 ROOTS = {1: ((2,), (4,), (3,), (8,), (5,), (6,), (7,)),
@@ -91,7 +91,7 @@ class PeerCase:
 
     def operands(self) -> list[tuple[str, tuple[int, ...], tuple[Placement, ...]]]:
         """The inputs: (name, global shape, placements). A partial source enters
-        as its contributions (refir.dtensor.contributions_type)."""
+        as its contributions (refir.frontends.dtensor.contributions_type)."""
         if self.kind != "op":
             return [("x", self.shape, self.src)]
         if self.op in ("add", "mul"):

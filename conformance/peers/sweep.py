@@ -20,8 +20,8 @@ from conformance.check import describe, quiet
 from conformance.generate import Chooser
 from conformance.peers.spec import Blocks, PeerCase, block_of, draw_case, expected, meaning
 from conformance.shrink import Choices, RandomDraw, ReplayDraw, shrink
-from refir.dtensor import Partial, to_refir
 from refir.errors import RefirError
+from refir.frontends.dtensor import Partial, to_refir
 
 
 @dataclass

@@ -1,2 +1,2 @@
-"""Frontends: programs that reach refir from where their authors have them
-(nvFuser's printed fusion IR; DTensor placements live in refir/dtensor.py)."""
+"""Frontends: programs that reach refir from where their authors write them: the Python builder,
+DTensor placements and `redistribute`, and nvFuser's printed fusion IR (`import-nvfuser`)."""

@@ -19,9 +19,9 @@ from refir.frontends.nvfuser_axes import Ax, EqualityClasses, kept, logical_axes
 from refir.frontends.nvfuser_dump import Call, Domain, Scalar, Statement, TVRef
 from refir.frontends.nvfuser_ops import COMM_NAMES, OpMapper, short
 from refir.frontends.nvfuser_parse import parse_dump
-from refir.parser import parse
-from refir.program import Program
-from refir.types import RESERVED
+from refir.ir.program import Program
+from refir.ir.types import RESERVED
+from refir.text.parser import parse
 
 
 @dataclass
@@ -277,9 +277,9 @@ class Importer(OpMapper):
     def compare_communications(self, program: Program) -> None:
         """Where the dump names the communication nvFuser chose, say if refir's
         lowering chooses another."""
-        from refir.lower import lower
-        from refir.ops import op_name
-        from refir.verify import verify
+        from refir.checks.verifier import verify
+        from refir.ir.ops import op_name
+        from refir.lowering.lower import lower
 
         chosen = {out: kind for out, call, _ in self.eqns if call.startswith(("set(", "sum(", "prod(", "max(", "min("))
                   for kind in [self.comm_kinds.get(out)] if kind}

@@ -1,0 +1,107 @@
+"""`refir lower`: the lowered program, segment by segment, with every buffer's
+local shape and element strides on each device, and every communication's teams."""
+
+from __future__ import annotations
+
+from math import prod
+
+from refir.ir import ops
+from refir.ir.types import Bindings, Extent, TensorType, block_size, resolved
+from refir.lowering.lower import Lowered, Step
+from refir.lowering.teams import teams
+from refir.text.printer import format_call
+
+
+def _local_extent(extent: Extent, parts: int) -> str:
+    """The longest block: ceil(E/parts) (shard_c1)."""
+    if isinstance(extent, int):
+        return str(block_size(extent, parts, 0))
+    return extent if parts == 1 else f"ceil({extent}/{parts})"
+
+
+def local_extents(t: TensorType) -> list[str]:
+    return [_local_extent(a.extent, t.mesh.size(a.shard) if a.shard else 1) for a in t.axes]
+
+
+def element_strides(t: TensorType) -> list[str]:
+    """Strides in elements, dense in the type's memory order (symbolic where needed)."""
+    local = local_extents(t)
+    strides = [""] * t.rank
+    inner: list[str] = []
+    for axis in reversed(t.order):
+        ints = [int(x) for x in inner if x.isdigit()]
+        syms = [x for x in inner if not x.isdigit()]
+        number = prod(ints)
+        strides[axis] = "*".join(([str(number)] if number != 1 or not syms else []) + syms[::-1])
+        inner.append(local[axis])
+    return strides
+
+
+def format_buffer(t: TensorType) -> str:
+    return f"local [{', '.join(local_extents(t))}] strides [{', '.join(element_strides(t))}]"
+
+
+def uneven_blocks(t: TensorType) -> str | None:
+    """Each device's block on every sharded axis that may not divide evenly
+    (short and empty blocks named plainly); None where every block is equal."""
+    notes = []
+    for i, a in enumerate(t.axes):
+        if not a.shard:
+            continue
+        n = t.mesh.size(a.shard)
+        if isinstance(a.extent, str):
+            notes.append(f"axis {i}: blocks of ceil({a.extent}/{n}), the last ones shorter or empty")
+        elif a.extent % n:
+            full = block_size(a.extent, n, 0)
+            sizes = []
+            for d in t.mesh.devices:
+                size = block_size(a.extent, n, t.mesh.coord(d, a.shard))
+                sizes.append(f"{d}:{size}" + (" empty" if size == 0 else " short" if size < full else ""))
+            notes.append(f"axis {i}: {a.extent} over {n} -> device {', '.join(sizes)}")
+    return "; ".join(notes) or None
+
+
+def format_step(step: Step, lowered: Lowered, bindings: Bindings | None = None) -> list[str]:
+    t = resolved(step.type, bindings) if bindings else step.type
+    lines = [f"    {step.out}: {t} = {format_call(step.op, step.args)}"]
+    lines.append(f"        {format_buffer(t)} on devices {_devices(t.mesh.devices)}")
+    blocks = uneven_blocks(t)
+    if blocks:
+        lines.append(f"        {blocks}")
+    if step.is_communication:
+        (src,) = step.tensor_args()
+        for team in teams(step.op, lowered.types[src], step.type):
+            role = "" if team.senders == team.receivers == team.devices else (
+                f" senders {_devices(team.senders)} receivers {_devices(team.receivers)}")
+            lines.append(f"        team {_devices(team.devices)}{role}")
+    return lines
+
+
+def format_lowered(lowered: Lowered, bindings: Bindings | None = None) -> str:
+    """The listing; with `bindings`, every extent is its bound value (symbols otherwise)."""
+    func = lowered.checked.func
+    n = len(lowered.segments)
+    binds = ", ".join(f"{k}={v}" for k, v in sorted((bindings or {}).items()))
+    out = [f"func {func.name}: {n} segment{'s' * (n != 1)}" + (f" ({binds})" if binds else "")]
+    for p in func.params:
+        t = resolved(p.type, bindings) if bindings else p.type
+        out.append(f"  input {p.name}: {t}  {format_buffer(t)}"
+                   + ("" if t.layout is not None else " (any strides accepted)"))
+        blocks = uneven_blocks(t)
+        if blocks:
+            out.append(f"        {blocks}")
+    for seg in lowered.segments:
+        kind = ops.op_name(seg.steps[0].op) if seg.kind == "communication" else "compute"
+        scalars = f" + scalars {', '.join(seg.scalars)}" if seg.scalars else ""
+        scalars += f" + extents {', '.join(seg.extents)}" if seg.extents else ""
+        out.append(f"  segment {seg.index} ({kind}): inputs {', '.join(seg.inputs) or '-'}{scalars}"
+                   f" -> outputs {', '.join(seg.outputs) or '-'}")
+        for step in seg.steps:
+            out += format_step(step, lowered, bindings)
+    returned = (r if lowered.source(r) == r else f"{lowered.source(r)} as {r}" for r in lowered.results)
+    out.append(f"  return {', '.join(returned)}")
+    return "\n".join(out)
+
+
+def _devices(ds: tuple[int, ...]) -> str:
+    return "(" + " ".join(map(str, ds)) + ")"

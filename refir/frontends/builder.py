@@ -1,0 +1,384 @@
+"""Build refir programs in Python, the way JAX or nvFuser's frontend builds them.
+
+    b = Builder()
+    m = b.mesh([0, 1, 2, 3])
+    x = b.input("x", "f32", ["N@DIDx", 4])
+    y = (x + 1.0).relu()
+    s = y.sum(dims=[0])                      # a reduction of a sharded axis
+    g = s.set(shard={0: "DIDx"})             # a resharding
+    b.output(g)
+    prog = b.build()                         # a refir.Program
+    print(refir.print_program(prog)); refir.run(prog, {"x": ...})
+
+Every op is checked as it is called, by the verifier's own type rules, so a
+mistake fails at the line that makes it (a VerifyError naming the constraint).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from refir.checks.verifier import INFER, _Eqn, check_mesh, check_type, verify
+from refir.errors import InputError
+from refir.frontends.builder_checks import OWN, AxisSpec, axis, caller, check_limits, flatten, located, prod
+from refir.ir import ops
+from refir.ir.program import Eqn, Func, Lit, Operand, Param, Program, Sym, Var
+from refir.ir.types import DIDS, DTYPES, Axis, Mesh, TensorType
+
+OWN.add(__file__)  # errors are placed at the caller's line, outside this module
+_MAX_LITERAL_DIGITS = 1000  # as the parser reads integer literals
+
+@dataclass(frozen=True, eq=False)
+class Value:
+    """A value of the program being built: a parameter or an equation's result."""
+
+    builder: Builder
+    name: str
+    type: TensorType
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.type}"
+
+    # ---- elementwise ------------------------------------------------------------------
+
+    def __add__(self, other: object) -> Value:
+        return self.builder.apply(ops.Binary("add"), (self, other))
+
+    def __radd__(self, other: object) -> Value:
+        return self.builder.apply(ops.Binary("add"), (other, self))
+
+    def __sub__(self, other: object) -> Value:
+        return self.builder.apply(ops.Binary("sub"), (self, other))
+
+    def __rsub__(self, other: object) -> Value:
+        return self.builder.apply(ops.Binary("sub"), (other, self))
+
+    def __mul__(self, other: object) -> Value:
+        return self.builder.apply(ops.Binary("mul"), (self, other))
+
+    def __rmul__(self, other: object) -> Value:
+        return self.builder.apply(ops.Binary("mul"), (other, self))
+
+    def __truediv__(self, other: object) -> Value:
+        return self.builder.apply(ops.Binary("div"), (self, other))
+
+    def __neg__(self) -> Value:
+        return self.builder.apply(ops.Unary("neg"), (self,))
+
+    def __matmul__(self, other: Value) -> Value:
+        return self.matmul(other)
+
+    @located
+    def unary(self, kind: str, **kw: object) -> Value:
+        """Any unary op by name: `x.unary("exp")` (one of neg abs exp log sqrt relu)."""
+        if kind not in ops.UNARY:
+            raise InputError(f"unknown unary op {kind!r} (known: {', '.join(ops.UNARY)})")
+        return self.builder.apply(ops.Unary(kind), (self,), **kw)
+
+    def binary(self, kind: str, other: object, **kw: object) -> Value:
+        """Any binary op by name, this value first: `x.binary("sub", 1.0)`."""
+        return binary(kind, self, other, **kw)
+
+    def maximum(self, other: object, **kw: object) -> Value:
+        return self.builder.apply(ops.Binary("maximum"), (self, other), **kw)
+
+    def minimum(self, other: object, **kw: object) -> Value:
+        return self.builder.apply(ops.Binary("minimum"), (self, other), **kw)
+
+    def abs(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("abs"), (self,), **kw)
+
+    def exp(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("exp"), (self,), **kw)
+
+    def log(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("log"), (self,), **kw)
+
+    def sqrt(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("sqrt"), (self,), **kw)
+
+    def relu(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("relu"), (self,), **kw)
+
+    @located
+    def cast(self, dtype: str, **kw: object) -> Value:
+        if dtype not in DTYPES:
+            raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+        return self.builder.apply(ops.Cast(dtype), (self,), **kw)
+
+    # ---- shape, reductions, contraction, data movement ----------------------------------
+
+    def permute(self, perm: Sequence[int], **kw: object) -> Value:
+        return self.builder.apply(ops.Permute(tuple(perm)), (self,), **kw)
+
+    def unsqueeze(self, dims: Sequence[int], **kw: object) -> Value:
+        return self.builder.apply(ops.Unsqueeze(tuple(dims)), (self,), **kw)
+
+    @located
+    def reduce(self, kind: str, dims: Sequence[int], **kw: object) -> Value:
+        """`kind` is one of sum prod max min band bor bxor. Over a sharded axis the
+        devices hold partial results: declare where they land with `shard=`/`mesh=`
+        (a reduce_scatter, an allreduce, a reduce onto another mesh) or leave them replicated."""
+        if kind not in ops.REDUCTIONS:
+            raise InputError(f"unknown reduction {kind!r} (known: {', '.join(ops.REDUCTIONS)})")
+        return self.builder.apply(ops.Reduction(kind, tuple(dims)), (self,), **kw)
+
+    def sum(self, dims: Sequence[int], **kw: object) -> Value:
+        return self.reduce("sum", dims, **kw)
+
+    def prod(self, dims: Sequence[int], **kw: object) -> Value:
+        return self.reduce("prod", dims, **kw)
+
+    def max(self, dims: Sequence[int], **kw: object) -> Value:
+        return self.reduce("max", dims, **kw)
+
+    def min(self, dims: Sequence[int], **kw: object) -> Value:
+        return self.reduce("min", dims, **kw)
+
+    def matmul(self, other: Value, **kw: object) -> Value:
+        return self.builder.apply(ops.Matmul(), (self, other), **kw)
+
+    def set(self, **kw: object) -> Value:
+        """A copy into another type: `set(shard={0: "DIDx"}, mesh=m2, layout=[1, 0])`."""
+        return self.builder.apply(ops.Set(), (self,), **kw)
+
+
+class Builder:
+    """Collects meshes, parameters and equations; `build()` gives the Program."""
+
+    def __init__(self, func: str = "main") -> None:
+        self.func = func
+        self.meshes: list[Mesh] = []
+        self.params: list[Param] = []
+        self.eqns: list[Eqn] = []
+        self.types: dict[str, TensorType] = {}
+        self.results: list[str] = []
+        self._names = (f"t{i}" for i in itertools.count())
+
+    # ---- declarations -----------------------------------------------------------------
+
+    @located
+    def mesh(self, devices: Sequence, name: str | None = None, shape: Sequence[int] | None = None) -> Mesh:
+        """A mesh from nested lists of device ids, `[0, 1]` or `[[0, 1], [2, 3]]`, or
+        from a flat list in row-major order and its `shape`: `mesh([3, 1, 0, 2], shape=(2, 2))`."""
+        name = name or ("m" if not self.meshes else f"m{len(self.meshes)}")
+        nested = any(isinstance(d, (list, tuple)) for d in devices)
+        if shape is not None and nested:
+            raise InputError(f"mesh {name}: with shape=, give the device ids as one flat list")
+        if shape is None:
+            found: list[int] = []
+            level: object = devices
+            while isinstance(level, (list, tuple)):
+                found.append(len(level))
+                level = level[0] if level else None
+            shape = found
+        flat = flatten(devices)
+        mesh = Mesh(name, tuple(shape), tuple(flat))
+        if len(flat) != prod(list(shape)):
+            raise InputError(f"mesh {name}: rows of unequal length" if nested else
+                             f"mesh {name}: {len(flat)} device ids do not fill shape {list(shape)}")
+        if any(m.name == name for m in self.meshes):
+            raise InputError(f"mesh {name!r} is declared twice")
+        check_mesh(mesh, caller())
+        self.meshes.append(mesh)
+        return mesh
+
+    @located
+    def type(self, dtype: str, axes: Sequence[AxisSpec | Axis], mesh: Mesh | None = None,
+             layout: Sequence[int] | None = None) -> TensorType:
+        """A type on `mesh` (the only mesh if there is one): `type("bf16", ["N@DIDy", 3, "b"])`.
+        `layout` is the memory order, outermost axis first (None: row-major)."""
+        if dtype not in DTYPES:
+            raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+        t = TensorType(dtype, tuple(axis(a) for a in axes), self._mesh(mesh),
+                       tuple(layout) if layout is not None else None)
+        check_type(t, caller())
+        check_limits(t, str(t))  # the decorator says where
+        return t
+
+    @located
+    def input(self, name: str, dtype: str | TensorType, axes: Sequence[AxisSpec | Axis] | None = None,
+              mesh: Mesh | None = None, layout: Sequence[int] | None = None) -> Value:
+        """A parameter: `input("x", "f32", ["N@DIDx", 4])`, or `input("x", t)` of a TensorType."""
+        if isinstance(dtype, TensorType):
+            if axes is not None or mesh is not None or layout is not None:
+                raise InputError(f"input {name!r}: give a TensorType or dtype and axes, not both")
+            t = dtype
+            self._source_type(t)
+        elif axes is None:
+            raise InputError(f"input {name!r}: say its axes")
+        else:
+            t = self.type(dtype, axes, mesh, layout)
+        self._define(name)
+        self.params.append(Param(name, t, caller()))
+        self.types[name] = t
+        return Value(self, name, t)
+
+    @located
+    def sym(self, name: str) -> Sym:
+        """A symbolic extent used as a scalar operand: `x + b.sym("N")`. An input
+        declared before must have an axis of that extent (its binding is the global extent)."""
+        bound = sorted({s for p in self.params for s in p.type.symbols()})
+        if name not in bound:
+            raise InputError(f"symbol {name!r} is the extent of no input "
+                             f"(bound: {', '.join(bound) or 'none'})")
+        return Sym(name)
+
+    @located
+    def output(self, *values: Value) -> None:
+        for v in values:
+            if v.builder is not self:
+                raise InputError(f"{v.name} belongs to another builder")
+            self.results.append(v.name)
+
+    # ---- ops --------------------------------------------------------------------------
+
+    @located
+    def apply(self, op: ops.Op, args: tuple, name: str | None = None, result_type: TensorType | None = None,
+              shard: dict[int, str] | None = None, mesh: Mesh | None = None,
+              layout: Sequence[int] | None = None, typed: bool = True) -> Value:
+        """Add `name = op(args)`. The result type is inferred, or `result_type`, or the
+        inferred one with its `shard`ing (axis -> DIDx/DIDy/DIDz), `mesh` or
+        `layout` replaced. `typed=False` leaves an inferred type out of the program
+        (the text then reads `t3 = relu(t2)`, and the verifier infers it again)."""
+        operands = tuple(self._operand(a) for a in args)
+        out = name or next(n for n in self._names if n not in self.types)
+        here = caller()
+        self._define(out)
+        declared = result_type
+        restyled = shard is not None or mesh is not None or layout is not None
+        if not typed and (declared is not None or restyled):
+            raise InputError(f"{out}: typed=False leaves the type to inference; "
+                             "result_type, shard, mesh and layout declare one")
+        if declared is not None and restyled:
+            raise InputError(f"{out}: give result_type, or shard/mesh/layout to change the inferred type, "
+                             "not both")
+        if declared is not None:
+            self._source_type(declared)
+        if mesh is not None:
+            self._known_mesh(mesh)
+        if declared is None and restyled:
+            base = INFER[type(op)](op, _Eqn(Eqn(out, None, op, operands, here), self.types))
+            declared = self._restyle(base, shard, mesh, layout)
+        eqn = Eqn(out, declared, op, operands, here)
+        if declared is not None:
+            check_type(declared, here)
+        t = INFER[type(op)](op, _Eqn(eqn, self.types))
+        check_type(t, here)
+        check_limits(t, f"{out}: {t}")  # every type is written out, and must parse back
+        self.eqns.append(replace(eqn, type=t if typed else None))  # by default every type written out
+        self.types[out] = t
+        return Value(self, out, t)
+
+    def _restyle(self, t: TensorType, shard: dict[int, str] | None, mesh: Mesh | None,
+                 layout: Sequence[int] | None) -> TensorType:
+        if shard is not None:
+            bad = [d for d in shard.values() if d not in DIDS]
+            if bad:
+                raise InputError(f"shard names {bad[0]!r}: use DIDx, DIDy or DIDz")
+            t = t.with_sharding(shard)
+        if mesh is not None:
+            t = replace(t, mesh=mesh)
+        return replace(t, layout=tuple(layout) if layout is not None else None, partial=(), partial_kind="")
+
+    def _operand(self, a: object) -> Operand:
+        if isinstance(a, Value):
+            if a.builder is not self:
+                raise InputError(f"{a.name} belongs to another builder")
+            return Var(a.name)
+        if isinstance(a, Sym):
+            return a
+        if isinstance(a, bool) or not isinstance(a, (int, float)):
+            raise InputError(f"an operand must be a Value, a number or a symbol, not {a!r}")
+        if isinstance(a, int) and len(str(abs(a))) > _MAX_LITERAL_DIGITS:
+            raise InputError(f"the integer operand has {len(str(abs(a)))} digits; an integer literal has at "
+                             f"most {_MAX_LITERAL_DIGITS}")
+        return Lit(a)
+
+    def _source_type(self, t: TensorType) -> None:
+        """A type given whole: on a mesh of this builder, and of a source program."""
+        self._known_mesh(t.mesh)
+        if t.partial:
+            raise InputError(f"{t} is partial: partial types are the lowering's own; declare where "
+                             "the partial results land (a sharding, a mesh) instead")
+        check_type(t, caller())
+        check_limits(t, str(t))  # the decorator says where
+
+    def _known_mesh(self, mesh: Mesh) -> None:
+        if mesh not in self.meshes:
+            raise InputError(f"mesh {mesh.name!r} was not declared with this builder's mesh()")
+
+    def _mesh(self, mesh: Mesh | None) -> Mesh:
+        if mesh is not None:
+            self._known_mesh(mesh)
+            return mesh
+        if len(self.meshes) != 1:
+            raise InputError("say which mesh (mesh=...): the builder has "
+                             f"{len(self.meshes) or 'no'} meshes")
+        return self.meshes[0]
+
+    def _define(self, name: str) -> None:
+        if name in self.types:
+            raise InputError(f"{name!r} is defined twice")
+
+    # ---- the program ------------------------------------------------------------------
+
+    @located
+    def build(self) -> Program:
+        """The Program, verified as a whole."""
+        if not self.results:
+            raise InputError("mark at least one result with output(...)")
+        func = Func(self.func, tuple(self.params), tuple(self.eqns), tuple(self.results))
+        program = Program(tuple(self.meshes), (func,), file="<built>")
+        verify(program)
+        return program
+
+
+# Functions in the style of jax.numpy: each forwards to its first Value's builder.
+def _first(args: tuple) -> Builder:
+    for a in args:
+        if isinstance(a, Value):
+            return a.builder
+    raise InputError("at least one operand must be a Value")
+
+
+def binary(kind: str, a: object, b: object, **kw: object) -> Value:
+    """Any binary op by name; either operand may be a number or a symbol:
+    `binary("sub", b.sym("N"), x)`."""
+    if kind not in ops.BINARY:
+        raise InputError(f"unknown binary op {kind!r} (known: {', '.join(ops.BINARY)})")
+    return _first((a, b)).apply(ops.Binary(kind), (a, b), **kw)
+
+
+def unary(kind: str, x: Value, **kw: object) -> Value:
+    return x.unary(kind, **kw)
+
+
+def _binary(name: str) -> Callable[..., Value]:
+    def fn(a: object, b: object, **kw: object) -> Value:
+        return _first((a, b)).apply(ops.Binary(name), (a, b), **kw)
+
+    fn.__name__ = name
+    return fn
+
+
+add, sub, mul, div, maximum, minimum = (_binary(n) for n in ops.BINARY)
+
+
+def cast(x: Value, dtype: str, **kw: object) -> Value:
+    return x.cast(dtype, **kw)
+
+
+def permute(x: Value, perm: Sequence[int], **kw: object) -> Value:
+    return x.permute(perm, **kw)
+
+
+def matmul(a: Value, b: Value, **kw: object) -> Value:
+    return a.matmul(b, **kw)
+
+
+def reshard(x: Value, **kw: object) -> Value:
+    """`set`: a copy into another sharding, mesh or layout."""
+    return x.set(**kw)

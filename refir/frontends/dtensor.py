@@ -1,0 +1,186 @@
+"""DTensor's vocabulary in refir: (global shape, device mesh, placements) <-> a
+refir tensor type, and the resharding program between two placements.
+
+Placements are per mesh dimension, outermost first, as in torch DTensor.
+refir names mesh axes from the innermost: mesh dimension i of an n-D mesh is
+DID[x, y, z][n - 1 - i] (DIDx is the last mesh dimension). So on a 2x2 mesh
+`[Shard(0), Replicate()]` is `f32[8@DIDy, 6]` and `[Replicate(), Shard(1)]` is
+`f32[8, 6@DIDx]` (docs/spec.md, "DTensor placements").
+
+`Partial(op)` maps onto refir's own model of partial values: what a device holds
+after reducing its block of a sharded axis, before the communication that
+completes the reduction. A partial input enters a program as its contributions:
+one more leading axis per partial mesh dimension, of that dimension's size and
+sharded on it, so that device k of that mesh axis holds contribution k; the
+value is the `op`-reduction of the contributions over those leading axes, and
+lowering turns that reduction into the allreduce / reduce_scatter DTensor uses.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from refir.errors import InputError
+from refir.ir.program import Program
+from refir.ir.types import DIDS, Axis, Mesh, TensorType, block_slices
+
+
+@dataclass(frozen=True)
+class Shard:
+    dim: int
+
+    def __str__(self) -> str:
+        return f"Shard({self.dim})"
+
+
+@dataclass(frozen=True)
+class Replicate:
+    def __str__(self) -> str:
+        return "Replicate()"
+
+
+@dataclass(frozen=True)
+class Partial:
+    op: str = "sum"
+
+    def __str__(self) -> str:
+        return f"Partial({self.op})"
+
+
+Placement = Shard | Replicate | Partial
+# DTensor's reduce ops with an exact refir reduction.
+PARTIAL_KINDS = {"sum": "sum", "max": "max", "min": "min", "prod": "prod", "product": "prod"}
+_PLACEMENT = re.compile(r"^(?:S(\d+)|Shard\((\d+)\)|R|Replicate\(\)|P|P\((\w+)\)|Partial\((?:\"?(\w*)\"?)\))$")
+
+
+def parse_placements(text: str) -> tuple[Placement, ...]:
+    """`S0,P` or `Shard(0), Partial(sum)` or `R,S1`."""
+    out: list[Placement] = []
+    for item in re.split(r",(?![^()]*\))", text.replace(" ", "")):
+        m = _PLACEMENT.match(item)
+        if m is None:
+            raise InputError(f"bad placement {item!r}: write S<dim>, R, P, P(max), Shard(d), Replicate(), Partial(op)")
+        shard = m.group(1) or m.group(2)
+        if shard is not None:
+            out.append(Shard(int(shard)))
+        elif item.startswith("R"):
+            out.append(Replicate())
+        else:
+            out.append(Partial(m.group(3) or m.group(4) or "sum"))
+    return tuple(out)
+
+
+def parse_mesh(text: str, name: str = "m") -> Mesh:
+    """`4` -> devices 0..3; `2x2` -> [[0, 1], [2, 3]] (row-major, as torch's init_device_mesh)."""
+    try:
+        shape = tuple(int(n) for n in text.lower().split("x"))
+    except ValueError:
+        raise InputError(f"bad mesh {text!r}: write sizes joined by x, e.g. 4 or 2x2") from None
+    if not 1 <= len(shape) <= 3 or min(shape) < 1:
+        raise InputError(f"bad mesh {text!r}: 1 to 3 dimensions of at least one device")
+    return Mesh(name, shape, tuple(range(prod(shape))))
+
+
+def did_of(mesh: Mesh, mesh_dim: int) -> str:
+    """The refir name of DTensor's mesh dimension `mesh_dim` (outermost is 0)."""
+    return DIDS[mesh.ndim - 1 - mesh_dim]
+
+
+def mesh_dim_of(mesh: Mesh, did: str) -> int:
+    return mesh.axis_of(did)
+
+
+def to_refir(shape: tuple[int, ...], mesh: Mesh, placements: tuple[Placement, ...],
+             dtype: str = "f32") -> TensorType:
+    """The refir type of a DTensor; partial placements become the type's `partial`
+    mesh axes (refir's model of a value that still needs its reduction)."""
+    if len(placements) != mesh.ndim:
+        raise InputError(f"{len(placements)} placements for a {mesh.ndim}-D mesh: give one per mesh dimension")
+    shards: dict[int, str] = {}
+    partial: list[str] = []
+    kinds: set[str] = set()
+    for i, p in enumerate(placements):
+        did = did_of(mesh, i)
+        if isinstance(p, Shard):
+            if not 0 <= p.dim < len(shape):
+                raise InputError(f"{p} on mesh dimension {i}: the tensor has {len(shape)} dimensions")
+            if p.dim in shards:
+                raise InputError(f"{p} on two mesh dimensions: refir shards a tensor axis over one mesh axis")
+            shards[p.dim] = did
+        elif isinstance(p, Partial):
+            if p.op not in PARTIAL_KINDS:
+                raise InputError(f"{p}: refir reduces partial values exactly with sum, max, min or prod, "
+                                 f"not {p.op!r}")
+            partial.append(did)
+            kinds.add(PARTIAL_KINDS[p.op])
+    if len(kinds) > 1:
+        raise InputError("partial placements with different reduce ops: refir's partial values have one op")
+    axes = tuple(Axis(n, shards.get(i)) for i, n in enumerate(shape))
+    return TensorType(dtype, axes, mesh, None, tuple(sorted(partial, key=mesh.axis_of)),
+                      kinds.pop() if kinds else "")
+
+
+def from_refir(t: TensorType) -> tuple[tuple[int, ...], Mesh, tuple[Placement, ...]]:
+    """A refir type (static extents) as DTensor's (shape, mesh, placements)."""
+    if any(not isinstance(a.extent, int) for a in t.axes):
+        raise InputError(f"{t} has symbolic extents; DTensor needs a concrete shape")
+    kind = {v: k for k, v in PARTIAL_KINDS.items() if k != "product"}.get(t.partial_kind, "sum")
+    placements: list[Placement] = []
+    for i in range(t.mesh.ndim):
+        did = did_of(t.mesh, i)
+        dim = next((d for d, a in enumerate(t.axes) if a.shard == did), None)
+        placements.append(Shard(dim) if dim is not None else Partial(kind) if did in t.partial else Replicate())
+    return tuple(int(a.extent) for a in t.axes), t.mesh, tuple(placements)
+
+
+def contributions_type(t: TensorType) -> TensorType:
+    """The input a partial value enters a program as: one leading axis per partial
+    mesh axis (outermost first), of that axis's size, sharded on it."""
+    lead = tuple(Axis(t.mesh.size(did), did) for did in t.partial)
+    return TensorType(t.dtype, lead + t.axes, t.mesh, None)
+
+
+def local_block(t: TensorType, value: np.ndarray, device: int, contributions: np.ndarray | None = None) -> np.ndarray:
+    """What `device` holds of a DTensor of type `t` whose global value is `value`;
+    for a partial type, its own contribution (from `contributions`)."""
+    if t.partial:
+        if contributions is None:
+            raise InputError("a partial DTensor's blocks come from its contributions")
+        c = contributions_type(t)
+        return contributions[block_slices(c, device, contributions.shape)][(0,) * len(t.partial)]
+    return value[block_slices(t, device, value.shape)]
+
+
+def redistribute_program(mesh: Mesh, shape: tuple[int, ...], src: tuple[Placement, ...],
+                         dst: tuple[Placement, ...], dtype: str = "f32") -> Program:
+    """`y = redistribute(x)` as a refir program, built with refir.frontends.builder. A partial
+    source enters as its contributions `x_parts` (see contributions_type)."""
+    from refir.frontends.builder import Builder
+
+    s, d = to_refir(shape, mesh, src, dtype), to_refir(shape, mesh, dst, dtype)
+    if d.partial:
+        raise InputError(f"redistributing to {', '.join(map(str, dst))}: a Partial target is not a "
+                         "communication (DTensor splits the value locally); refir's targets are Shard and "
+                         "Replicate")
+    b = Builder()
+    b.mesh(nested_devices(mesh), name=mesh.name)
+    if s.partial:
+        c = contributions_type(s)
+        x = b.input("x_parts", dtype, c.axes)
+        y = x.reduce(s.partial_kind, dims=range(len(s.partial)), name="y", result_type=d)
+    else:
+        x = b.input("x", dtype, s.axes)
+        y = x.set(name="y", result_type=d)
+    b.output(y)
+    return b.build()
+
+
+def nested_devices(mesh: Mesh) -> list:
+    flat = list(mesh.devices)
+    for n in reversed(mesh.shape[1:]):
+        flat = [flat[i:i + n] for i in range(0, len(flat), n)]
+    return flat

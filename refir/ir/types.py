@@ -1,0 +1,352 @@
+"""Meshes, axes and tensor types, and what they imply for local buffers.
+
+A type describes the *global* tensor. Sharding, mesh and layout then say which
+block each device holds and how that block lies in memory.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from functools import cache, cached_property
+from typing import Any
+
+import numpy as np
+
+# bfloat16 comes from ml_dtypes, imported where a bf16 is first met: importing
+# ml_dtypes 0.7 takes about half a second of CPU (it registers its ufunc loops),
+# which every process and every MPI rank would pay, most never meeting a bf16.
+# numpy reports its kind as 'V', so code asks `is_float` rather than
+# `dtype.kind == "f"`, and `is_bf16` rather than comparing with it.
+_NUMPY_DTYPES: dict[str, np.dtype] = {
+    name: np.dtype(t)
+    for name, t in [
+        ("bool", np.bool_), ("i8", np.int8), ("i16", np.int16), ("i32", np.int32),
+        ("i64", np.int64), ("u8", np.uint8), ("f16", np.float16), ("f32", np.float32),
+        ("f64", np.float64),
+    ]
+}
+_DTYPE_NAMES = (*_NUMPY_DTYPES, "bf16")
+
+
+@cache
+def bf16() -> np.dtype:
+    """numpy's dtype of bfloat16 (ml_dtypes is imported on the first call)."""
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def is_bf16(dtype: np.dtype) -> bool:
+    """Whether `dtype` is bfloat16 (none can be before ml_dtypes is imported)."""
+    return "ml_dtypes" in sys.modules and dtype == bf16()
+
+
+class _Dtypes(Mapping[str, np.dtype]):
+    """refir's dtype names (in the spec's order) and their numpy dtypes; asking
+    for "bf16"'s is what imports ml_dtypes."""
+
+    def __getitem__(self, name: str) -> np.dtype:
+        return bf16() if name == "bf16" else _NUMPY_DTYPES[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in _DTYPE_NAMES
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_DTYPE_NAMES)
+
+    def __len__(self) -> int:
+        return len(_DTYPE_NAMES)
+
+
+DTYPES: Mapping[str, np.dtype] = _Dtypes()
+FLOATS = frozenset({"f16", "bf16", "f32", "f64"})
+INTEGERS = frozenset({"i8", "i16", "i32", "i64", "u8"})
+
+# Mesh axes as nvFuser names them: DIDx is the last mesh axis.
+DIDS = ("DIDx", "DIDy", "DIDz")
+RESERVED = frozenset({"b", "on", "layout", *DTYPES, *DIDS})
+
+
+def __getattr__(name: str) -> Any:
+    """`BF16`, made on first use (see bf16)."""
+    if name == "BF16":
+        return bf16()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def dtype_name(dtype: np.dtype) -> str | None:
+    """refir's name of a numpy dtype, or None where it has none."""
+    for name, d in _NUMPY_DTYPES.items():
+        if d == dtype:
+            return name
+    return "bf16" if is_bf16(dtype) else None
+
+
+def is_float(dtype: np.dtype) -> bool:
+    return dtype.kind == "f" or is_bf16(dtype)
+
+
+def as_dtype(x: Any, dtype: np.dtype) -> np.ndarray:
+    """`x` (an array or a Python number) in `dtype`, rounded as the spec says
+    (§2): a value reaches bfloat16 through float32, whatever its type, as the
+    gpu kernels round it. ml_dtypes rounded a double that way before 0.7 and
+    rounds it directly since, so refir says it itself."""
+    x = np.asarray(x)
+    if is_bf16(dtype) and x.dtype != _F32 and not is_bf16(x.dtype):
+        with np.errstate(all="ignore"):  # a double beyond float32's range is its infinity, as on the device
+            x = x.astype(np.float32)
+    return x.astype(dtype)
+
+
+_F32 = np.dtype(np.float32)
+
+
+def finfo(dtype: np.dtype) -> np.finfo:
+    """np.finfo, bfloat16 included (ml_dtypes.finfo, a subclass, for it)."""
+    if is_bf16(dtype):
+        import ml_dtypes
+
+        return ml_dtypes.finfo(dtype)
+    return np.finfo(dtype)
+
+
+Extent = int | str  # a static extent, or the name of a symbol
+# Uneven sharding (docs/spec.md §3.1), checked at run time and cited by errors:
+SHARD_C1 = "shard_c1"  # a device's buffer has exactly its block's extents (`block`)
+SHARD_C2 = "shard_c2"  # a segment is handed the global extents it needs, never guesses them
+Bindings = Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """A dense 1- to 3-D array of distinct device ids, stored row-major."""
+
+    name: str
+    shape: tuple[int, ...]
+    devices: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def axis_of(self, did: str) -> int:
+        """The mesh axis a parallel type names: DIDx is the last one."""
+        return self.ndim - 1 - DIDS.index(did)
+
+    def has(self, did: str) -> bool:
+        return DIDS.index(did) < self.ndim
+
+    def size(self, did: str) -> int:
+        return self.shape[self.axis_of(did)]
+
+    @cached_property
+    def _coords(self) -> dict[int, tuple[int, ...]]:
+        """Every device's coordinates, worked out once per mesh (asked per block, per step)."""
+        return {d: tuple(int(c) for c in np.unravel_index(i, self.shape)) for i, d in enumerate(self.devices)}
+
+    def coords(self, device: int) -> tuple[int, ...]:
+        if device not in self._coords:
+            raise ValueError(f"device {device} is not in mesh {self.name}")
+        return self._coords[device]
+
+    def coord(self, device: int, did: str) -> int:
+        return self.coords(device)[self.axis_of(did)]
+
+    def team(self, device: int, dids: Iterable[str]) -> tuple[int, ...]:
+        """The devices that share `device`'s coordinates on every mesh axis not in
+        `dids`, in mesh order. Every collective forms its groups through this."""
+        free = {self.axis_of(d) for d in dids}
+        mine = self.coords(device)
+        return tuple(
+            dev for dev in self.devices
+            if all(c == m for a, (c, m) in enumerate(zip(self.coords(dev), mine)) if a not in free)
+        )
+
+    def __contains__(self, device: object) -> bool:
+        return device in self.devices
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One logical axis: an extent, maybe sharded on a mesh axis, or `b`."""
+
+    extent: Extent
+    shard: str | None = None
+    broadcast: bool = False
+
+    def __str__(self) -> str:
+        if self.broadcast:
+            return "b"
+        return f"{self.extent}@{self.shard}" if self.shard else str(self.extent)
+
+
+BROADCAST = Axis(1, None, True)
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A global tensor type. `layout` lists logical axes outermost first; None
+    means row-major (for inputs: any strides). `partial` names mesh axes whose
+    devices still hold partial results of `partial_kind` (lowering only)."""
+
+    dtype: str
+    axes: tuple[Axis, ...]
+    mesh: Mesh
+    layout: tuple[int, ...] | None = None
+    partial: tuple[str, ...] = ()
+    partial_kind: str = ""
+
+    @property
+    def rank(self) -> int:
+        return len(self.axes)
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def order(self) -> tuple[int, ...]:
+        """The memory order, outermost first (row-major when no layout)."""
+        return self.layout if self.layout is not None else tuple(range(self.rank))
+
+    def sharding(self) -> dict[int, str]:
+        """Tensor axis -> mesh axis, for the sharded axes."""
+        return {i: a.shard for i, a in enumerate(self.axes) if a.shard}
+
+    def symbols(self) -> set[str]:
+        return {a.extent for a in self.axes if isinstance(a.extent, str)}
+
+    def with_sharding(self, sharding: Mapping[int, str]) -> TensorType:
+        axes = tuple(replace(a, shard=sharding.get(i)) for i, a in enumerate(self.axes))
+        return replace(self, axes=axes)
+
+    def __str__(self) -> str:
+        text = f"{self.dtype}[{', '.join(map(str, self.axes))}] on {self.mesh.name}"
+        if self.layout is not None:
+            text += f" layout[{', '.join(map(str, self.layout))}]"
+        if self.partial:
+            text += f" partial[{self.partial_kind}@{','.join(self.partial)}]"
+        return text
+
+
+def extent_value(extent: Extent, bindings: Bindings) -> int:
+    return extent if isinstance(extent, int) else bindings[extent]
+
+
+def global_shape(t: TensorType, bindings: Bindings) -> tuple[int, ...]:
+    return tuple(extent_value(a.extent, bindings) for a in t.axes)
+
+
+def block(extent: int, parts: int, k: int) -> tuple[int, int]:
+    """Block k of an axis of extent E cut over `parts` devices: [start, stop).
+
+    Blocks are ceil(E/parts) long, the last ones shorter or empty (spec §3.1,
+    shard_c1): torch.chunk's sizes as DTensor pads them, and nvFuser's outer split
+    by ceilDiv. Every slicing, split and block size in refir comes from here."""
+    size = -(-extent // parts) if parts else 0
+    start = min(k * size, extent)
+    return start, min(start + size, extent)
+
+
+def block_size(extent: int, parts: int, k: int) -> int:
+    start, stop = block(extent, parts, k)
+    return stop - start
+
+
+def local_shape(t: TensorType, bindings: Bindings, device: int | None = None) -> tuple[int, ...]:
+    """The shape of `device`'s block (the first, longest block when no device is named)."""
+    out = []
+    for a in t.axes:
+        n = extent_value(a.extent, bindings)
+        if a.shard:
+            n = block_size(n, t.mesh.size(a.shard), 0 if device is None else t.mesh.coord(device, a.shard))
+        out.append(n)
+    return tuple(out)
+
+
+def block_slices(t: TensorType, device: int, shape: tuple[int, ...]) -> tuple[slice, ...]:
+    """Which part of an array of global `shape` the device holds."""
+    out = []
+    for a, n in zip(t.axes, shape):
+        if a.shard:
+            out.append(slice(*block(n, t.mesh.size(a.shard), t.mesh.coord(device, a.shard))))
+        else:
+            out.append(slice(None))
+    return tuple(out)
+
+
+def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, ...]:
+    """The shape of `index` (block_slices) in an array of `shape`."""
+    return tuple(len(range(*s.indices(n))) for s, n in zip(index, shape)) + shape[len(index):]
+
+
+def divides(t: TensorType, bindings: Bindings) -> bool:
+    """Whether every sharded axis of `t` cuts into equal blocks."""
+    return all(extent_value(a.extent, bindings) % t.mesh.size(a.shard) == 0 for a in t.axes if a.shard)
+
+
+def resolved(t: TensorType, bindings: Bindings) -> TensorType:
+    """`t` with every symbol replaced by its global extent."""
+    axes = tuple(a if a.broadcast else replace(a, extent=extent_value(a.extent, bindings)) for a in t.axes)
+    return replace(t, axes=axes)
+
+
+def axis_first(ndim: int, axis: int) -> tuple[int, ...]:
+    """The memory order (outermost first) that puts `axis` outermost and keeps
+    the others as they were: how a gathered or split axis travels."""
+    return (axis, *(a for a in range(ndim) if a != axis))
+
+
+def dense_strides(shape: tuple[int, ...], order: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a buffer dense in `order` (outermost axis first)."""
+    strides = [0] * len(shape)
+    step = itemsize
+    for axis in reversed(order):
+        strides[axis] = step
+        step *= max(shape[axis], 1)
+    return tuple(strides)
+
+
+def empty_in_order(shape: tuple[int, ...], dtype: np.dtype, order: tuple[int, ...]) -> np.ndarray:
+    """An uninitialized array of logical `shape`, dense in memory `order`. An
+    empty block too has the strides dense_strides gives (numpy would zero them)."""
+    if 0 in shape:
+        return np.ndarray(shape, dtype, np.empty(0, dtype), strides=dense_strides(shape, order, dtype.itemsize))
+    inverse = np.argsort(order)
+    return np.empty([shape[a] for a in order], dtype).transpose(inverse)
+
+
+def materialize(x: np.ndarray, order: tuple[int, ...]) -> np.ndarray:
+    """A fresh copy of `x` laid out dense in `order`."""
+    out = empty_in_order(x.shape, x.dtype, order)
+    out[...] = x
+    return out
+
+
+def has_layout(x: np.ndarray, order: tuple[int, ...]) -> bool:
+    """Whether `x` is dense in `order` (axes of extent 1 may have any stride)."""
+    if x.size == 0:
+        return True
+    want = dense_strides(x.shape, order, x.itemsize)
+    return all(s == w or n == 1 for s, w, n in zip(x.strides, want, x.shape))
+
+
+# ---- buffers as bytes, strides kept (how refir.world.exchange moves them between processes) ----
+
+def memory_order(x: np.ndarray) -> tuple[int, ...]:
+    """Axes from the largest stride to the smallest. An extent-1 axis goes inside
+    an axis of equal stride, so that a dense buffer comes back with its very strides."""
+    return tuple(sorted(range(x.ndim), key=lambda a: (-abs(x.strides[a]), x.shape[a] == 1, a)))
+
+
+def wire_bytes(x: np.ndarray, order: tuple[int, ...]) -> np.ndarray:
+    """`x`'s elements dense in `order`, as bytes (no copy when already so)."""
+    return np.ascontiguousarray(np.transpose(x, order)).reshape(-1).view(np.uint8)
+
+
+def receive_into(shape: tuple[int, ...], dtype: np.dtype, order: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """An array dense in `order`, and its bytes to receive into."""
+    x = empty_in_order(shape, dtype, order)
+    return x, np.transpose(x, order).reshape(-1).view(np.uint8)

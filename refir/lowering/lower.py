@@ -1,0 +1,316 @@
+"""Lowering: the per-device program of local ops and explicit communications,
+cut into segments.
+
+Communications are chosen as nvFuser chooses them (docs/spec.md, "Lowering"):
+
+| from -> to (types differ in sharding or mesh)          | communication        |
+|--------------------------------------------------------|----------------------|
+| replicated -> replicated, other mesh                   | broadcast from the first source device |
+| sharded -> replicated, same mesh                       | allgather            |
+| sharded -> replicated, other mesh                      | gather               |
+| replicated -> sharded, receivers hold the data already | local slice          |
+| replicated -> sharded, otherwise                       | scatter              |
+| sharded -> sharded, same axis, other mesh              | send_recv            |
+| sharded -> sharded, other axis, same mesh              | all_to_all           |
+| partial (reduced sharded axis) -> replicated           | allreduce, or reduce to another mesh |
+| partial -> sharded                                     | reduce_scatter       |
+
+A resharding that changes several mesh axes becomes a chain of these steps;
+where no rule applies directly (2-D meshes across meshes), the chain goes
+through a replicated copy.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from refir.checks.verifier import Checked
+from refir.ir import ops
+from refir.ir.program import Eqn, Func, Operand, Sym, Var
+from refir.ir.types import TensorType
+
+
+@dataclass(frozen=True)
+class Step:
+    """One lowered operation. Local ops run on every device of `type.mesh`."""
+
+    out: str
+    op: object  # ops.LocalOp or ops.Communication
+    args: tuple[Operand, ...]
+    type: TensorType
+    eqn: Eqn = field(compare=False)
+
+    @property
+    def is_communication(self) -> bool:
+        return ops.is_communication(self.op)
+
+    def tensor_args(self) -> list[str]:
+        return [a.name for a in self.args if isinstance(a, Var)]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A single communication, or a maximal run of local steps between them.
+    It runs knowing only `inputs`, the symbols in `scalars` (used as values) and
+    the global extents in `extents` (symbols its buffers cannot give: shard_c2)."""
+
+    index: int
+    kind: str  # "compute" or "communication"
+    steps: tuple[Step, ...]
+    inputs: tuple[str, ...]
+    scalars: tuple[str, ...]
+    outputs: tuple[str, ...]
+    extents: tuple[str, ...] = ()
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        """Every symbol handed to the segment from outside."""
+        return _unique((*self.scalars, *self.extents))
+
+
+@dataclass(frozen=True)
+class Lowered:
+    checked: Checked
+    types: dict[str, TensorType] = field(hash=False)  # intermediates included
+    steps: tuple[Step, ...]
+    segments: tuple[Segment, ...]
+    # result -> the lowered value it is read from, where they differ: a returned
+    # parameter is read from a copy of its own (see _Lowerer.returned).
+    returns: dict[str, str] = field(default_factory=dict, hash=False)
+
+    @property
+    def results(self) -> tuple[str, ...]:
+        return self.checked.func.results
+
+    def source(self, result: str) -> str:
+        """The lowered value that holds `result`."""
+        return self.returns.get(result, result)
+
+
+class _Lowerer:
+    def __init__(self, checked: Checked) -> None:
+        self.types = dict(checked.types)
+        self.steps: list[Step] = []
+        self.uses: Counter[str] = Counter()
+
+    def fresh(self, base: str, t: TensorType) -> str:
+        self.uses[base] += 1
+        name = f"{base}~{self.uses[base]}"
+        self.types[name] = t
+        return name
+
+    def emit(self, out: str, op: object, args: tuple[Operand, ...], t: TensorType, e: Eqn) -> None:
+        self.steps.append(Step(out, op, args, t, e))
+
+    def eqn(self, e: Eqn) -> None:
+        t = self.types[e.out]
+        match e.op:
+            case ops.Binary() | ops.Unary():
+                args = tuple(self.conform(a, t, e) for a in e.args)
+                self.emit(e.out, e.op, args, t, e)
+            case ops.Reduction(kind=kind, dims=dims):
+                x = self.types[e.args[0].name]
+                kept = tuple(a for i, a in enumerate(x.axes) if i not in dims)
+                partial = tuple(sorted({x.axes[d].shard for d in dims if x.axes[d].shard}))
+                local = TensorType(x.dtype, kept, x.mesh, None, partial, kind if partial else "")
+                self.compute_then_reshard(e, local, t)
+            case ops.Matmul():
+                a, b = (self.types[x.name] for x in e.args)
+                k = a.axes[-1].shard
+                if k is None:
+                    self.emit(e.out, e.op, e.args, t, e)
+                    return
+                # A sharded contraction leaves partial sums; batch and M keep a's
+                # sharding, N keeps b's.
+                sharding = {i: ax.shard for i, ax in enumerate(a.axes[:-1]) if ax.shard}
+                if b.axes[-1].shard:
+                    sharding[a.rank - 1] = b.axes[-1].shard
+                local = TensorType(t.dtype, t.axes, a.mesh, None, (k,), "sum")
+                self.compute_then_reshard(e, local.with_sharding(sharding), t)
+            case ops.Set():
+                src = e.args[0].name
+                self.reshard(src, self.types[src], e.out, t, e)
+            case _:
+                self.emit(e.out, e.op, e.args, t, e)
+
+    def returned(self, r: str, func: Func) -> str:
+        """The value a result is read from. A parameter is the caller's buffer in
+        the caller's strides: the result is a copy, the backend's own buffer, dense
+        in the declared layout (every backend's Copy makes a fresh one)."""
+        if r not in {p.name for p in func.params}:
+            return r
+        t = self.types[r]
+        name = self.fresh(r, t)
+        self.emit(name, ops.Copy(), (Var(r),), t, Eqn(r, t, ops.Set(), (Var(r),), func.results_loc))
+        return name
+
+    def compute_then_reshard(self, e: Eqn, local: TensorType, t: TensorType) -> None:
+        if _same_placement(local, t):
+            self.emit(e.out, e.op, e.args, t, e)
+        else:
+            name = self.fresh(e.out, local)
+            self.emit(name, e.op, e.args, local, e)
+            self.reshard(name, local, e.out, t, e)
+
+    def conform(self, a: Operand, t: TensorType, e: Eqn) -> Operand:
+        """An elementwise operand replicated where the result is sharded: each
+        device slices out its own block first."""
+        if not isinstance(a, Var):
+            return a
+        x = self.types[a.name]
+        want = {i: k for i, k in t.sharding().items() if not x.axes[i].broadcast}
+        if x.sharding() == want:
+            return a
+        name = self.fresh(a.name, replace(x.with_sharding(want), layout=None))
+        self.emit(name, ops.Slice(), (a,), self.types[name], e)
+        return Var(name)
+
+    # ---- resharding ------------------------------------------------------------------
+
+    def reshard(self, src: str, s: TensorType, out: str, d: TensorType, e: Eqn) -> None:
+        plan: list[tuple[object, TensorType]] = []
+        cur = self.unpartial(s, d, plan)
+        if cur.mesh == d.mesh:
+            self.same_mesh(cur, d, plan)
+        else:
+            self.cross_mesh(cur, d, plan)
+        if not plan:
+            plan.append((ops.Copy(), d))
+        reached = plan[-1][1]
+        assert _same_placement(reached, d), f"lowering {e.out}: the chain reaches {reached}, not {d}"
+        name = src
+        for i, (op, t) in enumerate(plan):
+            last = i == len(plan) - 1
+            target = out if last else self.fresh(out, replace(t, layout=None))
+            self.emit(target, op, (Var(name),), d if last else self.types[target], e)
+            name = target
+
+    def unpartial(self, cur: TensorType, d: TensorType, plan: list) -> TensorType:
+        if not cur.partial:
+            return cur
+        kind = cur.partial_kind
+        if cur.mesh != d.mesh:
+            if cur.mesh.ndim == 1 and not cur.sharding():
+                t = replace(cur, mesh=d.mesh, partial=(), partial_kind="")
+                plan.append((ops.Reduce(kind), t))
+                return t
+            t = replace(cur, partial=(), partial_kind="")
+            plan.append((ops.Allreduce(kind, cur.partial), t))
+            return t
+        by_mesh_axis = {k: i for i, k in d.sharding().items()}
+        scatter = [k for k in cur.partial if k in by_mesh_axis and not cur.axes[by_mesh_axis[k]].shard]
+        rest = tuple(k for k in cur.partial if k not in scatter)
+        if rest:
+            cur = replace(cur, partial=tuple(scatter), partial_kind=kind if scatter else "")
+            plan.append((ops.Allreduce(kind, rest), cur))
+        for k in scatter:
+            j = by_mesh_axis[k]
+            left = tuple(p for p in cur.partial if p != k)
+            cur = replace(cur.with_sharding({**cur.sharding(), j: k}), partial=left,
+                          partial_kind=kind if left else "")
+            plan.append((ops.ReduceScatter(kind, k, j), cur))
+        return cur
+
+    def same_mesh(self, cur: TensorType, d: TensorType, plan: list) -> TensorType:
+        want = d.sharding()
+        for k in sorted(set(want.values())):
+            have = {m: i for i, m in cur.sharding().items()}
+            i, j = have.get(k), next(a for a, m in want.items() if m == k)
+            if i is not None and i != j and not cur.axes[j].shard:
+                sharding = {a: m for a, m in cur.sharding().items() if a != i}
+                cur = cur.with_sharding({**sharding, j: k})
+                plan.append((ops.AllToAll(k, j, i), cur))
+        for i, k in sorted(cur.sharding().items()):
+            if want.get(i) != k:
+                cur = cur.with_sharding({a: m for a, m in cur.sharding().items() if a != i})
+                plan.append((ops.Allgather(i, k), cur))
+        if cur.sharding() != want:
+            cur = cur.with_sharding(want)
+            plan.append((ops.Slice(), cur))
+        return cur
+
+    def cross_mesh(self, cur: TensorType, d: TensorType, plan: list) -> TensorType:
+        have, want = cur.sharding(), d.sharding()
+        moved = replace(cur, mesh=d.mesh)
+        if have and not want and cur.mesh.ndim == 1:
+            plan.append((ops.Gather(next(iter(have))), moved.with_sharding({})))
+            return moved.with_sharding({})
+        if have and have == want and cur.mesh.shape == d.mesh.shape and cur.mesh.ndim == 1:
+            plan.append((ops.SendRecv(next(iter(have))), moved))
+            return moved
+        if have and cur.mesh.ndim == 1 and d.mesh.ndim == 1:
+            plan.append((ops.Gather(next(iter(have))), moved.with_sharding({})))
+            return self.same_mesh(moved.with_sharding({}), d, plan)
+        if have:
+            cur = self.same_mesh(cur, cur.with_sharding({}), plan)
+        # From here on the source is replicated.
+        if want and set(d.mesh.devices) <= set(cur.mesh.devices):
+            plan.append((ops.Slice(), moved.with_sharding(want)))
+            return moved.with_sharding(want)
+        if len(want) == 1 and d.mesh.ndim == 1:
+            root = next((x for x in cur.mesh.devices if x in d.mesh), cur.mesh.devices[0])
+            plan.append((ops.Scatter(next(iter(want)), root), moved.with_sharding(want)))
+            return moved.with_sharding(want)
+        plan.append((ops.Broadcast(cur.mesh.devices[0]), moved.with_sharding({})))
+        return self.same_mesh(moved.with_sharding({}), d, plan)
+
+
+def _same_placement(a: TensorType, b: TensorType) -> bool:
+    return a.mesh == b.mesh and a.sharding() == b.sharding() and not a.partial and not b.partial
+
+
+def lower(checked: Checked) -> Lowered:
+    lw = _Lowerer(checked)
+    for e in checked.func.eqns:
+        lw.eqn(e)
+    sources = {r: lw.returned(r, checked.func) for r in checked.func.results}
+    steps = tuple(lw.steps)
+    segments = cut_segments(steps, lw.types, tuple(sources.values()))
+    return Lowered(checked, lw.types, steps, segments, {r: v for r, v in sources.items() if v != r})
+
+
+def cut_segments(steps: tuple[Step, ...], types: dict[str, TensorType],
+                 results: tuple[str, ...]) -> tuple[Segment, ...]:
+    groups: list[list[Step]] = []
+    for s in steps:
+        if s.is_communication or not groups or groups[-1][0].is_communication:
+            groups.append([s])
+        else:
+            groups[-1].append(s)
+    # The last group that reads each value: one pass, not a scan of every later group.
+    last_read: dict[str, int] = {r: len(groups) for r in results}
+    for index, group in enumerate(groups):
+        for s in group:
+            for a in s.tensor_args():
+                last_read[a] = max(last_read.get(a, -1), index)
+    segments = []
+    for index, group in enumerate(groups):
+        made = {s.out for s in group}
+        inputs = _unique(a for s in group for a in s.tensor_args() if a not in made)
+        scalars = _unique(
+            a.name for s in group for a in s.args
+            if isinstance(a, Sym) and not any(a.name in types[x].symbols() for x in s.tensor_args())
+        )
+        kind = "communication" if group[0].is_communication else "compute"
+        outputs = tuple(s.out for s in group if last_read.get(s.out, -1) > index)
+        segments.append(Segment(index, kind, tuple(group), inputs, scalars, outputs, carried_extents(group, types)))
+    return tuple(segments)
+
+
+def carried_extents(group: list[Step], types: dict[str, TensorType]) -> tuple[str, ...]:
+    """The global extents a segment must be handed (shard_c2): a local block's
+    extent on a sharded axis does not tell the global one (blocks are uneven), and
+    a receiver of a communication holds no buffer at all. So: every symbol of a
+    communication's source type, and every symbol on a sharded axis of a type a
+    compute segment reads or writes. Unsharded axes re-bind from the buffers."""
+    if group[0].is_communication:
+        (src,) = group[0].tensor_args()
+        return tuple(sorted(types[src].symbols() | group[0].type.symbols()))
+    touched = [types[a] for s in group for a in s.tensor_args()] + [s.type for s in group]
+    return tuple(sorted({a.extent for t in touched for a in t.axes if a.shard and isinstance(a.extent, str)}))
+
+
+def _unique(xs: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(xs))

@@ -1,0 +1,79 @@
+"""Which devices take part in a communication, and in which order.
+
+Every transport (in-process, MPI, NCCL) forms its groups here and nowhere else.
+A team lists its devices in team order, the order a cross-device reduction
+folds in and an allgather concatenates in: the order of the mesh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from refir.ir import ops
+from refir.ir.program_cache import by_identity
+from refir.ir.types import TensorType
+
+
+@dataclass(frozen=True)
+class Team:
+    devices: tuple[int, ...]  # everyone taking part, in team order
+    senders: tuple[int, ...]  # whose buffers are read, in team order
+    receivers: tuple[int, ...]  # who gets a result
+
+    def index(self, device: int) -> int:
+        return self.devices.index(device)
+
+
+def _along(mesh_devices: tuple[int, ...], team_of: Callable[[int], tuple[int, ...]]) -> list[Team]:
+    """The distinct teams of a mesh's devices, in the order their first members come."""
+    seen: list[tuple[int, ...]] = []
+    for d in mesh_devices:
+        t = team_of(d)
+        if t not in seen:
+            seen.append(t)
+    return [Team(t, t, t) for t in seen]
+
+
+def _plus(first: tuple[int, ...], more: tuple[int, ...]) -> tuple[int, ...]:
+    return first + tuple(d for d in more if d not in first)
+
+
+def teams(op: ops.Communication, src: TensorType, dst: TensorType) -> list[Team]:
+    """All teams of one communication from a value of type `src` to `dst`."""
+    return list(_teams(op, src, dst))
+
+
+@lru_cache(maxsize=1024)  # asked on every rank at every communication of every run: types and ops are frozen
+def _teams(op: ops.Communication, src: TensorType, dst: TensorType) -> tuple[Team, ...]:
+    return tuple(_formed(op, src, dst))
+
+
+def _formed(op: ops.Communication, src: TensorType, dst: TensorType) -> list[Team]:
+    mesh = src.mesh
+    match op:
+        case ops.Allgather(mesh_axis=k) | ops.ReduceScatter(mesh_axis=k) | ops.AllToAll(mesh_axis=k):
+            return _along(mesh.devices, lambda d: mesh.team(d, [k]))
+        case ops.Allreduce(mesh_axes=ks):
+            return _along(mesh.devices, lambda d: mesh.team(d, ks))
+        case ops.Gather() | ops.Reduce():
+            return [Team(_plus(mesh.devices, dst.mesh.devices), mesh.devices, dst.mesh.devices)]
+        case ops.Scatter(root=root) | ops.Broadcast(root=root):
+            return [Team(_plus((root,), dst.mesh.devices), (root,), dst.mesh.devices)]
+        case ops.SendRecv():
+            pairs = zip(mesh.devices, dst.mesh.devices)
+            return [Team(_plus((s,), (r,)), (s,), (r,)) for s, r in pairs]
+    raise TypeError(f"not a communication: {op!r}")
+
+
+def teams_of(device: int, op: ops.Communication, src: TensorType, dst: TensorType) -> tuple[Team, ...]:
+    """The teams `device` takes part in (two at most: a send_recv may both send
+    its block and receive another)."""
+    return _teams_of(teams, device, op, src, dst)  # `teams` as it is now (conformance mutants replace it)
+
+
+@by_identity  # asked on every rank at every communication of every run
+def _teams_of(form: Callable[..., list[Team]], device: int, op: ops.Communication, src: TensorType,
+              dst: TensorType) -> tuple[Team, ...]:
+    return tuple(t for t in form(op, src, dst) if device in t.devices)
