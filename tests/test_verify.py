@@ -394,7 +394,7 @@ def test_memory_c1(monkeypatch):
 
 
 def test_every_label_the_code_raises_has_a_negative_test_here():
-    sources = "".join(p.read_text() for p in sorted((ROOT / "refir").glob("*.py")))
+    sources = "".join(p.read_text() for p in sorted((ROOT / "refir").rglob("*.py")))
     labels = set(re.findall(r'"([a-z]+_c[0-9]+)"', sources))
     tests = set(re.findall(r"^def test_([a-z]+_c[0-9]+)\(", Path(__file__).read_text(), re.M))
     assert len(labels) >= 34
@@ -402,7 +402,7 @@ def test_every_label_the_code_raises_has_a_negative_test_here():
 
 
 def test_every_label_the_code_raises_is_in_the_spec():
-    sources = "".join(p.read_text() for p in sorted((ROOT / "refir").glob("*.py")))
+    sources = "".join(p.read_text() for p in sorted((ROOT / "refir").rglob("*.py")))
     spec = (ROOT / "docs" / "spec.md").read_text()
     labels = set(re.findall(r'"([a-z]+_c[0-9]+)"', sources))
     assert {lab for lab in labels if f"**{lab}**" not in spec} == set()

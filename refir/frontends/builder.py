@@ -20,7 +20,9 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from refir.checks.verifier import INFER, _Eqn, check_mesh, check_type, verify
+from refir.checks.inference import INFER, EqnContext
+from refir.checks.type_checks import check_mesh, check_type
+from refir.checks.verifier import verify
 from refir.errors import InputError
 from refir.frontends.builder_checks import OWN, AxisSpec, axis, caller, check_limits, flatten, located, prod
 from refir.ir import ops
@@ -260,12 +262,12 @@ class Builder:
         if mesh is not None:
             self._known_mesh(mesh)
         if declared is None and restyled:
-            base = INFER[type(op)](op, _Eqn(Eqn(out, None, op, operands, here), self.types))
+            base = INFER[type(op)](op, EqnContext(Eqn(out, None, op, operands, here), self.types))
             declared = self._restyle(base, shard, mesh, layout)
         eqn = Eqn(out, declared, op, operands, here)
         if declared is not None:
             check_type(declared, here)
-        t = INFER[type(op)](op, _Eqn(eqn, self.types))
+        t = INFER[type(op)](op, EqnContext(eqn, self.types))
         check_type(t, here)
         check_limits(t, f"{out}: {t}")  # every type is written out, and must parse back
         self.eqns.append(replace(eqn, type=t if typed else None))  # by default every type written out

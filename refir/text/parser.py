@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from refir.checks.limits import DEVICES, MAX_DIGITS, check_static
-from refir.checks.verifier import check_mesh
+from refir.checks.type_checks import check_mesh
 from refir.errors import Loc, ParseError, VerifyError
 from refir.ir import ops
 from refir.ir.program import Eqn, Expect, Func, Lit, Operand, Param, Program, Sym, Var
