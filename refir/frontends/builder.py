@@ -17,135 +17,35 @@ mistake fails at the line that makes it (a VerifyError naming the constraint).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 
 from refir.checks.inference import INFER, EqnContext
 from refir.checks.type_checks import check_mesh, check_type
 from refir.checks.verifier import verify
 from refir.errors import InputError
 from refir.frontends.builder_checks import OWN, AxisSpec, axis, caller, check_limits, flatten, located, prod
+from refir.frontends.builder_values import (  # noqa: F401  (the functions are the builder's too)
+    Value,
+    add,
+    binary,
+    cast,
+    div,
+    matmul,
+    maximum,
+    minimum,
+    mul,
+    permute,
+    reshard,
+    sub,
+    unary,
+)
 from refir.ir import ops
 from refir.ir.program import Eqn, Func, Lit, Operand, Param, Program, Sym, Var
 from refir.ir.types import DIDS, DTYPES, Axis, Mesh, TensorType
 
 OWN.add(__file__)  # errors are placed at the caller's line, outside this module
 _MAX_LITERAL_DIGITS = 1000  # as the parser reads integer literals
-
-@dataclass(frozen=True, eq=False)
-class Value:
-    """A value of the program being built: a parameter or an equation's result."""
-
-    builder: Builder
-    name: str
-    type: TensorType
-
-    def __str__(self) -> str:
-        return f"{self.name}: {self.type}"
-
-    # ---- elementwise ------------------------------------------------------------------
-
-    def __add__(self, other: object) -> Value:
-        return self.builder.apply(ops.Binary("add"), (self, other))
-
-    def __radd__(self, other: object) -> Value:
-        return self.builder.apply(ops.Binary("add"), (other, self))
-
-    def __sub__(self, other: object) -> Value:
-        return self.builder.apply(ops.Binary("sub"), (self, other))
-
-    def __rsub__(self, other: object) -> Value:
-        return self.builder.apply(ops.Binary("sub"), (other, self))
-
-    def __mul__(self, other: object) -> Value:
-        return self.builder.apply(ops.Binary("mul"), (self, other))
-
-    def __rmul__(self, other: object) -> Value:
-        return self.builder.apply(ops.Binary("mul"), (other, self))
-
-    def __truediv__(self, other: object) -> Value:
-        return self.builder.apply(ops.Binary("div"), (self, other))
-
-    def __neg__(self) -> Value:
-        return self.builder.apply(ops.Unary("neg"), (self,))
-
-    def __matmul__(self, other: Value) -> Value:
-        return self.matmul(other)
-
-    @located
-    def unary(self, kind: str, **kw: object) -> Value:
-        """Any unary op by name: `x.unary("exp")` (one of neg abs exp log sqrt relu)."""
-        if kind not in ops.UNARY:
-            raise InputError(f"unknown unary op {kind!r} (known: {', '.join(ops.UNARY)})")
-        return self.builder.apply(ops.Unary(kind), (self,), **kw)
-
-    def binary(self, kind: str, other: object, **kw: object) -> Value:
-        """Any binary op by name, this value first: `x.binary("sub", 1.0)`."""
-        return binary(kind, self, other, **kw)
-
-    def maximum(self, other: object, **kw: object) -> Value:
-        return self.builder.apply(ops.Binary("maximum"), (self, other), **kw)
-
-    def minimum(self, other: object, **kw: object) -> Value:
-        return self.builder.apply(ops.Binary("minimum"), (self, other), **kw)
-
-    def abs(self, **kw: object) -> Value:
-        return self.builder.apply(ops.Unary("abs"), (self,), **kw)
-
-    def exp(self, **kw: object) -> Value:
-        return self.builder.apply(ops.Unary("exp"), (self,), **kw)
-
-    def log(self, **kw: object) -> Value:
-        return self.builder.apply(ops.Unary("log"), (self,), **kw)
-
-    def sqrt(self, **kw: object) -> Value:
-        return self.builder.apply(ops.Unary("sqrt"), (self,), **kw)
-
-    def relu(self, **kw: object) -> Value:
-        return self.builder.apply(ops.Unary("relu"), (self,), **kw)
-
-    @located
-    def cast(self, dtype: str, **kw: object) -> Value:
-        if dtype not in DTYPES:
-            raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
-        return self.builder.apply(ops.Cast(dtype), (self,), **kw)
-
-    # ---- shape, reductions, contraction, data movement ----------------------------------
-
-    def permute(self, perm: Sequence[int], **kw: object) -> Value:
-        return self.builder.apply(ops.Permute(tuple(perm)), (self,), **kw)
-
-    def unsqueeze(self, dims: Sequence[int], **kw: object) -> Value:
-        return self.builder.apply(ops.Unsqueeze(tuple(dims)), (self,), **kw)
-
-    @located
-    def reduce(self, kind: str, dims: Sequence[int], **kw: object) -> Value:
-        """`kind` is one of sum prod max min band bor bxor. Over a sharded axis the
-        devices hold partial results: declare where they land with `shard=`/`mesh=`
-        (a reduce_scatter, an allreduce, a reduce onto another mesh) or leave them replicated."""
-        if kind not in ops.REDUCTIONS:
-            raise InputError(f"unknown reduction {kind!r} (known: {', '.join(ops.REDUCTIONS)})")
-        return self.builder.apply(ops.Reduction(kind, tuple(dims)), (self,), **kw)
-
-    def sum(self, dims: Sequence[int], **kw: object) -> Value:
-        return self.reduce("sum", dims, **kw)
-
-    def prod(self, dims: Sequence[int], **kw: object) -> Value:
-        return self.reduce("prod", dims, **kw)
-
-    def max(self, dims: Sequence[int], **kw: object) -> Value:
-        return self.reduce("max", dims, **kw)
-
-    def min(self, dims: Sequence[int], **kw: object) -> Value:
-        return self.reduce("min", dims, **kw)
-
-    def matmul(self, other: Value, **kw: object) -> Value:
-        return self.builder.apply(ops.Matmul(), (self, other), **kw)
-
-    def set(self, **kw: object) -> Value:
-        """A copy into another type: `set(shard={0: "DIDx"}, mesh=m2, layout=[1, 0])`."""
-        return self.builder.apply(ops.Set(), (self,), **kw)
-
 
 class Builder:
     """Collects meshes, parameters and equations; `build()` gives the Program."""
@@ -336,51 +236,3 @@ class Builder:
         program = Program(tuple(self.meshes), (func,), file="<built>")
         verify(program)
         return program
-
-
-# Functions in the style of jax.numpy: each forwards to its first Value's builder.
-def _first(args: tuple) -> Builder:
-    for a in args:
-        if isinstance(a, Value):
-            return a.builder
-    raise InputError("at least one operand must be a Value")
-
-
-def binary(kind: str, a: object, b: object, **kw: object) -> Value:
-    """Any binary op by name; either operand may be a number or a symbol:
-    `binary("sub", b.sym("N"), x)`."""
-    if kind not in ops.BINARY:
-        raise InputError(f"unknown binary op {kind!r} (known: {', '.join(ops.BINARY)})")
-    return _first((a, b)).apply(ops.Binary(kind), (a, b), **kw)
-
-
-def unary(kind: str, x: Value, **kw: object) -> Value:
-    return x.unary(kind, **kw)
-
-
-def _binary(name: str) -> Callable[..., Value]:
-    def fn(a: object, b: object, **kw: object) -> Value:
-        return _first((a, b)).apply(ops.Binary(name), (a, b), **kw)
-
-    fn.__name__ = name
-    return fn
-
-
-add, sub, mul, div, maximum, minimum = (_binary(n) for n in ops.BINARY)
-
-
-def cast(x: Value, dtype: str, **kw: object) -> Value:
-    return x.cast(dtype, **kw)
-
-
-def permute(x: Value, perm: Sequence[int], **kw: object) -> Value:
-    return x.permute(perm, **kw)
-
-
-def matmul(a: Value, b: Value, **kw: object) -> Value:
-    return a.matmul(b, **kw)
-
-
-def reshard(x: Value, **kw: object) -> Value:
-    """`set`: a copy into another sharding, mesh or layout."""
-    return x.set(**kw)

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from refir.checks.limits import DEVICES, MAX_DIGITS, check_static
 from refir.checks.type_checks import check_mesh
 from refir.errors import Loc, ParseError, VerifyError
-from refir.ir import ops
-from refir.ir.program import Eqn, Expect, Func, Lit, Operand, Param, Program, Sym, Var
+from refir.ir.program import Eqn, Expect, Func, Lit, Param, Program, Sym, Var
 from refir.ir.types import BROADCAST, DIDS, DTYPES, Axis, Mesh, TensorType
+from refir.text.op_syntax import build_op
 
 _TOKEN = re.compile(
     r"(?P<ws>[ \t\r]+)|(?P<nl>\n)|(?P<comment>#[^\n]*)"
@@ -256,7 +256,7 @@ class Parser:
             if not self.accept(","):
                 break
         self.expect(")")
-        op, args = build_op(opname, positional, keywords)
+        op, args = build_op(opname.text, opname.loc, positional, keywords)
         self.values.add(out.text)
         return Eqn(out.text, declared, op, args, out.loc)
 
@@ -312,55 +312,6 @@ def make_mesh(name: str, nested: object, loc: Loc) -> Mesh:
     mesh = Mesh(name, tuple(shape), tuple(flat))
     check_mesh(mesh, loc)
     return mesh
-
-
-def _operands(opname: Token, values: list[object], count: int) -> tuple[Operand, ...]:
-    if len(values) != count or any(isinstance(v, list) for v in values):
-        raise VerifyError(
-            opname.loc, "op_c2", f"{opname.text} takes {count} operand{'s' * (count > 1)}"
-        )
-    return tuple(values)  # type: ignore[arg-type]
-
-
-def _ints(opname: Token, keywords: dict[str, object], key: str) -> tuple[int, ...]:
-    v = keywords.get(key)
-    if not isinstance(v, list):
-        raise VerifyError(opname.loc, "op_c2", f"{opname.text} needs {key}=[...]")
-    return tuple(v)
-
-
-def build_op(opname: Token, pos: list[object], kw: dict[str, object]) -> tuple[ops.Op, tuple]:
-    """Turn `name(positional, key=value)` into an op and its operands (op_c1, op_c2)."""
-    name = opname.text
-    allowed = {"cast": {"dtype"}, "unsqueeze": {"dims"}}.get(name, set())
-    if name in ops.REDUCTIONS:
-        allowed = {"dims"}
-    extra = set(kw) - allowed
-    if extra:
-        raise VerifyError(opname.loc, "op_c2", f"{name} takes no argument {sorted(extra)[0]!r}")
-    if name in ops.BINARY:
-        return ops.Binary(name), _operands(opname, pos, 2)
-    if name in ops.UNARY:
-        return ops.Unary(name), _operands(opname, pos, 1)
-    if name in ops.REDUCTIONS:
-        return ops.Reduction(name, _ints(opname, kw, "dims")), _operands(opname, pos, 1)
-    if name == "cast":
-        dt = kw.get("dtype")
-        if not isinstance(dt, Var) or dt.name not in DTYPES:
-            raise VerifyError(opname.loc, "cast_c1", f"cast needs dtype= one of {', '.join(DTYPES)}")
-        return ops.Cast(dt.name), _operands(opname, pos, 1)
-    if name == "permute":
-        if len(pos) != 2 or not isinstance(pos[1], list):
-            raise VerifyError(opname.loc, "op_c2", "permute takes an operand and a list: permute(x, [1, 0])")
-        return ops.Permute(tuple(pos[1])), _operands(opname, pos[:1], 1)
-    if name == "unsqueeze":
-        return ops.Unsqueeze(_ints(opname, kw, "dims")), _operands(opname, pos, 1)
-    if name == "matmul":
-        return ops.Matmul(), _operands(opname, pos, 2)
-    if name == "set":
-        return ops.Set(), _operands(opname, pos, 1)
-    known = [*ops.BINARY, *ops.UNARY, "cast", "permute", "unsqueeze", *ops.REDUCTIONS, "matmul", "set"]
-    raise VerifyError(opname.loc, "op_c1", f"unknown op {name!r} (known: {', '.join(known)})")
 
 
 def parse(text: str, file: str = "<text>") -> Program:

@@ -1,0 +1,102 @@
+"""The call syntax of each op, `name(positional, key=value)` -> an op and its operands
+(op_c1, op_c2, cast_c1). An op family registers its syntax here with `@syntax("name")`,
+naming the keywords it takes; the parser knows no op by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from refir.errors import Loc, VerifyError
+from refir.ir import ops
+from refir.ir.program import Operand, Var
+from refir.ir.types import DTYPES
+
+Built = tuple[ops.Op, tuple]
+OpSyntax = Callable[[str, Loc, list[object], dict[str, object]], Built]
+SYNTAX: dict[str, OpSyntax] = {}  # in the order the unknown-op message lists them
+KEYWORDS: dict[str, frozenset[str]] = {}
+
+
+def syntax(*names: str, keywords: tuple[str, ...] = ()) -> Callable[[OpSyntax], OpSyntax]:
+    """`@syntax("permute")` on a function (name, loc, positional, keywords) -> (op, operands)."""
+
+    def add(fn: OpSyntax) -> OpSyntax:
+        for name in names:
+            SYNTAX[name] = fn
+            KEYWORDS[name] = frozenset(keywords)
+        return fn
+
+    return add
+
+
+def build_op(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    """Turn `name(positional, key=value)` into an op and its operands (op_c1, op_c2)."""
+    if name not in SYNTAX:
+        raise VerifyError(loc, "op_c1", f"unknown op {name!r} (known: {', '.join(SYNTAX)})")
+    extra = set(kw) - KEYWORDS[name]
+    if extra:
+        raise VerifyError(loc, "op_c2", f"{name} takes no argument {sorted(extra)[0]!r}")
+    return SYNTAX[name](name, loc, pos, kw)
+
+
+def operands(name: str, loc: Loc, values: list[object], count: int) -> tuple[Operand, ...]:
+    """Exactly `count` operands, none of them a list (op_c2)."""
+    if len(values) != count or any(isinstance(v, list) for v in values):
+        raise VerifyError(loc, "op_c2", f"{name} takes {count} operand{'s' * (count > 1)}")
+    return tuple(values)  # type: ignore[arg-type]
+
+
+def int_list(name: str, loc: Loc, keywords: dict[str, object], key: str) -> tuple[int, ...]:
+    """A keyword that must be a list of integers: `dims=[0, 1]` (op_c2)."""
+    v = keywords.get(key)
+    if not isinstance(v, list):
+        raise VerifyError(loc, "op_c2", f"{name} needs {key}=[...]")
+    return tuple(v)
+
+
+# ---- today's ops, in the order the unknown-op message has always listed them ------------
+
+
+@syntax(*ops.BINARY)
+def _binary(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    return ops.Binary(name), operands(name, loc, pos, 2)
+
+
+@syntax(*ops.UNARY)
+def _unary(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    return ops.Unary(name), operands(name, loc, pos, 1)
+
+
+@syntax("cast", keywords=("dtype",))
+def _cast(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    dt = kw.get("dtype")
+    if not isinstance(dt, Var) or dt.name not in DTYPES:
+        raise VerifyError(loc, "cast_c1", f"cast needs dtype= one of {', '.join(DTYPES)}")
+    return ops.Cast(dt.name), operands(name, loc, pos, 1)
+
+
+@syntax("permute")
+def _permute(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    if len(pos) != 2 or not isinstance(pos[1], list):
+        raise VerifyError(loc, "op_c2", "permute takes an operand and a list: permute(x, [1, 0])")
+    return ops.Permute(tuple(pos[1])), operands(name, loc, pos[:1], 1)
+
+
+@syntax("unsqueeze", keywords=("dims",))
+def _unsqueeze(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    return ops.Unsqueeze(int_list(name, loc, kw, "dims")), operands(name, loc, pos, 1)
+
+
+@syntax(*ops.REDUCTIONS, keywords=("dims",))
+def _reduction(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    return ops.Reduction(name, int_list(name, loc, kw, "dims")), operands(name, loc, pos, 1)
+
+
+@syntax("matmul")
+def _matmul(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    return ops.Matmul(), operands(name, loc, pos, 2)
+
+
+@syntax("set")
+def _set(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    return ops.Set(), operands(name, loc, pos, 1)
