@@ -17,7 +17,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from refir.explain.placement import RULES, Block, CommFacts, Placement, Range, StepFacts
+from refir.explain.placement import RULES, Block, CommFacts, Placement, Range, StepFacts, nbytes
 from refir.ir import ops
 from refir.ir.types import DIDS
 from refir.text.printer import format_call, format_mesh
@@ -43,7 +43,20 @@ def ints(xs: tuple[int, ...] | list[int]) -> str:
 
 
 def devices_text(ds: tuple[int, ...] | list[int]) -> str:
-    return "(" + " ".join(map(str, ds)) + ")"
+    """`(0 1 2 3)`; past 16 devices, runs of consecutive ids as `0..1023`, and past 8
+    runs the first and last ones around the count."""
+    if len(ds) <= 16:
+        return "(" + " ".join(map(str, ds)) + ")"
+    runs: list[list[int]] = []
+    for d in ds:
+        if runs and d == runs[-1][1] + 1:
+            runs[-1][1] = d
+        else:
+            runs.append([d, d])
+    words = [str(a) if a == b else f"{a}..{b}" for a, b in runs]
+    if len(words) > 8:
+        words = [*words[:6], "...", *words[-2:], f"[{len(ds)} devices]"]
+    return "(" + " ".join(words) + ")"
 
 
 def mesh_text(p: Placement) -> str:
@@ -185,35 +198,99 @@ def value_picture(p: Placement, device: int | None = None, idle: list[int] | Non
     return Group(*parts)
 
 
-def comm_picture(c: CommFacts, device: int | None = None) -> Group:
+MOVES_LISTED = 64  # explain lists a communication's moves one by one up to this many (or --moves all)
+DEVICES_LISTED = 64  # and each device's bytes up to this many devices
+
+
+def comm_picture(c: CommFacts, device: int | None = None, every_move: bool = False) -> Group:
     parts: list[RenderableType] = [Text(f"why {c.kind}: {c.rule}", style="bold")]
     parts += [Text(f"  {x}") for x in c.changes]
-    for team in c.teams:
+    listed = every_move or device is not None or c.moves <= MOVES_LISTED
+    shown_teams = [t for t in c.teams if device is None or device in t.devices]
+    for team in shown_teams if listed else shown_teams[:4]:
         roles = "" if team.senders == team.receivers == team.devices else (
             f" senders {devices_text(team.senders)} receivers {devices_text(team.receivers)}")
         parts.append(Text(f"  team {devices_text(team.devices)}{roles}"))
-    moves = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title="moves", title_justify="left")
-    for name in ("from", "to", "global block", "bytes each"):
-        moves.add_column(name, no_wrap=True)
-    grouped: dict[tuple, list[int]] = {}
-    for tr in c.transfers:
-        if device is None or device in (tr.sender, tr.receiver):
-            grouped.setdefault((tr.sender, tr.ranges, tr.nbytes), []).append(tr.receiver)
-    for (s, ranges, n), receivers in grouped.items():
-        moves.add_row(str(s), " ".join(map(str, receivers)), spans(ranges), str(n))
-    if not grouped:
-        parts.append(Text("  nothing moves between devices", style="dim"))
+    if not listed and len(shown_teams) > 4:
+        parts.append(Text(f"  ... and {len(shown_teams) - 4} more teams", style="dim"))
+    if not listed:
+        parts += [Text(f"  {line}") for line in pattern_lines(c)]
+        parts.append(Text(f"  (--moves all lists the {c.moves:,} moves one by one; --device D shows D's)", style="dim"))
     else:
-        parts.append(moves)
-    totals = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for name in ("device", "sends B", "receives B"):
-        totals.add_column(name, justify="right", no_wrap=True)
-    for d in c.devices():
-        if device is None or d == device:
+        moves = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title="moves", title_justify="left")
+        for name in ("from", "to", "global block", "bytes each"):
+            moves.add_column(name, no_wrap=True)
+        grouped: dict[tuple, list[int]] = {}
+        for tr in c.transfers(device):
+            grouped.setdefault((tr.sender, tr.ranges, tr.nbytes), []).append(tr.receiver)
+        for (s, ranges, n), receivers in grouped.items():
+            moves.add_row(str(s), " ".join(map(str, receivers)), spans(ranges), str(n))
+        if not grouped:
+            parts.append(Text("  nothing moves between devices", style="dim"))
+        else:
+            parts.append(moves)
+    members = c.devices() if device is None else [device]
+    if every_move or len(members) <= DEVICES_LISTED:
+        totals = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        for name in ("device", "sends B", "receives B"):
+            totals.add_column(name, justify="right", no_wrap=True)
+        for d in members:
             sent, got = c.bytes_of(d)
             totals.add_row(str(d), str(sent), str(got))
-    parts.append(totals)
+        parts.append(totals)
+    else:
+        parts += [Text(f"  {line}") for line in totals_lines(c, members)]
     return Group(*parts)
+
+
+def pattern_lines(c: CommFacts) -> list[str]:
+    """A communication's moves as their pattern, in words linear in the devices:
+    'each of the 1024 devices sends its 32 B block to the other 1023 of its team'."""
+    sizes = sorted({len(t.devices) for t in c.teams})
+    teams = f"{len(c.teams)} team{'s' * (len(c.teams) > 1)} of {'/'.join(map(str, sizes))} devices"
+    blocks = sorted({nbytes(b.ranges, c.src.type) for b in c.src.blocks})
+    block = f"{blocks[0]} B" if len(blocks) == 1 else f"{blocks[0]}-{blocks[-1]} B"
+    match c.op:
+        case ops.Scatter(root=root):
+            what = f"device {root} sends each receiver the block it holds after"
+        case ops.Broadcast(root=root):
+            what = f"device {root} sends its {block} block to every other receiver"
+        case ops.AllToAll():
+            what = "each device sends every other member of its team the piece of its block that member holds after"
+        case ops.ReduceScatter():
+            what = f"each device sends every other member of its team its {c.src.type.partial_kind} term of the block" \
+                   " that member holds after"
+        case _:
+            term = f" {c.src.type.partial_kind} term" if c.src.type.partial else ""
+            one = c.teams[0]
+            if one.senders == one.receivers == one.devices:
+                what = (f"each of the {len(one.devices)} devices sends its {block}{term} block to the other "
+                        f"{len(one.devices) - 1} of its team")
+            else:
+                what = (f"each of the {len(one.senders)} senders sends its {block}{term} block to each of the "
+                        f"{len(one.receivers)} receivers (itself excepted)")
+    return [f"{what}: {c.moves:,} moves, {byte_text(c.total_bytes)} in all, in {teams}"]
+
+
+def totals_lines(c: CommFacts, members: list[int]) -> list[str]:
+    """Each device's bytes, summarised: the least and the most sent and received, and by whom."""
+    lines = []
+    for i, what in enumerate(("sends", "receives")):
+        amounts = {d: c.bytes_of(d)[i] for d in members}
+        lo, hi = min(amounts, key=amounts.__getitem__), max(amounts, key=amounts.__getitem__)
+        if amounts[lo] == amounts[hi]:
+            lines.append(f"every device {what} {amounts[lo]} B")
+        else:
+            lines.append(f"devices {what} {amounts[lo]} B (least: device {lo}) to {amounts[hi]} B (most: device {hi})")
+    return lines
+
+
+def byte_text(n: int) -> str:
+    """Bytes as people read them: 33554432 -> '32 MiB (33,554,432 B)'."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit} ({n:,} B)"
+    return f"{n} B"
 
 
 def step_line(s: StepFacts) -> Text:
@@ -225,10 +302,11 @@ def step_line(s: StepFacts) -> Text:
     return text
 
 
-def step_picture(s: StepFacts, device: int | None = None, idle: list[int] | None = None) -> Group:
+def step_picture(s: StepFacts, device: int | None = None, idle: list[int] | None = None,
+                 every_move: bool = False) -> Group:
     parts: list[RenderableType] = [step_line(s)]
     if s.comm is not None:
-        parts.append(comm_picture(s.comm, device))
+        parts.append(comm_picture(s.comm, device, every_move))
     else:
         t = s.placement.type
         rule = _local_rule(s)

@@ -8,8 +8,12 @@ runs a program: the facts follow from the types, the bindings and the teams.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from math import prod
+
+import numpy as np
 
 from refir.ir import ops
 from refir.ir.types import TensorType, block_slices, dense_strides, global_shape
@@ -46,7 +50,11 @@ class Placement:
     is_input: bool = False
 
     def block(self, device: int) -> Block:
-        return next(b for b in self.blocks if b.device == device)
+        return self._by_device[device]
+
+    @cached_property
+    def _by_device(self) -> dict[int, Block]:
+        return {b.device: b for b in self.blocks}  # asked per move: a search would be quadratic
 
     def block_number(self, b: Block) -> dict[int, int]:
         """Sharded tensor axis -> which of its blocks `b` is (the device's mesh coordinate)."""
@@ -75,20 +83,115 @@ class Transfer:
 
 @dataclass(frozen=True)
 class CommFacts:
+    """What one communication moves. Its moves are enumerated only when asked
+    (`transfers`): an allgather of n devices makes n(n-1) of them, where the
+    counts and each device's bytes (`moves`, `bytes_of`) cost time linear in the devices."""
+
     kind: str
     rule: str  # the lowering rule that chose it
     changes: tuple[str, ...]  # what changed placement, from what to what
     teams: tuple[Team, ...]
-    transfers: tuple[Transfer, ...]
+    op: ops.Communication
+    src: Placement
+    dst: Placement
+
+    def transfers(self, device: int | None = None) -> Iterator[Transfer]:
+        """Every move, team by team, sender by sender; only `device`'s (sent or
+        received) when given."""
+        for team in self.teams:
+            if device is not None and device not in team.devices:
+                continue
+            for s, r in _pairs(self.op, team, device):
+                moved = _moved(self.op, self.src.block(s), self.dst.block(r))
+                yield Transfer(s, r, moved, nbytes(moved, self.src.type))
+
+    @cached_property
+    def moves(self) -> int:
+        """How many moves `transfers` enumerates (pairs, empty pieces included)."""
+        return sum(_pair_count(self.op, team) for team in self.teams)
+
+    @cached_property
+    def _totals(self) -> dict[int, list[int]]:
+        totals: dict[int, list[int]] = {}
+        for team in self.teams:
+            _team_totals(self.op, team, self.src, self.dst, totals)
+        return totals
 
     def bytes_of(self, device: int) -> tuple[int, int]:
         """(sent, received) by `device`."""
-        sent = sum(t.nbytes for t in self.transfers if t.sender == device)
-        received = sum(t.nbytes for t in self.transfers if t.receiver == device)
+        sent, received = self._totals.get(device, (0, 0))
         return sent, received
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(sent for sent, _ in self._totals.values())
 
     def devices(self) -> list[int]:
         return list(dict.fromkeys(d for t in self.teams for d in t.devices))
+
+
+def _pair_count(op: ops.Communication, team: Team) -> int:
+    if isinstance(op, (ops.Scatter, ops.Broadcast)):
+        return sum(r != op.root for r in team.receivers)
+    both = len(set(team.senders) & set(team.receivers))
+    return len(team.senders) * len(team.receivers) - both
+
+
+def _team_totals(op: ops.Communication, team: Team, src: Placement, dst: Placement,
+                 totals: dict[int, list[int]]) -> None:
+    """Add each member's bytes sent and received in `team` to `totals`, in time
+    linear in the team where a sender's whole block (or the receiver's) moves, and
+    by one vectorised pass over the pairs where pieces are intersections."""
+    item = src.type.np_dtype.itemsize
+
+    def add(d: int, sent: int, received: int) -> None:
+        entry = totals.setdefault(d, [0, 0])
+        entry[0] += sent
+        entry[1] += received
+
+    for d in team.devices:
+        add(d, 0, 0)
+    match op:
+        case ops.Scatter(root=root):
+            for r in team.receivers:
+                if r != root:
+                    n = nbytes(dst.block(r).ranges, src.type)
+                    add(root, n, 0)
+                    add(r, 0, n)
+        case ops.Broadcast(root=root):
+            n = nbytes(src.block(root).ranges, src.type)
+            for r in team.receivers:
+                if r != root:
+                    add(root, n, 0)
+                    add(r, 0, n)
+        case ops.AllToAll() | ops.ReduceScatter():
+            rank = src.type.rank
+            s_ranges = np.array([src.block(s).ranges for s in team.senders], dtype=np.int64).reshape(
+                len(team.senders), rank, 2)
+            r_ranges = np.array([dst.block(r).ranges for r in team.receivers], dtype=np.int64).reshape(
+                len(team.receivers), rank, 2)
+            s_ids, r_ids = np.array(team.senders), np.array(team.receivers)
+            chunk = max(1, (1 << 22) // max(1, len(team.receivers) * max(1, s_ranges.shape[1])))
+            received = np.zeros(len(team.receivers), dtype=np.int64)
+            for lo in range(0, len(team.senders), chunk):
+                s = s_ranges[lo:lo + chunk, None]  # senders x 1 x axes x 2
+                r = r_ranges[None]
+                overlap = np.minimum(s[..., 1], r[..., 1]) - np.maximum(s[..., 0], r[..., 0])
+                pieces = np.clip(overlap, 0, None).prod(axis=-1) * item
+                pieces[s_ids[lo:lo + chunk, None] == r_ids[None, :]] = 0  # a device keeps its own piece
+                for d, n in zip(team.senders[lo:lo + chunk], pieces.sum(axis=1).tolist()):
+                    add(d, n, 0)
+                received += pieces.sum(axis=0)
+            for d, n in zip(team.receivers, received.tolist()):
+                add(d, 0, n)
+        case _:  # each sender's whole block (a partial term where the source is partial) to every other receiver
+            blocks = {s: nbytes(src.block(s).ranges, src.type) for s in team.senders}
+            receivers = set(team.receivers)
+            for s, n in blocks.items():
+                add(s, n * (len(team.receivers) - (s in receivers)), 0)
+            everything = sum(blocks.values())
+            for r in team.receivers:
+                add(r, 0, everything - blocks.get(r, 0))
 
 
 def slice_range(s: slice, n: int) -> Range:
@@ -119,12 +222,20 @@ def intersect(a: tuple[Range, ...], b: tuple[Range, ...]) -> tuple[Range, ...]:
     return tuple(out)
 
 
-def _pairs(op: ops.Communication, team: Team) -> list[tuple[int, int]]:
-    """Who sends to whom in one team (never a device to itself)."""
+def _pairs(op: ops.Communication, team: Team, device: int | None = None) -> Iterator[tuple[int, int]]:
+    """Who sends to whom in one team (never a device to itself), sender by sender;
+    only the pairs `device` takes part in when given (in the same order)."""
     match op:
         case ops.Scatter(root=root) | ops.Broadcast(root=root):
-            return [(root, r) for r in team.receivers if r != root]
-    return [(s, r) for s in team.senders for r in team.receivers if s != r]
+            for r in team.receivers:
+                if r != root and device in (None, root, r):
+                    yield root, r
+            return
+    for s in team.senders:
+        if device is None or s == device:
+            yield from ((s, r) for r in team.receivers if s != r)
+        elif device in team.receivers:
+            yield s, device
 
 
 def _moved(op: ops.Communication, s: Block, r: Block) -> tuple[Range, ...]:
@@ -172,15 +283,10 @@ def changes(src: TensorType, dst: TensorType) -> tuple[str, ...]:
 
 def comm_facts(op: ops.Communication, src: Placement, dst: Placement) -> CommFacts:
     ts = tuple(teams(op, src.type, dst.type))
-    transfers = []
-    for team in ts:
-        for s, r in _pairs(op, team):
-            moved = _moved(op, src.block(s), dst.block(r))
-            transfers.append(Transfer(s, r, moved, nbytes(moved, src.type)))
     rule = RULES[type(op)]
     if isinstance(op, (ops.Scatter, ops.Broadcast)):
         rule += f" (device {op.root})"
-    return CommFacts(ops.op_name(op), rule, changes(src.type, dst.type), ts, tuple(transfers))
+    return CommFacts(ops.op_name(op), rule, changes(src.type, dst.type), ts, op, src, dst)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from rich.text import Text
 from refir.checks.limits import DEVICES
 from refir.checks.verifier import Checked, verify
 from refir.errors import InputError
-from refir.explain.pictures import step_picture, value_picture
+from refir.explain.pictures import MOVES_LISTED, pattern_lines, step_picture, value_picture
 from refir.explain.placement import CommFacts, Explained, Placement, explain, placement
 from refir.explain.svg import html_of, svg_of
 from refir.ir import ops
@@ -47,6 +47,8 @@ def add_view_args(p: argparse.ArgumentParser, pictures: bool = False) -> None:
         p.add_argument("--device", type=int, help="show this device's part only")
         p.add_argument("--value", metavar="NAME", help="show only NAME (an input, or the steps that make it)")
         p.add_argument("--svg", metavar="FILE", help="also write the pictures as a drawing: SVG, self-contained")
+        p.add_argument("--moves", choices=("all",), help="list every move one by one (by default past "
+                       f"{MOVES_LISTED} moves a communication is summarised by its pattern)")
         p.add_argument("--html", metavar="FILE", help="also write the pictures as a drawing: HTML holding the SVG")
 
 
@@ -116,18 +118,23 @@ def placement_json(p: Placement) -> dict[str, Any]:
     }
 
 
-def comm_json(c: CommFacts) -> dict[str, Any]:
+def comm_json(c: CommFacts, every_move: bool = False) -> dict[str, Any]:
+    """A communication's facts; its moves listed one by one up to MOVES_LISTED (or
+    `every_move`), else null: the pattern, the count and each device's bytes say it
+    in size linear in the devices."""
     return {
         "kind": c.kind, "rule": c.rule, "changes": list(c.changes),
         "teams": [{"devices": list(t.devices), "senders": list(t.senders), "receivers": list(t.receivers)}
                   for t in c.teams],
+        "moves": c.moves,
+        "pattern": pattern_lines(c),
         "transfers": [{"from": t.sender, "to": t.receiver, "ranges": [list(r) for r in t.ranges], "bytes": t.nbytes}
-                      for t in c.transfers],
+                      for t in c.transfers()] if every_move or c.moves <= MOVES_LISTED else None,
         "bytes": {str(d): dict(zip(("sent", "received"), c.bytes_of(d))) for d in c.devices()},
     }
 
 
-def explained_json(ex: Explained) -> dict[str, Any]:
+def explained_json(ex: Explained, every_move: bool = False) -> dict[str, Any]:
     lowered = ex.lowered
     steps = []
     for s in ex.steps:
@@ -135,7 +142,7 @@ def explained_json(ex: Explained) -> dict[str, Any]:
             "out": s.step.out, "op": s.call, "from": s.step.eqn.out, "segment": s.segment,
             "kind": "communication" if s.comm else "local",
             "value": placement_json(s.placement),
-            "communication": comm_json(s.comm) if s.comm else None,
+            "communication": comm_json(s.comm, every_move) if s.comm else None,
         })
     return {
         "program": lowered.checked.program.file, "func": lowered.checked.func.name,
@@ -193,7 +200,7 @@ def json_check(args: argparse.Namespace) -> int:
 
 
 def json_lower(args: argparse.Namespace) -> int:
-    print_json(explained_json(explained_of(args)[1]))
+    print_json(explained_json(explained_of(args)[1], getattr(args, "moves", None) == "all"))
     return 0
 
 
@@ -205,11 +212,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
     names = [p.name for p in ex.values()]
     if args.value is not None and not any(wanted(n, args.value) for n in names):
         raise InputError(f"--value {args.value}: no value of that name (values: {', '.join(names)})")
+    every_move = args.moves == "all"
     if args.json:
-        print_json(explained_json(ex))
+        print_json(explained_json(ex, every_move))
     if not is_printer():
         return 0
-    items = pictures_of(ex, args.device, args.value)
+    items = pictures_of(ex, args.device, args.value, every_move)
     if not args.json:
         console = make_console()
         for item in items:
@@ -229,7 +237,8 @@ def write_text(path: Path, text: str, option: str) -> None:
         raise InputError(f"cannot write {option} {path}: {exc.strerror or exc}") from exc
 
 
-def pictures_of(ex: Explained, device: int | None = None, value: str | None = None) -> list[RenderableType]:
+def pictures_of(ex: Explained, device: int | None = None, value: str | None = None,
+                every_move: bool = False) -> list[RenderableType]:
     """What explain prints, in order: a heading, then every value's and step's picture."""
     checked = ex.lowered.checked
     binds = ", ".join(f"{k}={v}" for k, v in sorted(ex.bindings.items()))
@@ -260,7 +269,7 @@ def pictures_of(ex: Explained, device: int | None = None, value: str | None = No
         for s in ex.steps:
             if s.segment == seg.index and wanted(s.step.out, value):
                 if shown(s.placement) or (s.comm and device in s.comm.devices()):
-                    out.append(step_picture(s, device, idle(s.placement)))
+                    out.append(step_picture(s, device, idle(s.placement), every_move))
                 else:
                     out.append(Text(f"{s.step.out}: device {device} takes no part"))
     if value is None:

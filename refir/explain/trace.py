@@ -67,12 +67,12 @@ def moved_text(s: StepFacts, src: Placement, device: int) -> str:
             if all(b > a for a, b in own) or not own:
                 local = tuple((a - m0, b - m0) for (a, b), (m0, _) in zip(own, mine))
                 lines.append(f"kept its own {'term: ' if reducing else ''}local {spans(local)}")
-    for tr in s.comm.transfers:
+    for tr in s.comm.transfers(device):
         if tr.receiver == device and mine is not None:
             local = tuple((a - m0, b - m0) for (a, b), (m0, _) in zip(tr.ranges, mine))
             what = "a term for " if reducing else ""
             lines.append(f"from {tr.sender}: {what}local {spans(local)} ({tr.nbytes} B)")
-    sent = [tr for tr in s.comm.transfers if tr.sender == device]
+    sent = [tr for tr in s.comm.transfers(device) if tr.sender == device]
     if sent:
         lines.append(f"sent {sum(t.nbytes for t in sent)} B to {' '.join(str(t.receiver) for t in sent)}")
     return "\n".join(lines) or "nothing moved"

@@ -157,15 +157,32 @@ class Mesh:
     def team(self, device: int, dids: Iterable[str]) -> tuple[int, ...]:
         """The devices that share `device`'s coordinates on every mesh axis not in
         `dids`, in mesh order. Every collective forms its groups through this."""
-        free = {self.axis_of(d) for d in dids}
-        mine = self.coords(device)
-        return tuple(
-            dev for dev in self.devices
-            if all(c == m for a, (c, m) in enumerate(zip(self.coords(dev), mine)) if a not in free)
-        )
+        self.coords(device)  # a device outside the mesh: ValueError
+        return self._grouped(frozenset(self.axis_of(d) for d in dids))[1][device]
+
+    def teams(self, dids: Iterable[str]) -> tuple[tuple[int, ...], ...]:
+        """Every team along `dids` (see team), in the order their first members come."""
+        return self._grouped(frozenset(self.axis_of(d) for d in dids))[0]
+
+    def _grouped(self, free: frozenset[int]) -> tuple[tuple[tuple[int, ...], ...], dict[int, tuple[int, ...]]]:
+        """The teams along the mesh axes `free` and each device's team, formed in one
+        pass over the devices (grouped by their coordinates off those axes) and kept:
+        linear in the devices, as a mesh of thousands asks (issue 30)."""
+        kept = self.__dict__.setdefault("_teams_along", {})
+        if free not in kept:
+            groups: dict[tuple[int, ...], list[int]] = {}
+            for dev in self.devices:
+                key = tuple(c for a, c in enumerate(self._coords[dev]) if a not in free)
+                groups.setdefault(key, []).append(dev)
+            formed = tuple(tuple(g) for g in groups.values())
+            kept[free] = (formed, {dev: g for g in formed for dev in g})
+        return kept[free]
 
     def __contains__(self, device: object) -> bool:
-        return device in self.devices
+        try:
+            return device in self._coords  # a dict: asked per device of a world of thousands
+        except TypeError:  # unhashable: no device
+            return False
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from refir.ir import ops
 from refir.ir.program_cache import by_identity
-from refir.ir.types import TensorType
+from refir.ir.types import Mesh, TensorType
 
 
 @dataclass(frozen=True)
@@ -26,14 +26,9 @@ class Team:
         return self.devices.index(device)
 
 
-def _along(mesh_devices: tuple[int, ...], team_of: Callable[[int], tuple[int, ...]]) -> list[Team]:
-    """The distinct teams of a mesh's devices, in the order their first members come."""
-    seen: list[tuple[int, ...]] = []
-    for d in mesh_devices:
-        t = team_of(d)
-        if t not in seen:
-            seen.append(t)
-    return [Team(t, t, t) for t in seen]
+def _along(mesh: Mesh, dids: tuple[str, ...]) -> list[Team]:
+    """The distinct teams along mesh axes `dids`, in the order their first members come."""
+    return [Team(t, t, t) for t in mesh.teams(dids)]
 
 
 def _plus(first: tuple[int, ...], more: tuple[int, ...]) -> tuple[int, ...]:
@@ -54,9 +49,9 @@ def _formed(op: ops.Communication, src: TensorType, dst: TensorType) -> list[Tea
     mesh = src.mesh
     match op:
         case ops.Allgather(mesh_axis=k) | ops.ReduceScatter(mesh_axis=k) | ops.AllToAll(mesh_axis=k):
-            return _along(mesh.devices, lambda d: mesh.team(d, [k]))
+            return _along(mesh, (k,))
         case ops.Allreduce(mesh_axes=ks):
-            return _along(mesh.devices, lambda d: mesh.team(d, ks))
+            return _along(mesh, tuple(ks))
         case ops.Gather() | ops.Reduce():
             return [Team(_plus(mesh.devices, dst.mesh.devices), mesh.devices, dst.mesh.devices)]
         case ops.Scatter(root=root) | ops.Broadcast(root=root):
@@ -70,10 +65,15 @@ def _formed(op: ops.Communication, src: TensorType, dst: TensorType) -> list[Tea
 def teams_of(device: int, op: ops.Communication, src: TensorType, dst: TensorType) -> tuple[Team, ...]:
     """The teams `device` takes part in (two at most: a send_recv may both send
     its block and receive another)."""
-    return _teams_of(teams, device, op, src, dst)  # `teams` as it is now (conformance mutants replace it)
+    return _team_index(teams, op, src, dst).get(device, ())  # `teams` as it is now (conformance mutants replace it)
 
 
 @by_identity  # asked on every rank at every communication of every run
-def _teams_of(form: Callable[..., list[Team]], device: int, op: ops.Communication, src: TensorType,
-              dst: TensorType) -> tuple[Team, ...]:
-    return tuple(t for t in form(op, src, dst) if device in t.devices)
+def _team_index(form: Callable[..., list[Team]], op: ops.Communication, src: TensorType,
+                dst: TensorType) -> dict[int, tuple[Team, ...]]:
+    """Each device's teams, indexed in one pass (a linear search per device is quadratic)."""
+    index: dict[int, list[Team]] = {}
+    for team in form(op, src, dst):
+        for d in team.devices:
+            index.setdefault(d, []).append(team)
+    return {d: tuple(ts) for d, ts in index.items()}
