@@ -11,7 +11,7 @@ allows (conformance/bounds.py): then a backend with that bug fails the case.
 `conform --coverage` reports, per op and operand dtype, which classes the
 run's data exposed (conformance/coverage.py); the `edge` data kind
 (conformance/data.py) holds a pool of values for each; the data mutants
-(conformance/data_mutants.py) are some of these wrong implementations.
+(conformance/mutants/data.py) are some of these wrong implementations.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import time
 
-from conformance import mpi_mutants  # noqa: F401  (registers the mutant)
 from conformance.mutants import MUTANTS
 from interp.backend import run_spmd
 from refir.lowering.lower import Lowered

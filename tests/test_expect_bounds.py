@@ -16,7 +16,7 @@ from conformance.cases import CORPUS, bundled_cases, cases_of
 from conformance.check import check_case, quiet
 from conformance.explore import drawn
 from conformance.mutants import MUTANTS
-from conformance.numeric_mutants import toward_zero
+from conformance.mutants.numeric import toward_zero
 from conformance.teeth import hunt
 from interp.error_bounds import every_value, propagate
 from interp.impls import IMPLS, scalar_value

@@ -16,7 +16,7 @@ out as the result types say.
 
 from __future__ import annotations
 
-from conformance.mutants import as_row_major
+from conformance.mutants.patching import as_row_major
 from interp.backend import transport_for
 from interp.spmd import NumpyLocal, NumpyTransport, execute
 from refir.lowering.lower import Lowered

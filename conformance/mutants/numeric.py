@@ -7,7 +7,7 @@ to exact arithmetic (docs/spec.md §10, num_x1..num_x9), can catch it. Such a
 mutant is declared with `reference=True`: the mutant table makes its
 reference with it in place, as the default run would.
 
-Importing this module registers them in conformance.mutants.MUTANTS.
+Importing this module registers them in the table (conformance/mutants/registry.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from unittest import mock
 import numpy as np
 
 import interp.impls
-from conformance.mutants import mutant
+from conformance.mutants.registry import mutant
 from refir.ir import ops
 from refir.ir.types import as_dtype, finfo, is_float
 

@@ -11,7 +11,7 @@
   they show only with a rank per process, so the mutant table launches a small
   batch under mpiexec for them (conformance/mpi_batch.py).
 
-Importing this module registers them in conformance.mutants.MUTANTS.
+Importing this module registers them in the table (conformance/mutants/registry.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 
 import interp.collectives
 import interp.impls
-from conformance.mutants import mutant
+from conformance.mutants.registry import mutant
 from refir.ir import ops
 from refir.ir.types import DTYPES
 from refir.lowering.teams import Team

@@ -13,7 +13,7 @@ only; in one process there is nothing to patch (the mutant table runs it under
 mpiexec, conformance/mpi_batch.py; the default run's MPI batch meets it in a
 backend that puts it in place, tests/planted_mpi.py).
 
-Importing this module registers it in conformance.mutants.MUTANTS.
+Importing this module registers it in the table (conformance/mutants/registry.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from unittest import mock
 
 import numpy as np
 
-from conformance.mutants import mutant
+from conformance.mutants.registry import mutant
 from refir.ir import ops
 from refir.ir.types import TensorType, local_shape
 from refir.lowering.teams import Team

@@ -2,7 +2,7 @@
 of conformance/classes.py into the spmd backend's compute table
 (interp/impls.py). On small integers every one of them agrees with the spec;
 the `edge` data of the corpus files edge_*.rir (conformance/data.py) shows
-each. Importing this module registers them in conformance.mutants.MUTANTS.
+each. Importing this module registers them in the table (conformance/mutants/registry.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import interp.impls
 from conformance.classes import exp2_exp, recip_div, reduced_log, rsqrt_sqrt, ties_away
 from conformance.data import _narrower
-from conformance.mutants import mutant
+from conformance.mutants.registry import mutant
 from refir.ir import ops
 from refir.ir.types import DTYPES, is_float
 

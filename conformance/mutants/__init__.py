@@ -1,0 +1,25 @@
+"""Deliberate backend bugs, injected at run time: the mutant table's mutants.
+
+    registry       the Mutant type, MUTANTS, the `mutant` decorator
+    patching       what several families patch with (MPI rules, teams, row-major reads)
+    communication  teams, mesh axes, a sender's buffer and a result's layout
+    local          a device's own steps: symbols, impls, slices, permutes, copies
+    uneven         uneven sharding (spec §3.1): padding, offsets, empty blocks
+    data           wrong implementations only the corpus's edge data shows
+    hidden         bugs a plain run on small 1-D meshes misses (2-D teams, casts, the GPU tree, MPI)
+    mpi_sentinel   an MPI allgather bug only the receive-buffer sentinel shows
+    numeric        the arithmetic the global reference itself shares (the expect lines judge it)
+
+Each family imports the registry only and registers its mutants on import;
+importing this package imports every family, in the order of the table.
+"""
+
+from conformance.mutants.registry import MUTANTS, Mutant, mutant
+
+# Each family appends its mutants to MUTANTS as it is imported: this order is the table's.
+# isort: off
+from conformance.mutants import communication, local, uneven  # noqa: E402, F401
+from conformance.mutants import data, hidden, mpi_sentinel, numeric  # noqa: E402, F401
+# isort: on
+
+__all__ = ["MUTANTS", "Mutant", "mutant"]
