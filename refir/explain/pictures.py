@@ -70,15 +70,43 @@ def holder_text(p: Placement, devices: tuple[int, ...]) -> str:
     """Who holds one block: one device, copies, or terms of a partial value."""
     t = p.type
     if not t.partial:
-        return "dev " + " ".join(map(str, devices)) + (" (copies)" if len(devices) > 1 else "")
+        return "dev " + devices_text(devices)[1:-1] + (" (copies)" if len(devices) > 1 else "")
     # Devices that differ only on partial mesh axes hold terms of one sum.
     keep = [i for i in range(t.mesh.ndim) if i not in {t.mesh.axis_of(k) for k in t.partial}]
     sums: dict[tuple[int, ...], list[int]] = {}
     for d in devices:
         c = t.mesh.coords(d)
         sums.setdefault(tuple(c[i] for i in keep), []).append(d)
-    terms = ", ".join("+".join(map(str, ds)) for ds in sums.values())
+    terms = ", ".join("+".join(map(str, ds)) if len(ds) <= 16 else f"{ds[0]}+...+{ds[-1]} [{len(ds)} terms]"
+                      for ds in list(sums.values())[:16])
+    if len(sums) > 16:
+        terms += f", ... [{len(sums)} sums]"
     return f"dev {terms} (partial {t.partial_kind}{', copies' if len(sums) > 1 else ''})"
+
+
+MOVES_LISTED = 64  # explain lists a communication's moves one by one up to this many (or --moves all)
+DEVICES_LISTED = 64  # and each device (its bytes, its block) up to this many devices
+GRID_BLOCKS = 8  # past this many blocks, an axis of a grid shows its first 4 and last 2
+GRID_PAGES = 3  # past this many pages (blocks of a third sharded axis), the first 2 and the last
+
+
+def shown_blocks(count: int, most: int = GRID_BLOCKS) -> list[int | None]:
+    """Which blocks of an axis a picture draws: all, or past `most` the first
+    ones and the last two around a gap (None) that says how many it leaves out."""
+    if count <= most:
+        return list(range(count))
+    head = max(1, most - 4)
+    return [*range(head), None, count - 2, count - 1]
+
+
+def shown_pages(pages: list[dict[int, int]]) -> list[dict[int, int] | None]:
+    kept = shown_blocks(len(pages), GRID_PAGES)
+    return [None if k is None else pages[k] for k in kept]
+
+
+def left_out(count: int, most: int = GRID_BLOCKS) -> int:
+    """How many blocks shown_blocks leaves out."""
+    return count - sum(k is not None for k in shown_blocks(count, most))
 
 
 @dataclass(frozen=True)
@@ -117,53 +145,76 @@ def grid(p: Placement, focus: int | None = None) -> RenderableType:
     holders = p.holders()
     ranges_of = {(i, n[i]): r[i] for n, r, _ in holders for i in n}
 
+    by_number = {tuple(sorted(n.items())): k for k, (n, _, _) in enumerate(holders)}
+
     def cell(fixed: dict[int, int]) -> Text:
-        found = [(k, r, ds) for k, (n, r, ds) in enumerate(holders) if all(n[i] == v for i, v in fixed.items())]
-        if not found:
+        k = by_number.get(tuple(sorted(fixed.items())))
+        if k is None:
             return Text("-")
-        k, ranges, ds = found[0]
+        _, ranges, ds = holders[k]
         text = Text(holder_text(p, ds) + (" (empty)" if any(b <= a for a, b in ranges) else ""),
                     style=PALETTE[k % len(PALETTE)])
         if focus in ds:
             text.stylize("bold reverse")
         return text
 
-    def label(axis: int, number: int) -> str:
+    def count(axis: int | None) -> int:
+        return 1 if axis is None else t.mesh.size(t.axes[axis].shard)
+
+    def label(axis: int, number: int | None) -> str:
+        if number is None:
+            return f"... {left_out(count(axis))} blocks"
         return f"axis {axis} {span(ranges_of[axis, number])}"
 
     def numbers(axis: int | None) -> list[int | None]:
-        return [None] if axis is None else list(range(t.mesh.size(t.axes[axis].shard)))
+        return [None] if axis is None else shown_blocks(count(axis))
 
-    tables = []
-    for page in pages:
+    tables: list[RenderableType] = []
+    for page in shown_pages(pages):
+        if page is None:
+            tables.append(Text(f"... {left_out(len(pages), GRID_PAGES)} more grids, one per block of axis "
+                               f"{next(iter(pages[0]))}", style="dim"))
+            continue
         title = ", ".join(label(a, n) for a, n in page.items()) or None
         table = Table(box=box.SQUARE, show_lines=True, title=title, title_justify="left",
                       show_header=cols is not None)
         if rows is not None:
             table.add_column("", no_wrap=True)
         for c in numbers(cols):
-            table.add_column(label(cols, c) if cols is not None and c is not None else "", no_wrap=True)
+            table.add_column(label(cols, c) if cols is not None else "", no_wrap=True)
         for r in numbers(rows):
             cells = []
             for c in numbers(cols):
+                if (r is None and rows is not None) or (c is None and cols is not None):
+                    cells.append(Text("...", style="dim"))
+                    continue
                 fixed = dict(page)
                 if r is not None and rows is not None:
                     fixed[rows] = r
                 if c is not None and cols is not None:
                     fixed[cols] = c
                 cells.append(cell(fixed))
-            table.add_row(*([label(rows, r)] if rows is not None and r is not None else []), *cells)
+            table.add_row(*([label(rows, r)] if rows is not None else []), *cells)
         tables.append(table)
     return Group(*tables)
+
+
+DEVICE_ROWS = (8, 4)  # past DEVICES_LISTED devices a value's table shows its first 8 and last 4
 
 
 def device_table(p: Placement, devices: list[int] | None = None) -> Table:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for name in ("device", "coords", "global block", "local shape", "byte strides"):
         table.add_column(name, no_wrap=True)
-    for b in p.blocks:
-        if devices is None or b.device in devices:
-            table.add_row(str(b.device), ints(b.coords), spans(b.ranges), ints(b.local_shape), strides_text(p, b))
+    blocks = [b for b in p.blocks if devices is None or b.device in devices]
+    head, tail = DEVICE_ROWS
+    gap = len(blocks) - head - tail if len(blocks) > DEVICES_LISTED else 0
+    for i, b in enumerate(blocks):
+        if gap and i == head:
+            table.add_row("...", f"{gap:,} more devices (--device D shows one, --json lists every one)", "", "", "")
+        if gap and head <= i < head + gap:
+            continue
+        table.add_row(str(b.device), ints(b.coords), spans(b.ranges), ints(b.local_shape), strides_text(p, b))
     return table
 
 
@@ -196,10 +247,6 @@ def value_picture(p: Placement, device: int | None = None, idle: list[int] | Non
         parts.append(Text(f"devices {devices_text(idle)} are outside mesh {p.type.mesh.name} and hold nothing",
                           style="dim"))
     return Group(*parts)
-
-
-MOVES_LISTED = 64  # explain lists a communication's moves one by one up to this many (or --moves all)
-DEVICES_LISTED = 64  # and each device's bytes up to this many devices
 
 
 def comm_picture(c: CommFacts, device: int | None = None, every_move: bool = False) -> Group:

@@ -58,11 +58,19 @@ class Placement:
 
     def block_number(self, b: Block) -> dict[int, int]:
         """Sharded tensor axis -> which of its blocks `b` is (the device's mesh coordinate)."""
-        return {i: self.type.mesh.coord(b.device, k) for i, k in self.type.sharding().items()}
+        return {i: b.coords[m] for i, m in self._sharded_on}
+
+    @cached_property
+    def _sharded_on(self) -> tuple[tuple[int, int], ...]:
+        return tuple((i, self.type.mesh.axis_of(k)) for i, k in self.type.sharding().items())
 
     def holders(self) -> list[tuple[dict[int, int], tuple[Range, ...], tuple[int, ...]]]:
         """Each distinct block (by block number, so that empty blocks stay apart)
         with its ranges and the devices holding it (copies, or partial terms)."""
+        return self._holders
+
+    @cached_property
+    def _holders(self) -> list[tuple[dict[int, int], tuple[Range, ...], tuple[int, ...]]]:
         out: dict[tuple, tuple[dict[int, int], tuple[Range, ...], list[int]]] = {}
         for b in self.blocks:
             number = self.block_number(b)
@@ -201,12 +209,18 @@ def slice_range(s: slice, n: int) -> Range:
 
 def placement(name: str, t: TensorType, bindings: dict[str, int], is_input: bool = False) -> Placement:
     shape = global_shape(t, bindings)
+    sharded = [(i, t.mesh.axis_of(a.shard)) for i, a in enumerate(t.axes) if a.shard]
+    itemsize = t.np_dtype.itemsize
+    made: dict[tuple[int, ...], tuple[tuple[Range, ...], tuple[int, ...], tuple[int, ...]]] = {}
     blocks = []
-    for d in t.mesh.devices:
-        ranges = tuple(slice_range(s, n) for s, n in zip(block_slices(t, d, shape), shape))
-        local = tuple(b - a for a, b in ranges)
-        strides = dense_strides(local, t.order, t.np_dtype.itemsize)
-        blocks.append(Block(d, t.mesh.coords(d), ranges, local, strides))
+    for d in t.mesh.devices:  # devices of one block number share its ranges: each worked out once
+        coords = t.mesh.coords(d)
+        key = tuple(coords[m] for _, m in sharded)
+        if key not in made:
+            ranges = tuple(slice_range(s, n) for s, n in zip(block_slices(t, d, shape), shape))
+            local = tuple(b - a for a, b in ranges)
+            made[key] = (ranges, local, dense_strides(local, t.order, itemsize))
+        blocks.append(Block(d, coords, *made[key]))
     return Placement(name, t, shape, tuple(blocks), is_input)
 
 
