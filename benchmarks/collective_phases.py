@@ -40,12 +40,14 @@ import numpy as np
 from benchmarks.gpu_ops import collective_cases, sides
 from benchmarks.gpu_timing import ELEMS, median_time, torch_group
 from benchmarks.gpu_timing import REPEATS as TIMED
-from gpu_backend import pool, rank_transport, transports
-from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.buffers import pool
+from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED, cuda, use_device
-from gpu_backend.kernels import copy_into
-from gpu_backend.rank_transport import pieces
-from gpu_backend.transports import LaidOut, transport_for
+from gpu_backend.kernels.elementwise import copy_into
+from gpu_backend.transports import in_process as transports
+from gpu_backend.transports import rank_transport
+from gpu_backend.transports.in_process import LaidOut, transport_for
+from gpu_backend.transports.rank_transport import pieces
 from refir.world.ranks import World, mpi_world
 
 REPEATS = 7

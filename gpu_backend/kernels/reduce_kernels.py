@@ -1,5 +1,5 @@
 """The reduction kernels and the device-side folds they share, built per kind,
-accumulator and store (and cached): gpu_backend/reduce.py plans each launch
+accumulator and store (and cached): gpu_backend/kernels/reduce.py plans each launch
 and picks one of them; this file is only what runs on the device.
 
 Two ways to spread the work:
@@ -24,7 +24,7 @@ by side (as a copy does) and fold their partials by warp shuffles, with no
 shared memory and no block barrier (the simulator has no shuffles). Where the
 outputs are x's neighbouring elements and aligned, `wide_columns_kernel`
 reads 2 or 4 neighbouring columns a thread by one 8- or 16-byte load
-(`_wide_run`, gpu_backend/vectors.py), each column folded in the same order
+(`_wide_run`, gpu_backend/kernels/vectors.py), each column folded in the same order
 as one column a thread (the same bits); max and min over all axes read
 vectors in `total_kernel` too (their result is the same in any order).
 
@@ -42,10 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend import vectors
 from gpu_backend.device import SHARED_ASKS, SIMULATED, THREADS, cuda
-from gpu_backend.functions import BINARY, COMBINE
-from gpu_backend.strides import Arr, Ints, unravel
+from gpu_backend.kernels import vectors
+from gpu_backend.kernels.functions import BINARY, COMBINE
+from gpu_backend.kernels.strides import Arr, Ints, unravel
 
 WARP, FULL = 32, 0xFFFFFFFF  # a warp's lanes, and the mask of all of them
 ORDER_FREE = frozenset({"max", "min"})  # kinds whose result no fold order changes
@@ -276,7 +276,7 @@ def _fold8(kind: str, to_acc: Callable, pairs: bool) -> Callable:
 
 @cache
 def _wide_run(kind: str, to_acc: Callable, lanes: int, loads: int, pairs: bool) -> Callable:
-    """`_run` over vectors of `lanes` neighbouring elements (gpu_backend/vectors.py):
+    """`_run` over vectors of `lanes` neighbouring elements (gpu_backend/kernels/vectors.py):
     lane j of the vectors at x[p + k * stride] for k = k, k + step, ... below
     `stop` folds into a_j, each lane in `_run`'s order (`loads`, 8 or 16, in
     flight). With two lanes a2 and a3 fold copies of a0's and a1's values."""
