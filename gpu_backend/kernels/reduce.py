@@ -27,6 +27,7 @@ from gpu_backend.buffers.memory import Memory
 from gpu_backend.device import SIMULATED, THREADS, blocks_for, fitted, max_blocks
 from gpu_backend.kernels import vectors
 from gpu_backend.kernels.functions import accumulator, narrow
+from gpu_backend.kernels.reduce_folds import same_acc
 from gpu_backend.kernels.reduce_kernels import (
     ORDER_FREE,
     WARP,
@@ -34,7 +35,6 @@ from gpu_backend.kernels.reduce_kernels import (
     per_block_kernel,
     per_thread_kernel,
     plane_kernel,
-    same_acc,
     total_kernel,
     warp_rows_kernel,
     wide_columns_kernel,
