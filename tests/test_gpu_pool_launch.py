@@ -233,6 +233,25 @@ def test_a_memory_that_dies_in_a_reference_cycle_gives_back_a_live_block():
         memory.set_pool(None)
 
 
+def test_a_context_reset_makes_memory_find_the_next_pool_and_current_asks_only_where_installed():
+    """The pool imports nothing of the backend: memory's cached pool is
+    forgotten through the hook it registers in pool.on_reset (which the
+    manager's reset calls), and `current` finds a pool only where `install`
+    made it numba's manager (never under the simulator)."""
+    from gpu_backend.buffers import memory, pool
+    from gpu_backend.device import SIMULATED
+
+    memory.set_pool(SizeClassPool(bytearray))
+    try:
+        for forget in pool.on_reset:
+            forget()
+        assert memory._pool is None
+    finally:
+        memory.set_pool(None)
+    if SIMULATED:
+        assert not pool._installed and pool.current() is None and pool.stats() is None
+
+
 def test_memory_falls_back_to_numba_arrays_without_a_pool():
     from gpu_backend.buffers import memory
     from gpu_backend.device import SIMULATED
