@@ -4,7 +4,7 @@
 
 Two H200s' collectives (benchmarks/collective_phases.py) need two GPUs; the
 copies around the wire do not. This times the exact code rank 0 of a team of
-n runs (gpu_backend/rank_transport.py's rules, called with a wire whose every
+n runs (gpu_backend/transports/rank_transport.py's rules, called with a wire whose every
 call is a no-op), on the 1 GiB f32 block of benchmarks/gpu_ops.py's
 collective table (16384 x 16384, row-major or column-major), next to torch's
 copy of the same bytes (the ceiling) and torch doing the same re-layout, in
@@ -31,10 +31,12 @@ import numpy as np
 from benchmarks.gpu_ops import _memory, collective_cases, copy_ceiling, sides
 from benchmarks.gpu_timing import ELEMS, NONE, median_time, pipelined_time, say
 from benchmarks.kernel_probe import knobs
-from gpu_backend import launch, packing, rank_transport, transpose
-from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED, cuda
-from gpu_backend.kernels import copy_into, laid_out
+from gpu_backend.kernels import transpose
+from gpu_backend.kernels.elementwise import copy_into, laid_out
+from gpu_backend.launches import launch
+from gpu_backend.transports import packing, rank_transport
 from refir.ir.types import axis_first
 
 

@@ -40,12 +40,13 @@ import numpy as np
 from benchmarks.gpu_ops import collective_cases, sides
 from benchmarks.gpu_timing import ELEMS, median_time, torch_group
 from benchmarks.gpu_timing import REPEATS as TIMED
-from gpu_backend import pool, rank_transport, transports
-from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.buffers import pool
+from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED, cuda, use_device
-from gpu_backend.kernels import copy_into
-from gpu_backend.rank_transport import pieces
-from gpu_backend.transports import LaidOut, transport_for
+from gpu_backend.kernels.elementwise import copy_into
+from gpu_backend.transports import device_arrays, in_process, rank_transport
+from gpu_backend.transports.in_process import LaidOut, transport_for
+from gpu_backend.transports.rank_transport import pieces
 from refir.world.ranks import World, mpi_world
 
 REPEATS = 7
@@ -97,7 +98,9 @@ class Phases:
     @contextmanager
     def installed(self) -> Any:
         saved_empty = DeviceBuffer.empty
-        saved = {(m, n): getattr(m, n) for m in (rank_transport, transports) for n in ("copy_into", "laid_out")}
+        spots = ((rank_transport, "copy_into"), (rank_transport, "laid_out"), (device_arrays, "copy_into"),
+                 (in_process, "laid_out"))  # where each transport's copies look the two up
+        saved = {(m, n): getattr(m, n) for m, n in spots}
         wire_calls = ("allgather", "alltoall", "allreduce", "reduce_scatter", "p2p", "broadcast", "start_p2p",
                       "start_reduce_scatter", "finish")
         DeviceBuffer.empty = staticmethod(self.timed("allocate", saved_empty))  # type: ignore[method-assign]

@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 
 from benchmarks.gpu_timing import median_time, pipelined_time
-from gpu_backend import memory
-from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.buffers import memory
+from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.device import cuda
-from gpu_backend.functions import binary, cast
-from gpu_backend.kernels import copy_into, elementwise
-from gpu_backend.reduce import reduce_into
-from gpu_backend.transports import LaidOut, transport_for
+from gpu_backend.kernels.elementwise import copy_into, elementwise
+from gpu_backend.kernels.functions import binary, cast
+from gpu_backend.kernels.reduce import reduce_into
+from gpu_backend.transports.in_process import LaidOut, transport_for
 from refir.ir import ops
 from refir.ir.types import Axis, Mesh, TensorType
 from refir.world.ranks import World

@@ -10,10 +10,10 @@ import numpy as np
 
 from benchmarks.gpu_timing import REPEATS, median_time, torch_group
 from benchmarks.phases import PATTERN, nested, phase_medians
-from gpu_backend import memory, pool
-from gpu_backend.buffer import DeviceBuffer, to_device, to_host
+from gpu_backend.buffers import memory, pool
+from gpu_backend.buffers.buffer import DeviceBuffer, to_device, to_host
 from gpu_backend.device import cuda
-from gpu_backend.kernels import copy_into
+from gpu_backend.kernels.elementwise import copy_into
 from refir.world.ranks import World
 
 # Issue 15's three sizes, and issue 10's whole program at 1 MiB and 1 GiB (x: f32[M, K] of that size).
@@ -42,11 +42,11 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
     """Median ms of each phase of a refir.run on this rank (the functions it
     calls, timed by wrapping them for the measurement only)."""
     import gpu_backend.backend as gb
-    import gpu_backend.buffer as gbuf
+    import gpu_backend.buffers.buffer as gbuf
     import gpu_backend.impls as gi
-    import gpu_backend.pending as gp
-    import gpu_backend.replay as rp
-    import gpu_backend.transports as gt
+    import gpu_backend.launches.replay as rp
+    import gpu_backend.transports.in_process as gt
+    import gpu_backend.transports.pending as gp
     import refir.running.runner as rn
     import refir.world.exchange as rr
 
@@ -62,7 +62,7 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
              (gbuf, "download", "download"), (gp, "settle", "(of which the wait for collectives)"),
              (rp.DriverTransfers, "up", "upload"), (rp.DriverTransfers, "down", "download"),
              (rp.Trace, "replay", "(replay, all of it)")]
-    import gpu_backend.matmul as gm
+    import gpu_backend.kernels.matmul as gm
 
     if gm._cupy() is not None:  # cupy's own call, within matmul
         spots.insert(spots.index((gi, "matmul_into", "(of which matmul")) + 1, (gm, "library_matmul", "(cupy's call)"))
@@ -103,10 +103,10 @@ def per_call(fn: Callable[[], object], n: int = 300) -> float:
 
 
 def launch_costs(one: DeviceBuffer, out: DeviceBuffer) -> list[str]:
-    """The launch path and the allocator, piece by piece (gpu_backend/launch.py, pool.py)."""
-    from gpu_backend import launch as gl
-    from gpu_backend.elementwise_kernels import ignoring_scalar, map_kernel
-    from gpu_backend.kernels import _same, elementwise
+    """The launch path and the allocator, piece by piece (gpu_backend/launches/launch.py, buffers/pool.py)."""
+    from gpu_backend.kernels.elementwise import _same, elementwise
+    from gpu_backend.kernels.elementwise_kernels import ignoring_scalar, map_kernel
+    from gpu_backend.launches import launch as gl
 
     kernel = map_kernel(ignoring_scalar(_same), 1)
     args = (out.data, 0, (0, 0, 0, 0), 0, 1, one.data, 0, (0, 0, 0, 0), 0, 1, (1, 1, 1, 1), (1, 1, 1, 1, 1, 1), 1, 0)
@@ -178,12 +178,12 @@ def whole_runs(torch: object, world: World) -> list[str]:
     program = refir.load(PATTERN.format(devices=", ".join(map(str, range(world.size)))))
     barrier, sync = (lambda: None) if solo else world.comm.Barrier, torch.cuda.synchronize
     all_reduce = (lambda c: None) if solo else dist.all_reduce
-    import gpu_backend.replay as rp
+    import gpu_backend.launches.replay as rp
 
     lines = [f"{'M, K, N':<18} {'refir first':>11} {'refir':>9} {'no replay':>9} {'rank 0 in':>9} {'torch host':>10} "
              f"{'torch dev':>9} {'refir/host':>10} {'refir/dev':>9}  (ms, median of {REPEATS})"]
     notes: list[str] = []
-    memory: list[str] = ["", "device memory of one run (gpu_backend/pool.py against interp/liveness.py):"]
+    memory: list[str] = ["", "device memory of one run (gpu_backend/buffers/pool.py against interp/liveness.py):"]
     for m, k, n in SIZES:
         rng = np.random.default_rng(2)
         x = rng.random((m, k), np.float32) - 0.5

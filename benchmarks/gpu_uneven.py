@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.gpu_timing import ELEMS, MIB, REPEATS, median_time, torch_group
-from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.device import cuda
-from gpu_backend.transports import LaidOut, transport_for
+from gpu_backend.transports.in_process import LaidOut, transport_for
 from refir.ir import ops
 from refir.ir.types import Axis, Mesh, TensorType, local_shape
 from refir.world.ranks import World

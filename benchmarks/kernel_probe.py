@@ -4,7 +4,7 @@
                                   (one GPU; GPU_BENCH_MIB: the size, default 1024; no section named: the last three)
 
 For the permutes, reductions, elementwise ops and casts of benchmarks/gpu_ops.py
-it prints, per variant of the knobs in gpu_backend/kernels.py, transpose.py and reduce.py,
+it prints, per variant of the knobs in gpu_backend/kernels/elementwise.py, transpose.py and reduce.py,
 the time of one call (then a synchronize) and of ten back to back ("piped"),
 as % of a device-to-device copy of the same bytes, and the compiled kernels'
 registers per thread. First it splits one call into its host part (until
@@ -25,12 +25,13 @@ import numpy as np
 
 from benchmarks.gpu_ops import ElementwiseCase, _buffer, _torch_in, copy_ceiling, sides
 from benchmarks.gpu_timing import MIB, NONE, median_time, pipelined_time, say
-from gpu_backend import elementwise_kernels, kernels, reduce, reduce_kernels, transpose
-from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED, cuda
-from gpu_backend.functions import accumulator, binary, cast, narrow
-from gpu_backend.kernels import copy_into
-from gpu_backend.reduce import reduce_into
+from gpu_backend.kernels import elementwise as kernels
+from gpu_backend.kernels import elementwise_kernels, reduce, reduce_kernels, transpose
+from gpu_backend.kernels.elementwise import copy_into
+from gpu_backend.kernels.functions import accumulator, binary, cast, narrow
+from gpu_backend.kernels.reduce import reduce_into
 
 
 @contextmanager
@@ -202,7 +203,7 @@ def _permutes(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None
         say(f"  regs transpose side {side} rows {rows} walk {walk}: {regs(transpose._transpose(4, side, rows, walk))}")
 
 
-# Reduction variants per case: knobs of gpu_backend/reduce.py (its kernels: reduce_kernels.py); the first is the
+# Reduction variants per case: knobs of gpu_backend/kernels/reduce.py (its kernels: reduce_kernels.py); the first is the
 # default.
 NO_WARPS = 1 << 62  # WARP_ROWS_FROM that no plane reaches
 # No VECTOR_BYTES: an element a load, the kernels before vector loads (main at 78df4e1).
@@ -217,7 +218,7 @@ REDUCTIONS: dict[str, list[dict[str, Any]]] = {
 
 
 def _reductions(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
-    say("reductions (knobs of gpu_backend/reduce.py; none: the defaults)")
+    say("reductions (knobs of gpu_backend/kernels/reduce.py; none: the defaults)")
     shape = sides(n, 3)
     tx = torch.rand(shape, device="cuda") - 0.5
     x = _buffer(torch, tx, shape)

@@ -4,7 +4,7 @@
 
 A refactor of a kernel's source that must not change its speed can be held
 to compiling to the same PTX. This compiles the general, dense and row
-kernels of gpu_backend/elementwise_kernels.py for sm_90 (float32 buffers, an
+kernels of gpu_backend/kernels/elementwise_kernels.py for sm_90 (float32 buffers, an
 add-multiply as the function) and writes one file each, the mangled names
 (which carry the Python names) replaced by NAME, and prints the CPU time
 of compiling each (the median of ROUNDS, default 9, each for a function of
@@ -38,7 +38,7 @@ from numba import types as T  # noqa: E402
 dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=(9, 0))  # device functions ask
 cuda_paths._get_nvrtc_path = lambda: None  # only consulted to choose the architecture, which is forced
 
-from gpu_backend import elementwise_kernels as ek  # noqa: E402
+from gpu_backend.kernels import elementwise_kernels as ek  # noqa: E402
 
 ARR, INT = T.Array(T.float32, 1, "C"), T.int64
 AXES, WALK = T.UniTuple(T.int64, 4), T.UniTuple(T.int64, 6)

@@ -15,7 +15,7 @@ from benchmarks.phases import PATTERN
 
 SIZES = [(256, 512, 256), (512, 512, 512), (4096, 4096, 4096)]
 # Each size run this often, the runs compared with each other and the last one saved: with
-# gpu_backend/replay.py, the first compiles, the second is recorded, the third replayed call by
+# gpu_backend/launches/replay.py, the first compiles, the second is recorded, the third replayed call by
 # call (its graph made and tried), the fourth replayed as the graph.
 RUNS = 4
 

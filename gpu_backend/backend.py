@@ -5,16 +5,16 @@ local steps and a device transport for communications. Host memory is touched
 only to upload the inputs and download the results (and, under the simulator
 with MPI, to stage what MPI sends). A run made before on inputs of the same
 layouts is replayed instead: its recorded driver calls, made again
-(gpu_backend/replay.py).
+(gpu_backend/launches/replay.py).
 """
 
 from __future__ import annotations
 
-from gpu_backend import replay
-from gpu_backend.buffer import DeviceBuffer, download, upload
+from gpu_backend.buffers.buffer import DeviceBuffer, download, upload
 from gpu_backend.device import announce, use_device
 from gpu_backend.impls import GpuLocal
-from gpu_backend.transports import LaidOut, transport_for
+from gpu_backend.launches import replay
+from gpu_backend.transports.in_process import LaidOut, transport_for
 from interp.spmd import execute
 from refir.lowering.lower import Lowered
 from refir.running.bindings import check_local_inputs

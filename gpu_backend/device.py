@@ -58,8 +58,8 @@ if SIMULATED:
     from gpu_backend.simulator import install
 
     install()
-elif env.flag("REFIR_GPU_POOL", True):  # device memory through gpu_backend/pool.py
-    from gpu_backend.pool import install as install_pool
+elif env.flag("REFIR_GPU_POOL", True):  # device memory through gpu_backend/buffers/pool.py
+    from gpu_backend.buffers.pool import install as install_pool
 
     install_pool()
 

@@ -18,7 +18,7 @@
 #   mpi-conform      the corpus (programs that fit the GPUs) and 20 generated ones, under mpiexec
 #   bf16             tests/test_gpu_bf16.py and a bf16 nvFuser import: bf16 kernels compiled for the GPU
 #   dtensor          redistributes through torch DTensor and through refir (gpu), every local block compared
-#   dtensor-uneven   uneven blocks next to torch DTensor's redistribute, on 2 GPUs (gpu_backend/dtensor_uneven_check.py)
+#   dtensor-uneven   uneven blocks next to torch DTensor's redistribute, on 2 GPUs (gpu_backend/checks/dtensor_uneven.py)
 #   mpi-faults       REFIR_FAULT injected on either rank of a 2-GPU NCCL run: the job ends with an error, never hangs
 #   probe            benchmarks/kernel_probe.py $PROBE: launch-geometry variants of the kernels, one GPU
 #   bench            benchmarks/gpu_bench.py: permutes, reductions, elementwise, collectives at 1 MiB and 1 GiB next to torch and the copy ceiling
@@ -131,8 +131,8 @@ stage mpi-replay 300 bash -c 'REFIR_MPI_ALONE=$((NGPU == 1)) ranks "$NGPU" -m mp
 stage mpi-conform 300 bash -c 'ranks "$NGPU" -m mpi4py -m refir conform --backend gpu --cases 20 --seed 5'
 stage bf16 100 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_bf16.py \
   tests/test_nvfuser_import.py::test_row_parallel_linear_in_bf16_with_two_segments
-stage dtensor 150 bash -c 'ranks "$NGPU" -m mpi4py gpu_backend/dtensor_check.py'
-stage dtensor-uneven 150 bash -c 'ranks 2 -m mpi4py gpu_backend/dtensor_uneven_check.py'
+stage dtensor 150 bash -c 'ranks "$NGPU" -m mpi4py gpu_backend/checks/dtensor.py'
+stage dtensor-uneven 150 bash -c 'ranks 2 -m mpi4py gpu_backend/checks/dtensor_uneven.py'
 stage mpi-faults 200 bash -c faults
 stage probe 240 bash -c 'set -o pipefail; "$PY" -m benchmarks.kernel_probe $PROBE | tee "$OUT/probe.txt"'
 stage bench 300 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench | tee "$OUT/bench.txt"'

@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend import functions
-from gpu_backend.buffer import DeviceBuffer, to_device
-from gpu_backend.kernels import copy_into, elementwise
-from gpu_backend.matmul import matmul_into
-from gpu_backend.reduce import reduce_into
-from gpu_backend.scalars import elementwise_scalar
+from gpu_backend.buffers.buffer import DeviceBuffer, to_device
+from gpu_backend.kernels import functions
+from gpu_backend.kernels.elementwise import copy_into, elementwise
+from gpu_backend.kernels.matmul import matmul_into
+from gpu_backend.kernels.reduce import reduce_into
+from gpu_backend.kernels.scalars import elementwise_scalar
 from interp.impls import scalar_value
 from interp.spmd import slice_block
 from refir.ir import ops
@@ -105,7 +105,7 @@ def matmul(op: ops.Matmul, order: Order, a: DeviceBuffer, b: DeviceBuffer) -> De
 
 def compute(op: object, order: Order, args: list[Any]) -> DeviceBuffer:
     """Apply `op`. A binary op's python scalar operand is a kernel argument in
-    the tensor dtype (gpu_backend/scalars.py); any other becomes a device scalar."""
+    the tensor dtype (gpu_backend/kernels/scalars.py); any other becomes a device scalar."""
     tensors = [a for a in args if type(a) is DeviceBuffer]
     if len(tensors) == len(args):
         return GPU_IMPLS[type(op)](op, order, *args)

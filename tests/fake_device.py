@@ -1,4 +1,4 @@
-"""A fake GPU for the replay tests (gpu_backend/replay.py), under the simulator.
+"""A fake GPU for the replay tests (gpu_backend/launches/replay.py), under the simulator.
 
 Under the simulator there is no pool and no driver launch, so the replay's
 logic runs on a fake device: "device memory" is a dict of numpy arrays by
@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend import launch, memory, recording, replay
-from gpu_backend.buffer import DeviceBuffer
-from gpu_backend.memory import Lease, Memory
-from gpu_backend.pool import SizeClassPool
+from gpu_backend.buffers import memory
+from gpu_backend.buffers.buffer import DeviceBuffer
+from gpu_backend.buffers.memory import Lease, Memory
+from gpu_backend.buffers.pool import SizeClassPool
+from gpu_backend.launches import launch, recording, replay
 from refir.world.ranks import World, local_world
 
 PROGRAM = """mesh m = [0]
@@ -88,7 +89,7 @@ def use_fake(monkeypatch: Any, dev: FakeDevice) -> None:
     monkeypatch.setattr(replay, "ENABLED", True)
     monkeypatch.setattr(launch, "FAST", True)
     monkeypatch.setattr(replay, "upload", dev.upload)
-    monkeypatch.setattr("gpu_backend.buffer.download", dev.download)
+    monkeypatch.setattr("gpu_backend.buffers.buffer.download", dev.download)
 
 
 def run(dev: FakeDevice, lowered: Any, inputs: dict[str, dict[int, np.ndarray]], world: World | None = None,

@@ -4,7 +4,7 @@
 
 Each rank runs the fake device's run (tests/fake_device.py: a recorded
 "kernel", a shape header through MPI, a sum over the ranks noted as a
-collective) with gpu_backend/replay.py's decision: a rank replays only where
+collective) with gpu_backend/launches/replay.py's decision: a rank replays only where
 every rank can replay a trace of the same recorded run. A rank that replays
 alone would skip the header the others wait for: with REFIR_MPI_TIMEOUT=10
 that ends the job with an error, never a hang. Every scenario asserts on
@@ -20,8 +20,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from fake_device import PROGRAM, FakeDevice, data, run, use_fake  # noqa: E402
 
 import refir  # noqa: E402
-from gpu_backend import graph as graphs  # noqa: E402
-from gpu_backend import launch, replay, replay_trace  # noqa: E402
+from gpu_backend.launches import graph as graphs  # noqa: E402
+from gpu_backend.launches import launch, replay, replay_trace  # noqa: E402
 from refir.errors import RunError  # noqa: E402
 from refir.lowering.lower import lower  # noqa: E402
 from refir.world.mpi_job import COMMS  # noqa: E402

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import refir
-from gpu_backend.functions import bf16_decode, bf16_encode
+from gpu_backend.kernels.functions import bf16_decode, bf16_encode
 from refir.ir.types import BF16, as_dtype
 from refir.running.inputs import default_bindings, draw_inputs
 

@@ -20,9 +20,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from helpers import ROOT, run_mpi  # noqa: E402
 from test_gpu_kernels import strided  # noqa: E402
 
-from gpu_backend.buffer import download, upload  # noqa: E402
-from gpu_backend.transports import DeviceInProcess, LaidOut, transport_for  # noqa: E402
-from gpu_backend.wires import MpiWire  # noqa: E402
+from gpu_backend.buffers.buffer import download, upload  # noqa: E402
+from gpu_backend.transports.in_process import DeviceInProcess, LaidOut, transport_for  # noqa: E402
+from gpu_backend.transports.wires import MpiWire  # noqa: E402
 from interp.spmd import NumpyTransport  # noqa: E402
 from interp.transport import InProcess  # noqa: E402
 from refir.ir import ops  # noqa: E402
@@ -99,7 +99,7 @@ def case(seed: int, world: int) -> Case:
 
 
 def pinned(number: int, world: int) -> Case:
-    """Cases of the rank transport's chunked paths (gpu_backend/rank_transport.py).
+    """Cases of the rank transport's chunked paths (gpu_backend/transports/rank_transport.py).
     Even all_to_alls, which move each piece straight into its place in the
     result: 0, pieces packed (columns of a row-major block) into a
     column-major result; 1, pieces sent from where they lie (dense in the
@@ -210,8 +210,8 @@ def test_pinned_cases_are_what_they_say():
 
 @pytest.mark.parametrize("me, copies", [(0, 1), (1, 2), (3, 1)])
 def test_the_peers_pieces_go_into_one_send_buffer_by_one_copy_a_run(me, copies, monkeypatch):
-    from gpu_backend import packing
-    from gpu_backend.kernels import copy_into
+    from gpu_backend.kernels.elementwise import copy_into
+    from gpu_backend.transports import packing
 
     block = np.arange(48, dtype=np.int32).reshape(4, 12)
     made = []
@@ -223,7 +223,7 @@ def test_the_peers_pieces_go_into_one_send_buffer_by_one_copy_a_run(me, copies, 
 
 
 def test_a_reduce_scatter_chunk_is_every_slots_rows_side_by_side():
-    from gpu_backend.packing import slot_rows
+    from gpu_backend.transports.packing import slot_rows
 
     block = np.arange(36, dtype=np.int32).reshape(12, 3)
     send = slot_rows(upload(np.asfortranarray(block)), 0, 3, 4, 1, 3, (0, 1))
@@ -267,8 +267,8 @@ def main(cases: int = 4 * len(KINDS)) -> int:
     what it received against the spec; rank 0 prints a line per case. The
     pinned cases go in two chunks (the line says how many exchanges or
     reductions rank 0 started)."""
-    from gpu_backend import rank_transport
     from gpu_backend.device import SIMULATED, use_device
+    from gpu_backend.transports import rank_transport
 
     world = mpi_world()
     assert world is not None, "run me under mpiexec with 2 or 4 ranks"

@@ -8,13 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_backend import functions, kernels, transpose
-from gpu_backend.buffer import DeviceBuffer, download, upload
+from gpu_backend.buffers.buffer import DeviceBuffer, download, upload
 from gpu_backend.device import SIMULATED, cuda
 from gpu_backend.impls import compute
-from gpu_backend.kernels import copy_into
-from gpu_backend.matmul import matmul_into
-from gpu_backend.reduce import reduce_into
+from gpu_backend.kernels import elementwise as kernels
+from gpu_backend.kernels import functions, transpose
+from gpu_backend.kernels.elementwise import copy_into
+from gpu_backend.kernels.matmul import matmul_into
+from gpu_backend.kernels.reduce import reduce_into
 from interp import impls
 from refir.ir import ops
 from refir.ir.types import DTYPES, finfo, has_layout, is_float
@@ -309,7 +310,7 @@ def test_launch_plans_are_kept_by_layout_and_serve_other_data_and_offsets():
     assert [p[:2] for p in kernels._copies.values()] == [("rows", 2), ("rows", 1)]
     for start, got in zip((0, 8, 1), copies):
         same(got, base[:, start:start + 8])
-    from gpu_backend import reduce
+    from gpu_backend.kernels import reduce
 
     reduce.clear_plans()
     # a reduction: one plan (and one for its second pass over the chunks' partials) for offsets of one
@@ -326,9 +327,9 @@ def test_kept_launches_hand_the_driver_what_the_full_path_would(monkeypatch):
     per layout; a later call on other memory at other offsets passes the
     driver exactly the parameters the full path computes for it. A copy between
     two dense runs alike is one driver copy of the right bytes."""
-    from gpu_backend import launch as launcher
-    from gpu_backend import reduce
-    from gpu_backend.memory import Memory
+    from gpu_backend.buffers.memory import Memory
+    from gpu_backend.kernels import reduce
+    from gpu_backend.launches import launch as launcher
 
     launched, direct, copied = [], [], []
     record = lambda kernel, grid, block, *args: launched.append((grid, block, launcher.values(args)))  # noqa: E731
@@ -391,7 +392,7 @@ def test_kept_launches_hand_the_driver_what_the_full_path_would(monkeypatch):
 
 
 def test_kept_launches_keep_only_direct_launches_and_are_bounded(monkeypatch):
-    from gpu_backend import launch as launcher
+    from gpu_backend.launches import launch as launcher
 
     kept: launcher.KeptLaunches = {}
     monkeypatch.setattr(launcher, "prepared", lambda kernel, args: None)  # no direct launch for this signature
@@ -447,7 +448,7 @@ def test_reduction_to_one_value_in_one_launch(monkeypatch, loads, pairs, split):
     folds the chunks' partials, and leaves its count at zero for the next. With
     fewer blocks than chunks (the simulator's two blocks, or one), each block
     takes chunks in turn."""
-    from gpu_backend import reduce
+    from gpu_backend.kernels import reduce
 
     monkeypatch.setattr(reduce, "WIDE_LOADS", loads)
     monkeypatch.setattr(reduce, "PAIRED", frozenset({"sum", "max", "min"} if pairs else ()))
@@ -470,7 +471,7 @@ def test_reduction_over_contiguous_rows_takes_a_warp_a_row(monkeypatch, name, ki
     """Rows reduced over their contiguous inner axis, a warp each, folded by
     shuffles (a GPU path: the simulator has no shuffles); row lengths no
     multiple of the warp or of its loads, rows apart by a gap."""
-    from gpu_backend import reduce
+    from gpu_backend.kernels import reduce
 
     if reduce.SIMULATED:
         pytest.skip("warp shuffles run on a GPU only (the simulator takes the group kernel)")
@@ -502,7 +503,7 @@ def test_outer_reductions_read_neighbouring_columns_by_vectors(monkeypatch, name
     elements, whole groups and aligned: every column folds in the scalar
     kernel's order, so the bits are those of a column a thread (no
     VECTOR_BYTES), NaN and all. An odd offset falls back to a column a thread."""
-    from gpu_backend import reduce
+    from gpu_backend.kernels import reduce
 
     dtype = DTYPES[name]
     rng = np.random.default_rng(11)
@@ -534,7 +535,7 @@ def test_max_of_all_reads_vectors(monkeypatch, name):
     elements where aligned (their result is the same in any order); a sum
     keeps its scalar reads (its order) even where asked for vectors, and an
     unaligned run reads scalars."""
-    from gpu_backend import reduce
+    from gpu_backend.kernels import reduce
 
     monkeypatch.setattr(reduce, "VECTOR_BYTES", {"max": 16, "min": 16, "sum": 16})
 
@@ -598,8 +599,8 @@ def test_matmul(name, data, batch, m, k, n, library):
 def test_host_copies_hand_the_driver_addresses_and_bytes(monkeypatch):
     """Memory's uploads and downloads are one driver call each, with the device
     address, the host array's own address and its byte count; a refusal raises."""
-    from gpu_backend import memory
-    from gpu_backend.driver_launch import LaunchError
+    from gpu_backend.buffers import memory
+    from gpu_backend.launches.driver_launch import LaunchError
 
     calls = []
     answer = [0]

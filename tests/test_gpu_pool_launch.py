@@ -1,13 +1,13 @@
 """The gpu backend's device memory pool and launch cache, as logic the simulator
-can check (gpu_backend/pool.py, launch.py; on a GPU the bench stage uses them)."""
+can check (gpu_backend/buffers/pool.py, gpu_backend/launches/launch.py; on a GPU the bench stage uses them)."""
 
 import ctypes
 
 import numpy as np
 import pytest
 
-from gpu_backend.launch import _ARRAY, _dims, _flatten, _key
-from gpu_backend.pool import MIN_CLASS, SizeClassPool, size_class
+from gpu_backend.buffers.pool import MIN_CLASS, SizeClassPool, size_class
+from gpu_backend.launches.launch import _ARRAY, _dims, _flatten, _key
 
 
 def test_size_classes_waste_at_most_an_eighth():
@@ -59,7 +59,7 @@ def test_pool_trims_its_cache_when_the_upstream_fails_once():
 
 
 def test_launch_keys_values_and_dimensions():
-    from gpu_backend.memory import Memory
+    from gpu_backend.buffers.memory import Memory
 
     assert _dims(4) == (4, 1, 1) and _dims((8, 2)) == (8, 2, 1)
     m = Memory(1 << 20, 10, np.dtype(np.float32), None)
@@ -119,7 +119,7 @@ class CUkernel(int):  # cuda.core's kernel handle type, by name
 def test_direct_launch_hands_the_driver_numba_s_bytes(monkeypatch):
     """The parameter block holds each value as numba packs it (ints as intptr,
     ctypes scalars at their width, bools as a byte), read through the pointer array."""
-    from gpu_backend import driver_launch as dl
+    from gpu_backend.launches import driver_launch as dl
 
     numba_values = [0, 0, 10, 4, 1 << 20, ctypes.c_int32(-3), ctypes.c_float(1.5), ctypes.c_double(-2.25),
                     ctypes.c_uint16(0xBEEF), True, -7]
@@ -140,7 +140,7 @@ def test_direct_launch_hands_the_driver_numba_s_bytes(monkeypatch):
 
 
 def test_direct_launch_refuses_what_does_not_agree(monkeypatch):
-    from gpu_backend import driver_launch as dl
+    from gpu_backend.launches import driver_launch as dl
 
     monkeypatch.setattr(dl, "_libcuda", lambda: _FakeDriver([8, 4]))
     assert dl.direct_launch(CUkernel(1), [5, ctypes.c_int32(1)], [5, 1], 0) is not None
@@ -163,8 +163,8 @@ def test_memory_views_share_one_lease_and_the_last_gives_the_block_back():
 
     import pytest
 
-    from gpu_backend import memory
-    from gpu_backend.launch import _pack_array
+    from gpu_backend.buffers import memory
+    from gpu_backend.launches.launch import _pack_array
 
     addresses = iter(range(1 << 20, 1 << 30, 1 << 16))
     pool = SizeClassPool(lambda nbytes: _Block(next(addresses)))
@@ -209,7 +209,7 @@ def test_a_memory_that_dies_in_a_reference_cycle_gives_back_a_live_block():
     import gc
     import weakref
 
-    from gpu_backend import memory
+    from gpu_backend.buffers import memory
 
     freed: set[int] = set()
 
@@ -233,8 +233,27 @@ def test_a_memory_that_dies_in_a_reference_cycle_gives_back_a_live_block():
         memory.set_pool(None)
 
 
+def test_a_context_reset_makes_memory_find_the_next_pool_and_current_asks_only_where_installed():
+    """The pool imports nothing of the backend: memory's cached pool is
+    forgotten through the hook it registers in pool.on_reset (which the
+    manager's reset calls), and `current` finds a pool only where `install`
+    made it numba's manager (never under the simulator)."""
+    from gpu_backend.buffers import memory, pool
+    from gpu_backend.device import SIMULATED
+
+    memory.set_pool(SizeClassPool(bytearray))
+    try:
+        for forget in pool.on_reset:
+            forget()
+        assert memory._pool is None
+    finally:
+        memory.set_pool(None)
+    if SIMULATED:
+        assert not pool._installed and pool.current() is None and pool.stats() is None
+
+
 def test_memory_falls_back_to_numba_arrays_without_a_pool():
-    from gpu_backend import memory
+    from gpu_backend.buffers import memory
     from gpu_backend.device import SIMULATED
 
     if SIMULATED:  # the simulator has no pool: numba's own (simulated) array
@@ -246,7 +265,8 @@ def test_a_queued_collective_is_waited_for_before_the_host_blocks(monkeypatch):
     import pytest
 
     import refir.world.mpi_job
-    from gpu_backend import buffer, pending
+    from gpu_backend.buffers import buffer
+    from gpu_backend.transports import pending
     from refir.errors import RunError
 
     class Event:
@@ -278,9 +298,9 @@ def test_a_queued_collective_is_waited_for_before_the_host_blocks(monkeypatch):
 
 
 def test_matmul_reuses_its_cupy_view_of_an_address_seen_before(monkeypatch):
-    from gpu_backend import matmul
-    from gpu_backend.buffer import DeviceBuffer
-    from gpu_backend.memory import Memory
+    from gpu_backend.buffers.buffer import DeviceBuffer
+    from gpu_backend.buffers.memory import Memory
+    from gpu_backend.kernels import matmul
 
     made = []
 
@@ -304,7 +324,7 @@ def test_matmul_reuses_its_cupy_view_of_an_address_seen_before(monkeypatch):
 
 MANAGER_PROBE = """
 from numba.cuda.cudadrv import driver
-from gpu_backend import pool
+from gpu_backend.buffers import pool
 made = []
 class Upstream:  # numba's own manager, as far as the pool's manager uses it
     def __init__(self, context):

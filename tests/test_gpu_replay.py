@@ -1,5 +1,5 @@
-"""Replayed gpu runs (gpu_backend/replay.py) and the direct cuBLAS call's
-arguments (gpu_backend/gemm.py).
+"""Replayed gpu runs (gpu_backend/launches/replay.py) and the direct cuBLAS call's
+arguments (gpu_backend/kernels/gemm.py).
 
 Under the simulator there is no pool and no driver launch, so the replay's
 logic runs here on a fake device: "device memory" is a dict of numpy arrays
@@ -18,8 +18,11 @@ import numpy as np
 import pytest
 
 import refir
-from gpu_backend import gemm, graph, kernels, launch, memory, recording, replay, replay_trace
+from gpu_backend.buffers import memory
 from gpu_backend.device import SIMULATED
+from gpu_backend.kernels import elementwise as kernels
+from gpu_backend.kernels import gemm
+from gpu_backend.launches import graph, launch, recording, replay, replay_trace
 from refir.ir.types import BF16
 from refir.lowering.lower import lower
 from refir.running.inputs import default_bindings, draw_inputs

@@ -1,12 +1,12 @@
 """A binary op's Python scalar operand reaches the kernel as an argument in the
-tensor dtype (gpu_backend/scalars.py), bit for bit as interp.impls converts
+tensor dtype (gpu_backend/kernels/scalars.py), bit for bit as interp.impls converts
 it, and without a device buffer of its own."""
 
 import numpy as np
 import pytest
 
 import gpu_backend.impls as gi
-from gpu_backend.buffer import download, upload
+from gpu_backend.buffers.buffer import download, upload
 from interp.impls import compute as reference
 from refir.ir import ops
 from refir.ir.types import BF16

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import refir
-from gpu_backend.buffer import DeviceBuffer, download, upload
+from gpu_backend.buffers.buffer import DeviceBuffer, download, upload
 from gpu_backend.impls import compute
-from gpu_backend.transports import DeviceInProcess, LaidOut
+from gpu_backend.transports.in_process import DeviceInProcess, LaidOut
 from refir.ir import ops
 from refir.ir.types import Axis, Mesh, TensorType, dense_strides
 

@@ -1,4 +1,4 @@
-"""Replays under MPI (gpu_backend/replay.py): every rank decides together.
+"""Replays under MPI (gpu_backend/launches/replay.py): every rank decides together.
 
 Under the simulator, tests/mpi_replay.py runs the decision on the fake
 device under `mpiexec -n 2`: both ranks replay (the full path's bits), one
@@ -59,7 +59,7 @@ def test_replayed_runs_under_mpi_equal_the_full_path():
 def problems(program, checked, draws: int = 5) -> tuple[list[str], int]:
     """What differs between replayed runs and runs with replays off; and how many runs were replayed."""
     import refir
-    from gpu_backend import replay
+    from gpu_backend.launches import replay
     from refir.running.inputs import default_bindings, draw_inputs
 
     found, before = [], replay.counts["replayed"]
@@ -99,7 +99,7 @@ def fitted(text: str, devices: str, size: int) -> tuple:
 
 
 def main() -> int:
-    from gpu_backend import replay
+    from gpu_backend.launches import replay
     from refir.errors import RefirError
     from refir.running.prepare import lowered_of, verified
     from refir.world.ranks import mpi_world

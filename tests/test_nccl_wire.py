@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from gpu_backend import pending, wires
-from gpu_backend.buffer import DeviceBuffer
-from gpu_backend.wires import NcclWire
+from gpu_backend.buffers.buffer import DeviceBuffer
+from gpu_backend.transports import pending, wires
+from gpu_backend.transports.wires import NcclWire
 
 SUCCESS = "success"
 
@@ -145,7 +145,7 @@ def test_every_wire_of_the_process_shares_one_stream_and_its_events():
 
 
 def test_buffers_on_raw_pool_memory_go_by_their_addresses():
-    from gpu_backend.memory import Memory
+    from gpu_backend.buffers.memory import Memory
 
     w, _, raw = wire()
     f32 = np.dtype(np.float32)
@@ -170,10 +170,10 @@ def test_started_reduce_scatters_leave_the_kernels_free_until_finish():
 
 
 def test_a_recorded_run_notes_each_nccl_call_to_make_again_on_its_communicator(monkeypatch):
-    """Under a recording (gpu_backend/replay.py), the wire's calls are noted as
+    """Under a recording (gpu_backend/launches/replay.py), the wire's calls are noted as
     collectives; made again, they ask NCCL the very same; and a replay first
     requires the team's communicator to be the one the calls used."""
-    from gpu_backend import recording
+    from gpu_backend.launches import recording
     from refir.world.mpi_job import COMMS
 
     w, driver, raw = wire()

@@ -129,8 +129,8 @@ def test_the_mpi_allgathers_receive_buffer_holds_the_sentinel_around_its_own_blo
 
 
 def test_gpu_receive_buffers_hold_the_sentinel(armed: None) -> None:
-    from gpu_backend.buffer import download
-    from gpu_backend.transports import received
+    from gpu_backend.buffers.buffer import download
+    from gpu_backend.transports.device_arrays import received
 
     assert np.isnan(download(received((2, 3), np.dtype(np.float32), (1, 0)))).all()
     assert (download(received((5,), np.dtype(np.int16))).view(np.uint8) == sentinel.BYTE).all()
@@ -139,7 +139,7 @@ def test_gpu_receive_buffers_hold_the_sentinel(armed: None) -> None:
 
 
 def test_the_gpu_pool_clears_blocks_it_hands_out_only_where_armed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpu_backend.pool import SizeClassPool
+    from gpu_backend.buffers.pool import SizeClassPool
 
     cleared: list[int] = []
     pool = SizeClassPool(bytearray, lambda block, size: cleared.append(size))

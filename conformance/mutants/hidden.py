@@ -78,8 +78,8 @@ def integer_cast_saturates() -> Iterator[None]:
 @mutant("the GPU block reduction's shared-memory tree skips its last level (partial[1] is never folded)",
         by="values", backend="gpu", needs=(ops.Reduction,))
 def gpu_tree_skips_last_level() -> Iterator[None]:
-    import gpu_backend.reduce as reduce
-    import gpu_backend.reduce_kernels as reduce_kernels
+    import gpu_backend.kernels.reduce as reduce
+    import gpu_backend.kernels.reduce_kernels as reduce_kernels
 
     tree = reduce_kernels._tree
     # every kernel that folds through the tree

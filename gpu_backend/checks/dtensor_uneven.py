@@ -7,7 +7,7 @@ Shard), and the input blocks with `distribute_tensor`'s. Data are small
 integers, so every value is exact. torch is never a refir dependency: this
 script is run only by gpu_backend/device_session.sh (stage `dtensor-uneven`).
 
-    mpiexec -n 2 python -m mpi4py gpu_backend/dtensor_uneven_check.py
+    mpiexec -n 2 python -m mpi4py gpu_backend/checks/dtensor_uneven.py
 """
 
 from __future__ import annotations

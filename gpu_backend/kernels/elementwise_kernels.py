@@ -1,5 +1,5 @@
 """The elementwise kernels, built per function (and cached): out[i] = fn(x[i], ...)
-over buffers of any strides. gpu_backend/kernels.py plans each launch (which
+over buffers of any strides. gpu_backend/kernels/elementwise.py plans each launch (which
 kernel, its grid and block, the strides it takes) and launches it, for
 elementwise ops and for the row copies of copy_into; this file is only what
 runs on the device, and the geometry of the walk its general kernels decode.
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from functools import cache
 
 from gpu_backend.device import ITEM_ROWS, UNROLL, cuda
-from gpu_backend.strides import Arr, Ints, unravel
+from gpu_backend.kernels.strides import Arr, Ints, unravel
 
 # The walk: [outer..., mid, inner] in the result's memory order. A work item is
 # `span` elements of one inner row (threadIdx.x side by side), or, where rows
@@ -56,7 +56,7 @@ assert UNROLL == 4, "the elementwise kernels spell out four loads"
 
 
 # The one-operand kernels apply `fn(value, scalar)`: `scalar` is a kernel
-# argument (a binary op's Python scalar, gpu_backend/scalars.py), or an unused
+# argument (a binary op's Python scalar, gpu_backend/kernels/scalars.py), or an unused
 # 0 for a unary function (`elementwise` wraps it with `ignoring_scalar`).
 
 

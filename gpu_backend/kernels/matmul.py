@@ -2,7 +2,7 @@
 
 On a real GPU, float32 and float64 go to cuBLAS through cupy when cupy is
 installed: the very cublasGemmEx call cupy's matmul makes, made directly
-(gpu_backend/gemm.py) where cupy would make just that call, else cupy's matmul
+(gpu_backend/kernels/gemm.py) where cupy would make just that call, else cupy's matmul
 on zero-copy views of our buffers (any strides); everything else, and
 everything under the simulator, uses the tiled kernel here: square tiles of A
 and B staged in shared memory, accumulated in float64 (floats) or int64
@@ -16,13 +16,14 @@ from functools import cache
 from math import prod
 from typing import Any
 
-from gpu_backend import gemm, recording
-from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.buffers.buffer import DeviceBuffer
+from gpu_backend.buffers.memory import Memory
 from gpu_backend.device import MATMUL_TILE, SHARED_ASKS, SIMULATED, blocks_for, cuda
-from gpu_backend.functions import accumulator, narrow
-from gpu_backend.launch import launch
-from gpu_backend.memory import Memory
-from gpu_backend.strides import Arr, Ints, padded, unravel
+from gpu_backend.kernels import gemm
+from gpu_backend.kernels.functions import accumulator, narrow
+from gpu_backend.kernels.strides import Arr, Ints, padded, unravel
+from gpu_backend.launches import recording
+from gpu_backend.launches.launch import launch
 
 
 @cache

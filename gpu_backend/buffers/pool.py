@@ -10,12 +10,14 @@ reduction partials, wire buffers) goes through it. Reuse is safe without
 synchronising: every kernel and copy of the backend is ordered on the legacy
 default stream, so a block's next user runs after its last one; NCCL runs on
 a stream of its own, which waits for the default stream before each call and
-which the default stream waits for after it (gpu_backend/wires.py).
+which the default stream waits for after it (gpu_backend/transports/wires.py).
 
 The counts (bytes in use, their peak, bytes held) are what the memory target
 of issue 10 is measured with. The simulator has no EMM interface: there the
 pool is not installed and `stats()` is None. REFIR_GPU_POOL=0 leaves numba's
 own allocator in place (gpu_backend/device.py installs the pool on import).
+This module imports nothing of the backend: what must forget a context's pool
+when the context goes (buffers/memory.py's cached pool) registers in `on_reset`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from typing import Any
 from interp import sentinel
 
 MIN_CLASS = 512  # bytes: the driver aligns allocations to 256 anyway
+on_reset: list[Callable[[], None]] = []  # called when a context's pool goes (buffers/memory.py registers)
+_installed = False  # install() made the pool numba's memory manager (real GPUs only)
 
 
 def size_class(nbytes: int) -> int:
@@ -87,7 +91,7 @@ class SizeClassPool:
     def retake(self, blocks: list[tuple[int, int]], order: list[tuple[int, int]], takes: int,
                rise: int) -> Retaken | None:
         """What a recorded run's takes and gives did to the free lists, done at
-        once (gpu_backend/replay.py): every (class size, device address) of
+        once (gpu_backend/launches/replay.py): every (class size, device address) of
         `blocks` must be free; each ends back on its list, in `order` (of
         each block's last give), as the run left them. `takes` counts as
         reused, `rise` (the run's most bytes in use above its start) as the
@@ -230,11 +234,10 @@ def _manager_class() -> type:
             return cuda.MemoryInfo(free=free, total=total)
 
         def reset(self) -> None:
-            from gpu_backend import memory
-
             super().reset()
             self.pool.trim()
-            memory.set_pool(None)  # the context is gone: raw allocations find the next one's pool
+            for forget in on_reset:  # the context is gone: raw allocations find the next one's pool
+                forget()
             if self.numba is not None:
                 self.numba.reset()
 
@@ -247,17 +250,20 @@ def _manager_class() -> type:
 
 def install() -> None:
     """Make the pool numba's memory manager (before numba makes its context)."""
+    global _installed
     from numba import cuda
 
     cuda.set_memory_manager(_manager_class())
+    _installed = True
 
 
 def current() -> SizeClassPool | None:
-    """The pool of the current CUDA context, if it has one."""
-    from gpu_backend.device import SIMULATED, cuda
-
-    if SIMULATED:
+    """The pool of the current CUDA context, if it has one (none unless
+    install() made the pool numba's manager: never under the simulator)."""
+    if not _installed:
         return None
+    from numba import cuda
+
     return getattr(cuda.current_context().memory_manager, "pool", None)
 
 

@@ -4,7 +4,7 @@ copy launches as the pieces' spacing allows.
 
 The pieces of a block split evenly along an axis lie a fixed stride apart, so
 a run of consecutive pieces is one strided view with a leading piece axis, and
-its packing is one copy (gpu_backend/kernels.py's copy_into: rows, or the
+its packing is one copy (gpu_backend/kernels/elementwise.py's copy_into: rows, or the
 tiled transpose where the fastest axis changes). The peers' pieces are the
 team's pieces but mine: one run when I am first or last (always with two
 ranks), two runs otherwise. One send buffer also costs one allocation, where a
@@ -14,8 +14,8 @@ of every slot is one run.
 
 from __future__ import annotations
 
-from gpu_backend.buffer import DeviceBuffer
-from gpu_backend.kernels import copy_into, laid_out
+from gpu_backend.buffers.buffer import DeviceBuffer
+from gpu_backend.kernels.elementwise import copy_into, laid_out
 
 
 def stacked(pieces: list[DeviceBuffer]) -> DeviceBuffer:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from gpu_backend import recording
+from gpu_backend.launches import recording
 
 SLOT = 8  # bytes per parameter slot: numba's widest scalar and every pointer
 _CUDA_ERROR_INVALID_VALUE = 1
@@ -135,7 +135,7 @@ class DirectLaunch:
         self.call = _libcuda().cuLaunchKernel
 
     def __call__(self, grid: Any, block: Any, values: Sequence[Any]) -> None:
-        if recording.active is not None:  # gpu_backend/replay.py: launched again as it is
+        if recording.active is not None:  # gpu_backend/launches/replay.py: launched again as it is
             recording.note(self, grid, block, tuple(values))
         self.layout.pack_into(self.buffer, 0, *values)
         gx, gy, gz = (grid, 1, 1) if type(grid) is int else (*grid, 1, 1)[:3]

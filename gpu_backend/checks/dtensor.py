@@ -1,7 +1,7 @@
 """refir's DTensor translation against torch DTensor itself, on real GPUs.
 
 Run by gpu_backend/device_session.sh (stage `dtensor`), one rank per GPU under
-mpiexec: `python -m mpi4py gpu_backend/dtensor_check.py`. For each case, torch
+mpiexec: `python -m mpi4py gpu_backend/checks/dtensor.py`. For each case, torch
 builds the source DTensor (a partial one from each device's contribution,
 `DTensor.from_local`) and redistributes it; refir runs the program
 `refir.frontends.dtensor.redistribute_program` builds on its gpu backend. Every device's

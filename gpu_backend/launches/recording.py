@@ -1,8 +1,8 @@
-"""The device work a run queues, noted while gpu_backend/replay.py records it.
+"""The device work a run queues, noted while gpu_backend/launches/replay.py records it.
 
 A few places queue work on the GPU: the driver launches (DirectLaunch, which
 every kept and cached launch goes through), the driver's device-to-device
-copy, the direct cuBLAS call (gpu_backend/gemm.py), and the host copies. While
+copy, the direct cuBLAS call (gpu_backend/kernels/gemm.py), and the host copies. While
 a run is recorded (`active` is set), each of them either notes itself here
 as a call to make again with the same arguments, or, where it cannot be
 repeated as it is (a launch through numba or cuda.core, cupy's own matmul, a
@@ -11,7 +11,7 @@ Outside a recording each hook costs one attribute test. Work queued by
 another thread while a run is recorded (the hooks see every thread) taints
 the recording: a replay must repeat this run's work and no other's.
 
-Under MPI the NCCL wire (gpu_backend/wires.py) notes its calls too, as
+Under MPI the NCCL wire (gpu_backend/transports/wires.py) notes its calls too, as
 `collective`s: each queues an NCCL operation (or orders the streams around
 one) on a communicator that lives for the process, and `require`s that the
 communicator found for its team is still that one (refir.close() frees it);

@@ -5,7 +5,7 @@ fastest axis and writing along the destination's, so both sides are
 coalesced; each thread loads all its elements of the tile before it stores
 any (loads in flight together). Up to two batch axes travel as plain
 arguments (most permutes of up to four axes); more as a padded tuple,
-unravelled once per batch entry. gpu_backend/kernels.py's copy_into sends
+unravelled once per batch entry. gpu_backend/kernels/elementwise.py's copy_into sends
 here every copy that does not keep the innermost axis. The geometry knobs
 were chosen by measurement (benchmarks/kernel_probe.py, benchmarks/RESULTS.md).
 """
@@ -19,10 +19,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.device import SHARED_ASKS, SIMULATED, TILE, TILE_ROWS, blocks_for, cuda, max_blocks
-from gpu_backend.launch import launch
-from gpu_backend.strides import Arr, Ints, padded, unravel
+from gpu_backend.kernels.strides import Arr, Ints, padded, unravel
+from gpu_backend.launches.launch import launch
 
 # Which tile a block takes next (linear tile id r of an entry, tiles_a x tiles_b
 # tiles): along a (the source's fastest axis: neighbouring blocks read

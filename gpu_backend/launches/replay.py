@@ -6,15 +6,15 @@ pool hands out blocks by size class), the same kernel launches with the
 same parameters, the same cuBLAS call, the same host copies, all of it a
 pure function of the program, the inputs' shapes, strides and dtypes, the
 scalars, the world and the backend's knobs; only the data differ. So a full
-run is recorded (gpu_backend/recording.py notes each call as it is queued,
+run is recorded (gpu_backend/launches/recording.py notes each call as it is queued,
 the pool's takes and gives are watched), and a later run with the same key
 takes the very same blocks back from the pool, uploads its inputs into them,
 queues the recorded calls as they are, and downloads its results: a dict
 lookup and a few driver calls instead of interp.spmd.execute's loop, the
 launch plans and the Python of every step. From a trace's second replay on,
-its device calls are one CUDA graph (gpu_backend/graph.py), made at its
+its device calls are one CUDA graph (gpu_backend/launches/graph.py), made at its
 first replay and kept only where it gives that replay's results bit for bit
-(a trace, and how it is made again: gpu_backend/replay_trace.py).
+(a trace, and how it is made again: gpu_backend/launches/replay_trace.py).
 
 What a replay assumes, and how each assumption is checked (anything else
 runs the full path, which records afresh):
@@ -33,7 +33,7 @@ runs the full path, which records afresh):
   REFIR_GPU_GRAPH=0 keeps the calls one by one.
 
 Under MPI (one rank per process, NCCL between GPUs) each rank records its
-NCCL calls too (gpu_backend/wires.py notes each as a collective: the NCCL
+NCCL calls too (gpu_backend/transports/wires.py notes each as a collective: the NCCL
 call on the wire's stream, and the stream ordering around it, made again on
 the same device pointers), with the requirement that the communicator found
 for the team in refir.world.mpi_job.COMMS is still the very one the call used
@@ -58,7 +58,7 @@ Graphs under MPI: NCCL can be captured, but a rank whose capture failed or
 whose graph gave other bits would then make other calls than its peers, and
 nothing of it could be measured on two GPUs here; so NCCL calls stay calls,
 and each stretch of device calls between them is a graph of its own
-(gpu_backend/graph.py's stream is blocking: ordered with the legacy stream,
+(gpu_backend/launches/graph.py's stream is blocking: ordered with the legacy stream,
 on which the wire's events are recorded). The trial run that decides
 whether graphs are kept is made by every rank at the same replay (its
 collectives need every rank's), graphs or not. REFIR_GPU_GRAPH_NCCL=1 (for
@@ -83,12 +83,14 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend import graph as graphs
-from gpu_backend import launch, memory, pending, recording
-from gpu_backend.buffer import DeviceBuffer, storage, upload
+from gpu_backend.buffers import memory
+from gpu_backend.buffers.buffer import DeviceBuffer, storage, upload
+from gpu_backend.buffers.memory import Memory
 from gpu_backend.device import SIMULATED
-from gpu_backend.memory import Memory
-from gpu_backend.replay_trace import Trace, counts, folded  # noqa: F401 (folded: for tests and probes)
+from gpu_backend.launches import graph as graphs
+from gpu_backend.launches import launch, recording
+from gpu_backend.launches.replay_trace import Trace, counts, folded  # noqa: F401 (folded: for tests and probes)
+from gpu_backend.transports import pending
 from refir import env
 from refir.errors import RunError
 from refir.lowering.lower import Lowered
@@ -249,7 +251,7 @@ class Recorder:
         return self
 
     def uploads(self, inputs: dict[str, dict[int, np.ndarray]]) -> dict[str, dict[int, DeviceBuffer]]:
-        """The inputs on the device (gpu_backend.buffer.upload), each noted as an input."""
+        """The inputs on the device (gpu_backend.buffers.buffer.upload), each noted as an input."""
         record = self.record
         if record is None:
             return {name: {d: upload(x) for d, x in blocks.items()} for name, blocks in inputs.items()}
@@ -266,10 +268,10 @@ class Recorder:
         return out
 
     def downloads(self, results: dict[str, dict[int, DeviceBuffer]]) -> dict[str, dict[int, np.ndarray]]:
-        """The results on the host (gpu_backend.buffer.download), each noted as
+        """The results on the host (gpu_backend.buffers.buffer.download), each noted as
         an output; `results` is emptied, so that their blocks go back to the
         pool while the recording watches."""
-        from gpu_backend.buffer import download
+        from gpu_backend.buffers.buffer import download
 
         record = self.record
         out: dict[str, dict[int, np.ndarray]] = {}

@@ -11,11 +11,11 @@ lazily on first use: about a second that only the first run pays). NCCL runs
 on a stream of its own (as torch runs it; one for the process), after
 everything issued before on the legacy default stream, where the kernels
 run, and the default stream waits for it in turn: kernels after a collective
-run after it, and a pooled block freed after it (gpu_backend/pool.py) is
+run after it, and a pooled block freed after it (gpu_backend/buffers/pool.py) is
 reused only by work ordered after it. The host does not wait per call: each
 operation is marked as queued, and the next copy between host and device
 first waits for it, politely and within REFIR_MPI_TIMEOUT
-(gpu_backend/pending.py), so a rank that never joins ends the job instead of
+(gpu_backend/transports/pending.py), so a rank that never joins ends the job instead of
 hanging it, while the host goes on queueing the steps after a collective.
 Calls go through nccl4py's bindings with raw pointers (its Communicator
 methods resolve each buffer through cuda.core, tens of µs a call). Data moves
@@ -36,8 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend import pending, recording
-from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.buffers.buffer import DeviceBuffer
+from gpu_backend.launches import recording
+from gpu_backend.transports import pending
 from interp.mpi_transport import MpiTransport
 from interp.sentinel import empty_bytes
 from refir.errors import RunError
@@ -209,7 +210,7 @@ class NcclWire:
     def _queue(self, team: tuple[int, ...] | None, call: Any, *args: Any) -> None:
         """`call(*args, the team's communicator (None: the world's), the wire's
         stream)` after everything issued so far; noted for a replay
-        (gpu_backend/recording.py), which must find the very communicator again."""
+        (gpu_backend/launches/recording.py), which must find the very communicator again."""
         if team is not None:
             comm = self._comm(team)
         else:
@@ -223,7 +224,7 @@ class NcclWire:
         call(*args, self._begin())
 
     def in_graph(self, fn: Any, args: tuple[Any, ...], stream: int | None) -> bool:
-        """A noted call of this wire queued on a capturing `stream` (gpu_backend/graph.py;
+        """A noted call of this wire queued on a capturing `stream` (gpu_backend/launches/graph.py;
         None: only whether it can be): the NCCL call itself on that stream; the
         ordering between streams is not needed there (everything is on one)."""
         if getattr(fn, "__self__", None) is not self:

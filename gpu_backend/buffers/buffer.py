@@ -15,8 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend import memory, pending, recording
+from gpu_backend.buffers import memory
 from gpu_backend.device import SIMULATED, cuda
+from gpu_backend.launches import recording
+from gpu_backend.transports import pending
 from refir.ir.types import bf16, block, dense_strides, is_bf16
 
 # numba has no bfloat16: device memory holds its bits as uint16, which is no
@@ -41,7 +43,7 @@ _dense_strides = lru_cache(maxsize=4096)(dense_strides)  # a run lays out the sa
 def to_device(x: np.ndarray) -> Any:
     """A 1-D or n-D host array on the device (bfloat16 as its bits). On a GPU, a
     C-contiguous 1-D array goes by one driver copy into fresh pooled memory
-    (gpu_backend/memory.py), without numba's layout checks and host-side
+    (gpu_backend/buffers/memory.py), without numba's layout checks and host-side
     conversions (tens of µs)."""
     x = x.view(_BITS) if is_bf16(x.dtype) else x
     if recording.active is not None:
@@ -77,7 +79,7 @@ def to_host(a: Any) -> np.ndarray:
 
 @dataclass(frozen=True)
 class DeviceBuffer:
-    data: Any  # a 1-D device array: gpu_backend.memory.Memory, or numba's
+    data: Any  # a 1-D device array: gpu_backend.buffers.memory.Memory, or numba's
     offset: int  # of element [0, ..., 0] in `data`
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # in elements

@@ -4,20 +4,17 @@ process, and in both cases results laid out as their type declares.
 All ranks in one process (a single GPU, or the simulator) share one device, so
 a communication is its spec, interp.collectives.exchange, run on device
 buffers: concatenation and folds are kernels, splits are views, and a team of
-one device hands its own block back. One rank per process goes through
-gpu_backend/rank_transport.py.
+one device hands its own block back (the device side of the arrays:
+device_arrays.py). One rank per process goes through
+gpu_backend/transports/rank_transport.py, which `transport_for` picks under MPI.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from gpu_backend import functions
-from gpu_backend.buffer import DeviceBuffer, upload
-from gpu_backend.kernels import copy_into, elementwise, laid_out
-from interp import sentinel
+from gpu_backend.kernels.elementwise import laid_out
+from gpu_backend.transports.device_arrays import Buffers, DeviceArrays
 from interp.collectives import exchange
 from interp.transport import Transport
 from refir.ir import ops
@@ -26,54 +23,7 @@ from refir.lowering.teams import teams
 from refir.world.ranks import World
 
 if TYPE_CHECKING:
-    from gpu_backend.rank_transport import RankTransport
-
-Buffers = dict[int, DeviceBuffer]
-_SENTINELS: dict[np.dtype, DeviceBuffer] = {}  # one element of each dtype's sentinel, on the device
-
-
-def received(shape: tuple[int, ...], dtype: np.dtype, order: tuple[int, ...] | None = None) -> DeviceBuffer:
-    """DeviceBuffer.empty for what a communication writes: filled with the
-    sentinel first where it is armed (interp/sentinel.py), by a copy kernel
-    from one element kept on the device (no upload per buffer)."""
-    out = DeviceBuffer.empty(shape, dtype, order)
-    if sentinel.armed() and out.size:
-        one = _SENTINELS.get(np.dtype(dtype))
-        if one is None:
-            one = _SENTINELS[np.dtype(dtype)] = upload(sentinel.value(dtype).reshape(1))
-        copy_into(out, one.broadcast_to(out.shape) if out.ndim else DeviceBuffer(one.data, one.offset, (), ()))
-    return out
-
-
-class DeviceArrays:
-    """interp.collectives.Arrays on the device; new buffers are dense in `order`."""
-
-    def __init__(self, order: tuple[int, ...]) -> None:
-        self.order = order
-
-    def concatenate(self, xs: list[DeviceBuffer], axis: int) -> DeviceBuffer:
-        shape = list(xs[0].shape)
-        shape[axis] = sum(x.shape[axis] for x in xs)
-        out = received(tuple(shape), xs[0].dtype, self.order)
-        start = 0
-        for x in xs:
-            copy_into(out.take(axis, start, start + x.shape[axis]), x)
-            start += x.shape[axis]
-        return out
-
-    def split(self, x: DeviceBuffer, n: int, axis: int) -> list[DeviceBuffer]:
-        return x.split(n, axis)
-
-    def fold(self, kind: str, parts: list[DeviceBuffer]) -> DeviceBuffer:
-        """Left to right in team order, in the parts' own dtype (interp.impls.fold)."""
-        out = received(parts[0].shape, parts[0].dtype, self.order)
-        if len(parts) == 1:
-            return copy_into(out, parts[0])
-        combine = functions.binary(functions.COMBINE[kind], parts[0].dtype)
-        elementwise(combine, out, parts[0], parts[1])
-        for p in parts[2:]:
-            elementwise(combine, out, out, p)
-        return out
+    from gpu_backend.transports.rank_transport import RankTransport
 
 
 def alone(senders: tuple[int, ...], receivers: tuple[int, ...]) -> bool:
@@ -121,8 +71,8 @@ def transport_for(world: World) -> DeviceInProcess | RankTransport:
     if world.comm is None:
         return DeviceInProcess(world.size)
     from gpu_backend.device import SIMULATED
-    from gpu_backend.rank_transport import RankTransport  # it builds on this module
-    from gpu_backend.wires import MpiWire, NcclWire
+    from gpu_backend.transports.rank_transport import RankTransport  # under MPI only
+    from gpu_backend.transports.wires import MpiWire, NcclWire
     from interp.mpi_transport import MpiTransport
 
     mpi = MpiTransport()

@@ -15,9 +15,9 @@ from functools import cache
 
 import numpy as np
 
-from gpu_backend.buffer import DeviceBuffer, storage
+from gpu_backend.buffers.buffer import DeviceBuffer, storage
 from gpu_backend.device import cuda
-from gpu_backend.kernels import elementwise
+from gpu_backend.kernels.elementwise import elementwise
 from interp.impls import scalar_value
 
 

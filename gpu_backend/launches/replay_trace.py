@@ -1,5 +1,5 @@
-"""One recorded run (gpu_backend/replay.py), and how it is made again: call
-by call, or as CUDA graphs (gpu_backend/graph.py) tried at its first replay
+"""One recorded run (gpu_backend/launches/replay.py), and how it is made again: call
+by call, or as CUDA graphs (gpu_backend/launches/graph.py) tried at its first replay
 and kept only where they give that replay's results bit for bit. Under MPI
 the NCCL calls stay calls between graphs (REFIR_GPU_GRAPH_NCCL=1: inside
 one graph, made and kept on every rank or none); replay.py's docstring says
@@ -11,9 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend import gemm, pending, recording
-from gpu_backend import graph as graphs
-from gpu_backend.buffer import host_span, shaped
+from gpu_backend.buffers.buffer import host_span, shaped
+from gpu_backend.kernels import gemm
+from gpu_backend.launches import graph as graphs
+from gpu_backend.launches import recording
+from gpu_backend.transports import pending
 from refir.errors import RunError
 from refir.lowering.lower import Lowered
 
@@ -153,7 +155,7 @@ class Trace:
 
 
 def _in_graph(fn: Any, args: tuple[Any, ...], stream: int | None) -> bool:
-    """A collective queued on a capturing stream by its own wire (gpu_backend/wires.py's in_graph)."""
+    """A collective queued on a capturing stream by its own wire (gpu_backend/transports/wires.py's in_graph)."""
     owner = getattr(fn, "__self__", None)
     return owner is not None and hasattr(owner, "in_graph") and owner.in_graph(fn, args, stream)
 
@@ -200,6 +202,6 @@ def _download(entry: tuple[Any, ...], transfers: Any, out: dict[str, dict[int, n
 
 
 def _cupy() -> Any:
-    from gpu_backend.matmul import _cupy as found
+    from gpu_backend.kernels.matmul import _cupy as found
 
     return found()

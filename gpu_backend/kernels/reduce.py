@@ -1,5 +1,5 @@
 """Reductions over any axes (sum prod max min band bor bxor), in parallel: the
-planning and launching. Which kernel of gpu_backend/reduce_kernels.py takes a
+planning and launching. Which kernel of gpu_backend/kernels/reduce_kernels.py takes a
 layout, with what grid, block, chunks and vector width, is worked out once per
 layout (`_plan`, kept in `_plans`); the launch geometry knobs below were chosen
 by measurement (benchmarks/kernel_probe.py, benchmarks/RESULTS.md). A call whose
@@ -21,25 +21,27 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gpu_backend import memory, recording, vectors
-from gpu_backend.buffer import DeviceBuffer, to_device
+from gpu_backend.buffers import memory
+from gpu_backend.buffers.buffer import DeviceBuffer, to_device
+from gpu_backend.buffers.memory import Memory
 from gpu_backend.device import SIMULATED, THREADS, blocks_for, fitted, max_blocks
-from gpu_backend.functions import accumulator, narrow
-from gpu_backend.launch import KeptLaunches, counts, keep_launch, launch, values
-from gpu_backend.memory import Memory
-from gpu_backend.reduce_kernels import (
+from gpu_backend.kernels import vectors
+from gpu_backend.kernels.functions import accumulator, narrow
+from gpu_backend.kernels.reduce_folds import same_acc
+from gpu_backend.kernels.reduce_kernels import (
     ORDER_FREE,
     WARP,
     columns_kernel,
     per_block_kernel,
     per_thread_kernel,
     plane_kernel,
-    same_acc,
     total_kernel,
     warp_rows_kernel,
     wide_columns_kernel,
 )
-from gpu_backend.strides import coalesce, padded
+from gpu_backend.kernels.strides import coalesce, padded
+from gpu_backend.launches import recording
+from gpu_backend.launches.launch import KeptLaunches, counts, keep_launch, launch, values
 from interp.impls import identity
 
 # Launch geometry on a GPU (benchmarks/kernel_probe.py measures the choices):
@@ -212,7 +214,7 @@ PLANS_KEPT = 4096
 
 def clear_plans() -> None:
     """Forget the plans (after the launch geometry knobs above change)."""
-    recording.forget()  # recorded runs (gpu_backend/replay.py) assumed the old plans
+    recording.forget()  # recorded runs (gpu_backend/launches/replay.py) assumed the old plans
     _plans.clear()
     _ready.clear()
 

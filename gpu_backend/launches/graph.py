@@ -1,4 +1,4 @@
-"""A replayed run's device calls captured once into a CUDA graph (gpu_backend/replay.py).
+"""A replayed run's device calls captured once into a CUDA graph (gpu_backend/launches/replay.py).
 
 A replay still makes each recorded call through its host path: cuBLAS's
 gemmEx (about 70 µs of host time in a run at the seed-2 sizes, its code and
@@ -21,7 +21,7 @@ per-thread cuBLAS handle's workspace, which lives as long as the process.
 REFIR_GPU_GRAPH=0 keeps the calls one by one.
 
 Under MPI the NCCL calls stay outside the graphs by default (each stretch
-between them is a graph of its own: gpu_backend/replay.py says why);
+between them is a graph of its own: gpu_backend/launches/replay.py says why);
 REFIR_GPU_GRAPH_NCCL=1 captures them too (`other`), with every rank agreeing
 on capturing and keeping, for measuring where two GPUs are lent.
 """
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from gpu_backend.driver_launch import DirectLaunch, LaunchError, _libcuda, copy_bytes, error_name
+from gpu_backend.launches.driver_launch import DirectLaunch, LaunchError, _libcuda, copy_bytes, error_name
 from refir import env
 
 ENABLED = env.flag("REFIR_GPU_GRAPH", True)
@@ -106,7 +106,7 @@ def capture(calls: list[tuple[Callable[..., Any], tuple[Any, ...]]], gemm_ex: An
     """`calls` (each (fn, args) as recording.note noted it) as one graph, or
     None where one of them cannot be captured or the driver refuses.
     `other(fn, args, stream)` queues any other call on the capturing stream
-    (an NCCL call: gpu_backend/wires.py's `in_graph`; stream None: only say
+    (an NCCL call: gpu_backend/transports/wires.py's `in_graph`; stream None: only say
     whether it can), True where it did."""
     lib = _driver()
     blas = _cublas() if any(fn is gemm_ex for fn, _ in calls) else None

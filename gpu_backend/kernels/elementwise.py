@@ -1,15 +1,15 @@
 """Elementwise ops and copies over buffers of any strides: the planning and
-launching (the elementwise kernels themselves: gpu_backend/elementwise_kernels.py).
+launching (the elementwise kernels themselves: gpu_backend/kernels/elementwise_kernels.py).
 
 An elementwise launch is worked out once per layout (`_plan`, kept in
 `_plans`): operands coalesced to one unit-stride run each take the dense
 kernels, unit-stride rows at two strided outer axes the row kernel, the rest
 the general walk over the result's memory order. Shapes and strides travel as
 int tuples, padded to a multiple of four axes so that each kernel compiles
-for few ranks (gpu_backend/strides.py). A copy (`copy_into`) between buffers
+for few ranks (gpu_backend/kernels/strides.py). A copy (`copy_into`) between buffers
 dense alike is the driver's memcpy; between buffers that keep one innermost
 axis, the elementwise row kernels (as 8-byte words where the rows align);
-between buffers whose fastest axes differ, gpu_backend/transpose.py's
+between buffers whose fastest axes differ, gpu_backend/kernels/transpose.py's
 shared-memory tile, so both its reads and its writes are coalesced. Between
 pooled Memory, launches are kept ready per layout (`_ready_maps`,
 `_ready_copies`). Launch shapes (tile, threads, grids) were chosen by
@@ -24,11 +24,10 @@ from math import prod
 
 import numpy as np
 
-from gpu_backend import recording
-from gpu_backend.buffer import DeviceBuffer
+from gpu_backend.buffers.buffer import DeviceBuffer
+from gpu_backend.buffers.memory import Memory
 from gpu_backend.device import SIMULATED, blocks_for, cuda, fitted, max_blocks, rows_block
-from gpu_backend.driver_launch import copy_bytes
-from gpu_backend.elementwise_kernels import (
+from gpu_backend.kernels.elementwise_kernels import (
     dense1_kernel,
     dense2_kernel,
     ignoring_scalar,
@@ -36,11 +35,12 @@ from gpu_backend.elementwise_kernels import (
     rows1_kernel,
     walk_geometry,
 )
-from gpu_backend.launch import KeptLaunches, counts, keep_launch, launch, values
-from gpu_backend.memory import Memory
-from gpu_backend.strides import Arr, coalesce, padded
-from gpu_backend.transpose import clear_plans as clear_transpose_plans
-from gpu_backend.transpose import transpose_plan
+from gpu_backend.kernels.strides import Arr, coalesce, padded
+from gpu_backend.kernels.transpose import clear_plans as clear_transpose_plans
+from gpu_backend.kernels.transpose import transpose_plan
+from gpu_backend.launches import recording
+from gpu_backend.launches.driver_launch import copy_bytes
+from gpu_backend.launches.launch import KeptLaunches, counts, keep_launch, launch, values
 
 # ---- elementwise: out[i] = fn(x[i], ...) --------------------------------------------
 
@@ -63,7 +63,7 @@ PLANS_KEPT = 4096  # then the cache starts again (programs of many shapes)
 
 def clear_plans() -> None:
     """Forget the elementwise and copy plans (after the launch geometry knobs change)."""
-    recording.forget()  # recorded runs (gpu_backend/replay.py) assumed the old plans
+    recording.forget()  # recorded runs (gpu_backend/launches/replay.py) assumed the old plans
     _plans.clear()
     _ready_maps.clear()
     _copies.clear()

@@ -7,7 +7,7 @@ configuration: tens of microseconds of Python per launch, more than the small
 kernels themselves take. `launch(kernel, grid, block, *args)` does the same
 launch, but keeps, per kernel and per cheap key of the argument kinds (array
 dtype and rank, tuple element types, scalar type), the compiled overload and
-a prebuilt argument block for cuLaunchKernel (gpu_backend/driver_launch.py):
+a prebuilt argument block for cuLaunchKernel (gpu_backend/launches/driver_launch.py):
 one pass over the arguments gives both the key and the parameter values,
 which one `pack_into` writes into the block before the driver call. The
 first launch of a signature goes through numba (compiling it), and the block
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from gpu_backend.buffers.memory import Memory
 from gpu_backend.device import SIMULATED
-from gpu_backend.driver_launch import direct_launch
-from gpu_backend.memory import Memory
+from gpu_backend.launches.driver_launch import direct_launch
 
 Dims = int | tuple[int, ...]
 FAST = not SIMULATED  # cached signatures; tests set it to launch on a fake device
@@ -242,7 +242,7 @@ def launch(kernel: Any, grid: Dims, block: Dims, *args: Any) -> None:
     key = (kernel, parts)
     sig = _signatures.get(key)
     if sig is not None:
-        if sig.direct is not None:  # through cuLaunchKernel (gpu_backend/driver_launch.py)
+        if sig.direct is not None:  # through cuLaunchKernel (gpu_backend/launches/driver_launch.py)
             counts["direct"] += 1
             sig.direct(grid, block, values)
             return

@@ -1,5 +1,5 @@
 """One rank per MPI process: the nine communications as packing kernels around
-a wire (gpu_backend/wires.py: NCCL on GPUs, host-staged MPI under the simulator).
+a wire (gpu_backend/transports/wires.py: NCCL on GPUs, host-staged MPI under the simulator).
 
 Packing is a copy kernel into a dense buffer. For a gather or split along an
 axis, that axis goes outermost, so that blocks side by side on the wire are
@@ -7,7 +7,7 @@ their concatenation along it: what a rank receives is the result, seen through
 a view (LaidOut then lays it out as declared). A block that travels whole
 (broadcast, scatter, send_recv, a native allreduce) is packed in the result's
 own order and needs no further copy. Buffers cross the wire as bytes, except
-where the wire reduces natively (gpu_backend/wires.py says when); otherwise
+where the wire reduces natively (gpu_backend/transports/wires.py says when); otherwise
 partials are gathered and folded in team order, as the spec folds them.
 
 Block shapes come from the global extents the segment is handed (spec §8),
@@ -18,7 +18,7 @@ ceil(E/n) and keep exactly each block (spec §3.1, §7); gather and scatter move
 each block at its own size, point to point. An even all_to_all needs no slots:
 each piece goes point to point straight into its place in the result
 (_pieces_in_place), the peers' pieces packed into one send buffer where they
-need packing (gpu_backend/packing.py). Both it and a native reduce_scatter from
+need packing (gpu_backend/transports/packing.py). Both it and a native reduce_scatter from
 a re-laid-out source can go in chunks, each packed while the wire moves the
 one before (CHUNKS, RS_CHUNKS).
 """
@@ -31,10 +31,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gpu_backend.buffer import DeviceBuffer
-from gpu_backend.kernels import copy_into, laid_out
-from gpu_backend.packing import peer_pieces, slot_rows
-from gpu_backend.transports import Buffers, DeviceArrays, received
+from gpu_backend.buffers.buffer import DeviceBuffer
+from gpu_backend.kernels.elementwise import copy_into, laid_out
+from gpu_backend.transports.device_arrays import Buffers, DeviceArrays, received
+from gpu_backend.transports.packing import peer_pieces, slot_rows
 from interp.collectives import block_index
 from interp.mpi_transport import MpiTransport
 from interp.transport import rank_part
@@ -192,7 +192,7 @@ def _reduced_in_chunks(t: RankTransport, op: ops.ReduceScatter, team: Team, x: D
                        chunks: int, order: tuple[int, ...]) -> None:
     """An even native reduce_scatter in `chunks` chunks along the axis: chunk
     k of every member's slot is packed into one send buffer (one copy launch,
-    gpu_backend/packing.py) and reduced into chunk k of mine, which is
+    gpu_backend/transports/packing.py) and reduced into chunk k of mine, which is
     contiguous (the axis outermost), while the kernels pack chunk k + 1."""
     n, axis, c = len(team.devices), op.axis, got.shape[op.axis]
     kept = []  # the packed chunks, alive until the wire is done with them

@@ -6,10 +6,10 @@ for every result, slice and view. `Memory` is a 1-D array of device memory
 seen as an integer pointer, a length and a dtype, with the few operations the
 backend uses (slices, dtype views, the CUDA array interface, one driver call
 per copy to or from the host); `empty` takes its block from the pool
-(gpu_backend/pool.py) directly, and every view of one block holds one `Lease`,
+(gpu_backend/buffers/pool.py) directly, and every view of one block holds one `Lease`,
 which gives the block back when the last view is gone, as numba's pointer
 counting does. Kernel launches pack it without asking numba
-(gpu_backend/launch.py); cupy, nccl4py and torch read its array interface.
+(gpu_backend/launches/launch.py); cupy, nccl4py and torch read its array interface.
 
 Without the pool (the simulator, or REFIR_GPU_POOL=0) `empty` returns numba's
 own device array, so everything that reads `.data` takes either.
@@ -22,6 +22,8 @@ from functools import cache
 from typing import Any
 
 import numpy as np
+
+from gpu_backend.buffers import pool
 
 _pool: Any = None  # the current context's pool, found on first use (after the device is chosen)
 
@@ -131,15 +133,15 @@ def _host_copies() -> tuple[Any, Any, Any] | None:
 
 def _checked(what: str, rc: int) -> None:
     if rc:
-        from gpu_backend.driver_launch import LaunchError, error_name
+        from gpu_backend.launches.driver_launch import LaunchError, error_name
 
         raise LaunchError(f"{what}: {error_name(rc)} ({rc})")
 
 
-def set_pool(pool: Any) -> None:
-    """Use `pool` for `empty` (None: find the current context's again on next use)."""
+def set_pool(given: Any) -> None:
+    """Use `given` for `empty` (None: find the current context's again on next use)."""
     global _pool
-    _pool = pool
+    _pool = given
 
 
 def empty(size: int, dtype: np.dtype) -> Any:
@@ -147,9 +149,7 @@ def empty(size: int, dtype: np.dtype) -> Any:
     pool where there is one, else numba's device array."""
     global _pool
     if _pool is None:
-        from gpu_backend.pool import current
-
-        _pool = current() or False
+        _pool = pool.current() or False
     if _pool is False:
         from gpu_backend.device import cuda
 
@@ -157,3 +157,6 @@ def empty(size: int, dtype: np.dtype) -> Any:
     nbytes = max(size, 1) * dtype.itemsize
     block, klass = _pool.take(nbytes)
     return Memory(block.device_pointer_value, size, dtype, Lease(_pool, block, klass))
+
+
+pool.on_reset.append(lambda: set_pool(None))  # the pool's context is gone: find the next one's

@@ -1,0 +1,5 @@
+"""Communications on device buffers: what both transports build on
+(device_arrays), every rank in this process and the choice of transport
+(in_process), one rank per MPI process (rank_transport, its packing in
+packing), the wires that move bytes between ranks (wires: NCCL or MPI), and
+the bounded waits for communications queued on the GPU (pending)."""
