@@ -104,3 +104,49 @@ def test_moves_all_lists_every_move(tmp_path):
     comm = next(s["communication"] for s in doc["steps"] if s["communication"])
     assert comm["moves"] == 132 > MOVES_LISTED and len(comm["transfers"]) == 132
     assert comm["transfers"][0] == {"from": 0, "to": 1, "ranges": [[0, 8], [0, 4]], "bytes": 128}
+
+
+def mesh_3d_program() -> str:
+    ids = [[[z * 256 + y * 16 + x for x in range(16)] for y in range(16)] for z in range(16)]
+    return (f"mesh m = {ids}\n"
+            "func main(x: f32[64@DIDz, 64@DIDy, 64@DIDx] on m) {\n"
+            "  y: f32[64@DIDz, 64, 64@DIDx] on m = set(x)\n"
+            "  z: f32[64@DIDz, 64@DIDx, 64] on m = set(y)\n"
+            "  s: f32[64, 64@DIDx] on m = sum(z, dims=[0])\n"
+            "  return s\n}\n")
+
+
+def test_a_16x16x16_mesh_is_drawn_by_its_slices_with_no_cell_cut(tmp_path):
+    import resource
+
+    path = tmp_path / "m3d.rir"
+    path.write_text(mesh_3d_program())
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run([sys.executable, "-m", "refir", "explain", str(path), "--svg", str(tmp_path / "m.svg")],
+                          capture_output=True, text=True, timeout=300, env={**__import__("os").environ,
+                                                                            "REFIR_MAX_DEVICES": "65536"})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "mesh m = 16x16x16 of devices (0..4095), in mesh order" in out
+    assert "... 13 more grids, one per block of axis 2" in out  # pages: the first two and the last
+    assert "│ +10   │ ...      │" in out  # rows and columns: the first 4 and last 2 around the gap
+    assert "4,084 more devices: --device D shows one, --json lists every one" in out
+    assert "\u2026" not in out  # rich's mark of a cut cell
+    assert max(map(len, out.splitlines())) <= 100
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    assert cpu < 10, f"explain of a 16x16x16 mesh took {cpu:.1f} s of CPU"  # the target is 5 s
+    svg = (tmp_path / "m.svg").read_text()
+    assert svg.count("<rect") < 2000  # the drawing elides as the text does
+
+
+def test_a_small_grid_is_drawn_whole():
+    from refir.explain.drawing import grid_drawing
+    from refir.explain.placement import placement
+
+    checked = verify(parse(allgather(8)))
+    drawing = grid_drawing(placement("x", checked.types["x"], {}))
+    assert len(drawing.cells) == 8 and not any(lb.text == "..." for lb in drawing.labels)
+    large = verify(parse(allgather(16)))
+    drawing = grid_drawing(placement("x", large.types["x"], {}))
+    assert len(drawing.cells) == 6 and sum(lb.text == "..." for lb in drawing.labels) == 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from refir.explain.pictures import grid_axes, holder_text, span
+from refir.explain.pictures import GRID_PAGES, grid_axes, holder_text, left_out, shown_blocks, shown_pages, span
 from refir.explain.placement import Placement, Range
 
 FONT = 12  # px
@@ -96,55 +96,87 @@ def wrap(text: str, chars: int) -> tuple[str, ...]:
     return tuple(lines)
 
 
+GAP = 3 * FONT  # px across the gap that stands for the blocks a large grid leaves out
+
+
 def grid_drawing(p: Placement, focus: int | None = None) -> GridDrawing:
-    """The grid's pages one below another, each titled by its block of a third sharded axis."""
+    """The grid's pages one below another, each titled by its block of a third sharded
+    axis. Past GRID_BLOCKS blocks an axis, or GRID_PAGES pages, the middle ones are left
+    out (refir.explain.pictures.shown_blocks), a gap labelled with how many: cells stay whole."""
     rows, cols, pages = grid_axes(p)
     holders = p.holders()
     ranges_of = {(i, n[i]): r[i] for n, r, _ in holders for i in n}
+    by_number = {tuple(sorted(n.items())): k for k, (n, _, _) in enumerate(holders)}
+
+    def ids(axis: int | None) -> list[int | None]:
+        return [0] if axis is None else shown_blocks(p.type.mesh.size(p.type.axes[axis].shard))
+
+    def count(axis: int) -> int:
+        return p.type.mesh.size(p.type.axes[axis].shard)
 
     def extents(axis: int | None) -> list[int]:
         if axis is None:
             return [1]
-        blocks = p.type.mesh.size(p.type.axes[axis].shard)
-        return [b - a for a, b in (ranges_of[axis, k] for k in range(blocks))]
+        return [b - a for a, b in (ranges_of[axis, k] for k in ids(axis) if k is not None)]
+
+    def sizes(axis: int | None, least: float, target: float, cap: float) -> list[float]:
+        """Pixels per shown block, GAP where the left-out ones stand."""
+        shown = iter(axis_sizes(extents(axis), least, target, cap))
+        return [GAP if k is None else next(shown) for k in ids(axis)]
 
     texts = [holder_text(p, ds) + (" (empty)" if any(b <= a for a, b in r) else "") for _, r, ds in holders]
     least_w = max(6, *(len(w) for t in texts for w in t.split(" "))) * CHAR + 2 * PAD
-    widths = axis_sizes(extents(cols), least_w, *((TARGET[0], CAP[0]) if cols is not None else (0, 0)))
+    col_ids, row_ids = ids(cols), ids(rows)
+    widths = sizes(cols, least_w, *((TARGET[0], CAP[0]) if cols is not None else (0, 0)))
     if cols is None:  # one block across: as wide as its label
         widths = [max(widths[0], min(text_width(max(texts, key=len)) + 2 * PAD, CAP[0]))]
 
     def holder(fixed: dict[int, int]) -> int:
-        return next(k for k, (n, _, _) in enumerate(holders) if all(n[i] == v for i, v in fixed.items()))
+        return by_number[tuple(sorted(fixed.items()))]
 
-    def fixed_of(page: dict[int, int], r: int, c: int) -> dict[int, int]:
+    def fixed_of(page: dict[int, int], r: int | None, c: int | None) -> dict[int, int]:
         fixed = dict(page)
-        if rows is not None:
+        if rows is not None and r is not None:
             fixed[rows] = r
-        if cols is not None:
+        if cols is not None and c is not None:
             fixed[cols] = c
         return fixed
 
+    def block_extent(axis: int, k: int) -> int:
+        a, b = ranges_of[axis, k]
+        return b - a
+
+    kept_pages = shown_pages(pages)
     # Labels wrapped to their columns; the rows are then tall enough for the tallest.
     need = (LINE + 2 * PAD) if rows is not None else 40.0  # one row: a band, not a line
-    for page in pages:
-        for r in range(len(extents(rows))):
-            for c, w in enumerate(widths):
+    for page in kept_pages:
+        for r in row_ids:
+            for c, w in zip(col_ids, widths):
+                if page is None or r is None or c is None:
+                    continue
                 text = texts[holder(fixed_of(page, r, c))]
-                if cols is not None and extents(cols)[c] == 0:
+                if cols is not None and block_extent(cols, c) == 0:
                     need = max(need, text_width(text) + 2 * PAD)
                 else:
                     need = max(need, len(wrap(text, int((w - 2 * PAD) // CHAR))) * LINE + 2 * PAD)
-    heights = axis_sizes(extents(rows), need, *((TARGET[1], CAP[1]) if rows is not None else (0, 0)))
+    heights = sizes(rows, need, *((TARGET[1], CAP[1]) if rows is not None else (0, 0)))
 
-    head = [span(ranges_of[cols, c]) for c in range(len(widths))] if cols is not None else []
+    def head_text(c: int | None) -> str:
+        return f"+{left_out(count(cols))}" if c is None else span(ranges_of[cols, c])  # type: ignore[arg-type]
+
+    head = [head_text(c) for c in col_ids] if cols is not None else []
     band = max([LINE] + [text_width(t) + PAD for t, w in zip(head, widths) if text_width(t) > w - 2]) + PAD
-    side = 0.0 if rows is None else max(text_width(f"axis {rows}"), *(text_width(span(ranges_of[rows, r]))
-                                                                       for r in range(len(heights)))) + 2 * PAD
+    side = 0.0 if rows is None else max(text_width(f"axis {rows}"), *(
+        text_width(f"+{left_out(count(rows))}" if r is None else span(ranges_of[rows, r])) for r in row_ids)) + 2 * PAD
     cells: list[Cell] = []
     labels: list[Label] = []
     y = 0.0
-    for page in pages:
+    for page in kept_pages:
+        if page is None:
+            labels.append(Label(0, y + FONT, f"... {left_out(len(pages), GRID_PAGES)} more grids, one per block of "
+                                f"axis {next(iter(pages[0]))}", "start"))
+            y += 2 * LINE
+            continue
         if page:
             title = ", ".join(f"axis {a} {span(ranges_of[a, n])}" for a, n in page.items())
             labels.append(Label(0, y + FONT, title, "start", bold=True))
@@ -162,15 +194,20 @@ def grid_drawing(p: Placement, focus: int | None = None) -> GridDrawing:
             y += band
         if rows is not None:
             labels.append(Label(PAD, top + FONT, f"axis {rows}", "start", bold=True))
-        for r, h in enumerate(heights):
+        for r, h in zip(row_ids, heights):
             if rows is not None:
-                labels.append(Label(side - PAD, y + h / 2 + FONT / 3, span(ranges_of[rows, r]), "end"))
+                text = f"+{left_out(count(rows))}" if r is None else span(ranges_of[rows, r])
+                labels.append(Label(side - PAD, y + h / 2 + FONT / 3, text, "end"))
             x = side
-            for c, w in enumerate(widths):
+            for c, w in zip(col_ids, widths):
+                if r is None or c is None:  # the gap: a mark where the left-out blocks stand
+                    labels.append(Label(x + w / 2, y + h / 2 + FONT / 3, "...", "middle"))
+                    x += w
+                    continue
                 k = holder(fixed_of(page, r, c))
                 number, ranges, ds = holders[k]
                 empty = any(b <= a for a, b in ranges)
-                vertical = cols is not None and extents(cols)[c] == 0
+                vertical = cols is not None and block_extent(cols, c) == 0
                 text = texts[k]
                 lines = (text,) if vertical else wrap(text, int((w - 2 * PAD) // CHAR))
                 cells.append(Cell(x, y, w, h, ds, ranges, tuple(sorted(number.items())), lines, k, empty,

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from refir.explain.placement import RULES, Block, CommFacts, Placement, Range, StepFacts, nbytes
 from refir.ir import ops
-from refir.ir.types import DIDS
+from refir.ir.types import DIDS, Mesh
 from refir.text.printer import format_call, format_mesh
 
 PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
@@ -42,11 +42,15 @@ def ints(xs: tuple[int, ...] | list[int]) -> str:
     return "[" + ", ".join(map(str, xs)) + "]"
 
 
-def devices_text(ds: tuple[int, ...] | list[int]) -> str:
-    """`(0 1 2 3)`; past 16 devices, runs of consecutive ids as `0..1023`, and past 8
-    runs the first and last ones around the count."""
-    if len(ds) <= 16:
+def devices_text(ds: tuple[int, ...] | list[int], most: int = 16) -> str:
+    """`(0 1 2 3)`; past `most` devices, an even progression as `0..1023` or
+    `0..240 step 16`, else runs of consecutive ids, and past 8 runs the first and last
+    ones around the count."""
+    if len(ds) <= most:
         return "(" + " ".join(map(str, ds)) + ")"
+    step = ds[1] - ds[0]
+    if step > 0 and all(b - a == step for a, b in zip(ds, ds[1:])):
+        return f"({ds[0]}..{ds[-1]}{f' step {step}' if step > 1 else ''})"
     runs: list[list[int]] = []
     for d in ds:
         if runs and d == runs[-1][1] + 1:
@@ -63,23 +67,31 @@ def mesh_text(p: Placement) -> str:
     m = p.type.mesh
     names = [d for d in DIDS if m.has(d)][::-1]  # outermost mesh axis first
     axes = " x ".join(f"{n}={m.size(n)}" for n in names)
-    return f"{format_mesh(m).replace(' = ', ' ')} ({axes})"
+    return f"{mesh_listing(m).replace(' = ', ' ')} ({axes})"
+
+
+def mesh_listing(m: Mesh) -> str:
+    """A mesh as the program writes it; past DEVICES_LISTED devices its shape and its
+    ids as runs (`mesh m = 16x16x16 of devices (0..4095)`, in mesh order)."""
+    if len(m.devices) <= DEVICES_LISTED:
+        return format_mesh(m)
+    return f"mesh {m.name} = {'x'.join(map(str, m.shape))} of devices {devices_text(m.devices)}, in mesh order"
 
 
 def holder_text(p: Placement, devices: tuple[int, ...]) -> str:
     """Who holds one block: one device, copies, or terms of a partial value."""
     t = p.type
     if not t.partial:
-        return "dev " + devices_text(devices)[1:-1] + (" (copies)" if len(devices) > 1 else "")
+        return "dev " + devices_text(devices, 8)[1:-1] + (" (copies)" if len(devices) > 1 else "")
     # Devices that differ only on partial mesh axes hold terms of one sum.
     keep = [i for i in range(t.mesh.ndim) if i not in {t.mesh.axis_of(k) for k in t.partial}]
     sums: dict[tuple[int, ...], list[int]] = {}
     for d in devices:
         c = t.mesh.coords(d)
         sums.setdefault(tuple(c[i] for i in keep), []).append(d)
-    terms = ", ".join("+".join(map(str, ds)) if len(ds) <= 16 else f"{ds[0]}+...+{ds[-1]} [{len(ds)} terms]"
-                      for ds in list(sums.values())[:16])
-    if len(sums) > 16:
+    terms = ", ".join("+".join(map(str, ds)) if len(ds) <= 8 else f"{ds[0]}+{ds[1]}+...+{ds[-1]} [{len(ds)} terms]"
+                      for ds in list(sums.values())[:2 if len(sums) > 4 else 4])
+    if len(sums) > 4:
         terms += f", ... [{len(sums)} sums]"
     return f"dev {terms} (partial {t.partial_kind}{', copies' if len(sums) > 1 else ''})"
 
@@ -161,10 +173,14 @@ def grid(p: Placement, focus: int | None = None) -> RenderableType:
     def count(axis: int | None) -> int:
         return 1 if axis is None else t.mesh.size(t.axes[axis].shard)
 
+    elided = any(a is not None and count(a) > GRID_BLOCKS for a in (rows, cols))
+
     def label(axis: int, number: int | None) -> str:
         if number is None:
-            return f"... {left_out(count(axis))} blocks"
-        return f"axis {axis} {span(ranges_of[axis, number])}"
+            return f"+{left_out(count(axis))}"
+        # an elided grid names its axes once, in its title, so that no label is cut
+        return span(ranges_of[axis, number]) if elided and axis in (rows, cols) else \
+            f"axis {axis} {span(ranges_of[axis, number])}"
 
     def numbers(axis: int | None) -> list[int | None]:
         return [None] if axis is None else shown_blocks(count(axis))
@@ -176,12 +192,18 @@ def grid(p: Placement, focus: int | None = None) -> RenderableType:
                                f"{next(iter(pages[0]))}", style="dim"))
             continue
         title = ", ".join(label(a, n) for a, n in page.items()) or None
+        if elided:
+            axes = ", ".join(f"{what}: axis {a} ({count(a)} blocks, +k: k left out)"
+                             for what, a in (("down", rows), ("across", cols)) if a is not None)
+            title = f"{title}; {axes}" if title else axes
         table = Table(box=box.SQUARE, show_lines=True, title=title, title_justify="left",
                       show_header=cols is not None)
         if rows is not None:
-            table.add_column("", no_wrap=True)
+            table.add_column("", no_wrap=True, min_width=max(len(label(rows, r)) for r in numbers(rows)))
         for c in numbers(cols):
-            table.add_column(label(cols, c) if cols is not None else "", no_wrap=True)
+            # an elided grid wraps a long holder list inside its cell rather than cut it
+            table.add_column(label(cols, c) if cols is not None else "", no_wrap=not elided,
+                             overflow="fold" if elided else "ellipsis")
         for r in numbers(rows):
             cells = []
             for c in numbers(cols):
@@ -211,10 +233,13 @@ def device_table(p: Placement, devices: list[int] | None = None) -> Table:
     gap = len(blocks) - head - tail if len(blocks) > DEVICES_LISTED else 0
     for i, b in enumerate(blocks):
         if gap and i == head:
-            table.add_row("...", f"{gap:,} more devices (--device D shows one, --json lists every one)", "", "", "")
+            table.add_row(*["..."] * 5)
         if gap and head <= i < head + gap:
             continue
         table.add_row(str(b.device), ints(b.coords), spans(b.ranges), ints(b.local_shape), strides_text(p, b))
+    if gap:
+        table.caption = f"{gap:,} more devices: --device D shows one, --json lists every one"
+        table.caption_justify = "left"
     return table
 
 

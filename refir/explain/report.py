@@ -23,7 +23,7 @@ from rich.text import Text
 from refir.checks.limits import DEVICES
 from refir.checks.verifier import Checked, verify
 from refir.errors import InputError
-from refir.explain.pictures import MOVES_LISTED, pattern_lines, step_picture, value_picture
+from refir.explain.pictures import MOVES_LISTED, mesh_listing, pattern_lines, step_picture, value_picture
 from refir.explain.placement import CommFacts, Explained, Placement, explain, placement
 from refir.explain.svg import html_of, svg_of
 from refir.ir import ops
@@ -31,7 +31,6 @@ from refir.lowering.lower import Lowered, lower
 from refir.running.bindings import check_world, devices_needed
 from refir.running.inputs import bindings_for, writable_file
 from refir.text.load import load
-from refir.text.printer import format_mesh
 from refir.world.ranks import mpi_world
 
 WIDTH = 100  # when not writing to a terminal: output that is the same everywhere
@@ -245,7 +244,7 @@ def pictures_of(ex: Explained, device: int | None = None, value: str | None = No
     out: list[RenderableType] = [Text(f"{checked.program.file}: {checked.func.name}, world of {ex.world}"
                                       + (f", {binds}" if binds else ""), style="bold")]
     if value is None:
-        out += [format_mesh(m) for m in checked.program.meshes]
+        out += [mesh_listing(m) for m in checked.program.meshes]
 
     def idle(p: Placement) -> list[int]:
         return [d for d in range(ex.world) if d not in p.type.mesh]
