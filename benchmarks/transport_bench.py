@@ -38,7 +38,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from interp.mpi_transport import MpiTransport
+from interp.mpi.transport import MpiTransport
 from refir.ir import ops
 from refir.ir.types import Axis, Mesh, TensorType
 
@@ -139,8 +139,8 @@ def layout_bounds(elems: int) -> list[tuple[str, tuple[float, float]]]:
     block into row-major order (numpy's copy and host_copy's tiled one), and the
     all_to_all's packing of column pieces one after another (numpy's copy and the
     transport's)."""
-    from interp.host_copy import copy_into
-    from interp.mpi_plans import _sender
+    from interp.mpi.host_copy import copy_into
+    from interp.mpi.plans import _sender
 
     n, cols = MPI.COMM_WORLD.size, 64
     block = np.random.default_rng(0).standard_normal((elems // cols, cols)).astype(np.float32)

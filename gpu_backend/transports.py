@@ -123,7 +123,7 @@ def transport_for(world: World) -> DeviceInProcess | RankTransport:
     from gpu_backend.device import SIMULATED
     from gpu_backend.rank_transport import RankTransport  # it builds on this module
     from gpu_backend.wires import MpiWire, NcclWire
-    from interp.mpi_transport import MpiTransport
+    from interp.mpi.transport import MpiTransport
 
     mpi = MpiTransport()
     return RankTransport(mpi, MpiWire(mpi) if SIMULATED else NcclWire(mpi))

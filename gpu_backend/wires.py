@@ -38,7 +38,7 @@ import numpy as np
 
 from gpu_backend import pending, recording
 from gpu_backend.buffer import DeviceBuffer
-from interp.mpi_transport import MpiTransport
+from interp.mpi.transport import MpiTransport
 from interp.sentinel import empty_bytes
 from refir.errors import RunError
 from refir.world.mpi_job import COMMS, bcast_bytes, wait

@@ -1,11 +1,11 @@
 """all_to_all as one rank makes it under MPI, planned once per (op, type,
-team, rank) (interp/mpi_plans.py's registry): of equal blocks, and of uneven
+team, rank) (interp/mpi/plans.py's registry): of equal blocks, and of uneven
 ones (pieces of other sizes, each at its place among the others in its
 receiver's result).
 
 Where a team's members share a node, each piece goes straight from its
 sender's buffer into its receiver's result where the results lie in shared
-memory (interp/mpi_shared.py's result slots, past 256 KiB a piece), else
+memory (interp/mpi/shared_windows.py's result slots, past 256 KiB a piece), else
 through the team's window; across nodes, or below the window's size, through
 MPI's Alltoall (equal blocks, the pieces packed by one copy or sent from the
 buffer's own memory) or Alltoallv. Every piece is a copy: the bits never change.
@@ -19,8 +19,8 @@ from math import prod
 import numpy as np
 from mpi4py import MPI
 
-from interp.host_copy import copy_into, piece_into
-from interp.mpi_plans import (
+from interp.mpi.host_copy import copy_into, piece_into
+from interp.mpi.plans import (
     PiecesWriter,
     PieceWriter,
     Run,
@@ -39,7 +39,7 @@ from interp.mpi_plans import (
     result,
     scratch,
 )
-from interp.mpi_shared import SharedResults, SharedSegments, shared_results, shared_segments
+from interp.mpi.shared_windows import SharedResults, SharedSegments, shared_results, shared_segments
 from interp.sentinel import fill_bytes
 from interp.transport import HANDED_OUT
 from refir.ir import ops
@@ -63,7 +63,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
     """Piece k to member k; the received pieces lie side by side, concatenation
     axis first, which is the result (no concatenating copy). On one node, each
     piece goes straight from its sender's buffer into its receiver's result
-    where the results lie in shared memory (interp/mpi_shared.py's result
+    where the results lie in shared memory (interp/mpi/shared_windows.py's result
     slots), else through the window."""
     n, blocks = len(team.devices), block_shapes(src, team.devices)
     shape, extent = blocks[rank], src.axes[op.split_axis].extent
@@ -244,7 +244,7 @@ def _piece_writer(shape: tuple[int, ...], n: int, split_axis: int, axis: int) ->
     in C order with `axis` first, into the bytes it is given: straight from the
     buffer, through a view of it (no packing copy): by runs where the buffer is
     dense and each piece is a run of every row, else by one copy of the
-    piece's view (tiled where it transposes, interp/host_copy.py)."""
+    piece's view (tiled where it transposes, interp/mpi/host_copy.py)."""
     runs = _runs(shape, n, split_axis, axis)
     cut, order, stacked = _stacking(shape, n, split_axis, axis)
 

@@ -10,9 +10,9 @@ MPI call was most of a call's time, and four ranks sharing two cores pay for
 it about twice over (benchmarks/RESULTS.md, "third pass"). Results are arrays
 of their own (`result`: kept ones nobody holds any more, past 64 KiB; an
 allgather's or all_to_all's may be a result slot in shared memory,
-interp/mpi_shared.py), in C order where the result's axes keep their order, so
+interp/mpi/shared_windows.py), in C order where the result's axes keep their order, so
 that spmd's NumpyTransport need not copy them again. all_to_all's plans are
-in interp/mpi_all_to_all.py (registered here when interp/mpi_transport.py
+in interp/mpi/all_to_all.py (registered here when interp/mpi/transport.py
 imports it).
 Reductions fold in team order (interp.impls.fold, the in-process transport's
 fold), never MPI's.
@@ -27,9 +27,10 @@ from math import prod
 import numpy as np
 from mpi4py import MPI
 
-from interp.host_copy import copy_into, pieces_into
 from interp.impls import fold
-from interp.mpi_shared import (
+from interp.mpi.host_copy import copy_into, pieces_into
+from interp.mpi.row_runs import runs_into, runs_scattered
+from interp.mpi.shared_windows import (
     SHARED_MIN_BYTES,
     SharedResults,
     SharedSegments,
@@ -37,7 +38,6 @@ from interp.mpi_shared import (
     shared_results,
     shared_segments,
 )
-from interp.row_runs import runs_into, runs_scattered
 from interp.sentinel import fill
 from interp.transport import HANDED_OUT
 from refir.ir import ops
@@ -229,7 +229,7 @@ def _sliced_allreduce(comm: MPI.Comm, x: np.ndarray, kind: str) -> np.ndarray:
 
 
 # Where every member has a core, a reduce_scatter takes the window from smaller
-# partials than the other collectives (mpi_shared.SHARED_MIN_BYTES): it copies
+# partials than the other collectives (shared_windows.SHARED_MIN_BYTES): it copies
 # nothing out, where MPI's all-to-all is followed by a fold over its received
 # copy (two ranks: 4096 even elements 1.96 -> 1.30 of MPI's
 # Reduce_scatter_block, 16383 uneven ones 1.75 -> 0.92). Four ranks on two
@@ -259,7 +259,7 @@ def _reduce_scatter_plan(op: ops.ReduceScatter, src: TensorType, team: Team, ran
     got_at, nbytes = displacements(got), prod(shape) * itemsize
     in_order = all(e <= 1 for e in shape[:op.axis])  # a dense partial holds its pieces one after another
     write, pack = _uneven_sender(shape, n, op.axis, 0, sent)
-    # pieces cut along an inner axis are runs of every row: written in one pass (interp/row_runs.py)
+    # pieces cut along an inner axis are runs of every row: written in one pass (interp/mpi/row_runs.py)
     write_others = _run_writers(shape, n, op.axis, 0, write)[1] if prod(shape[:op.axis]) > 1 else _one_by_one(write)
     own = tuple(slice(*block(extent, n, rank)) if a == op.axis else slice(None) for a in range(len(shape)))
     theirs = slice(sent_at[rank], sent_at[rank] + got[rank])  # this rank's piece among each member's
@@ -481,7 +481,7 @@ def _run_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: int,
     n along `split_axis` (equal pieces, or the sharding rule's uneven ones),
     each in C order with `axis` first: where the buffer is dense and each piece
     is a run of every row (the axes before `axis` have one element in a
-    piece), by interp/row_runs.py's vector moves, several pieces in one pass
+    piece), by interp/mpi/row_runs.py's vector moves, several pieces in one pass
     over the rows (63 float32 columns in four, rows of 252 bytes: numpy's copy
     of a 1 MiB piece took 0.06 ms, three 0.19-0.20; here 0.04 and 0.08-0.09;
     equal pieces of 64 columns, three: 0.08-0.11 through host_copy.piece_into

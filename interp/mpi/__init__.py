@@ -1,0 +1,1 @@
+"""The MPI transport: one rank per process, through mpi4py (placeholder)."""
