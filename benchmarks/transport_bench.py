@@ -140,7 +140,7 @@ def layout_bounds(elems: int) -> list[tuple[str, tuple[float, float]]]:
     all_to_all's packing of column pieces one after another (numpy's copy and the
     transport's)."""
     from interp.mpi.host_copy import copy_into
-    from interp.mpi.plans import _sender
+    from interp.mpi.layout import sender
 
     n, cols = MPI.COMM_WORLD.size, 64
     block = np.random.default_rng(0).standard_normal((elems // cols, cols)).astype(np.float32)
@@ -151,7 +151,7 @@ def layout_bounds(elems: int) -> list[tuple[str, tuple[float, float]]]:
             ("column-major to row-major, numpy", timed(lambda: np.copyto(out, strided))),
             ("column-major to row-major, tiled", timed(lambda: copy_into(out, strided))),
             ("all_to_all packing, numpy", timed(lambda: np.copyto(packed, stacked))),
-            ("all_to_all packing, refir", timed(lambda: _sender(block.shape, n, 1, 0)(block)))]
+            ("all_to_all packing, refir", timed(lambda: sender(block.shape, n, 1, 0)(block)))]
 
 
 RUN_PROGRAM = """mesh m = [{devices}]

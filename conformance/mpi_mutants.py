@@ -46,7 +46,7 @@ def mpi_allgather_own_block_kept() -> Iterator[None]:
     from mpi4py import MPI
 
     import interp.mpi.transport as mpi
-    from interp.mpi.plans import displacements
+    from interp.mpi.layout import displacements
     from interp.sentinel import fill_bytes
     from refir.world.mpi_job import wait
 

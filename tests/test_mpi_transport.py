@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 from interp import impls
 from interp.mpi import host_copy
-from interp.mpi import plans
+from interp.mpi import layout
 from interp.mpi.transport import fold, pack_into, split, to_bytes
 
 rng = np.random.default_rng(0)
@@ -41,10 +41,10 @@ for name, x in views.items():
                 pieces = [to_bytes(p, axis) for p in split(x, n, split_axis)]  # the pieces' bytes, by definition
                 sizes = [p.nbytes for p in pieces]
                 send = np.full(x.nbytes, 7, np.uint8)
-                plans._uneven_sender(x.shape, n, split_axis, axis, sizes)[1](x, send)
+                layout.uneven_sender(x.shape, n, split_axis, axis, sizes)[1](x, send)
                 assert send.tobytes() == b"".join(p.tobytes() for p in pieces), (name, axis, split_axis, n)
                 if x.ndim and x.shape[split_axis] % n == 0:
-                    even = plans._sender(x.shape, n, split_axis, axis)(x)
+                    even = layout.sender(x.shape, n, split_axis, axis)(x)
                     assert even.tobytes() == send.tobytes(), (name, axis, split_axis, n)
 for kernel in (host_copy._tiled, host_copy._in_order):
     assert kernel.signatures, kernel  # the big views went through both compiled copies
@@ -81,7 +81,7 @@ from unittest import mock
 
 import numpy as np
 
-from interp.mpi import plans, transport as mt
+from interp.mpi import layout, pools, transport as mt
 from refir.ir import ops
 from refir.lowering.teams import Team
 from refir.ir.types import Axis, Mesh, TensorType
@@ -125,7 +125,7 @@ for shape in ((4, 6, 8), (1, 8, 5), (16, 40, 72), (2048, 4, 3), (64, 40, 128)):
             for axis in range(3):
                 if shape[split_axis] % 4:
                     continue
-                got = plans._sender(shape, 4, split_axis, axis)(x)
+                got = layout.sender(shape, 4, split_axis, axis)(x)
                 want, _ = reference(x, 4, split_axis, axis)
                 assert got.tobytes() == want.tobytes(), (shape, x.strides, split_axis, axis)
                 if shape[0] == 1 and split_axis == 1 and axis <= 1 and x.flags.c_contiguous:
@@ -138,7 +138,7 @@ for shape in ((4, 7, 9), (1, 10, 5), (16, 40, 70), (2049, 4, 3), (1, 3000, 63)):
         for split_axis in range(3):
             for axis in range(3):
                 want, sizes = reference(x, 4, split_axis, axis)
-                write, pack = plans._uneven_sender(shape, 4, split_axis, axis, sizes)
+                write, pack = layout.uneven_sender(shape, 4, split_axis, axis, sizes)
                 got = np.full(x.nbytes, 7, np.uint8)
                 pack(x, got)
                 assert got.tobytes() == want.tobytes(), (shape, x.strides, split_axis, axis)
@@ -149,14 +149,14 @@ print("pieces agree")
 
 # Scratch buffers: kept per role between the bounds (the next call of the role
 # reuses the memory), fresh outside them.
-a = plans.scratch("test", (1 << 15,), np.float32)
-b = plans.scratch("test", (3, 1 << 14), np.float16)
+a = pools.scratch("test", (1 << 15,), np.float32)
+b = pools.scratch("test", (3, 1 << 14), np.float16)
 assert np.shares_memory(a, b) and b.shape == (3, 1 << 14) and b.dtype == np.float16 and b.flags.c_contiguous
-assert not np.shares_memory(a, plans.scratch("other", (1 << 15,), np.float32))
-small = plans.scratch("test", (8,), np.float32)
-assert not np.shares_memory(small, plans.scratch("test", (8,), np.float32))
-big = plans.scratch("test", (plans.SCRATCH_MAX_BYTES + 1,), np.uint8)
-assert not np.shares_memory(big, plans.scratch("test", (1 << 15,), np.float32))
+assert not np.shares_memory(a, pools.scratch("other", (1 << 15,), np.float32))
+small = pools.scratch("test", (8,), np.float32)
+assert not np.shares_memory(small, pools.scratch("test", (8,), np.float32))
+big = pools.scratch("test", (pools.SCRATCH_MAX_BYTES + 1,), np.uint8)
+assert not np.shares_memory(big, pools.scratch("test", (1 << 15,), np.float32))
 print("scratch kept")
 
 # One rank: a call goes to its plan while the rule is the transport's own; a

@@ -44,7 +44,8 @@ from interp.collectives import block_index, split
 from interp.impls import fold
 from interp.mpi import all_to_all  # noqa: F401 - its import registers the all_to_all plans
 from interp.mpi.host_copy import copy_into
-from interp.mpi.plans import PLANS, block_shapes, displacements, moved_first, planned
+from interp.mpi.layout import block_shapes, displacements, moved_first
+from interp.mpi.plans import PLANS, planned
 from interp.sentinel import empty_bytes
 from interp.transport import rank_part
 from refir.ir import ops
