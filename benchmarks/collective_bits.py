@@ -36,7 +36,7 @@ def dump(prefix: str) -> None:
     from mpi4py import MPI
 
     from interp.collectives import split
-    from interp.mpi_transport import MpiTransport
+    from interp.mpi.transport import MpiTransport
     from refir.ir import ops
     from refir.ir.types import Axis, Mesh, TensorType
 

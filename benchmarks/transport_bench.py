@@ -38,7 +38,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from interp.mpi_transport import MpiTransport
+from interp.mpi.transport import MpiTransport
 from refir.ir import ops
 from refir.ir.types import Axis, Mesh, TensorType
 
@@ -139,8 +139,8 @@ def layout_bounds(elems: int) -> list[tuple[str, tuple[float, float]]]:
     block into row-major order (numpy's copy and host_copy's tiled one), and the
     all_to_all's packing of column pieces one after another (numpy's copy and the
     transport's)."""
-    from interp.host_copy import copy_into
-    from interp.mpi_plans import _sender
+    from interp.mpi.host_copy import copy_into
+    from interp.mpi.layout import sender
 
     n, cols = MPI.COMM_WORLD.size, 64
     block = np.random.default_rng(0).standard_normal((elems // cols, cols)).astype(np.float32)
@@ -151,7 +151,7 @@ def layout_bounds(elems: int) -> list[tuple[str, tuple[float, float]]]:
             ("column-major to row-major, numpy", timed(lambda: np.copyto(out, strided))),
             ("column-major to row-major, tiled", timed(lambda: copy_into(out, strided))),
             ("all_to_all packing, numpy", timed(lambda: np.copyto(packed, stacked))),
-            ("all_to_all packing, refir", timed(lambda: _sender(block.shape, n, 1, 0)(block)))]
+            ("all_to_all packing, refir", timed(lambda: sender(block.shape, n, 1, 0)(block)))]
 
 
 RUN_PROGRAM = """mesh m = [{devices}]

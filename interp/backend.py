@@ -13,7 +13,7 @@ from refir.world.ranks import World
 def transport_for(world: World) -> Transport:
     if world.comm is None:
         return InProcess(world.size)
-    from interp.mpi_transport import MpiTransport
+    from interp.mpi.transport import MpiTransport
 
     return MpiTransport()
 

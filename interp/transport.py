@@ -3,7 +3,7 @@
 Both transports take the senders' buffers their process hosts and return the
 receivers' buffers their process hosts; both form teams with refir.lowering.teams and
 give identical bits. `InProcess` runs every rank in this process; `MpiTransport`
-(interp/mpi_transport.py) runs one rank per MPI process.
+(interp/mpi/transport.py) runs one rank per MPI process.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from refir.ir.types import TensorType
 from refir.lowering.teams import Team, teams, teams_of
 
 # Arrays a transport hands out as buffers of their own though they do not own
-# their memory (interp.mpi_shared's result slots: shared memory that nothing
+# their memory (interp.mpi.shared_windows's result slots: shared memory that nothing
 # else refers to while one is out), by id, so that spmd keeps them as it keeps
 # arrays that own their memory rather than copying them. The array itself
 # counts, not its views; an entry leaves with its array.

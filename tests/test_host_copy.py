@@ -1,4 +1,4 @@
-"""interp/host_copy.py: strided arrays copied into C order keep every byte, on
+"""interp/mpi/host_copy.py: strided arrays copied into C order keep every byte, on
 the tiled paths (the source's contiguous axis is not the last: 32-bit words
 through vector shuffles, taller or wider than tall, others a word at a time),
 the in-order
@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from interp import host_copy
+from interp.mpi import host_copy
 
 BASE = np.random.default_rng(0).standard_normal((37, 130, 29)).astype(np.float32)  # 550 KiB, odd extents
 # Every 32-bit pattern is possible, signalling NaNs with payloads among them: moved, never computed.

@@ -120,7 +120,7 @@ COLLECTIVE_JOBS = [
         "  y: f32[N@DIDx] on q = set(x)\n  return y\n}\n", x=f32(6)),
     job("all_to_all_and_reduce_scatter_uneven", "mesh m = [2, 0, 3]\nfunc main(x: f32[7@DIDx, 5]) {\n"
         "  y: f32[7, 5@DIDx] = set(x)\n  rs: f32[5@DIDx] = sum(x, dims=[0])\n  return y, rs\n}\n", x=f32(7, 5)),
-    # Blocks of 64 KiB: the host's tiled and in-order copies lay them out (interp/host_copy.py).
+    # Blocks of 64 KiB: the host's tiled and in-order copies lay them out (interp/mpi/host_copy.py).
     job("large_layout_changes", "mesh m = [2, 0, 3, 1]\nfunc main(x: f32[512@DIDx, 128]) {\n"
         "  c: f32[512@DIDx, 128] layout[1, 0] = set(x)\n  g: f32[512, 128] = set(c)\n"
         "  a: f32[512, 128@DIDx] = set(x)\n  return g, a\n}\n", x=f32(512, 128)),

@@ -21,9 +21,9 @@ import ml_dtypes
 import numpy as np
 from mpi4py import MPI
 
-from interp import mpi_shared
+from interp.mpi import shared_windows
 from interp.collectives import split
-from interp.mpi_transport import MpiTransport
+from interp.mpi.transport import MpiTransport
 from interp.spmd import NumpyTransport
 from refir.ir import ops
 from refir.world.mpi_job import COMMS
@@ -229,8 +229,8 @@ from unittest import mock
 import numpy as np
 from mpi4py import MPI
 
-from interp import mpi_shared
-from interp.mpi_transport import MpiTransport
+from interp.mpi import shared_windows
+from interp.mpi.transport import MpiTransport
 from refir.ir import ops
 from refir.errors import RunError
 from refir.ir.types import Axis, Mesh, TensorType
@@ -247,9 +247,9 @@ block = np.full((1024, 64 * n), rank, np.float32)
 assert t.communicate(op, src, dst, {rank: block})[rank].base is not None  # a slot
 if rank == 1:
     if sys.argv[1] == "round":
-        mpi_shared.SharedResults.offer = lambda self, slot: time.sleep(3600)
+        shared_windows.SharedResults.offer = lambda self, slot: time.sleep(3600)
     else:
-        mpi_shared.barrier = lambda c: time.sleep(3600)
+        shared_windows.barrier = lambda c: time.sleep(3600)
 start = time.monotonic()
 try:
     t.communicate(op, src, dst, {rank: block})
@@ -279,8 +279,8 @@ from unittest import mock
 import numpy as np
 from mpi4py import MPI
 
-from interp import mpi_shared
-from interp.mpi_transport import MpiTransport
+from interp.mpi import shared_windows
+from interp.mpi.transport import MpiTransport
 from refir.ir import ops
 from refir.errors import RunError
 from refir.ir.types import Axis, Mesh, TensorType
@@ -288,11 +288,11 @@ from refir.ir.types import Axis, Mesh, TensorType
 comm = MPI.COMM_WORLD
 n, rank = comm.size, comm.rank
 mock.patch("os.cpu_count", return_value=64).start()
-mpi_shared.SHARED_RESULTS_DIR = sys.argv[2]
+shared_windows.SHARED_RESULTS_DIR = sys.argv[2]
 with open(f"{sys.argv[3]}.pid{rank}", "w") as f:
     f.write(str(os.getpid()))
 if sys.argv[1] == "die" and rank == 1:
-    mpi_shared.allgather_obj = lambda *args, **kwargs: time.sleep(3600)
+    shared_windows.allgather_obj = lambda *args, **kwargs: time.sleep(3600)
 mesh = Mesh("m", (n,), tuple(range(n)))
 src = TensorType("f32", (Axis(1024 * n, "DIDx"), Axis(64)), mesh)
 dst = TensorType("f32", (Axis(1024 * n), Axis(64)), mesh)

@@ -2,7 +2,7 @@
 plain test run never loads mpi4py): a strided buffer laid out in place by
 pack_into, and equal pieces packed by one stacked copy, give the bytes
 to_bytes gives (small buffers through numpy's copy, large ones through the
-tiled and in-order copies of interp/host_copy.py), and the fold both transports
+tiled and in-order copies of interp/mpi/host_copy.py), and the fold both transports
 use (interp.impls.fold) combines left to right in the parts' dtype, into any
 layout. Under mpiexec: the collectives that go through a shared window."""
 
@@ -17,9 +17,9 @@ import numpy as np
 from mpi4py import MPI
 
 from interp import impls
-from interp import host_copy
-from interp import mpi_plans
-from interp.mpi_transport import fold, pack_into, split, to_bytes
+from interp.mpi import host_copy
+from interp.mpi import layout
+from interp.mpi.transport import fold, pack_into, split, to_bytes
 
 rng = np.random.default_rng(0)
 base = rng.standard_normal((4, 6, 5)).astype(np.float32)
@@ -41,10 +41,10 @@ for name, x in views.items():
                 pieces = [to_bytes(p, axis) for p in split(x, n, split_axis)]  # the pieces' bytes, by definition
                 sizes = [p.nbytes for p in pieces]
                 send = np.full(x.nbytes, 7, np.uint8)
-                mpi_plans._uneven_sender(x.shape, n, split_axis, axis, sizes)[1](x, send)
+                layout.uneven_sender(x.shape, n, split_axis, axis, sizes)[1](x, send)
                 assert send.tobytes() == b"".join(p.tobytes() for p in pieces), (name, axis, split_axis, n)
                 if x.ndim and x.shape[split_axis] % n == 0:
-                    even = mpi_plans._sender(x.shape, n, split_axis, axis)(x)
+                    even = layout.sender(x.shape, n, split_axis, axis)(x)
                     assert even.tobytes() == send.tobytes(), (name, axis, split_axis, n)
 for kernel in (host_copy._tiled, host_copy._in_order):
     assert kernel.signatures, kernel  # the big views went through both compiled copies
@@ -81,7 +81,7 @@ from unittest import mock
 
 import numpy as np
 
-from interp import mpi_plans, mpi_transport as mt
+from interp.mpi import layout, pools, transport as mt
 from refir.ir import ops
 from refir.lowering.teams import Team
 from refir.ir.types import Axis, Mesh, TensorType
@@ -109,7 +109,7 @@ print("every collective planned")
 # A planned reduce_scatter's or all_to_all's pieces are the bytes of each piece
 # (to_bytes) one after another, packed or (dense, in order) the buffer itself,
 # small and past host_copy's threshold.
-from interp import host_copy
+from interp.mpi import host_copy
 rng = np.random.default_rng(1)
 
 
@@ -125,7 +125,7 @@ for shape in ((4, 6, 8), (1, 8, 5), (16, 40, 72), (2048, 4, 3), (64, 40, 128)):
             for axis in range(3):
                 if shape[split_axis] % 4:
                     continue
-                got = mpi_plans._sender(shape, 4, split_axis, axis)(x)
+                got = layout.sender(shape, 4, split_axis, axis)(x)
                 want, _ = reference(x, 4, split_axis, axis)
                 assert got.tobytes() == want.tobytes(), (shape, x.strides, split_axis, axis)
                 if shape[0] == 1 and split_axis == 1 and axis <= 1 and x.flags.c_contiguous:
@@ -138,7 +138,7 @@ for shape in ((4, 7, 9), (1, 10, 5), (16, 40, 70), (2049, 4, 3), (1, 3000, 63)):
         for split_axis in range(3):
             for axis in range(3):
                 want, sizes = reference(x, 4, split_axis, axis)
-                write, pack = mpi_plans._uneven_sender(shape, 4, split_axis, axis, sizes)
+                write, pack = layout.uneven_sender(shape, 4, split_axis, axis, sizes)
                 got = np.full(x.nbytes, 7, np.uint8)
                 pack(x, got)
                 assert got.tobytes() == want.tobytes(), (shape, x.strides, split_axis, axis)
@@ -149,14 +149,14 @@ print("pieces agree")
 
 # Scratch buffers: kept per role between the bounds (the next call of the role
 # reuses the memory), fresh outside them.
-a = mpi_plans.scratch("test", (1 << 15,), np.float32)
-b = mpi_plans.scratch("test", (3, 1 << 14), np.float16)
+a = pools.scratch("test", (1 << 15,), np.float32)
+b = pools.scratch("test", (3, 1 << 14), np.float16)
 assert np.shares_memory(a, b) and b.shape == (3, 1 << 14) and b.dtype == np.float16 and b.flags.c_contiguous
-assert not np.shares_memory(a, mpi_plans.scratch("other", (1 << 15,), np.float32))
-small = mpi_plans.scratch("test", (8,), np.float32)
-assert not np.shares_memory(small, mpi_plans.scratch("test", (8,), np.float32))
-big = mpi_plans.scratch("test", (mpi_plans.SCRATCH_MAX_BYTES + 1,), np.uint8)
-assert not np.shares_memory(big, mpi_plans.scratch("test", (1 << 15,), np.float32))
+assert not np.shares_memory(a, pools.scratch("other", (1 << 15,), np.float32))
+small = pools.scratch("test", (8,), np.float32)
+assert not np.shares_memory(small, pools.scratch("test", (8,), np.float32))
+big = pools.scratch("test", (pools.SCRATCH_MAX_BYTES + 1,), np.uint8)
+assert not np.shares_memory(big, pools.scratch("test", (1 << 15,), np.float32))
 print("scratch kept")
 
 # One rank: a call goes to its plan while the rule is the transport's own; a
@@ -195,9 +195,9 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from interp import mpi_shared
+from interp.mpi import shared_windows
 from interp.collectives import split
-from interp.mpi_transport import MpiTransport
+from interp.mpi.transport import MpiTransport
 from interp.spmd import NumpyTransport
 from refir.ir import ops
 from refir.world.mpi_job import COMMS
@@ -289,7 +289,7 @@ def check():
         assert all(v is None for v in pools) and not any(slotted), (pools, slotted)
     # A member that cannot make its slots (here rank 1, for a new size): every member takes the window.
     if rank == 1:
-        mpi_shared.SHARED_RESULTS_DIR = "/nonexistent"
+        shared_windows.SHARED_RESULTS_DIR = "/nonexistent"
     src = TensorType("f32", (Axis(2048 * n, "DIDx"), Axis(64)), mesh, (1, 0))
     dst = TensorType("f32", (Axis(2048 * n), Axis(64)), mesh)
     mine = blocks((2048, 64), np.float32, 7)
@@ -331,8 +331,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-import interp.mpi_plans as plans
-from interp.mpi_transport import MpiTransport
+import interp.mpi.plans as plans
+from interp.mpi.transport import MpiTransport
 from refir.ir import ops
 from refir.errors import RunError
 from refir.world.mpi_job import COMMS

@@ -20,7 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 from interp.collectives import exchange, split
-from interp.mpi_transport import MpiTransport
+from interp.mpi.transport import MpiTransport
 from refir.ir import ops
 from refir.lowering.teams import Team
 from refir.ir.types import Axis, Mesh, TensorType
@@ -34,7 +34,7 @@ if sys.argv[1] == "force":
     mock.patch("os.cpu_count", return_value=64).start()
 slots = n <= os.cpu_count()
 t = MpiTransport()
-WINDOW, SLOT = 1 << 16, 1 << 18  # mpi_shared's bounds: a rank's bytes for the window, a block's for the slots
+WINDOW, SLOT = 1 << 16, 1 << 18  # shared_windows's bounds: a rank's bytes for the window, a block's for the slots
 RS_WINDOW = 1 << 14  # a reduce_scatter's partial takes the window from this size where members have cores
 
 
@@ -200,8 +200,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-import interp.mpi_shared as shared
-from interp.mpi_transport import MpiTransport
+import interp.mpi.shared_windows as shared
+from interp.mpi.transport import MpiTransport
 from refir.ir import ops
 from refir.errors import RunError
 from refir.ir.types import Axis, Mesh, TensorType

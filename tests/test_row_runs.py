@@ -1,4 +1,4 @@
-"""interp/row_runs.py: pieces of rows copied by vector moves keep every bit,
+"""interp/mpi/row_runs.py: pieces of rows copied by vector moves keep every bit,
 for every run length around the moves' sizes (1-byte, 8-byte and 32-byte
 moves, the last overlapping the one before), any row step, and several
 pieces written in one pass; bad shapes are refused."""
@@ -6,8 +6,8 @@ pieces written in one pass; bad shapes are refused."""
 import numpy as np
 import pytest
 
-from interp import row_runs
-from interp.row_runs import runs_into, runs_scattered
+from interp.mpi import row_runs
+from interp.mpi.row_runs import runs_into, runs_scattered
 
 
 @pytest.fixture

@@ -98,27 +98,27 @@ def test_in_process_collectives_make_their_buffers_with_the_sentinel(armed: None
 
 
 def test_mpi_results_and_receive_scratch_hold_the_sentinel(armed: None) -> None:
-    from interp import mpi_plans
+    from interp.mpi import pools
 
-    assert np.isnan(mpi_plans.result((4, 5), np.dtype(np.float32))).all()
+    assert np.isnan(pools.result((4, 5), np.dtype(np.float32))).all()
     big = (1 << 15,)  # 128 KiB of f32: a kept result, handed out again once nobody holds it
-    first = mpi_plans.result(big, np.dtype(np.float32))
+    first = pools.result(big, np.dtype(np.float32))
     first[...] = 1.0
     address = first.ctypes.data
     del first
-    again = mpi_plans.result(big, np.dtype(np.float32))
+    again = pools.result(big, np.dtype(np.float32))
     assert again.ctypes.data == address and np.isnan(again).all()
-    received = mpi_plans.scratch("received", (1 << 15,), np.dtype(np.int32))
+    received = pools.scratch("received", (1 << 15,), np.dtype(np.int32))
     assert (received.view(np.uint8) == sentinel.BYTE).all()
-    send = mpi_plans.scratch("send", (1 << 15,), np.dtype(np.int32))
+    send = pools.scratch("send", (1 << 15,), np.dtype(np.int32))
     send[...] = 7
-    assert (mpi_plans.scratch("send", (1 << 15,), np.dtype(np.int32)) == 7).all()  # a send buffer is not filled
+    assert (pools.scratch("send", (1 << 15,), np.dtype(np.int32)) == 7).all()  # a send buffer is not filled
 
 
 def test_the_mpi_allgathers_receive_buffer_holds_the_sentinel_around_its_own_block(armed: None) -> None:
     """What MpiTransport.allgather receives the others' blocks into (in place,
     MPI_IN_PLACE): this rank's block at its place, the sentinel elsewhere."""
-    from interp.mpi_transport import MpiTransport
+    from interp.mpi.transport import MpiTransport
 
     class Member:
         rank = 1

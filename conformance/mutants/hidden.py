@@ -97,13 +97,13 @@ def gpu_tree_skips_last_level() -> Iterator[None]:
 
 
 def _mpi_transport() -> Any:
-    """interp.mpi_transport under an MPI launch, else None: in one process these
+    """interp.mpi.transport under an MPI launch, else None: in one process these
     mutants have nothing to patch (the mutant table runs them under mpiexec)."""
     if not launched_by_mpi():
         return None
-    import interp.mpi_transport
+    import interp.mpi.transport
 
-    return interp.mpi_transport
+    return interp.mpi.transport
 
 
 @mutant("the MPI broadcast takes its root's world rank as the root's position in the team", by="values",

@@ -45,8 +45,8 @@ def mpi_allgather_own_block_kept() -> Iterator[None]:
         return
     from mpi4py import MPI
 
-    import interp.mpi_transport as mpi
-    from interp.mpi_plans import displacements
+    import interp.mpi.transport as mpi
+    from interp.mpi.layout import displacements
     from interp.sentinel import fill_bytes
     from refir.world.mpi_job import wait
 

@@ -33,18 +33,18 @@ def mpi_rules() -> dict:
     a plain run never loads mpi4py."""
     if not launched_by_mpi():
         return {}
-    from interp.mpi_transport import MPI_RULES
+    from interp.mpi.transport import MPI_RULES
 
     return MPI_RULES
 
 
 def mpi_module() -> Any:
-    """interp.mpi_transport under an MPI launch, else None (a plain run never loads mpi4py)."""
+    """interp.mpi.transport under an MPI launch, else None (a plain run never loads mpi4py)."""
     if not launched_by_mpi():
         return None
-    import interp.mpi_transport
+    import interp.mpi.transport
 
-    return interp.mpi_transport
+    return interp.mpi.transport
 
 
 def even(*types: TensorType) -> bool:

@@ -73,7 +73,7 @@ def transport_for(world: World) -> DeviceInProcess | RankTransport:
     from gpu_backend.device import SIMULATED
     from gpu_backend.transports.rank_transport import RankTransport  # under MPI only
     from gpu_backend.transports.wires import MpiWire, NcclWire
-    from interp.mpi_transport import MpiTransport
+    from interp.mpi.transport import MpiTransport
 
     mpi = MpiTransport()
     return RankTransport(mpi, MpiWire(mpi) if SIMULATED else NcclWire(mpi))

@@ -12,7 +12,7 @@ partials are gathered and folded in team order, as the spec folds them.
 
 Block shapes come from the global extents the segment is handed (spec §8),
 with uneven blocks too; a broadcast or send_recv receiver learns the shape
-from a small MPI header (interp.mpi_transport's). NCCL has no v-collectives:
+from a small MPI header (interp.mpi.transport's). NCCL has no v-collectives:
 uneven allgather, reduce_scatter and all_to_all move equal slots padded to
 ceil(E/n) and keep exactly each block (spec §3.1, §7); gather and scatter move
 each block at its own size, point to point. An even all_to_all needs no slots:
@@ -36,7 +36,7 @@ from gpu_backend.kernels.elementwise import copy_into, laid_out
 from gpu_backend.transports.device_arrays import Buffers, DeviceArrays, received
 from gpu_backend.transports.packing import peer_pieces, slot_rows
 from interp.collectives import block_index
-from interp.mpi_transport import MpiTransport
+from interp.mpi.transport import MpiTransport
 from interp.transport import rank_part
 from refir.ir import ops
 from refir.ir.tables import registrar

@@ -39,7 +39,7 @@ import numpy as np
 from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.launches import recording
 from gpu_backend.transports import pending
-from interp.mpi_transport import MpiTransport
+from interp.mpi.transport import MpiTransport
 from interp.sentinel import empty_bytes
 from refir.errors import RunError
 from refir.world.mpi_job import COMMS, bcast_bytes, wait

@@ -182,9 +182,9 @@ class _Walk:
         """What MPI's transport keeps past a communication of these sizes, from
         its step to the run's end (it may outlive the run, for the next one):
         a shared-memory window of two halves of a power of two of at least the
-        largest contribution (interp/mpi_shared.py), result slots of two powers
+        largest contribution (interp/mpi/shared_windows.py), result slots of two powers
         of two of at least the result, a kept pack buffer and a kept result
-        (interp/mpi_plans.py's scratch and result pool)."""
+        (interp/mpi/pools.py's scratch and result pool)."""
         (src,) = step.tensor_args()
         s, d = self.bytes[src], self.bytes[step.out]
         ranks = np.zeros(self.width, bool)

@@ -1,11 +1,11 @@
 """all_to_all as one rank makes it under MPI, planned once per (op, type,
-team, rank) (interp/mpi_plans.py's registry): of equal blocks, and of uneven
+team, rank) (interp/mpi/plans.py's registry): of equal blocks, and of uneven
 ones (pieces of other sizes, each at its place among the others in its
 receiver's result).
 
 Where a team's members share a node, each piece goes straight from its
 sender's buffer into its receiver's result where the results lie in shared
-memory (interp/mpi_shared.py's result slots, past 256 KiB a piece), else
+memory (interp/mpi/shared_windows.py's result slots, past 256 KiB a piece), else
 through the team's window; across nodes, or below the window's size, through
 MPI's Alltoall (equal blocks, the pieces packed by one copy or sent from the
 buffer's own memory) or Alltoallv. Every piece is a copy: the bits never change.
@@ -19,27 +19,23 @@ from math import prod
 import numpy as np
 from mpi4py import MPI
 
-from interp.host_copy import copy_into, piece_into
-from interp.mpi_plans import (
+from interp.mpi.host_copy import copy_into, piece_into
+from interp.mpi.layout import (
     PiecesWriter,
     PieceWriter,
-    Run,
-    _front_first,
-    _gathered_from,
-    _handed_out,
-    _one_by_one,
-    _rows_of_runs,
-    _run_writers,
-    _sender,
-    _stacking,
-    _uneven_sender,
     block_shapes,
     displacements,
-    plan,
-    result,
-    scratch,
+    front_first,
+    one_by_one,
+    rows_of_runs,
+    run_writers,
+    sender,
+    stacking,
+    uneven_sender,
 )
-from interp.mpi_shared import SharedResults, SharedSegments, shared_results, shared_segments
+from interp.mpi.plans import Run, plan
+from interp.mpi.pools import handed_out, result, scratch
+from interp.mpi.shared_windows import SharedResults, SharedSegments, shared_results, shared_segments
 from interp.sentinel import fill_bytes
 from interp.transport import HANDED_OUT
 from refir.ir import ops
@@ -63,7 +59,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
     """Piece k to member k; the received pieces lie side by side, concatenation
     axis first, which is the result (no concatenating copy). On one node, each
     piece goes straight from its sender's buffer into its receiver's result
-    where the results lie in shared memory (interp/mpi_shared.py's result
+    where the results lie in shared memory (interp/mpi/shared_windows.py's result
     slots), else through the window."""
     n, blocks = len(team.devices), block_shapes(src, team.devices)
     shape, extent = blocks[rank], src.axes[op.split_axis].extent
@@ -71,8 +67,8 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
         return _uneven_all_to_all_plan(op, src, team, rank)
     axis, split_axis = op.concat_axis, op.split_axis
     piece = tuple(extent // n if a == split_axis else e for a, e in enumerate(shape))
-    front, back = _front_first(tuple(e * n if a == axis else e for a, e in enumerate(piece)), axis)
-    pieces = _sender(shape, n, split_axis, axis)
+    front, back = front_first(tuple(e * n if a == axis else e for a, e in enumerate(piece)), axis)
+    pieces = sender(shape, n, split_axis, axis)
     write, write_all = _equal_writers(shape, n, split_axis, axis)
     runs = _runs(shape, n, split_axis, axis)
 
@@ -110,7 +106,7 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
             np.copyto(flat[rank * count:(rank + 1) * count], shared.half(rank, turn, (rank + 1) * count)[rank * count:])
             shared.written()
             _gathered_from(shared, turn, flat, count, rank * count)
-        return _handed_out(whole, back)
+        return handed_out(whole, back)
 
     return run
 
@@ -132,15 +128,15 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
     sizes = [[prod(piece(s, m)) * itemsize for s in range(n)] for m in range(n)]  # member m's, from each sender
     places = [(sum(sizes[m][:rank]), sum(sizes[m][:rank + 1])) for m in range(n)]
     mine = [piece(s, rank) for s in range(n)]
-    front, back = _front_first(tuple(sum(p[axis] for p in mine) if a == axis else e for a, e in enumerate(mine[0])),
-                               axis)
+    front, back = front_first(tuple(sum(p[axis] for p in mine) if a == axis else e for a, e in enumerate(mine[0])),
+                              axis)
     block_of = -(-max(sum(row) for row in sizes) // n)  # slots of a result of the largest member's size
     window = max(prod(b) for b in blocks) * itemsize  # the window's barrier ends the call, as the even plan's
     sent = [sizes[m][rank] for m in range(n)]
     sent_at, got_at = displacements(sent), displacements(sizes[rank])
     theirs_at = [sum(sizes[m][s] for m in range(rank)) for s in range(n)]  # this rank's piece in sender s's pieces
-    write, pack = _uneven_sender(blocks[rank], n, split_axis, axis, sent)
-    write, write_all = _run_writers(blocks[rank], n, split_axis, axis, write)
+    write, pack = uneven_sender(blocks[rank], n, split_axis, axis, sent)
+    write, write_all = run_writers(blocks[rank], n, split_axis, axis, write)
 
     def run(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
         shared = shared_segments(team.devices, window)
@@ -174,13 +170,13 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
                 if direct:
                     write(x, rank, flat[got_at[rank]:got_at[rank] + sent[rank]])
                 through_window(whole, flat, direct)
-            return _handed_out(whole, back)
+            return handed_out(whole, back)
         whole = result(front, x.dtype)
         send = scratch("send", (x.nbytes,), np.uint8)
         pack(x, send)
         wait(comm.Ialltoallv([send, sent, sent_at, MPI.BYTE],
                              [whole.reshape(-1).view(np.uint8), sizes[rank], got_at, MPI.BYTE]), "an all_to_all")
-        return _handed_out(whole, back)
+        return handed_out(whole, back)
 
     return run
 
@@ -228,15 +224,29 @@ def _exchanged_in_results(shared: SharedSegments, results: SharedResults, x: np.
     return whole
 
 
+def _gathered_from(shared: SharedSegments, turn: int, out: np.ndarray, count: int, offset: int) -> None:
+    """Bytes [offset, offset + count) of every other member's half `turn`, into
+    `out` at that member's place (after `shared.written()`; this rank's own part
+    is in place before it: copied while the others may still be writing, and
+    one copy fewer out of shared memory). Each rank starts with the member after
+    it, so that the ranks read different segments at once. Two ranks, 4 MiB
+    each (benchmarks/RESULTS.md): allgather 1.14 -> 1.07 ms, all_to_all 0.78 ->
+    0.55 ms against every part copied out in rank order after the barrier."""
+    me, size = shared.comm.rank, shared.comm.size
+    for step in range(1, size):
+        member = (me + step) % size
+        np.copyto(out[member * count:(member + 1) * count], shared.half(member, turn, offset + count)[offset:])
+
+
 def _equal_writers(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> tuple[PieceWriter, PiecesWriter]:
     """What writes one of n equal pieces of a buffer of `shape` (_piece_writer),
     and several: up to OWN_PIECE_DIRECT_RANKS one by one (runs of 128 bytes
     and more move about a sixth faster through piece_into's 8-byte words, in
-    cache), past it in one pass (_run_writers: the buffer read once)."""
+    cache), past it in one pass (run_writers: the buffer read once)."""
     write = _piece_writer(shape, n, split_axis, axis)
     if n > OWN_PIECE_DIRECT_RANKS:
-        return write, _run_writers(shape, n, split_axis, axis, write)[1]
-    return write, _one_by_one(write)
+        return write, run_writers(shape, n, split_axis, axis, write)[1]
+    return write, one_by_one(write)
 
 
 def _piece_writer(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> PieceWriter:
@@ -244,9 +254,9 @@ def _piece_writer(shape: tuple[int, ...], n: int, split_axis: int, axis: int) ->
     in C order with `axis` first, into the bytes it is given: straight from the
     buffer, through a view of it (no packing copy): by runs where the buffer is
     dense and each piece is a run of every row, else by one copy of the
-    piece's view (tiled where it transposes, interp/host_copy.py)."""
+    piece's view (tiled where it transposes, interp/mpi/host_copy.py)."""
     runs = _runs(shape, n, split_axis, axis)
-    cut, order, stacked = _stacking(shape, n, split_axis, axis)
+    cut, order, stacked = stacking(shape, n, split_axis, axis)
 
     def write(x: np.ndarray, k: int, into: np.ndarray) -> None:
         if runs is not None and x.flags.c_contiguous:
@@ -263,6 +273,6 @@ def _runs(shape: tuple[int, ...], n: int, split_axis: int, axis: int) -> tuple[i
     first is that view's own order (the axes before `axis` have one element);
     else None."""
     longest = shape[split_axis] // n
-    if not _rows_of_runs(shape, split_axis, axis, longest):
+    if not rows_of_runs(shape, split_axis, axis, longest):
         return None
     return prod(shape[:split_axis]), longest * prod(shape[split_axis + 1:])

@@ -146,7 +146,7 @@ def shared_segments(devices: tuple[int, ...], nbytes: int) -> SharedSegments | N
 # 1.31 ms a call, benchmarks/RESULTS.md). Each member keeps
 # RESULT_SLOTS results in a file of the node's shared memory (/dev/shm) that
 # the others map; a slot is handed out again only when nothing but
-# this pool refers to it (as interp.mpi_plans.result's kept results), and a
+# this pool refers to it (as interp.mpi.pools.result's kept results), and a
 # member whose slots are all held takes the window instead (every member says
 # where its result is in a round of the call). A slot is a mapping of its own:
 # arrays handed out keep it mapped however long they live, also after the team

@@ -4,14 +4,14 @@ Every buffer crosses MPI as the bytes of its elements in C order with the
 communicated axis moved to the front (mpi4py reads an F-ordered array as raw
 memory, and has no float16). A strided buffer is laid out so by one copy, where
 it is needed anyway: an allgather copies this rank's block into its place in the
-gathered result (tiled, interp/host_copy.py, where the layout changes) and
+gathered result (tiled, interp/mpi/host_copy.py, where the layout changes) and
 gathers the others in place; all_to_all and reduce_scatter send their pieces
 from the array's own memory where they lie one after another, else pack them by
 one copy, and receive them side by side. Past 64 KiB per rank, where a team's
 members share a node, an all_to_all and an allgather of a strided block pack or
 transpose straight into the team's shared-memory window instead, and copy out
 (a reduce_scatter folds its block straight out of the others' segments;
-interp/mpi_shared.py): the packing is then the copy MPI would make anyway;
+interp/mpi/shared_windows.py): the packing is then the copy MPI would make anyway;
 past 256 KiB a block or piece, results lie in shared memory the other members
 map: an allgather's blocks (where every member has a core) stay in their
 owners' results and are read from there, and an all_to_all's pieces are
@@ -25,7 +25,7 @@ is a polite, bounded poll: four ranks on two cores would otherwise busy-spin
 each other.
 
 allgather, allreduce, reduce_scatter and all_to_all, of equal or uneven
-blocks, are planned once per (op, type, team, rank) (interp/mpi_plans.py):
+blocks, are planned once per (op, type, team, rank) (interp/mpi/plans.py):
 a call goes from `communicate` straight to its plan while the op's rule and
 refir.lowering.teams.teams are the ones it was planned under (conformance mutants
 replace either; the call then takes the rules, which use the same plans).
@@ -40,11 +40,12 @@ from math import prod
 import numpy as np
 from mpi4py import MPI
 
-from interp import mpi_all_to_all  # noqa: F401 - its import registers the all_to_all plans
 from interp.collectives import block_index, split
-from interp.host_copy import copy_into
 from interp.impls import fold
-from interp.mpi_plans import PLANS, block_shapes, displacements, moved_first, planned
+from interp.mpi import all_to_all  # noqa: F401 - its import registers the all_to_all plans
+from interp.mpi.host_copy import copy_into
+from interp.mpi.layout import block_shapes, displacements, moved_first
+from interp.mpi.plans import PLANS, planned
 from interp.sentinel import empty_bytes
 from interp.transport import rank_part
 from refir.ir import ops
