@@ -49,7 +49,7 @@ LAYOUT_COLUMNS = ("row-major", "other layout", "1-D mesh", "2-D mesh", "3-D mesh
 
 def _local_rows() -> list[str]:
     rows = [*ops.UNARY, *ops.BINARY, *ops.REDUCTIONS, "matmul", "permute", "unsqueeze"]
-    return rows + [f"cast to {d}" for d in DTYPE_NAMES] + ["copy", "slice"]
+    return rows + [f"cast to {d}" for d in DTYPE_NAMES] + ["copy", "keep_block"]
 
 
 def local_label(op: object) -> str:
@@ -66,7 +66,7 @@ _PROBES = {
 @cache
 def allowed_local(row: str, dtype: str) -> bool:
     """Whether the verifier accepts the op on an operand of `dtype`."""
-    if row in ("copy", "slice"):
+    if row in ("copy", "keep_block"):
         return True
     call = f"cast(x, dtype={row.split()[-1]})" if row.startswith("cast to") else _PROBES[row]
     call = call.format(u=row, b=row, r=row)

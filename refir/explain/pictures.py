@@ -241,8 +241,8 @@ def step_picture(s: StepFacts, device: int | None = None, idle: list[int] | None
 
 
 def _local_rule(s: StepFacts) -> str:
-    if isinstance(s.step.op, ops.Slice):
-        return "why slice: " + RULES[ops.Slice]
+    if isinstance(s.step.op, ops.KeepBlock):
+        return "why keep_block: " + RULES[ops.KeepBlock]
     if isinstance(s.step.op, ops.Copy):
         return "why copy: same placement, another layout"
     return ""

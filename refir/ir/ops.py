@@ -1,7 +1,7 @@
 """Operations: small frozen dataclasses holding only their parameters.
 
 Source ops are what programs are written in. Lowering adds the local data
-movements (`Slice`, `Copy`) and the nine communications.
+movements (`KeepBlock`, `Copy`) and the nine communications.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ class Set:
 
 
 @dataclass(frozen=True)
-class Slice:
-    """Each device keeps its own block of data it already holds whole."""
+class KeepBlock:
+    """Each device keeps its own block of data it already holds whole (text name `keep_block`)."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class ReduceScatter:
 
 
 Op = Binary | Unary | Cast | Permute | Unsqueeze | Reduction | Matmul | Set
-LocalOp = Op | Slice | Copy
+LocalOp = Op | KeepBlock | Copy
 Communication = (
     Allgather | Gather | Scatter | Broadcast | SendRecv | AllToAll | Allreduce | Reduce | ReduceScatter
 )
@@ -148,7 +148,7 @@ def op_name(op: object) -> str:
     if isinstance(op, Reduction):
         return op.kind
     return {
-        AllToAll: "all_to_all", SendRecv: "send_recv", ReduceScatter: "reduce_scatter",
+        AllToAll: "all_to_all", SendRecv: "send_recv", ReduceScatter: "reduce_scatter", KeepBlock: "keep_block",
     }.get(type(op), type(op).__name__.lower())
 
 
