@@ -130,3 +130,6 @@ class GpuLocal:
         if isinstance(step.op, ops.KeepBlock):  # the device's own block, as a view
             args = [slice_block(step, device, args[0], self.types[step.tensor_args()[0]])]
         return compute(step.op, step.type.order, args)
+
+
+from gpu_backend import window  # noqa: E402, F401  (registers slice, select, pad, cat)

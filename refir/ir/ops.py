@@ -57,6 +57,43 @@ class Set:
     pass
 
 
+# Windows (docs/spec.md §5.8): which elements of the operand(s) the result holds.
+
+
+@dataclass(frozen=True)
+class Slice:
+    """x[start:stop:step] on each of `axes` (numpy basic slicing), every other axis whole."""
+
+    axes: tuple[int, ...]
+    starts: tuple[int, ...]
+    stops: tuple[int, ...]
+    steps: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Select:
+    """x[..., index, ...] at `axis`: the axis is gone from the result."""
+
+    axis: int
+    index: int
+
+
+@dataclass(frozen=True)
+class Pad:
+    """np.pad(x, list(zip(low, high)), constant_values=value)."""
+
+    low: tuple[int, ...]
+    high: tuple[int, ...]
+    value: int | float = 0
+
+
+@dataclass(frozen=True)
+class Cat:
+    """np.concatenate(operands, axis)."""
+
+    axis: int
+
+
 # ---- local data movement added by lowering ------------------------------------------
 
 
@@ -131,7 +168,8 @@ class ReduceScatter:
     axis: int
 
 
-Op = Binary | Unary | Cast | Permute | Unsqueeze | Reduction | Matmul | Set
+Op = Binary | Unary | Cast | Permute | Unsqueeze | Reduction | Matmul | Set | Slice | Select | Pad | Cat
+WINDOWS = (Slice, Select, Pad, Cat)
 LocalOp = Op | KeepBlock | Copy
 Communication = (
     Allgather | Gather | Scatter | Broadcast | SendRecv | AllToAll | Allreduce | Reduce | ReduceScatter

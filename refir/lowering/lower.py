@@ -30,6 +30,7 @@ from refir.checks.verifier import Checked
 from refir.ir import ops
 from refir.ir.program import Eqn, Func, Operand, Sym, Var
 from refir.ir.types import TensorType
+from refir.lowering.window import lower_window
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,8 @@ class _Lowerer:
             case ops.Set():
                 src = e.args[0].name
                 self.reshard(src, self.types[src], e.out, t, e)
+            case ops.Slice() | ops.Select() | ops.Pad() | ops.Cat():
+                lower_window(self, e, t)
             case _:
                 self.emit(e.out, e.op, e.args, t, e)
 
