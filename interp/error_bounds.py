@@ -264,3 +264,6 @@ def _matmul(op: ops.Matmul, v: Operands) -> np.ndarray:
     if not is_float(v.dtype):
         return bound
     return np.where(total > float(finfo(v.m.dtype(v.dtype)).max), np.inf, bound)
+
+
+from interp import window_bounds  # noqa: E402, F401  (registers the window ops' rules)

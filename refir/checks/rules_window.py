@@ -7,12 +7,15 @@ axis lowering gathers the axis first (refir.lowering.window)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
 
 from refir.checks.inference import EqnContext, rule, same_extent, same_shape, unary_operand
+from refir.errors import InputError
 from refir.ir import ops
+from refir.ir.program import Func, Var
 from refir.ir.types import DTYPES, FLOATS, INTEGERS, Axis, TensorType
 
 
@@ -138,3 +141,18 @@ def _cat(op: ops.Cat, c: EqnContext) -> TensorType:
     axes[op.axis] = Axis(total, first.axes[op.axis].shard)
     inferred = replace(first, axes=tuple(axes), layout=None)
     return window_result(inferred, (op.axis,), c)
+
+
+SELECT_C3 = "select_c3"  # an index past a symbolic extent, found when the inputs bind it
+
+
+def check_select_bounds(func: Func, types: dict[str, TensorType], bindings: Mapping[str, int]) -> None:
+    """select_c3: every select of an axis of symbolic extent N has index < N under
+    `bindings` (an InputError naming the equation, before anything runs)."""
+    for e in func.eqns:
+        if isinstance(e.op, ops.Select) and isinstance(e.args[0], Var):
+            a = types[e.args[0].name].axes[e.op.axis]
+            n = bindings.get(a.extent) if isinstance(a.extent, str) else None
+            if n is not None and e.op.index >= n:
+                raise InputError(f"{e.loc}: in {e.out}: select index {e.op.index} is outside axis {e.op.axis} "
+                                 f"of extent {a.extent}={n} [{SELECT_C3}]")
