@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from refir.checks.rules_window import touched
 from refir.ir import ops
-from refir.ir.program import Eqn, Var
+from refir.ir.program import Eqn, Operand, Var
 from refir.ir.types import TensorType
 
 if TYPE_CHECKING:
@@ -46,8 +46,12 @@ def lower_window(lw: _Lowerer, e: Eqn, t: TensorType) -> None:
                             layout=None)
             whole_of[a.name] = lw.fresh(a.name, whole)
             lw.reshard(a.name, x, whole_of[a.name], whole, e)
-    args = [Var(whole_of[a.name]) for a in e.args]
+    args: list[Operand] = [Var(whole_of[a.name]) for a in e.args]
     cut = result_axes(e.op, gathered)
     local = replace(t.with_sharding({i: k for i, k in t.sharding().items() if i not in cut}), layout=None)
-    windowed = replace(e, args=tuple(args))
-    lw.compute_then_reshard(windowed, local, t)
+    if local.sharding() == t.sharding():  # the result replicated where the op moved data
+        lw.emit(e.out, e.op, tuple(args), t, e)
+        return
+    name = lw.fresh(e.out, local)
+    lw.emit(name, e.op, tuple(args), local, e)
+    lw.reshard(name, local, e.out, t, e)  # each device keeps its block
