@@ -25,6 +25,7 @@ from math import lcm, prod
 from typing import Protocol
 
 from conformance.data import KINDS, DataSpec, View
+from conformance.generate_window import window_menu
 from refir.frontends import builder
 from refir.frontends.builder import Value
 from refir.ir import ops
@@ -299,6 +300,7 @@ class Maker:
             menu += [self.reduce, self.reduce]
         if t.rank >= 2 and t.dtype != "bool" and not t.axes[-1].broadcast and not t.axes[-2].broadcast:
             menu.append(self.matmul)
+        menu += window_menu(self, t)  # slice, select, pad, cat (conformance/generate_window.py)
         return self.c.pick(menu)(x, t)
 
 
