@@ -48,7 +48,8 @@ LAYOUT_COLUMNS = ("row-major", "other layout", "1-D mesh", "2-D mesh", "3-D mesh
 
 
 def _local_rows() -> list[str]:
-    rows = [*ops.UNARY, *ops.BINARY, *ops.REDUCTIONS, "matmul", "permute", "unsqueeze"]
+    rows = [*ops.UNARY, *ops.BINARY, *ops.REDUCTIONS, "matmul", "permute", "unsqueeze", "slice", "select", "pad",
+            "cat"]
     return rows + [f"cast to {d}" for d in DTYPE_NAMES] + ["copy", "keep_block"]
 
 
@@ -60,6 +61,8 @@ _PROBES = {
     **{u: "{u}(x)" for u in ops.UNARY}, **{b: "{b}(x, x)" for b in ops.BINARY},
     **{r: "{r}(x, dims=[0])" for r in ops.REDUCTIONS}, "matmul": "matmul(x, x)",
     "permute": "permute(x, [1, 0])", "unsqueeze": "unsqueeze(x, dims=[0])",
+    "slice": "slice(x, starts=[1], stops=[2])", "select": "select(x, axis=0, index=1)",
+    "pad": "pad(x, low=[1, 0], high=[0, 0])", "cat": "cat(x, x, axis=0)",
 }
 
 
