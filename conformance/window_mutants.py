@@ -90,7 +90,7 @@ def pad_value_zero() -> Iterator[None]:
 
 
 @mutant("a window along a sharded axis is lowered as a local step: each device windows its own block as if "
-        "it were the whole axis", by="values", needs=(ops.Slice,))
+        "it were the whole axis", by="values", needs=ops.WINDOWS)
 def window_on_the_local_block() -> Iterator[None]:
     # Blocks come out with the wrong extents (shard_c1 at the step) or wrong values; lowering is redone.
     with mock.patch.object(refir.lowering.window, "needs_gather", lambda op, operands: ()), \
