@@ -213,3 +213,10 @@ def test_the_window_corpus_agrees_under_mpiexec():
     done = run_mpi(4, ["-m", "refir", "conform", "--cases", "0", "--backend", "spmd", *files], timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "all backends agree" in done.stdout, done.stdout
+
+
+def test_trace_shows_each_device_gathering_then_keeping_its_block(capsys):
+    assert main(["trace", str(CORPUS / "window_cat_even.rir"), "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "x~1 = allgather(x, axis=0, mesh_axis=DIDx)\n  lowered from j = cat(x, y, axis=0)" in out
+    assert "j~1 = cat(x~1, y~1, axis=0)" in out and "j = keep_block(j~1)" in out
