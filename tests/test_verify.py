@@ -450,6 +450,8 @@ def test_pad_c3():
     rejects(prog("x: i8[4]", "y = pad(x, low=[1], high=[0], value=128)", "return y"), "pad_c3", 3, 3,
             "outside i8's range -128..127")
     rejects(prog("x: bool[4]", "y = pad(x, low=[1], high=[0], value=2)", "return y"), "pad_c3", 3, 3)
+    rejects(prog("x: f16[4]", f"y = pad(x, low=[1], high=[0], value={10**400})", "return y"), "pad_c3", 3, 3,
+            "beyond every float")
 
 
 def test_cat_c1():

@@ -111,6 +111,8 @@ def _pad(op: ops.Pad, c: EqnContext) -> TensorType:
 def _pad_value(value: int | float, dtype: str, c: EqnContext) -> None:
     if isinstance(value, float) and dtype not in FLOATS:  # pad_c3
         raise c.fail("pad_c3", f"the float value {value} needs a float tensor, not {dtype}")
+    if isinstance(value, int) and dtype in FLOATS and abs(value) >= 2**1024:  # pad_c3
+        raise c.fail("pad_c3", f"the value {str(value)[:20]}... is beyond every float")
     if isinstance(value, int) and dtype == "bool" and value not in (0, 1):  # pad_c3
         raise c.fail("pad_c3", f"a bool tensor pads with 0 or 1, not {value}")
     if isinstance(value, int) and dtype in INTEGERS:
