@@ -220,3 +220,10 @@ def test_trace_shows_each_device_gathering_then_keeping_its_block(capsys):
     out = capsys.readouterr().out
     assert "x~1 = allgather(x, axis=0, mesh_axis=DIDx)\n  lowered from j = cat(x, y, axis=0)" in out
     assert "j~1 = cat(x~1, y~1, axis=0)" in out and "j = keep_block(j~1)" in out
+
+
+def test_explain_says_why_a_window_step_is_local(capsys):
+    assert main(["explain", str(CORPUS / "window_cat_even.rir"), "--value", "j~1"]) == 0
+    out = capsys.readouterr().out
+    assert "j~1 = cat(x~1, y~1, axis=0)\n  lowered from j = cat(x, y, axis=0)" in out
+    assert "why local: cat changes only axes each device holds whole (spec §5.8)" in out

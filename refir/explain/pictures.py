@@ -245,5 +245,7 @@ def _local_rule(s: StepFacts) -> str:
         return "why keep_block: " + RULES[ops.KeepBlock]
     if isinstance(s.step.op, ops.Copy):
         return "why copy: same placement, another layout"
+    if isinstance(s.step.op, ops.WINDOWS):
+        return f"why local: {ops.op_name(s.step.op)} changes only axes each device holds whole (spec §5.8)"
     return ""
 
