@@ -48,8 +48,9 @@ LAYOUT_COLUMNS = ("row-major", "other layout", "1-D mesh", "2-D mesh", "3-D mesh
 
 
 def _local_rows() -> list[str]:
-    rows = [*ops.UNARY, *ops.BINARY, *ops.REDUCTIONS, "matmul", "permute", "unsqueeze"]
-    return rows + [f"cast to {d}" for d in DTYPE_NAMES] + ["copy", "slice"]
+    rows = [*ops.UNARY, *ops.BINARY, *ops.REDUCTIONS, "matmul", "permute", "unsqueeze", "slice", "select", "pad",
+            "cat"]
+    return rows + [f"cast to {d}" for d in DTYPE_NAMES] + ["copy", "keep_block"]
 
 
 def local_label(op: object) -> str:
@@ -60,13 +61,15 @@ _PROBES = {
     **{u: "{u}(x)" for u in ops.UNARY}, **{b: "{b}(x, x)" for b in ops.BINARY},
     **{r: "{r}(x, dims=[0])" for r in ops.REDUCTIONS}, "matmul": "matmul(x, x)",
     "permute": "permute(x, [1, 0])", "unsqueeze": "unsqueeze(x, dims=[0])",
+    "slice": "slice(x, starts=[1], stops=[2])", "select": "select(x, axis=0, index=1)",
+    "pad": "pad(x, low=[1, 0], high=[0, 0])", "cat": "cat(x, x, axis=0)",
 }
 
 
 @cache
 def allowed_local(row: str, dtype: str) -> bool:
     """Whether the verifier accepts the op on an operand of `dtype`."""
-    if row in ("copy", "slice"):
+    if row in ("copy", "keep_block"):
         return True
     call = f"cast(x, dtype={row.split()[-1]})" if row.startswith("cast to") else _PROBES[row]
     call = call.format(u=row, b=row, r=row)

@@ -25,6 +25,8 @@ from math import lcm, prod
 from typing import Protocol
 
 from conformance.data import KINDS, DataSpec, View
+from conformance.generate_budget import BUDGET, STATIC  # noqa: E402
+from conformance.generate_window import window_menu
 from refir.frontends import builder
 from refir.frontends.builder import Value
 from refir.ir import ops
@@ -33,8 +35,6 @@ from refir.ir.types import BROADCAST, DIDS, FLOATS, INTEGERS, Axis, Extent, Mesh
 from refir.text.parser import parse
 from refir.text.printer import print_program
 
-BUDGET = 64
-STATIC = (2, 4, 1, 3, 6, 8)
 SYMBOLS = ("N", "M", "P")
 MESH_SHAPES = ((2, 2), (1, 2), (2, 1), (1, 2, 2), (2, 1, 2), (2, 2, 1))  # every 3-D mesh axis reaches 2
 MAX_EQNS = 6
@@ -299,6 +299,7 @@ class Maker:
             menu += [self.reduce, self.reduce]
         if t.rank >= 2 and t.dtype != "bool" and not t.axes[-1].broadcast and not t.axes[-2].broadcast:
             menu.append(self.matmul)
+        menu += window_menu(self, t)  # slice, select, pad, cat (conformance/generate_window.py)
         return self.c.pick(menu)(x, t)
 
 

@@ -7,4 +7,9 @@ CUDA target and the launch shapes (device), the simulator's block scheduler
 (simulator). By job, below: device buffers and memory (buffers), the kernels
 and their planning (kernels), communications (transports), launches and
 replayed runs (launches), and refir against torch DTensor on real GPUs
-(checks)."""
+(checks).
+
+Op families beyond today's register their impls into impls' table from modules of
+their own, imported here so that the table is whole wherever the backend is used."""
+
+from gpu_backend.kernels import window  # noqa: F401, E402  (slice, select, pad, cat)

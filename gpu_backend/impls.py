@@ -86,7 +86,7 @@ def unsqueeze(op: ops.Unsqueeze, order: Order, x: DeviceBuffer) -> DeviceBuffer:
     return laid_out_view(x.expand_dims(op.dims), order)
 
 
-@impl(ops.Set, ops.Copy, ops.Slice)
+@impl(ops.Set, ops.Copy, ops.KeepBlock)
 def copy(op: object, order: Order, x: DeviceBuffer) -> DeviceBuffer:
     return laid_out_view(x, order)
 
@@ -127,6 +127,8 @@ class GpuLocal:
         self.types = types
 
     def __call__(self, step: Step, device: int, args: list[Any]) -> DeviceBuffer:
-        if isinstance(step.op, ops.Slice):  # the device's own block, as a view
+        if isinstance(step.op, ops.KeepBlock):  # the device's own block, as a view
             args = [slice_block(step, device, args[0], self.types[step.tensor_args()[0]])]
         return compute(step.op, step.type.order, args)
+
+

@@ -7,4 +7,9 @@ per-device loop, freeing buffers after their last reader: `liveness`),
 `sentinel` (the receive-buffer sentinel), `numerics` and `error_bounds` (the
 numerics model). The MPI transport's engineering is the subpackage
 `interp.mpi`.
+
+Op families beyond today's register their rules into those tables from modules of
+their own, imported here so that every table is whole wherever interp is used.
 """
+
+from interp import window_bounds  # noqa: F401  (slice, select, pad, cat: error bounds)

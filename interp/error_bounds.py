@@ -264,3 +264,5 @@ def _matmul(op: ops.Matmul, v: Operands) -> np.ndarray:
     if not is_float(v.dtype):
         return bound
     return np.where(total > float(finfo(v.m.dtype(v.dtype)).max), np.inf, bound)
+
+

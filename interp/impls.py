@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from refir.errors import RunError
 from refir.ir import ops
 from refir.ir.tables import registrar
 from refir.ir.types import DTYPES, as_dtype, is_bf16, is_float
@@ -120,6 +121,40 @@ def matmul(op: ops.Matmul, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @impl(ops.Copy)
 def copy(op: object, x: np.ndarray) -> np.ndarray:
     return x
+
+
+# ---- windows (docs/spec.md §5.8): numpy's basic slicing, indexing, np.pad, np.concatenate ----
+
+
+@impl(ops.Slice)
+def slice_(op: ops.Slice, x: np.ndarray) -> np.ndarray:
+    """x[start:stop:step] on each of op.axes (a view; the caller lays it out)."""
+    index = [slice(None)] * x.ndim
+    for a, start, stop, step in zip(op.axes, op.starts, op.stops, op.steps):
+        index[a] = slice(start, stop, step)
+    return x[tuple(index)]
+
+
+@impl(ops.Select)
+def select(op: ops.Select, x: np.ndarray) -> np.ndarray:
+    """x[..., index, ...] at op.axis; an index past a symbolic extent is select_c3."""
+    if op.index >= x.shape[op.axis]:
+        raise RunError(f"select index {op.index} is outside axis {op.axis} of extent {x.shape[op.axis]} [select_c3]")
+    return np.asarray(x[(slice(None),) * op.axis + (op.index,)])
+
+
+@impl(ops.Pad)
+def pad(op: ops.Pad, x: np.ndarray) -> np.ndarray:
+    """np.pad(x, zip(low, high), constant_values=value), the value in x's dtype."""
+    shape = tuple(n + lo + hi for n, lo, hi in zip(x.shape, op.low, op.high))
+    out = np.full(shape, scalar_value(op.value, x.dtype), x.dtype)
+    out[tuple(slice(lo, lo + n) for n, lo in zip(x.shape, op.low))] = x
+    return out
+
+
+@impl(ops.Cat)
+def cat(op: ops.Cat, *xs: np.ndarray) -> np.ndarray:
+    return np.concatenate(xs, axis=op.axis)
 
 
 def fold(kind: str, parts: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:

@@ -219,7 +219,7 @@ class NumpyLocal:
         self.types = types
 
     def __call__(self, step: Step, device: int, args: list[Any]) -> np.ndarray:
-        if isinstance(step.op, ops.Slice):
+        if isinstance(step.op, ops.KeepBlock):
             out = slice_block(step, device, args[0], self.types[step.tensor_args()[0]])
         else:
             tensors = [a for a in args if isinstance(a, np.ndarray)]

@@ -112,7 +112,7 @@ def test_scatter_on_an_inner_axis_into_a_column_major_layout():
 def test_slice_on_the_same_mesh():
     x = np.arange(24, dtype=np.float64).reshape(4, 6)
     r = run("mesh m = [1, 0]\nfunc main(x: f64[4, 6]) {\n  y: f64[4@DIDx, 6] = set(x)\n  return y\n}\n", x=x)
-    assert steps(r) == ["slice"]
+    assert steps(r) == ["keep_block"]
     holds(r, "y", {1: x[0:2], 0: x[2:4]}, (48, 8))
 
 
@@ -120,7 +120,7 @@ def test_slice_into_a_mesh_inside_the_source_mesh():
     x = np.arange(24, dtype=np.float64).reshape(4, 6)
     r = run("mesh a = [0, 1, 2, 3]\nmesh b = [2, 1]\nfunc main(x: f64[4, 6] on a) {\n"
             "  y: f64[4, 6@DIDx] on b = set(x)\n  return y\n}\n", x=x)
-    assert steps(r) == ["slice"]
+    assert steps(r) == ["keep_block"]
     holds(r, "y", {2: x[:, 0:3], 1: x[:, 3:6]}, (24, 8))
 
 
@@ -129,7 +129,7 @@ def test_elementwise_with_a_replicated_operand_slices_it_locally():
     y = np.array([[100, 200], [300, 400], [500, 600], [700, 800]], np.int32)
     r = run("mesh m = [1, 0]\nfunc main(x: i32[4@DIDx, 2], y: i32[4, 2]) {\n  z = add(x, y)\n  return z\n}\n",
             x=x, y=y)
-    assert steps(r) == ["slice", "add"]
+    assert steps(r) == ["keep_block", "add"]
     holds(r, "z", {1: np.array([[100, 201], [302, 403]], np.int32), 0: np.array([[504, 605], [706, 807]], np.int32)},
           (8, 4))
 
@@ -290,7 +290,7 @@ def test_2d_transposed_sharding_goes_through_allgathers_and_a_slice():
     x = np.arange(16, dtype=np.int32).reshape(4, 4)
     r = run(f"mesh g = {grid}\nfunc main(x: i32[4@DIDy, 4@DIDx]) {{\n  y: i32[4@DIDx, 4@DIDy] = set(x)\n"
             "  return y\n}\n", x=x)
-    assert steps(r) == ["allgather", "allgather", "slice"]
+    assert steps(r) == ["allgather", "allgather", "keep_block"]
     blocks = {d: x[2 * col:2 * col + 2, 2 * row:2 * row + 2] for row, ds in enumerate(grid) for col, d in enumerate(ds)}
     holds(r, "y", blocks, (8, 4))
 
@@ -300,7 +300,7 @@ def test_2d_mesh_to_another_2d_mesh_and_to_a_1d_mesh():
     r = run("mesh g = [[0, 1], [2, 3]]\nmesh h = [[3, 2], [1, 0]]\nmesh l = [1, 2]\n"
             "func main(x: i32[4@DIDy, 6@DIDx] on g) {\n  a: i32[4@DIDy, 6@DIDx] on h = set(x)\n"
             "  c: i32[4, 6@DIDx] on l = set(x)\n  e: i32[6] on l = sum(x, dims=[0])\n  return a, c, e\n}\n", x=x)
-    assert steps(r) == ["allgather", "allgather", "slice", "allgather", "allgather", "slice",
+    assert steps(r) == ["allgather", "allgather", "keep_block", "allgather", "allgather", "keep_block",
                         "sum", "allreduce", "allgather", "broadcast"]
     holds(r, "a", {3: x[0:2, 0:3], 2: x[0:2, 3:6], 1: x[2:4, 0:3], 0: x[2:4, 3:6]}, (12, 4))
     holds(r, "c", {1: x[:, 0:3], 2: x[:, 3:6]}, (12, 4))

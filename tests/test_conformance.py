@@ -189,14 +189,13 @@ PINNED = """mesh m0 = [[1], [0]]
 mesh m1 = [[2, 0], [1, 3]]
 mesh m2 = [3, 1, 0]
 
-func main(x0: i32[N@DIDy] on m0 layout[0], x1: i32[N@DIDx] on m0 layout[0]) {
-  t1: i32[N@DIDx] on m0 layout[0] = set(x0)
-  t2: i32[N@DIDx] on m0 = mul(t1, t1)
-  t3: i32[N@DIDx] on m0 layout[0] = minimum(t2, x1)
-  t4: bf16[N@DIDx] on m0 layout[0] = cast(t3, dtype=bf16)
-  t5 = unsqueeze(t4, dims=[0])
-  t6: f64[b, N@DIDx] on m0 layout[0, 1] = cast(t5, dtype=f64)
-  return t4, t6
+func main(x0: i32[N@DIDy] on m0 layout[0], x1: i32[N] on m0 layout[0]) {
+  t1 = unsqueeze(x0, dims=[0])
+  t2: i32[N] on m0 = bxor(t1, dims=[0])
+  t3: i32[N@DIDx] on m0 = maximum(x1, t2)
+  t4: i32[] on m0 = select(t3, axis=0, index=1)
+  t5 = permute(t4, [])
+  return t5
 }
 """
 

@@ -31,7 +31,12 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The project modules `name` imports, at the top or inside a function."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+                   for n in ast.walk(block)}  # `if TYPE_CHECKING:` imports make no runtime circle
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         targets = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -48,6 +53,11 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
             if t and t != name:
                 out.add(t)
     return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -26,9 +26,9 @@ from refir.errors import InputError, Loc
 from refir.ir.types import as_dtype, bf16, finfo, is_bf16, is_float
 
 NUMPY_FUNCTIONS = frozenset({
-    "abs", "absolute", "add", "all", "amax", "amin", "any", "ceil", "clip", "cos", "cumsum", "divide",
+    "abs", "absolute", "add", "all", "amax", "amin", "any", "ceil", "clip", "concatenate", "cos", "cumsum", "divide",
     "einsum", "equal", "exp", "expand_dims", "floor", "greater", "isfinite", "isinf", "isnan", "less",
-    "log", "logical_and", "logical_not", "logical_or", "matmul", "max", "maximum", "mean", "min",
+    "full_like", "log", "logical_and", "logical_not", "logical_or", "matmul", "max", "maximum", "mean", "min",
     "minimum", "moveaxis", "multiply", "nan_to_num", "negative", "prod", "reshape", "round", "sign",
     "sin", "sqrt", "square", "squeeze", "subtract", "sum", "swapaxes", "tanh", "transpose", "trunc",
     "where", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",

@@ -391,9 +391,11 @@ def step_picture(s: StepFacts, device: int | None = None, idle: list[int] | None
 
 
 def _local_rule(s: StepFacts) -> str:
-    if isinstance(s.step.op, ops.Slice):
-        return "why slice: " + RULES[ops.Slice]
+    if isinstance(s.step.op, ops.KeepBlock):
+        return "why keep_block: " + RULES[ops.KeepBlock]
     if isinstance(s.step.op, ops.Copy):
         return "why copy: same placement, another layout"
+    if isinstance(s.step.op, ops.WINDOWS):
+        return f"why local: {ops.op_name(s.step.op)} changes only axes each device holds whole (spec §5.8)"
     return ""
 

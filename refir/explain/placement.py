@@ -272,7 +272,7 @@ RULES: dict[type, str] = {
     ops.Allreduce: "partial -> replicated: allreduce",
     ops.Reduce: "partial -> replicated on another mesh: reduce",
     ops.ReduceScatter: "partial -> sharded on the reduced mesh axis: reduce_scatter",
-    ops.Slice: "replicated -> sharded, every device already holds the data: a local slice",
+    ops.KeepBlock: "replicated -> sharded, every device already holds the data: each keeps its block",
 }
 
 

@@ -30,6 +30,7 @@ from refir.frontends.builder_values import (  # noqa: F401  (the functions are t
     add,
     binary,
     cast,
+    cat,
     div,
     matmul,
     maximum,

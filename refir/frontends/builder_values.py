@@ -137,6 +137,24 @@ class Value:
         """A copy into another type: `set(shard={0: "DIDx"}, mesh=m2, layout=[1, 0])`."""
         return self.builder.apply(ops.Set(), (self,), **kw)
 
+    # ---- windows (spec §5.8) ---------------------------------------------------------
+
+    def slice(self, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int] | None = None,
+              axes: Sequence[int] | None = None, **kw: object) -> Value:
+        """`x[starts[0]:stops[0]:steps[0], ...]` on the leading axes, or on `axes`."""
+        steps = (1,) * len(starts) if steps is None else steps
+        axes = range(len(starts)) if axes is None else axes
+        op = ops.Slice(tuple(axes), tuple(starts), tuple(stops), tuple(steps))
+        return self.builder.apply(op, (self,), **kw)
+
+    def select(self, axis: int, index: int, **kw: object) -> Value:
+        """`x[..., index, ...]` at `axis` (the axis is gone from the result)."""
+        return self.builder.apply(ops.Select(axis, index), (self,), **kw)
+
+    def pad(self, low: Sequence[int], high: Sequence[int], value: int | float = 0, **kw: object) -> Value:
+        """`np.pad(x, list(zip(low, high)), constant_values=value)`."""
+        return self.builder.apply(ops.Pad(tuple(low), tuple(high), value), (self,), **kw)
+
 
 # Functions in the style of jax.numpy: each forwards to its first Value's builder.
 def _first(args: tuple) -> Applies:
@@ -184,3 +202,8 @@ def matmul(a: Value, b: Value, **kw: object) -> Value:
 def reshard(x: Value, **kw: object) -> Value:
     """`set`: a copy into another sharding, mesh or layout."""
     return x.set(**kw)
+
+
+def cat(xs: Sequence[Value], axis: int, **kw: object) -> Value:
+    """`np.concatenate(xs, axis)`."""
+    return _first(tuple(xs)).apply(ops.Cat(axis), tuple(xs), **kw)

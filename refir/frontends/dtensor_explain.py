@@ -67,7 +67,7 @@ def _moves(lowered: Lowered, shape: tuple[int, ...]) -> list[str]:
     total = 0
     for step in lowered.steps:
         if not step.is_communication:
-            if isinstance(step.op, (ops.Slice, ops.Copy)):
+            if isinstance(step.op, (ops.KeepBlock, ops.Copy)):
                 lines.append(f"  {step.out}: {ops.op_name(step.op)}: local, nothing moves")
             continue
         (name,) = step.tensor_args()

@@ -50,6 +50,7 @@ class Importer(OpMapper):
         self.eqns: list[tuple[str, str, list[str]]] = []  # (out, call text, comments)
         self.local_types: dict[str, tuple[list[Ax], tuple]] = {}  # helper values: axes, mesh
         self.comm_kinds: dict[str, str] = {}  # out -> the communication nvFuser printed for it
+        self.pads: dict[str, tuple[str, tuple[int, ...]]] = {}  # a pad's result -> its operand, low widths
 
     # ---- TensorViews and their types ----------------------------------------------------
 

@@ -11,6 +11,7 @@ import re
 from refir.errors import Loc, ParseError
 from refir.frontends.nvfuser_axes import Ax, EqualityClasses, flags_of, kept
 from refir.frontends.nvfuser_dump import Call, Scalar, Statement, TVRef
+from refir.frontends.nvfuser_window import WINDOW_OPS, WindowMapper
 
 CAST = re.compile(r"^_*(half|float|double|bfloat16|bfloat|int64|int32|int|bool)2"
                r"(half|float|double|bfloat16|bfloat|int64|int32|int|bool)$")
@@ -27,7 +28,7 @@ REDUCING_COMMS = ("Allreduce", "Reduce", "ReduceScatter")
 MOVING_COMMS = ("Allgather", "Gather", "Scatter", "Broadcast", "SendRecv", "AllToAll")
 
 
-class OpMapper:
+class OpMapper(WindowMapper):
     """Maps one statement after another onto equations (see the module doc)."""
 
     file: str
@@ -88,6 +89,8 @@ class OpMapper:
             self.matmul(out, tensors, call, comment)
         elif op == "linear":
             self.linear(out, tensors, call, comment)
+        elif op in WINDOW_OPS:
+            self.window(out, op, args, call, comment)
         elif op.startswith("communication:"):
             self.communication(out, op.partition(":")[2], self._one(tensors, call), call, comment)
         else:

@@ -148,6 +148,8 @@ class DumpParser(TensorViewReader):
                     self.tok.kind == "name" and self.peek().text == "(" and self.tok.text not in NV_DTYPES):
                 a = self.operand()
                 args.append(a)
+            elif self.tok.text == "{":  # slice's ranges, pad's widths: kept as text (nvfuser_window reads them)
+                keywords["{"] = self.value_text()
             else:
                 key, value = self.keyword()
                 keywords[key] = value

@@ -1,7 +1,7 @@
 """Operations: small frozen dataclasses holding only their parameters.
 
 Source ops are what programs are written in. Lowering adds the local data
-movements (`Slice`, `Copy`) and the nine communications.
+movements (`KeepBlock`, `Copy`) and the nine communications.
 """
 
 from __future__ import annotations
@@ -57,12 +57,49 @@ class Set:
     pass
 
 
-# ---- local data movement added by lowering ------------------------------------------
+# Windows (docs/spec.md §5.8): which elements of the operand(s) the result holds.
 
 
 @dataclass(frozen=True)
 class Slice:
-    """Each device keeps its own block of data it already holds whole."""
+    """x[start:stop:step] on each of `axes` (numpy basic slicing), every other axis whole."""
+
+    axes: tuple[int, ...]
+    starts: tuple[int, ...]
+    stops: tuple[int, ...]
+    steps: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Select:
+    """x[..., index, ...] at `axis`: the axis is gone from the result."""
+
+    axis: int
+    index: int
+
+
+@dataclass(frozen=True)
+class Pad:
+    """np.pad(x, list(zip(low, high)), constant_values=value)."""
+
+    low: tuple[int, ...]
+    high: tuple[int, ...]
+    value: int | float = 0
+
+
+@dataclass(frozen=True)
+class Cat:
+    """np.concatenate(operands, axis)."""
+
+    axis: int
+
+
+# ---- local data movement added by lowering ------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeepBlock:
+    """Each device keeps its own block of data it already holds whole (text name `keep_block`)."""
 
 
 @dataclass(frozen=True)
@@ -131,8 +168,9 @@ class ReduceScatter:
     axis: int
 
 
-Op = Binary | Unary | Cast | Permute | Unsqueeze | Reduction | Matmul | Set
-LocalOp = Op | Slice | Copy
+Op = Binary | Unary | Cast | Permute | Unsqueeze | Reduction | Matmul | Set | Slice | Select | Pad | Cat
+WINDOWS = (Slice, Select, Pad, Cat)
+LocalOp = Op | KeepBlock | Copy
 Communication = (
     Allgather | Gather | Scatter | Broadcast | SendRecv | AllToAll | Allreduce | Reduce | ReduceScatter
 )
@@ -148,7 +186,7 @@ def op_name(op: object) -> str:
     if isinstance(op, Reduction):
         return op.kind
     return {
-        AllToAll: "all_to_all", SendRecv: "send_recv", ReduceScatter: "reduce_scatter",
+        AllToAll: "all_to_all", SendRecv: "send_recv", ReduceScatter: "reduce_scatter", KeepBlock: "keep_block",
     }.get(type(op), type(op).__name__.lower())
 
 

@@ -8,7 +8,7 @@ Communications are chosen as nvFuser chooses them (docs/spec.md, "Lowering"):
 | replicated -> replicated, other mesh                   | broadcast from the first source device |
 | sharded -> replicated, same mesh                       | allgather            |
 | sharded -> replicated, other mesh                      | gather               |
-| replicated -> sharded, receivers hold the data already | local slice          |
+| replicated -> sharded, receivers hold the data already | local keep_block     |
 | replicated -> sharded, otherwise                       | scatter              |
 | sharded -> sharded, same axis, other mesh              | send_recv            |
 | sharded -> sharded, other axis, same mesh              | all_to_all           |
@@ -30,6 +30,7 @@ from refir.checks.verifier import Checked
 from refir.ir import ops
 from refir.ir.program import Eqn, Func, Operand, Sym, Var
 from refir.ir.types import TensorType
+from refir.lowering.window import lower_window
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,8 @@ class _Lowerer:
             case ops.Set():
                 src = e.args[0].name
                 self.reshard(src, self.types[src], e.out, t, e)
+            case ops.Slice() | ops.Select() | ops.Pad() | ops.Cat():
+                lower_window(self, e, t)
             case _:
                 self.emit(e.out, e.op, e.args, t, e)
 
@@ -164,7 +167,7 @@ class _Lowerer:
         if x.sharding() == want:
             return a
         name = self.fresh(a.name, replace(x.with_sharding(want), layout=None))
-        self.emit(name, ops.Slice(), (a,), self.types[name], e)
+        self.emit(name, ops.KeepBlock(), (a,), self.types[name], e)
         return Var(name)
 
     # ---- resharding ------------------------------------------------------------------
@@ -228,7 +231,7 @@ class _Lowerer:
                 plan.append((ops.Allgather(i, k), cur))
         if cur.sharding() != want:
             cur = cur.with_sharding(want)
-            plan.append((ops.Slice(), cur))
+            plan.append((ops.KeepBlock(), cur))
         return cur
 
     def cross_mesh(self, cur: TensorType, d: TensorType, plan: list) -> TensorType:
@@ -247,7 +250,7 @@ class _Lowerer:
             cur = self.same_mesh(cur, cur.with_sharding({}), plan)
         # From here on the source is replicated.
         if want and set(d.mesh.devices) <= set(cur.mesh.devices):
-            plan.append((ops.Slice(), moved.with_sharding(want)))
+            plan.append((ops.KeepBlock(), moved.with_sharding(want)))
             return moved.with_sharding(want)
         if len(want) == 1 and d.mesh.ndim == 1:
             root = next((x for x in cur.mesh.devices if x in d.mesh), cur.mesh.devices[0])

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from refir.errors import Loc, VerifyError
 from refir.ir import ops
-from refir.ir.program import Operand, Var
+from refir.ir.program import Lit, Operand, Var
 from refir.ir.types import DTYPES
 
 Built = tuple[ops.Op, tuple]
@@ -100,3 +100,47 @@ def _matmul(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Bu
 @syntax("set")
 def _set(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
     return ops.Set(), operands(name, loc, pos, 1)
+
+
+# ---- windows: slice, select, pad, cat (docs/spec.md §5.8) --------------------------------
+
+
+def int_keyword(name: str, loc: Loc, keywords: dict[str, object], key: str) -> int:
+    """A keyword that must be one integer: `axis=1` (op_c2)."""
+    v = keywords.get(key)
+    if not isinstance(v, Lit) or type(v.value) is not int:
+        raise VerifyError(loc, "op_c2", f"{name} needs {key}=N, an integer")
+    return v.value
+
+
+@syntax("slice", keywords=("starts", "stops", "steps", "axes"))
+def _slice(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    """`slice(x, starts=[..], stops=[..])`: the leading axes, as x[a:b, c:d] does;
+    `axes=[..]` names others, `steps=[..]` (all 1 when left out)."""
+    starts, stops = int_list(name, loc, kw, "starts"), int_list(name, loc, kw, "stops")
+    steps = int_list(name, loc, kw, "steps") if "steps" in kw else (1,) * len(starts)
+    axes = int_list(name, loc, kw, "axes") if "axes" in kw else tuple(range(len(starts)))
+    return ops.Slice(axes, starts, stops, steps), operands(name, loc, pos, 1)
+
+
+@syntax("select", keywords=("axis", "index"))
+def _select(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    return ops.Select(int_keyword(name, loc, kw, "axis"), int_keyword(name, loc, kw, "index")), \
+        operands(name, loc, pos, 1)
+
+
+@syntax("pad", keywords=("low", "high", "value"))
+def _pad(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    value = kw.get("value", Lit(0))
+    if not isinstance(value, Lit):
+        raise VerifyError(loc, "op_c2", "pad needs value= a number literal (0 when left out)")
+    low, high = int_list(name, loc, kw, "low"), int_list(name, loc, kw, "high")
+    return ops.Pad(low, high, value.value), operands(name, loc, pos, 1)
+
+
+@syntax("cat", keywords=("axis",))
+def _cat(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    axis = int_keyword(name, loc, kw, "axis")
+    if len(pos) < 2 or any(isinstance(v, list) for v in pos):
+        raise VerifyError(loc, "op_c2", "cat takes two or more operands and axis=N")
+    return ops.Cat(axis), operands(name, loc, pos, len(pos))

@@ -30,6 +30,18 @@ def format_call(op: object, args: tuple) -> str:
             parts.append(_ints(perm))
         case ops.Unsqueeze(dims=dims) | ops.Reduction(dims=dims):
             parts.append(f"dims={_ints(dims)}")
+        case ops.Slice(axes=axes, starts=starts, stops=stops, steps=steps):
+            parts += [f"starts={_ints(starts)}", f"stops={_ints(stops)}"]
+            # steps all 1 and the leading axes are what the syntax gives when left out
+            parts += [f"steps={_ints(steps)}"] if steps != (1,) * len(starts) else []
+            parts += [f"axes={_ints(axes)}"] if axes != tuple(range(len(starts))) else []
+        case ops.Select(axis=axis, index=index):
+            parts += [f"axis={axis}", f"index={index}"]
+        case ops.Pad(low=low, high=high, value=value):
+            parts += [f"low={_ints(low)}", f"high={_ints(high)}"]
+            parts += [f"value={value!r}"] if (type(value), value) != (int, 0) else []  # -0.0 and 0.0 are printed
+        case ops.Cat(axis=axis):
+            parts.append(f"axis={axis}")
         case _ if ops.is_communication(op):
             for f in fields(op):  # type: ignore[arg-type]
                 value = getattr(op, f.name)

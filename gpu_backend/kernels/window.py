@@ -1,0 +1,56 @@
+"""The window ops (slice, select, pad, cat; docs/spec.md §5.8) on device buffers,
+registered in gpu_backend.impls' table. slice and select are views of the
+operand (any strides, steps multiply them), laid out as the result asks; cat
+copies each operand into its stretch of a fresh result; pad fills a fresh
+result with the constant and copies the operand into its interior."""
+
+from __future__ import annotations
+
+from gpu_backend.buffers.buffer import DeviceBuffer
+from gpu_backend.impls import Order, impl, laid_out_view
+from gpu_backend.kernels.elementwise import copy_into
+from gpu_backend.kernels.window_kernels import fill
+from interp.impls import scalar_value
+from refir.errors import RunError
+from refir.ir import ops
+
+
+@impl(ops.Slice)
+def slice_(op: ops.Slice, order: Order, x: DeviceBuffer) -> DeviceBuffer:
+    index = [slice(None)] * x.ndim
+    for a, start, stop, step in zip(op.axes, op.starts, op.stops, op.steps):
+        index[a] = slice(start, stop, step)
+    return laid_out_view(x[tuple(index)], order)
+
+
+@impl(ops.Select)
+def select(op: ops.Select, order: Order, x: DeviceBuffer) -> DeviceBuffer:
+    a = op.axis
+    if op.index >= x.shape[a]:
+        raise RunError(f"select index {op.index} is outside axis {a} of extent {x.shape[a]} [select_c3]")
+    view = DeviceBuffer(x.data, x.offset + op.index * x.strides[a], x.shape[:a] + x.shape[a + 1:],
+                        x.strides[:a] + x.strides[a + 1:])
+    return laid_out_view(view, order)
+
+
+@impl(ops.Pad)
+def pad(op: ops.Pad, order: Order, x: DeviceBuffer) -> DeviceBuffer:
+    shape = tuple(n + lo + hi for n, lo, hi in zip(x.shape, op.low, op.high))
+    out = fill(DeviceBuffer.empty(shape, x.dtype, order), scalar_value(op.value, x.dtype))
+    if x.size:
+        copy_into(out[tuple(slice(lo, lo + n) for n, lo in zip(x.shape, op.low))], x)
+    return out
+
+
+@impl(ops.Cat)
+def cat(op: ops.Cat, order: Order, *xs: DeviceBuffer) -> DeviceBuffer:
+    a = op.axis
+    shape = list(xs[0].shape)
+    shape[a] = sum(x.shape[a] for x in xs)
+    out = DeviceBuffer.empty(tuple(shape), xs[0].dtype, order)
+    start = 0
+    for x in xs:
+        if x.size:
+            copy_into(out.take(a, start, start + x.shape[a]), x)
+        start += x.shape[a]
+    return out
