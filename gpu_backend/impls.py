@@ -20,7 +20,7 @@ import numpy as np
 from gpu_backend import functions
 from gpu_backend.buffer import DeviceBuffer, to_device
 from gpu_backend.kernels import copy_into, elementwise
-from gpu_backend.matmul import matmul_into
+from gpu_backend.matmul_ranks import matmul_any
 from gpu_backend.reduce import reduce_into
 from gpu_backend.scalars import elementwise_scalar
 from interp.impls import scalar_value
@@ -99,8 +99,7 @@ def reduction(op: ops.Reduction, order: Order, x: DeviceBuffer) -> DeviceBuffer:
 
 @impl(ops.Matmul)
 def matmul(op: ops.Matmul, order: Order, a: DeviceBuffer, b: DeviceBuffer) -> DeviceBuffer:
-    shape = (*a.shape[:-1], b.shape[-1])
-    return matmul_into(DeviceBuffer.empty(shape, a.dtype, order), a, b)
+    return matmul_any(order, a, b, laid_out_view)
 
 
 def compute(op: object, order: Order, args: list[Any]) -> DeviceBuffer:

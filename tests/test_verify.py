@@ -329,8 +329,8 @@ def test_reduce_c2():
 
 
 def test_matmul_c1():
-    rejects(prog("x: f32[4], w: f32[4]", "y = matmul(x, w)", "return y"), "matmul_c1", 3, 3,
-            "rank of at least 2, not 1 and 1")
+    rejects(prog("x: f32[], w: f32[4]", "y = matmul(x, w)", "return y"), "matmul_c1", 3, 3,
+            "rank of at least 1, not 0 and 1")
     rejects(prog("x: f32[4, 2], w: f16[2, 3]", "y = matmul(x, w)", "return y"), "matmul_c1", 3, 3,
             "(f32 on m, f16 on m)")
     rejects(prog("x: bool[4, 2], w: bool[2, 3]", "y = matmul(x, w)", "return y"), "matmul_c1", 3, 3)
@@ -341,6 +341,11 @@ def test_matmul_c2():
             "contracted extents differ: 2 and 3")
     rejects(prog("x: f32[6, 4, 2], w: f32[7, 2, 5]", "y = matmul(x, w)", "return y"), "matmul_c2", 3, 3,
             "batch axis 0 differs: 6 and 7")
+    # batch axes broadcast from the right; where both have one, extent and sharding agree
+    rejects(prog("x: f32[6@DIDx, 4, 2], w: f32[3, 6, 2, 5]", "y = matmul(x, w)", "return y"), "matmul_c2",
+            3, 3, "batch axis 1 differs: 6@DIDx and 6")
+    rejects(prog("x: f32[3], w: f32[6, 2, 5]", "y = matmul(x, w)", "return y"), "matmul_c2", 3, 3,
+            "contracted extents differ: 3 and 2")
 
 
 def test_matmul_c3():
@@ -348,6 +353,8 @@ def test_matmul_c3():
             "the contracted axis is sharded on DIDx in one operand")
     rejects(prog("x: f32[4@DIDx, 2], w: f32[2, 6@DIDx]", "y = matmul(x, w)", "return y"), "matmul_c3", 3, 3,
             "M and N are both sharded on DIDx")
+    rejects(prog("x: f32[b, 4@DIDx, 2], w: f32[3@DIDx, 2, 6]", "y = matmul(x, w)", "return y"), "matmul_c3",
+            3, 3, "would have two axes sharded on one mesh axis")
 
 
 def test_set_c1():
