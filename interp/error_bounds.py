@@ -192,12 +192,14 @@ def _cast(op: ops.Cast, v: Operands) -> np.ndarray:
     return v.rounded(b)
 
 
-@rule(ops.Permute, ops.Unsqueeze, ops.Set)
+@rule(ops.Permute, ops.Unsqueeze, ops.Expand, ops.Set)
 def _movement(op: object, v: Operands) -> np.ndarray:
     if isinstance(op, ops.Permute):
         return np.transpose(v.bs[0], op.perm)
     if isinstance(op, ops.Unsqueeze):
         return np.expand_dims(v.bs[0], op.dims)
+    if isinstance(op, ops.Expand):
+        return np.broadcast_to(v.bs[0], np.shape(v.r))
     return v.bs[0]
 
 

@@ -328,6 +328,30 @@ def test_reduce_c2():
             "sum is not defined on bool")
 
 
+def test_expand_c1():
+    rejects(prog("x: f32[b, 8]", "y = expand(x, 4)", "return y"), "expand_c1", 3, 3,
+            "one extent per axis of its operand: 2, not 1")
+    rejects(prog("x: f32[b, 8]", "y = expand(x, 2.5, 8)", "return y"), "expand_c1", 3, 3,
+            "a non-negative integer or a symbol, not 2.5")
+    rejects(prog("x: f32[b, 8]", "y = expand(x, -1, 8)", "return y"), "expand_c1", 3, 3,
+            "not -1")
+
+
+def test_expand_c2():
+    rejects(prog("x: f32[b, 8]", "y = expand(x, 4, 9)", "return y"), "expand_c2", 3, 3,
+            "axis 1 is 8, not b: it keeps its extent, it cannot become 9")
+    rejects(prog("x: f32[N, b], w: f32[M]", "y = expand(x, M, 3)", "return y"), "expand_c2", 3, 3,
+            "axis 0 is N")
+
+
+def test_expand_declared_sharding_only_on_expanded_axes():
+    ok = refir.verify(refir.parse(prog("x: f32[b, 8]", "y: f32[6@DIDx, 8] = expand(x, 6, 8)", "return y")))
+    assert str(ok.types["y"]) == "f32[6@DIDx, 8] on m"
+    assert str(refir.verify(refir.parse(prog("x: f32[b, 8@DIDx]", "y = expand(x, 3, 8)", "return y")))
+               .types["y"]) == "f32[3, 8@DIDx] on m"
+    rejects(prog("x: f32[b, 8@DIDx]", "y: f32[3, 8] = expand(x, 3, 8)", "return y"), "result_c2", 3, 3)
+
+
 def test_matmul_c1():
     rejects(prog("x: f32[], w: f32[4]", "y = matmul(x, w)", "return y"), "matmul_c1", 3, 3,
             "rank of at least 1, not 0 and 1")

@@ -31,6 +31,7 @@ from refir.frontends.builder_values import (  # noqa: F401  (the functions are t
     binary,
     cast,
     div,
+    expand,
     matmul,
     maximum,
     minimum,

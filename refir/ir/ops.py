@@ -53,6 +53,12 @@ class Matmul:
 
 
 @dataclass(frozen=True)
+class Expand:
+    """`expand(x, E0, E1, ...)`: its `b` axes broadcast to the extents given
+    (operands after x, one per axis: literals or symbols), materialized."""
+
+
+@dataclass(frozen=True)
 class Set:
     pass
 
@@ -131,7 +137,7 @@ class ReduceScatter:
     axis: int
 
 
-Op = Binary | Unary | Cast | Permute | Unsqueeze | Reduction | Matmul | Set
+Op = Binary | Unary | Cast | Permute | Unsqueeze | Reduction | Matmul | Expand | Set
 LocalOp = Op | Slice | Copy
 Communication = (
     Allgather | Gather | Scatter | Broadcast | SendRecv | AllToAll | Allreduce | Reduce | ReduceScatter
