@@ -75,7 +75,7 @@ class OpMapper:
             if kind not in REDUCE_OPS:
                 raise ParseError(call.loc, f"cannot map reduction op {kind!r} (refir: add, mul, max, min)")
             self.reduction(out, REDUCE_OPS[kind], self._one(tensors, call), call, comment)
-        elif op in ("Set", "set", "LoadStoreOp"):
+        elif op in ("Set", "set", "LoadStoreOp", "ShardByStream"):
             self.set_like(out, self._one(tensors, call), call.loc)
             self.eqns.append((out, f"set({tensors[0].name})", comment))
         elif op == "Set.Permute":
@@ -227,29 +227,44 @@ class OpMapper:
         self.eqns.append((out, f"max({x.name}, dims=[{', '.join(map(str, dims))}])", comment))
 
     def matmul(self, out: str, tensors: list[TVRef], call: Call, comment: list[str]) -> None:
+        """np.matmul of any ranks >= 1 (refir's matmul: docs/spec.md 5.6)."""
         if len(tensors) != 2:
             raise ParseError(call.loc, "matmul takes two TensorViews")
         a, b = (kept(self.axes[t.name]) for t in tensors)
-        if len(a) != len(b) or len(a) < 2:
+        if not a or not b:
             raise ParseError(call.loc, f"cannot map matmul of ranks {len(a)} and {len(b)}: refir's matmul "
-                             "takes operands of one rank, at least 2")
+                             "takes operands of rank at least 1")
         where = f"{out} = matmul(...)"
-        self._unify(a[:-2], b[:-2], call.loc, where)
-        self._unify(a[-1:], b[-2:-1], call.loc, where)
-        self._unify(kept(self.axes[out]), a[:-1] + b[-1:], call.loc, where)
+        self._contract(a, b[-2:-1] if len(b) > 1 else b, a[:-2], b[:-2], call, where)
+        batch = self._batch(a[:-2], b[:-2])
+        self._unify(kept(self.axes[out]), batch + a[-2:-1] + (b[-1:] if len(b) > 1 else []), call.loc, where)
         for t in tensors:
             self.dtypes.join(t.name, out, call.loc, f"operands of {out}")
         self.eqns.append((out, f"matmul({tensors[0].name}, {tensors[1].name})", comment))
 
+    def _contract(self, a: list[Ax], k: list[Ax], ba: list[Ax], bb: list[Ax], call: Call, where: str) -> None:
+        self._unify(a[-1:], k, call.loc, where)
+        for x, y in zip(reversed(ba), reversed(bb)):
+            if not x.broadcast and not y.broadcast:
+                self.same_extent(x, y, call.loc, where)
+
+    def _batch(self, ba: list[Ax], bb: list[Ax]) -> list[Ax]:
+        n = max(len(ba), len(bb))
+        pa = [None] * (n - len(ba)) + list(ba)
+        pb = [None] * (n - len(bb)) + list(bb)
+        return [y if x is None or x.broadcast and y is not None else x for x, y in zip(pa, pb)]  # type: ignore[misc]
+
     def linear(self, out: str, tensors: list[TVRef], call: Call, comment: list[str]) -> None:
-        """linear(x[M, K], w[N, K], bias[N]) = x @ w^T + bias."""
-        if len(tensors) not in (2, 3) or len(kept(self.axes[tensors[0].name])) != 2:
-            raise ParseError(call.loc, "cannot map linear: refir maps linear(x[M, K], w[N, K] [, bias[N]])")
+        """linear(x[..., K], w[N, K], bias[N]) = x @ w^T + bias: any rank of x (a
+        [B, S, E] input in every sequence-parallel layer)."""
+        if len(tensors) not in (2, 3) or not kept(self.axes[tensors[0].name]) \
+                or len(kept(self.axes[tensors[1].name])) != 2:
+            raise ParseError(call.loc, "cannot map linear: refir maps linear(x[..., K], w[N, K] [, bias[N]])")
         x, w = tensors[:2]
         xa, wa = kept(self.axes[x.name]), kept(self.axes[w.name])
         where = f"{out} = linear(...)"
         self._unify(xa[-1:], wa[-1:], call.loc, where)
-        self._unify(kept(self.axes[out]), [xa[0], wa[0]], call.loc, where)
+        self._unify(kept(self.axes[out]), xa[:-1] + wa[:1], call.loc, where)
         for t in tensors:
             self.dtypes.join(t.name, out, call.loc, f"operands of {out}")
         wt = f"{w.name}_t"
@@ -262,13 +277,14 @@ class OpMapper:
         bias = tensors[2]
         self._unify(kept(self.axes[bias.name]), wa[:1], call.loc, where)
         mm, bb = f"{out}_mm", f"{bias.name}_b"
+        lead = len(xa) - 1
         self.local_types[mm] = (kept(self.axes[out]), self.refs[out].mesh)
-        self.local_types[bb] = ([Ax(1, None, True, False, 0), *kept(self.axes[bias.name])],
+        self.local_types[bb] = ([Ax(1, None, True, False, 0)] * lead + kept(self.axes[bias.name]),
                                 self.refs[bias.name].mesh)
         for n in (mm, bb):
             self.dtypes.join(n, out, call.loc, "")
         self.eqns.append((mm, f"matmul({x.name}, {wt})", ["linear = x @ w^T + bias"]))
-        self.eqns.append((bb, f"unsqueeze({bias.name}, dims=[0])", []))
+        self.eqns.append((bb, f"unsqueeze({bias.name}, dims=[{', '.join(map(str, range(lead)))}])", []))
         self.eqns.append((out, f"add({mm}, {bb})", []))
 
     def communication(self, out: str, kind: str, x: TVRef, call: Call, comment: list[str]) -> None:
@@ -283,6 +299,16 @@ class OpMapper:
         op = op.split("::")[-1].lower()
         if op not in REDUCE_OPS:
             raise ParseError(call.loc, f"cannot map reduction op {op!r} of a {kind}")
+        if not any(a.reduced for a in self.axes[out]) and any(a.reduced and a.shard for a in self.axes[x.name]):
+            # The input is printed as partial sums (a reduced device axis: an rFactor of the
+            # contraction); refir's value of it is already summed, and lowering puts the
+            # allreduce there.
+            self.set_like(out, x, call.loc)
+            self.comm_kinds[x.name] = self.comm_kinds.pop(out)
+            self.notes.append(f"{call.loc}: {kind} of {x.name}, printed as partial sums over a device axis: "
+                              f"refir's {x.name} is the sum, lowered with its own {kind}; {out} = set({x.name})")
+            self.eqns.append((out, f"set({x.name})", comment + [f"nvFuser lowered this to {kind}"]))
+            return
         if not any(a.reduced for a in self.axes[out]):
             raise ParseError(call.loc, f"the output {out} of this {kind} shows no reduced (r) domain")
         self.reduction(out, REDUCE_OPS[op], x, call, comment + [f"nvFuser lowered this to {kind}"])
