@@ -98,3 +98,12 @@ def test_copies_that_differ_are_refused_in_one_line(capsys, tmp_path):
     err = capsys.readouterr().err
     assert err.splitlines()[-1].startswith("parse error: the log prints the program 2 times")
     assert "Traceback" not in err
+
+
+def test_expand_of_a_broadcast_axis():
+    imported = import_nvfuser((DATA / "nvfuser_expand.txt").read_text(), "ex.txt")
+    assert "T2: f32[i0, 8] on m = expand(T0, i0, 8)" in imported.text
+    xs, got = run_all(imported.program, {"i0": 6})
+    np.testing.assert_array_equal(got["T3"], xs["T0"] + xs["T1"])
+    with pytest.raises(ParseError, match="leaves axis 0 of T0 a broadcast"):
+        import_nvfuser((DATA / "nvfuser_expand.txt").read_text().replace("bS4{1 ex i0}", "bS4{1}"), "ex.txt")

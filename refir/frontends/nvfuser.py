@@ -250,6 +250,11 @@ class Importer(OpMapper):
                 shown = self.extent(Ax(names[0], None, False, False, 0))
                 self.notes.append(f"the ops make {', '.join(names)} one extent, written {shown}")
 
+    def extents_in(self, call: str) -> str:
+        """An op's extent operands (expand's), written as the types write them."""
+        return re.sub(r"\{\{extent:([^}]+)\}\}", lambda m: self.extent(Ax(int(m.group(1)) if m.group(1).isdigit()
+                      else m.group(1), None, False, False, 0)), call)
+
     def dtype(self, name: str) -> str:
         r = self.dtypes.find(name)
         if r not in self.dtypes.value:
@@ -264,7 +269,7 @@ class Importer(OpMapper):
             if m not in meshes:
                 meshes.append(m)
         self.mesh_names = {m: ("m" if len(meshes) == 1 else f"m{i}") for i, m in enumerate(meshes)}
-        body = [f"  {o}: {self.type_text(o)} = {call}" for o, call, _ in order]  # types first: they add notes
+        body = [f"  {o}: {self.type_text(o)} = {self.extents_in(call)}" for o, call, _ in order]  # types add notes
         self.note_joined_symbols()
         head = [f"func main({', '.join(f'{p}: {self.type_text(p)}' for p in params)}) {{"]
         lines = []

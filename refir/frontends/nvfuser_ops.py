@@ -82,6 +82,8 @@ class OpMapper:
             self.permute(out, self._one(tensors, call), call, comment)
         elif op == "broadcast":
             self.broadcast(out, self._one(tensors, call), call, comment)
+        elif op == "expand":
+            self.expand(out, self._one(tensors, call), call, comment)
         elif op == "squeeze":
             self.squeeze(out, self._one(tensors, call), call, comment)
         elif op == "matmul":
@@ -209,6 +211,24 @@ class OpMapper:
         got = [Ax(1, None, True, False, 0) if a.broadcast and i in dims else next(it) for i, a in enumerate(want)]
         self.emit_local(out, f"unsqueeze({x.name}, dims=[{', '.join(map(str, dims))}])", comment, got,
                         self.refs[x.name].mesh, want)
+
+    def expand(self, out: str, x: TVRef, call: Call, comment: list[str]) -> None:
+        """expand(x): the b axes of x that the result prints with an extent
+        (`iS3{8}`, or `bS3{1 ex 8}`) become that extent."""
+        want, src = kept(self.axes[out]), kept(self.axes[x.name])
+        if len(want) != len(src):
+            raise ParseError(call.loc, f"expand: {out} has {len(want)} axes, {x.name} has {len(src)}")
+        extents = []
+        for i, (a, w) in enumerate(zip(src, want)):
+            if a.broadcast and w.broadcast:
+                raise ParseError(call.loc, f"expand leaves axis {i} of {x.name} a broadcast; refir's expand gives "
+                                 "every b axis an extent (leave that one to unsqueeze)")
+            if not a.broadcast:
+                self.same_extent(a, w, call.loc, f"{out} = expand({x.name})")
+            extents.append(f"{{{{extent:{w.extent}}}}}")  # written once the extents are all joined (emit)
+        self.dtypes.join(x.name, out, call.loc, f"the dtype of {out}")
+        axes = [Ax(w.extent, w.shard if a.broadcast else a.shard, False, False, w.number) for a, w in zip(src, want)]
+        self.emit_local(out, f"expand({x.name}, {', '.join(extents)})", comment, axes, self.refs[x.name].mesh, want)
 
     def squeeze(self, out: str, x: TVRef, call: Call, comment: list[str]) -> None:
         src = kept(self.axes[x.name])
