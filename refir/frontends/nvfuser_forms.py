@@ -30,8 +30,8 @@ def one_copy(d: Dump, notes: list[str]) -> None:
     starts = [i for i, n in enumerate(outs) if n == outs[0]]
     copies = [d.statements[a:b] for a, b in zip(starts, [*starts[1:], len(outs)])]
     first = copies[0]
-    if len({s.out.name for s in first}) != len(first):
-        return  # not copies of one program: the importer reports the double definition
+    if len({s.out.name for s in first}) != len(first) or any(c[0].text != first[0].text for c in copies):
+        return  # not copies of one program (a host IR view redefined, say): the statements are read as they are
     for k, other in enumerate(copies[1:], 2):
         for a, b in zip(first, other):
             if a.text != b.text:
