@@ -48,8 +48,8 @@ LAYOUT_COLUMNS = ("row-major", "other layout", "1-D mesh", "2-D mesh", "3-D mesh
 
 
 def _local_rows() -> list[str]:
-    rows = [*ops.UNARY, *ops.BINARY, *ops.REDUCTIONS, "matmul", "permute", "unsqueeze", "slice", "select", "pad",
-            "cat"]
+    rows = [*ops.UNARY, *ops.BINARY, *ops.REDUCTIONS, "matmul", "permute", "unsqueeze", "expand", "slice",
+            "select", "pad", "cat"]
     return rows + [f"cast to {d}" for d in DTYPE_NAMES] + ["copy", "keep_block"]
 
 
@@ -63,6 +63,7 @@ _PROBES = {
     "permute": "permute(x, [1, 0])", "unsqueeze": "unsqueeze(x, dims=[0])",
     "slice": "slice(x, starts=[1], stops=[2])", "select": "select(x, axis=0, index=1)",
     "pad": "pad(x, low=[1, 0], high=[0, 0])", "cat": "cat(x, x, axis=0)",
+    "expand": "expand(x, 2, 2)",
 }
 
 

@@ -20,9 +20,10 @@ import numpy as np
 from gpu_backend.buffers.buffer import DeviceBuffer, to_device
 from gpu_backend.kernels import functions
 from gpu_backend.kernels.elementwise import copy_into, elementwise
-from gpu_backend.kernels.matmul import matmul_into
+from gpu_backend.kernels.matmul_ranks import matmul_any
 from gpu_backend.kernels.reduce import reduce_into
 from gpu_backend.kernels.scalars import elementwise_scalar
+from interp.expand import local_extents
 from interp.impls import scalar_value
 from interp.spmd import slice_block
 from refir.ir import ops
@@ -99,15 +100,21 @@ def reduction(op: ops.Reduction, order: Order, x: DeviceBuffer) -> DeviceBuffer:
 
 @impl(ops.Matmul)
 def matmul(op: ops.Matmul, order: Order, a: DeviceBuffer, b: DeviceBuffer) -> DeviceBuffer:
-    shape = (*a.shape[:-1], b.shape[-1])
-    return matmul_into(DeviceBuffer.empty(shape, a.dtype, order), a, b)
+    return matmul_any(order, a, b, laid_out_view)
+
+
+@impl(ops.Expand)
+def expand(op: ops.Expand, order: Order, x: DeviceBuffer, *extents: int) -> DeviceBuffer:
+    """The b axes read with stride 0, copied into a buffer of their extents."""
+    return laid_out_view(x.broadcast_to(tuple(int(n) if m == 1 else m for n, m in zip(extents, x.shape))), order)
 
 
 def compute(op: object, order: Order, args: list[Any]) -> DeviceBuffer:
     """Apply `op`. A binary op's python scalar operand is a kernel argument in
-    the tensor dtype (gpu_backend/kernels/scalars.py); any other becomes a device scalar."""
+    the tensor dtype (gpu_backend/kernels/scalars.py); any other becomes a device scalar
+    (expand's scalars are extents, handed as they are)."""
     tensors = [a for a in args if type(a) is DeviceBuffer]
-    if len(tensors) == len(args):
+    if len(tensors) == len(args) or isinstance(op, ops.Expand):
         return GPU_IMPLS[type(op)](op, order, *args)
     dtype = tensors[0].dtype
     if isinstance(op, ops.Binary) and len(args) == 2:
@@ -129,6 +136,8 @@ class GpuLocal:
     def __call__(self, step: Step, device: int, args: list[Any]) -> DeviceBuffer:
         if isinstance(step.op, ops.KeepBlock):  # the device's own block, as a view
             args = [slice_block(step, device, args[0], self.types[step.tensor_args()[0]])]
+        if isinstance(step.op, ops.Expand):  # the extents of this device's block
+            args = local_extents(step, device, args, self.types[step.tensor_args()[0]])
         return compute(step.op, step.type.order, args)
 
 

@@ -192,12 +192,14 @@ def _cast(op: ops.Cast, v: Operands) -> np.ndarray:
     return v.rounded(b)
 
 
-@rule(ops.Permute, ops.Unsqueeze, ops.Set)
+@rule(ops.Permute, ops.Unsqueeze, ops.Expand, ops.Set)
 def _movement(op: object, v: Operands) -> np.ndarray:
     if isinstance(op, ops.Permute):
         return np.transpose(v.bs[0], op.perm)
     if isinstance(op, ops.Unsqueeze):
         return np.expand_dims(v.bs[0], op.dims)
+    if isinstance(op, ops.Expand):
+        return np.broadcast_to(v.bs[0], np.shape(v.r))
     return v.bs[0]
 
 
@@ -253,6 +255,8 @@ def _fresh(v: Operands, terms: int, roundings: int, total: np.ndarray) -> np.nda
 @rule(ops.Matmul)
 def _matmul(op: ops.Matmul, v: Operands) -> np.ndarray:
     (a, b), (ba, bb), (ra, rb) = v.xs, v.bs, v.rs
+    if np.ndim(a) == 1 or np.ndim(b) == 1:  # np.matmul's promotion of a 1-D operand, undone after
+        return _matmul_promoted(op, v)
     ma, mb = finite_abs(a) + ra, finite_abs(b) + rb
     carried = ma @ bb + ba @ mb + ba @ bb
     total = (ma + ba) @ (mb + bb) if v.m.exact else ma @ mb
@@ -266,3 +270,23 @@ def _matmul(op: ops.Matmul, v: Operands) -> np.ndarray:
     return np.where(total > float(finfo(v.m.dtype(v.dtype)).max), np.inf, bound)
 
 
+def _matmul_promoted(op: ops.Matmul, v: Operands) -> np.ndarray:
+    """The bound of a matmul with a 1-D operand: that of its promoted 2-D form,
+    the promoted axis dropped after (as np.matmul drops it)."""
+    one_a, one_b = np.ndim(v.xs[0]) == 1, np.ndim(v.xs[1]) == 1
+
+    def lift_result(x: np.ndarray) -> np.ndarray:
+        x = np.broadcast_to(x, np.shape(v.r))
+        if one_a:
+            x = np.expand_dims(x, -1 if one_b else x.ndim - 1)
+        return np.expand_dims(x, -1) if one_b else x
+
+    def lift(pair: list[np.ndarray]) -> list[np.ndarray]:
+        a, b = (np.broadcast_to(x, np.shape(ref)) for x, ref in zip(pair, v.xs))
+        return [a[None, :] if one_a else a, b[:, None] if one_b else b]
+
+    lifted = replace(v, xs=lift(v.xs), bs=lift(v.bs), rs=lift(v.rs), r=lift_result(v.r), rr=lift_result(v.rr))
+    out = _matmul(op, lifted)
+    if one_a:
+        out = out[..., 0, :]
+    return out[..., 0] if one_b else out

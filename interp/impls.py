@@ -117,6 +117,14 @@ def matmul(op: ops.Matmul, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return as_dtype(np.matmul(a.astype(acc), b.astype(acc)), a.dtype)
 
 
+@impl(ops.Expand)
+def expand(op: ops.Expand, x: np.ndarray, *extents: int) -> np.ndarray:
+    """np.broadcast_to of the b axes (a view: the caller materializes it); the
+    extents are the axes' extents where this array is expanded (a device's block
+    extent on a sharded one: interp/expand.py), kept as the array has them elsewhere."""
+    return np.broadcast_to(x, tuple(int(n) if m == 1 else m for n, m in zip(extents, x.shape)))
+
+
 @impl(ops.Set)
 @impl(ops.Copy)
 def copy(op: object, x: np.ndarray) -> np.ndarray:
@@ -177,6 +185,8 @@ def fold(kind: str, parts: Sequence[np.ndarray], out: np.ndarray | None = None) 
 
 def compute(op: object, args: list[object], dtype: np.dtype) -> np.ndarray:
     """Apply `op`; scalar operands take the tensor dtype (integers wrap)."""
+    if isinstance(op, ops.Expand):  # its scalars are extents, not values of the tensor's dtype
+        return IMPLS[ops.Expand](op, *args)
     values = [a if isinstance(a, np.ndarray) else scalar_value(a, dtype) for a in args]
     with np.errstate(all="ignore"):
         return IMPLS[type(op)](op, *values)

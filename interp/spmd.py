@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from interp.expand import local_extents
 from interp.impls import compute
 from interp.liveness import drops
 from interp.transport import Transport, own_buffer
@@ -222,6 +223,8 @@ class NumpyLocal:
         if isinstance(step.op, ops.KeepBlock):
             out = slice_block(step, device, args[0], self.types[step.tensor_args()[0]])
         else:
+            if isinstance(step.op, ops.Expand):  # the extents of this device's block
+                args = local_extents(step, device, args, self.types[step.tensor_args()[0]])
             tensors = [a for a in args if isinstance(a, np.ndarray)]
             out = compute(step.op, args, tensors[0].dtype)
         out = np.asarray(out)

@@ -14,8 +14,9 @@ from helpers import EXAMPLES
 from conformance.cases import CORPUS, cases_of
 from refir.checks.verifier import verify
 from refir.explain import placement as placement_module
-from refir.explain.pictures import MOVES_LISTED, devices_text, pattern_lines
+from refir.explain.pictures import MOVES_LISTED, devices_text
 from refir.explain.placement import explain
+from refir.explain.step_pictures import pattern_lines
 from refir.ir import ops
 from refir.lowering.lower import lower
 from refir.text.parser import parse

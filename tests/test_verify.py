@@ -328,9 +328,33 @@ def test_reduce_c2():
             "sum is not defined on bool")
 
 
+def test_expand_c1():
+    rejects(prog("x: f32[b, 8]", "y = expand(x, 4)", "return y"), "expand_c1", 3, 3,
+            "one extent per axis of its operand: 2, not 1")
+    rejects(prog("x: f32[b, 8]", "y = expand(x, 2.5, 8)", "return y"), "expand_c1", 3, 3,
+            "a non-negative integer or a symbol, not 2.5")
+    rejects(prog("x: f32[b, 8]", "y = expand(x, -1, 8)", "return y"), "expand_c1", 3, 3,
+            "not -1")
+
+
+def test_expand_c2():
+    rejects(prog("x: f32[b, 8]", "y = expand(x, 4, 9)", "return y"), "expand_c2", 3, 3,
+            "axis 1 is 8, not b: it keeps its extent, it cannot become 9")
+    rejects(prog("x: f32[N, b], w: f32[M]", "y = expand(x, M, 3)", "return y"), "expand_c2", 3, 3,
+            "axis 0 is N")
+
+
+def test_expand_declared_sharding_only_on_expanded_axes():
+    ok = refir.verify(refir.parse(prog("x: f32[b, 8]", "y: f32[6@DIDx, 8] = expand(x, 6, 8)", "return y")))
+    assert str(ok.types["y"]) == "f32[6@DIDx, 8] on m"
+    assert str(refir.verify(refir.parse(prog("x: f32[b, 8@DIDx]", "y = expand(x, 3, 8)", "return y")))
+               .types["y"]) == "f32[3, 8@DIDx] on m"
+    rejects(prog("x: f32[b, 8@DIDx]", "y: f32[3, 8] = expand(x, 3, 8)", "return y"), "result_c2", 3, 3)
+
+
 def test_matmul_c1():
-    rejects(prog("x: f32[4], w: f32[4]", "y = matmul(x, w)", "return y"), "matmul_c1", 3, 3,
-            "rank of at least 2, not 1 and 1")
+    rejects(prog("x: f32[], w: f32[4]", "y = matmul(x, w)", "return y"), "matmul_c1", 3, 3,
+            "rank of at least 1, not 0 and 1")
     rejects(prog("x: f32[4, 2], w: f16[2, 3]", "y = matmul(x, w)", "return y"), "matmul_c1", 3, 3,
             "(f32 on m, f16 on m)")
     rejects(prog("x: bool[4, 2], w: bool[2, 3]", "y = matmul(x, w)", "return y"), "matmul_c1", 3, 3)
@@ -341,6 +365,11 @@ def test_matmul_c2():
             "contracted extents differ: 2 and 3")
     rejects(prog("x: f32[6, 4, 2], w: f32[7, 2, 5]", "y = matmul(x, w)", "return y"), "matmul_c2", 3, 3,
             "batch axis 0 differs: 6 and 7")
+    # batch axes broadcast from the right; where both have one, extent and sharding agree
+    rejects(prog("x: f32[6@DIDx, 4, 2], w: f32[3, 6, 2, 5]", "y = matmul(x, w)", "return y"), "matmul_c2",
+            3, 3, "batch axis 1 differs: 6@DIDx and 6")
+    rejects(prog("x: f32[3], w: f32[6, 2, 5]", "y = matmul(x, w)", "return y"), "matmul_c2", 3, 3,
+            "contracted extents differ: 3 and 2")
 
 
 def test_matmul_c3():
@@ -348,6 +377,8 @@ def test_matmul_c3():
             "the contracted axis is sharded on DIDx in one operand")
     rejects(prog("x: f32[4@DIDx, 2], w: f32[2, 6@DIDx]", "y = matmul(x, w)", "return y"), "matmul_c3", 3, 3,
             "M and N are both sharded on DIDx")
+    rejects(prog("x: f32[b, 4@DIDx, 2], w: f32[3@DIDx, 2, 6]", "y = matmul(x, w)", "return y"), "matmul_c3",
+            3, 3, "would have two axes sharded on one mesh axis")
 
 
 def test_set_c1():

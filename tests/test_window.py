@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gpu_backend.buffer import download, upload
 from helpers import ROOT, run_mpi
 from test_gpu_kernels import strided
 
 import refir
+from gpu_backend.buffers.buffer import download, upload
 from gpu_backend.impls import GPU_IMPLS
 from interp.impls import IMPLS
 from refir.cli import main

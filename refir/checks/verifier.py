@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 from refir.checks import (
     op_rules,  # noqa: F401  (registers the rules of today's ops)
+    rules_expand,  # noqa: F401  (expand of b axes)
+    rules_matmul,  # noqa: F401  (matmul of any ranks >= 1)
     rules_window,  # noqa: F401  (slice, select, pad, cat)
 )
 from refir.checks.inference import INFER, EqnContext

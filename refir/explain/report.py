@@ -23,8 +23,9 @@ from rich.text import Text
 from refir.checks.limits import DEVICES
 from refir.checks.verifier import Checked, verify
 from refir.errors import InputError
-from refir.explain.pictures import MOVES_LISTED, mesh_listing, pattern_lines, step_picture, value_picture
+from refir.explain.pictures import MOVES_LISTED, mesh_listing, value_picture
 from refir.explain.placement import CommFacts, Explained, Placement, explain, placement
+from refir.explain.step_pictures import pattern_lines, step_picture
 from refir.explain.svg import html_of, svg_of
 from refir.ir import ops
 from refir.lowering.lower import Lowered, lower

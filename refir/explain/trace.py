@@ -19,9 +19,10 @@ from rich.text import Text
 
 from refir.checks.verifier import verify
 from refir.errors import InputError
-from refir.explain.pictures import comm_picture, ints, spans, step_line
+from refir.explain.pictures import ints, spans
 from refir.explain.placement import Explained, Placement, StepFacts, explain, intersect
 from refir.explain.report import check_device, is_printer, make_console, wanted, world_for
+from refir.explain.step_pictures import comm_picture, step_line
 from refir.ir.program import Var
 from refir.ir.types import dtype_name
 from refir.lowering.lower import lower

@@ -19,9 +19,10 @@ from pathlib import Path
 from rich.console import Console, RenderableType
 
 from refir.errors import InputError
-from refir.explain.pictures import step_picture, value_picture
+from refir.explain.pictures import value_picture
 from refir.explain.placement import Explained, Placement, explain, placement
 from refir.explain.report import WIDTH, wanted
+from refir.explain.step_pictures import step_picture
 from refir.explain.svg import html_of, svg_of
 from refir.ir.program import Program
 from refir.ir.types import Mesh

@@ -32,6 +32,7 @@ from refir.frontends.builder_values import (  # noqa: F401  (the functions are t
     cast,
     cat,
     div,
+    expand,
     matmul,
     maximum,
     minimum,

@@ -131,7 +131,13 @@ class Value:
         return self.reduce("min", dims, **kw)
 
     def matmul(self, other: Value, **kw: object) -> Value:
+        """np.matmul: operands of any ranks >= 1, batch axes broadcast."""
         return self.builder.apply(ops.Matmul(), (self, other), **kw)
+
+    def expand(self, extents: Sequence[object], **kw: object) -> Value:
+        """`b` axes to the extents given (numbers or symbols, one per axis; the
+        others repeat theirs): `x.expand([b.sym("N"), 8], shard={0: "DIDx"})`."""
+        return self.builder.apply(ops.Expand(), (self, *extents), **kw)
 
     def set(self, **kw: object) -> Value:
         """A copy into another type: `set(shard={0: "DIDx"}, mesh=m2, layout=[1, 0])`."""
@@ -197,6 +203,10 @@ def permute(x: Value, perm: Sequence[int], **kw: object) -> Value:
 
 def matmul(a: Value, b: Value, **kw: object) -> Value:
     return a.matmul(b, **kw)
+
+
+def expand(x: Value, extents: Sequence[object], **kw: object) -> Value:
+    return x.expand(extents, **kw)
 
 
 def reshard(x: Value, **kw: object) -> Value:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from refir.errors import InputError, Loc, ParseError
 from refir.frontends.nvfuser_axes import Ax, EqualityClasses, kept, logical_axes
 from refir.frontends.nvfuser_dump import Call, Domain, Scalar, Statement, TVRef
+from refir.frontends.nvfuser_forms import one_copy, read_splits, stream_note, stream_views
 from refir.frontends.nvfuser_ops import COMM_NAMES, OpMapper, short
 from refir.frontends.nvfuser_parse import parse_dump
 from refir.ir.program import Program
@@ -35,13 +36,17 @@ class Imported:
 
 class Importer(OpMapper):
     def __init__(self, text: str, file: str, links: dict[str, str], bullet: str = "+",
-                 option: str = "links") -> None:
+                 option: str = "links", static: frozenset[str] = frozenset()) -> None:
         self.dump = parse_dump(text, file)
+        self.static = static  # TensorViews whose static loop splits read as one axis (nvfuser_forms)
+        self.notes: list[str] = []
+        one_copy(self.dump, self.notes)
+        stream_views(self.dump, self.notes)
+        stream_note(self.dump, self.notes)
         self.file = file
         self.links = links
         self.option = option  # how errors name a link: "links" (the API) or "--link" (the command line)
         self.bullet = bullet
-        self.notes: list[str] = []
         self.syms = EqualityClasses()
         self.dtypes = EqualityClasses()
         self.refs: dict[str, TVRef] = {}  # name -> the printing that fixes its type
@@ -57,7 +62,7 @@ class Importer(OpMapper):
     def learn(self, ref: TVRef) -> None:
         """Record a printing of a TensorView: its first full printing fixes the
         axes; every other must agree, extent for extent."""
-        axes = logical_axes(ref, self.dump.splits)
+        axes = logical_axes(ref, self.dump.splits, ref.name in self.static)
         if ref.name not in self.refs:
             self.refs[ref.name] = ref
             self.axes[ref.name] = axes
@@ -134,8 +139,13 @@ class Importer(OpMapper):
         params = list(dict.fromkeys(params))
         results = self.results(defined, set(reads))
         done: set[str] = set(params)
-        for s in d.statements:
-            self.statement(s)
+        for i, s in enumerate(d.statements):
+            try:
+                self.statement(s)
+            except ParseError as e:  # nvfuser_forms.read_splits may read its TensorViews' splits otherwise
+                e.tensorviews = [r.name for r in [s.out, *self.operands(s)] if isinstance(r, TVRef) and r.name]
+                e.statement_index = i
+                raise
         for dst, src in self.links.items():
             self.set_like(dst, self.refs[src], self.refs[dst].loc)
             self.eqns.insert(self._after(src), (dst, f"set({src})", [f"{self.link(dst, src)}: "
@@ -159,7 +169,7 @@ class Importer(OpMapper):
         """An operand pasted without its name is the one known TensorView whose
         logical extents the result carries (nvFuser prints a result's domains with
         its producer's extents)."""
-        want = [x.extent for x in logical_axes(s.out, self.dump.splits)]
+        want = [x.extent for x in logical_axes(s.out, self.dump.splits, s.out.name in self.static)]
         hits = [n for n, axes in self.axes.items()
                 if n != s.out.name and [x.extent for x in kept(axes)] == want]
         if len(hits) != 1:
@@ -241,6 +251,11 @@ class Importer(OpMapper):
                 shown = self.extent(Ax(names[0], None, False, False, 0))
                 self.notes.append(f"the ops make {', '.join(names)} one extent, written {shown}")
 
+    def extents_in(self, call: str) -> str:
+        """An op's extent operands (expand's), written as the types write them."""
+        return re.sub(r"\{\{extent:([^}]+)\}\}", lambda m: self.extent(Ax(int(m.group(1)) if m.group(1).isdigit()
+                      else m.group(1), None, False, False, 0)), call)
+
     def dtype(self, name: str) -> str:
         r = self.dtypes.find(name)
         if r not in self.dtypes.value:
@@ -255,7 +270,7 @@ class Importer(OpMapper):
             if m not in meshes:
                 meshes.append(m)
         self.mesh_names = {m: ("m" if len(meshes) == 1 else f"m{i}") for i, m in enumerate(meshes)}
-        body = [f"  {o}: {self.type_text(o)} = {call}" for o, call, _ in order]  # types first: they add notes
+        body = [f"  {o}: {self.type_text(o)} = {self.extents_in(call)}" for o, call, _ in order]  # types add notes
         self.note_joined_symbols()
         head = [f"func main({', '.join(f'{p}: {self.type_text(p)}' for p in params)}) {{"]
         lines = []
@@ -282,7 +297,8 @@ class Importer(OpMapper):
         from refir.ir.ops import op_name
         from refir.lowering.lower import lower
 
-        chosen = {out: kind for out, call, _ in self.eqns if call.startswith(("set(", "sum(", "prod(", "max(", "min("))
+        mapped = ("set(", "sum(", "prod(", "max(", "min(", "matmul(")
+        chosen = {out: kind for out, call, _ in self.eqns if call.startswith(mapped)
                   for kind in [self.comm_kinds.get(out)] if kind}
         if not chosen:
             return
@@ -312,7 +328,7 @@ def import_nvfuser(text: str, file: str = "<dump>", links: dict[str, str] | None
                               or not all(isinstance(k, str) and isinstance(v, str) for k, v in links.items())):
         raise InputError(f"links={links!r}: map each later input to the earlier output it is, "
                          "e.g. links={'T5': 'T4'}")
-    return Importer(text, file, dict(links or {}), bullet, option).run()
+    return read_splits(lambda static: Importer(text, file, dict(links or {}), bullet, option, static).run())
 
 
 def from_nvfuser(text: str, links: dict[str, str] | None = None) -> Program:

@@ -52,40 +52,85 @@ class EqualityClasses:
             self.value[ra] = self.value.pop(rb)
 
 
-def logical_axes(ref: TVRef, splits: dict[int, object] | None = None) -> list[Ax]:
-    """The printed domains as logical axes: a device axis of extent n followed by
-    `ceilDiv(E, n)` is an outer split of E, i.e. E sharded on that device axis;
-    so is a device axis followed by a domain that an `Outer split:` line made."""
-    out: list[Ax] = []
+def _outer_of(d: Domain) -> bool:
+    """A domain that can be the outer part of a loop split: a device or stream one."""
+    return d.kind in "ir" and (d.device is not None or d.ptype == STREAM)
+
+
+def split_partners(doms: list[Domain], splits: dict[int, object], static: bool) -> dict[int, int]:
+    """outer position -> inner position of the loop splits printed in one TensorView.
+    An inner `ceilDiv(E, n)` (or one an `Outer split:` line made) pairs with the
+    device or stream domain of extent n just before it, or with the one numbered
+    one below it (nvFuser makes a split's outer and inner domains one after the
+    other, and may print the device one first: `ideviceIdx.x11{2}, iS2{2}, iS12{4}`).
+    With `static`, a static inner numbered one above a device or stream domain of
+    static extent pairs too (`ideviceIdx.x7{2}, iS8{3}` is an axis of 6): the
+    reading the importer tries where the plain one does not fit (nvfuser_ops)."""
+    pairs: dict[int, int] = {}
+    taken: set[int] = set()
+    for j, inner in enumerate(doms):
+        extent = inner.extent
+        if not isinstance(extent, tuple) and inner.number in splits and j > 0:
+            extent = ("ceilDiv", splits[inner.number], doms[j - 1].extent)
+        for i, outer in enumerate(doms):
+            if i == j or i in taken or not _outer_of(outer):
+                continue
+            near = i == j - 1 or outer.number + 1 == inner.number
+            if isinstance(extent, tuple) and extent[2] == outer.extent and near:
+                pairs[i] = j
+            elif (static and not isinstance(extent, tuple) and isinstance(extent, int)
+                  and isinstance(outer.extent, int) and outer.number + 1 == inner.number and inner.kind in "ir"
+                  and inner.ptype in ("S", "US")):
+                pairs[i] = j
+            else:
+                continue
+            taken |= {i, j}
+            break
+    return pairs
+
+
+def logical_axes(ref: TVRef, splits: dict[int, object] | None = None, static: bool = False) -> list[Ax]:
+    """The printed domains as logical axes: a device (or stream) domain of extent n
+    and the `ceilDiv(E, n)` it splits off are one axis E, sharded on that device
+    axis (a stream axis changes when work runs, not what it computes: the axis is
+    E, unsharded); so is a device domain and one that an `Outer split:` line made.
+    The axis stands where the inner domain is printed (nvFuser moves device
+    domains outermost in the loop domain)."""
     doms = list(ref.domains)
-    i = 0
-    while i < len(doms):
-        d = doms[i]
-        nxt = doms[i + 1] if i + 1 < len(doms) else None
-        if d.kind not in "irb" or (d.ptype not in ("S", "US") and not d.device):
+    for d in doms:
+        if d.kind not in "irb" or (d.ptype not in ("S", "US", STREAM) and not d.device):
             raise ParseError(d.loc, f"cannot map IterDomain {d.text!r}: refir knows serial (S), "
-                             "device (deviceIdx.x/y/z), reduction and broadcast domains, not parallel type "
-                             f"{d.ptype!r}")
+                             "device (deviceIdx.x/y/z), stream, reduction and broadcast domains, not parallel "
+                             f"type {d.ptype!r}")
+    pairs = split_partners(doms, splits or {}, static)
+    inner_of = {j: i for i, j in pairs.items()}
+    out: list[Ax] = []
+    for j, d in enumerate(doms):
+        if j in pairs:
+            continue
+        if j in inner_of:
+            outer = doms[inner_of[j]]
+            whole = d.extent[1] if isinstance(d.extent, tuple) else (splits or {}).get(d.number)
+            if whole is None:
+                assert isinstance(d.extent, int) and isinstance(outer.extent, int)
+                whole = d.extent * outer.extent
+            if isinstance(whole, tuple):
+                raise ParseError(d.loc, f"cannot map {d.text!r}: nested splits")
+            out.append(Ax(whole, outer.device, False, "r" in (d.kind, outer.kind), d.number))
+            continue
+        nxt = doms[j + 1] if j + 1 < len(doms) else None
         if isinstance(d.extent, tuple):
             if nxt is not None and nxt.device and d.extent[2] == nxt.extent:
                 raise ParseError(nxt.loc, f"cannot map {nxt.text!r}: an inner split puts the device axis "
                                  "inside the logical axis (blocks interleaved); refir shards contiguous blocks")
             raise ParseError(d.loc, f"cannot map {d.text!r}: ceilDiv extent without the device axis before it")
-        split = (splits or {}).get(nxt.number) if nxt is not None else None
-        if d.device and nxt is not None and split is not None:
-            nxt = Domain(nxt.text, nxt.kind, nxt.ptype, nxt.number, ("ceilDiv", split, d.extent), nxt.rf, nxt.loc)
-        if d.device and nxt is not None and isinstance(nxt.extent, tuple) and nxt.extent[2] == d.extent:
-            whole = nxt.extent[1]
-            if isinstance(whole, tuple):
-                raise ParseError(nxt.loc, f"cannot map {nxt.text!r}: nested splits")
-            out.append(Ax(whole, d.device, False, d.kind == "r", nxt.number))
-            i += 2
-            continue
         if d.kind == "b" and d.extent != 1:
             raise ParseError(d.loc, f"cannot map {d.text!r}: a broadcast domain of extent {d.extent}")
         out.append(Ax(d.extent, d.device, d.kind == "b", d.kind == "r", d.number))
-        i += 1
     return out
+
+
+STREAM = "streamIdx"
 
 
 def kept(axes: list[Ax]) -> list[Ax]:

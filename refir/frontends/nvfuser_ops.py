@@ -76,13 +76,15 @@ class OpMapper(WindowMapper):
             if kind not in REDUCE_OPS:
                 raise ParseError(call.loc, f"cannot map reduction op {kind!r} (refir: add, mul, max, min)")
             self.reduction(out, REDUCE_OPS[kind], self._one(tensors, call), call, comment)
-        elif op in ("Set", "set", "LoadStoreOp"):
+        elif op in ("Set", "set", "LoadStoreOp", "ShardByStream"):
             self.set_like(out, self._one(tensors, call), call.loc)
             self.eqns.append((out, f"set({tensors[0].name})", comment))
         elif op == "Set.Permute":
             self.permute(out, self._one(tensors, call), call, comment)
         elif op == "broadcast":
             self.broadcast(out, self._one(tensors, call), call, comment)
+        elif op == "expand":
+            self.expand(out, self._one(tensors, call), call, comment)
         elif op == "squeeze":
             self.squeeze(out, self._one(tensors, call), call, comment)
         elif op == "matmul":
@@ -213,6 +215,24 @@ class OpMapper(WindowMapper):
         self.emit_local(out, f"unsqueeze({x.name}, dims=[{', '.join(map(str, dims))}])", comment, got,
                         self.refs[x.name].mesh, want)
 
+    def expand(self, out: str, x: TVRef, call: Call, comment: list[str]) -> None:
+        """expand(x): the b axes of x that the result prints with an extent
+        (`iS3{8}`, or `bS3{1 ex 8}`) become that extent."""
+        want, src = kept(self.axes[out]), kept(self.axes[x.name])
+        if len(want) != len(src):
+            raise ParseError(call.loc, f"expand: {out} has {len(want)} axes, {x.name} has {len(src)}")
+        extents = []
+        for i, (a, w) in enumerate(zip(src, want)):
+            if a.broadcast and w.broadcast:
+                raise ParseError(call.loc, f"expand leaves axis {i} of {x.name} a broadcast; refir's expand gives "
+                                 "every b axis an extent (leave that one to unsqueeze)")
+            if not a.broadcast:
+                self.same_extent(a, w, call.loc, f"{out} = expand({x.name})")
+            extents.append(f"{{{{extent:{w.extent}}}}}")  # written once the extents are all joined (emit)
+        self.dtypes.join(x.name, out, call.loc, f"the dtype of {out}")
+        axes = [Ax(w.extent, w.shard if a.broadcast else a.shard, False, False, w.number) for a, w in zip(src, want)]
+        self.emit_local(out, f"expand({x.name}, {', '.join(extents)})", comment, axes, self.refs[x.name].mesh, want)
+
     def squeeze(self, out: str, x: TVRef, call: Call, comment: list[str]) -> None:
         src = kept(self.axes[x.name])
         flags = flags_of(call, "flags") or flags_of(call, "squeeze_flags")
@@ -230,29 +250,44 @@ class OpMapper(WindowMapper):
         self.eqns.append((out, f"max({x.name}, dims=[{', '.join(map(str, dims))}])", comment))
 
     def matmul(self, out: str, tensors: list[TVRef], call: Call, comment: list[str]) -> None:
+        """np.matmul of any ranks >= 1 (refir's matmul: docs/spec.md 5.6)."""
         if len(tensors) != 2:
             raise ParseError(call.loc, "matmul takes two TensorViews")
         a, b = (kept(self.axes[t.name]) for t in tensors)
-        if len(a) != len(b) or len(a) < 2:
+        if not a or not b:
             raise ParseError(call.loc, f"cannot map matmul of ranks {len(a)} and {len(b)}: refir's matmul "
-                             "takes operands of one rank, at least 2")
+                             "takes operands of rank at least 1")
         where = f"{out} = matmul(...)"
-        self._unify(a[:-2], b[:-2], call.loc, where)
-        self._unify(a[-1:], b[-2:-1], call.loc, where)
-        self._unify(kept(self.axes[out]), a[:-1] + b[-1:], call.loc, where)
+        self._contract(a, b[-2:-1] if len(b) > 1 else b, a[:-2], b[:-2], call, where)
+        batch = self._batch(a[:-2], b[:-2])
+        self._unify(kept(self.axes[out]), batch + a[-2:-1] + (b[-1:] if len(b) > 1 else []), call.loc, where)
         for t in tensors:
             self.dtypes.join(t.name, out, call.loc, f"operands of {out}")
         self.eqns.append((out, f"matmul({tensors[0].name}, {tensors[1].name})", comment))
 
+    def _contract(self, a: list[Ax], k: list[Ax], ba: list[Ax], bb: list[Ax], call: Call, where: str) -> None:
+        self._unify(a[-1:], k, call.loc, where)
+        for x, y in zip(reversed(ba), reversed(bb)):
+            if not x.broadcast and not y.broadcast:
+                self.same_extent(x, y, call.loc, where)
+
+    def _batch(self, ba: list[Ax], bb: list[Ax]) -> list[Ax]:
+        n = max(len(ba), len(bb))
+        pa = [None] * (n - len(ba)) + list(ba)
+        pb = [None] * (n - len(bb)) + list(bb)
+        return [y if x is None or x.broadcast and y is not None else x for x, y in zip(pa, pb)]  # type: ignore[misc]
+
     def linear(self, out: str, tensors: list[TVRef], call: Call, comment: list[str]) -> None:
-        """linear(x[M, K], w[N, K], bias[N]) = x @ w^T + bias."""
-        if len(tensors) not in (2, 3) or len(kept(self.axes[tensors[0].name])) != 2:
-            raise ParseError(call.loc, "cannot map linear: refir maps linear(x[M, K], w[N, K] [, bias[N]])")
+        """linear(x[..., K], w[N, K], bias[N]) = x @ w^T + bias: any rank of x (a
+        [B, S, E] input in every sequence-parallel layer)."""
+        if len(tensors) not in (2, 3) or not kept(self.axes[tensors[0].name]) \
+                or len(kept(self.axes[tensors[1].name])) != 2:
+            raise ParseError(call.loc, "cannot map linear: refir maps linear(x[..., K], w[N, K] [, bias[N]])")
         x, w = tensors[:2]
         xa, wa = kept(self.axes[x.name]), kept(self.axes[w.name])
         where = f"{out} = linear(...)"
         self._unify(xa[-1:], wa[-1:], call.loc, where)
-        self._unify(kept(self.axes[out]), [xa[0], wa[0]], call.loc, where)
+        self._unify(kept(self.axes[out]), xa[:-1] + wa[:1], call.loc, where)
         for t in tensors:
             self.dtypes.join(t.name, out, call.loc, f"operands of {out}")
         wt = f"{w.name}_t"
@@ -265,13 +300,14 @@ class OpMapper(WindowMapper):
         bias = tensors[2]
         self._unify(kept(self.axes[bias.name]), wa[:1], call.loc, where)
         mm, bb = f"{out}_mm", f"{bias.name}_b"
+        lead = len(xa) - 1
         self.local_types[mm] = (kept(self.axes[out]), self.refs[out].mesh)
-        self.local_types[bb] = ([Ax(1, None, True, False, 0), *kept(self.axes[bias.name])],
+        self.local_types[bb] = ([Ax(1, None, True, False, 0)] * lead + kept(self.axes[bias.name]),
                                 self.refs[bias.name].mesh)
         for n in (mm, bb):
             self.dtypes.join(n, out, call.loc, "")
         self.eqns.append((mm, f"matmul({x.name}, {wt})", ["linear = x @ w^T + bias"]))
-        self.eqns.append((bb, f"unsqueeze({bias.name}, dims=[0])", []))
+        self.eqns.append((bb, f"unsqueeze({bias.name}, dims=[{', '.join(map(str, range(lead)))}])", []))
         self.eqns.append((out, f"add({mm}, {bb})", []))
 
     def communication(self, out: str, kind: str, x: TVRef, call: Call, comment: list[str]) -> None:
@@ -286,6 +322,16 @@ class OpMapper(WindowMapper):
         op = op.split("::")[-1].lower()
         if op not in REDUCE_OPS:
             raise ParseError(call.loc, f"cannot map reduction op {op!r} of a {kind}")
+        if not any(a.reduced for a in self.axes[out]) and any(a.reduced and a.shard for a in self.axes[x.name]):
+            # The input is printed as partial sums (a reduced device axis: an rFactor of the
+            # contraction); refir's value of it is already summed, and lowering puts the
+            # allreduce there.
+            self.set_like(out, x, call.loc)
+            self.comm_kinds[x.name] = self.comm_kinds.pop(out)
+            self.notes.append(f"{call.loc}: {kind} of {x.name}, printed as partial sums over a device axis: "
+                              f"refir's {x.name} is the sum, lowered with its own {kind}; {out} = set({x.name})")
+            self.eqns.append((out, f"set({x.name})", comment + [f"nvFuser lowered this to {kind}"]))
+            return
         if not any(a.reduced for a in self.axes[out]):
             raise ParseError(call.loc, f"the output {out} of this {kind} shows no reduced (r) domain")
         self.reduction(out, REDUCE_OPS[op], x, call, comment + [f"nvFuser lowered this to {kind}"])

@@ -59,12 +59,17 @@ class TensorViewReader(TokenCursor):
         self.next()
         self.expect("{", "'{' and the extent of " + t.text)
         extent = self.extent()
+        kind = m.group(1)
+        if extent == 1 and self.tok.text == "ex":  # an expanded broadcast, `bS3{1 ex 8}`: an axis of 8
+            self.next()
+            extent = self.extent()
+            kind = "i" if kind == "b" else kind
         self.expect("}", "'}' closing the extent of " + t.text)
         rf = False
         if self.tok.text == "rf":
             rf = True
             self.next()
-        return Domain(t.text + ("rf" if rf else ""), m.group(1), m.group(2), int(m.group(3)), extent, rf, t.loc)
+        return Domain(t.text + ("rf" if rf else ""), kind, m.group(2), int(m.group(3)), extent, rf, t.loc)
 
     def extent(self) -> Extent:
         """`4`, `i0`, `( ceilDiv(i0, 2) )`; any other expression is refused."""

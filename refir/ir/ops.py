@@ -53,6 +53,12 @@ class Matmul:
 
 
 @dataclass(frozen=True)
+class Expand:
+    """`expand(x, E0, E1, ...)`: its `b` axes broadcast to the extents given
+    (operands after x, one per axis: literals or symbols), materialized."""
+
+
+@dataclass(frozen=True)
 class Set:
     pass
 
@@ -168,7 +174,7 @@ class ReduceScatter:
     axis: int
 
 
-Op = Binary | Unary | Cast | Permute | Unsqueeze | Reduction | Matmul | Set | Slice | Select | Pad | Cat
+Op = Binary | Unary | Cast | Permute | Unsqueeze | Reduction | Matmul | Expand | Set | Slice | Select | Pad | Cat
 WINDOWS = (Slice, Select, Pad, Cat)
 LocalOp = Op | KeepBlock | Copy
 Communication = (

@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from refir.checks.rules_matmul import matmul_axes, promoted
 from refir.checks.verifier import Checked
 from refir.ir import ops
 from refir.ir.program import Eqn, Func, Operand, Sym, Var
@@ -119,17 +120,13 @@ class _Lowerer:
                 self.compute_then_reshard(e, local, t)
             case ops.Matmul():
                 a, b = (self.types[x.name] for x in e.args)
-                k = a.axes[-1].shard
+                k = promoted(a, b)[0][-1].shard
                 if k is None:
                     self.emit(e.out, e.op, e.args, t, e)
                     return
-                # A sharded contraction leaves partial sums; batch and M keep a's
-                # sharding, N keeps b's.
-                sharding = {i: ax.shard for i, ax in enumerate(a.axes[:-1]) if ax.shard}
-                if b.axes[-1].shard:
-                    sharding[a.rank - 1] = b.axes[-1].shard
-                local = TensorType(t.dtype, t.axes, a.mesh, None, (k,), "sum")
-                self.compute_then_reshard(e, local.with_sharding(sharding), t)
+                # A sharded contraction leaves partial sums, sharded as the inferred result.
+                local = TensorType(t.dtype, matmul_axes(a, b), a.mesh, None, (k,), "sum")
+                self.compute_then_reshard(e, local, t)
             case ops.Set():
                 src = e.args[0].name
                 self.reshard(src, self.types[src], e.out, t, e)

@@ -102,6 +102,14 @@ def _set(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built
     return ops.Set(), operands(name, loc, pos, 1)
 
 
+@syntax("expand")
+def _expand(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    """`expand(x, 4, N)`: the operand, then one extent per axis (expand_c1 checks them)."""
+    if len(pos) < 1 or any(isinstance(v, list) for v in pos):
+        raise VerifyError(loc, "op_c2", "expand takes an operand and one extent per axis: expand(x, N, 8)")
+    return ops.Expand(), tuple(pos)  # type: ignore[arg-type]
+
+
 # ---- windows: slice, select, pad, cat (docs/spec.md §5.8) --------------------------------
 
 

@@ -1,0 +1,109 @@
+"""Forms of real nvFuser printouts the importer reads (refir/frontends/nvfuser_forms.py,
+nvfuser_axes.py, nvfuser_ops.py): a linear of a 3-D input, an output axis printed as
+its loop split with static extents, stream-parallel axes, a log that prints the
+program once per device. Each printout is imported and run on spmd (and global and
+gpu) against a numpy reference."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import refir
+from refir.cli import main
+from refir.errors import ParseError
+from refir.frontends.nvfuser import import_nvfuser
+from refir.lowering.lower import lower
+from refir.running.inputs import default_bindings, draw_inputs
+
+DATA = Path(__file__).parent / "data"
+RS = (DATA / "nvfuser_reduce_scatter_then_allgather.txt").read_text()
+# The same printout without its transforms: T2's result axis shows only as its loop split.
+RS_BARE = RS[:RS.index("T2_g_float[rdeviceIdx.x9{2}, iS5{4}, ideviceIdx.x7{2}, iS8{3}] (DeviceMesh{0 1})\n logical")]
+
+
+def run_all(program: refir.Program, bindings: dict | None = None, seed: int = 2) -> tuple[dict, dict]:
+    """Inputs and the spmd outputs; global and gpu must give the same bits."""
+    checked = refir.verify(program)
+    xs = draw_inputs(checked, {**default_bindings(checked), **(bindings or {})}, seed)
+    got = refir.run(program, xs, backend="spmd").outputs
+    for backend in ("global", "gpu"):
+        other = refir.run(program, xs, backend=backend).outputs
+        for k, v in got.items():
+            np.testing.assert_array_equal(other[k], v, err_msg=f"{k} on {backend}")
+    return xs, got
+
+
+def test_linear_of_a_3d_input_with_bias_and_a_matmul_of_different_ranks():
+    imported = import_nvfuser((DATA / "nvfuser_linear_3d_bias.txt").read_text(), "lin.txt")
+    types = {e.out: str(e.type) for e in imported.program.funcs[0].eqns}
+    assert types["T3"] == "f32[2, 3, i3@DIDx] on m" and types["T4"] == "f32[2, 3, 5] on m"
+    assert "T2_b: f32[b, b, i3@DIDx] on m = unsqueeze(T2, dims=[0, 1])" in imported.text
+    xs, got = run_all(imported.program, {"i3": 7})  # 7 over 3 devices: blocks of 3, 3, 1
+    want = (xs["T0"] @ xs["T1"].T + xs["T2"]) @ xs["T9"]
+    np.testing.assert_allclose(got["T4"], want, rtol=1e-5)
+
+
+def test_an_output_axis_printed_as_its_loop_split_is_the_sharded_axis():
+    imported = import_nvfuser(RS_BARE, "rs.txt")
+    func = imported.program.funcs[0]
+    assert [str(e.type) for e in func.eqns] == [
+        "f32[2@DIDx, 4, 6] on m", "f32[2@DIDx, 4, 6] on m", "f32[4, 6@DIDx] on m", "f32[4, 6] on m"]
+    assert any("read as one split axis" in n for n in imported.notes)
+    kinds = [type(s.op).__name__ for s in lower(refir.verify(imported.program)).steps if s.is_communication]
+    assert kinds == ["ReduceScatter", "Allgather"]
+    xs, got = run_all(imported.program)
+    np.testing.assert_array_equal(got["T3"], np.maximum(2 * xs["T0"], 0).sum(0))
+    # with the transforms printed, the same program
+    assert refir.print_program(import_nvfuser(RS, "rs.txt").program) == refir.print_program(imported.program)
+
+
+def test_stream_parallel_axes_and_a_3d_row_parallel_linear_in_host_ir():
+    imported = import_nvfuser((DATA / "nvfuser_stream_row_parallel_3d.txt").read_text(), "host.txt")
+    func = imported.program.funcs[0]
+    assert [(p.name, str(p.type)) for p in func.params] == [
+        ("T0", "f32[2, i1, 8@DIDx] on m"), ("T1", "f32[5, 8@DIDx] on m")]
+    assert func.results == ("T2",)
+    assert any("istreamIdx" in n and "not what it computes" in n for n in imported.notes)
+    assert any("read as T2 = T5" in n for n in imported.notes)
+    assert not any("refir lowers it to" in n for n in imported.notes)  # refir's allreduce is nvFuser's
+    xs, got = run_all(imported.program, {"i1": 6})
+    np.testing.assert_allclose(got["T2"], xs["T0"] @ xs["T1"].T, rtol=1e-5)
+
+
+def per_device(text: str, n: int) -> str:
+    return "".join(f"[rank {k}] fusion before segmentation:\n{text}\n" for k in range(n))
+
+
+def test_a_log_that_prints_the_program_once_per_device_is_imported_once():
+    once = import_nvfuser(RS, "rs.txt")
+    imported = import_nvfuser(per_device(RS, 2), "log.txt")
+    assert refir.print_program(imported.program) == refir.print_program(once.program)
+    assert any("prints the same program 2 times" in n and "imported once" in n for n in imported.notes)
+    xs, got = run_all(imported.program)
+    np.testing.assert_array_equal(got["T3"], np.maximum(2 * xs["T0"], 0).sum(0))
+
+
+def test_copies_that_differ_are_refused_in_one_line(capsys, tmp_path):
+    log = per_device(RS, 2)
+    second = log.index("[rank 1]")
+    log = log[:second] + log[second:].replace("op = add", "op = max", 1)
+    with pytest.raises(ParseError) as e:
+        import_nvfuser(log, "log.txt")
+    assert "the log prints the program 2 times" in e.value.message and "copy 2 differs" in e.value.message
+    assert e.value.loc.line == log[:log.index("op = max")].count("\n")
+    path = tmp_path / "log.txt"
+    path.write_text(log)
+    assert main(["import-nvfuser", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith("parse error: the log prints the program 2 times")
+    assert "Traceback" not in err
+
+
+def test_expand_of_a_broadcast_axis():
+    imported = import_nvfuser((DATA / "nvfuser_expand.txt").read_text(), "ex.txt")
+    assert "T2: f32[i0, 8] on m = expand(T0, i0, 8)" in imported.text
+    xs, got = run_all(imported.program, {"i0": 6})
+    np.testing.assert_array_equal(got["T3"], xs["T0"] + xs["T1"])
+    with pytest.raises(ParseError, match="leaves axis 0 of T0 a broadcast"):
+        import_nvfuser((DATA / "nvfuser_expand.txt").read_text().replace("bS4{1 ex i0}", "bS4{1}"), "ex.txt")
