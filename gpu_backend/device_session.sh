@@ -4,6 +4,7 @@
 #   bash gpu_backend/device_session.sh     (repository root, .whl/ carried: made here
 #                                          by gpu_backend/prepare_wheels.sh)
 #   STAGES="kernels bench" bash gpu_backend/device_session.sh     (some stages only)
+#   SUBSET="conformance/corpus/window_*.rir" STAGES=subset bash gpu_backend/device_session.sh
 #
 # Installs nothing but the carried wheels, into /tmp/site, first on PYTHONPATH
 # (numpy 2.4.6 before the machine's 2.5.2, nccl4py without its dependencies),
@@ -127,6 +128,8 @@ stage kernels 300 "$PY" -m pytest -q -p no:cacheprovider -rfE $WORKERS tests/tes
   tests/test_gpu_collectives.py tests/test_gpu_replay.py -k "not under_mpi"
 stage cli 90 bash -c cli
 stage conform 330 "$PY" -m refir conform --backend gpu --cases 40 --seed 3
+# some corpus programs alone (SUBSET: files or globs), e.g. the newest ops' when time is short
+stage subset 150 bash -c '"$PY" -m refir conform --backend gpu --no-mpi --cases 0 $SUBSET' 
 stage mpi-replay 300 bash -c 'REFIR_MPI_ALONE=$((NGPU == 1)) ranks "$NGPU" -m mpi4py tests/test_mpi_replay.py'
 stage mpi-conform 300 bash -c 'ranks "$NGPU" -m mpi4py -m refir conform --backend gpu --cases 20 --seed 5'
 stage bf16 100 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_bf16.py \
