@@ -109,13 +109,17 @@ def compute(op: object, order: Order, args: list[Any]) -> DeviceBuffer:
     tensors = [a for a in args if type(a) is DeviceBuffer]
     if len(tensors) == len(args):
         return GPU_IMPLS[type(op)](op, order, *args)
-    dtype = tensors[0].dtype
-    if isinstance(op, ops.Binary) and len(args) == 2:
+    # a scalar takes its tensors' dtype (where's values', not its condition's)
+    dtype = next(a for a in (args[1:] if isinstance(op, ops.Where) else args) if type(a) is DeviceBuffer).dtype
+    if isinstance(op, (ops.Binary, ops.Compare)) and len(args) == 2:
         first = not isinstance(args[0], DeviceBuffer)
         x, value = (args[1], args[0]) if first else (args[0], args[1])
         if isinstance(x, DeviceBuffer) and not isinstance(value, DeviceBuffer):
-            out = DeviceBuffer.empty(x.shape, dtype, order)
-            return elementwise_scalar(functions.binary(op.name, dtype), out, x, value, first)
+            if isinstance(op, ops.Compare):
+                out, fn = DeviceBuffer.empty(x.shape, np.dtype(bool), order), functions.compare(op.name, dtype)
+            else:
+                out, fn = DeviceBuffer.empty(x.shape, dtype, order), functions.binary(op.name, dtype)
+            return elementwise_scalar(fn, out, x, value, first)
     values = [a if isinstance(a, DeviceBuffer) else scalar_buffer(a, dtype) for a in args]
     return GPU_IMPLS[type(op)](op, order, *values)
 
@@ -129,4 +133,9 @@ class GpuLocal:
     def __call__(self, step: Step, device: int, args: list[Any]) -> DeviceBuffer:
         if isinstance(step.op, ops.Slice):  # the device's own block, as a view
             args = [slice_block(step, device, args[0], self.types[step.tensor_args()[0]])]
+        if isinstance(step.op, ops.Iota):  # its operands are the global extents (lowering)
+            return mask_kernels.iota(step.op, step.type.order, step.type, device, args)
         return compute(step.op, step.type.order, args)
+
+
+from gpu_backend import mask_kernels  # noqa: E402  (registers comparisons and where in GPU_IMPLS)

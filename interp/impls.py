@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from interp import masks
 from refir.ir import ops
 from refir.ir.tables import registrar
 from refir.ir.types import DTYPES, as_dtype, is_bf16, is_float
@@ -30,6 +31,7 @@ BINARY_FNS = {
 UNARY_FNS = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
     "relu": lambda x: np.maximum(x, x.dtype.type(0)),
+    **masks.MASK_UNARY_FNS,  # tanh erf sigmoid rsqrt sin cos
 }
 # The binary operation each reduction folds with (also across devices).
 COMBINE = {
@@ -67,6 +69,16 @@ def binary(op: ops.Binary, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @impl(ops.Unary)
 def unary(op: ops.Unary, x: np.ndarray) -> np.ndarray:
     return np.asarray(UNARY_FNS[op.name](x))
+
+
+@impl(ops.Compare)
+def compare(op: ops.Compare, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return masks.compare(op, a, b)
+
+
+@impl(ops.Where)
+def where(op: ops.Where, cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return masks.where(op, cond, x, y)
 
 
 @impl(ops.Cast)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from refir.checks.verifier import Checked
 from refir.ir import ops
-from refir.ir.program import Eqn, Func, Operand, Sym, Var
+from refir.ir.program import Eqn, Func, Lit, Operand, Sym, Var
 from refir.ir.types import TensorType
 
 
@@ -129,6 +129,13 @@ class _Lowerer:
                     sharding[a.rank - 1] = b.axes[-1].shard
                 local = TensorType(t.dtype, t.axes, a.mesh, None, (k,), "sum")
                 self.compute_then_reshard(e, local.with_sharding(sharding), t)
+            case ops.Iota():  # each device makes its own block, knowing the global extents
+                extents = tuple(Lit(1) if a.broadcast else Lit(a.extent) if isinstance(a.extent, int)
+                                else Sym(a.extent) for a in t.axes)
+                self.emit(e.out, e.op, extents, t, e)
+            case ops.Compare() | ops.Where():
+                args = tuple(self.conform(a, t, e) for a in e.args)
+                self.emit(e.out, e.op, args, t, e)
             case ops.Set():
                 src = e.args[0].name
                 self.reshard(src, self.types[src], e.out, t, e)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from refir.errors import Loc, VerifyError
 from refir.ir import ops
-from refir.ir.program import Operand, Var
+from refir.ir.program import Lit, Operand, Var
 from refir.ir.types import DTYPES
 
 Built = tuple[ops.Op, tuple]
@@ -42,7 +42,7 @@ def build_op(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> B
 def operands(name: str, loc: Loc, values: list[object], count: int) -> tuple[Operand, ...]:
     """Exactly `count` operands, none of them a list (op_c2)."""
     if len(values) != count or any(isinstance(v, list) for v in values):
-        raise VerifyError(loc, "op_c2", f"{name} takes {count} operand{'s' * (count > 1)}")
+        raise VerifyError(loc, "op_c2", f"{name} takes {count} operand{'s' * (count != 1)}")
     return tuple(values)  # type: ignore[arg-type]
 
 
@@ -100,3 +100,24 @@ def _matmul(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Bu
 @syntax("set")
 def _set(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
     return ops.Set(), operands(name, loc, pos, 1)
+
+
+# ---- comparisons, where and iota (docs/spec.md §5.9) ----------------------------------
+
+
+@syntax(*ops.COMPARISONS)
+def _compare(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    return ops.Compare(name), operands(name, loc, pos, 2)
+
+
+@syntax("where")
+def _where(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    return ops.Where(), operands(name, loc, pos, 3)
+
+
+@syntax("iota", keywords=("axis",))
+def _iota(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    axis = kw.get("axis")
+    if not isinstance(axis, Lit) or not isinstance(axis.value, int) or isinstance(axis.value, bool):
+        raise VerifyError(loc, "op_c2", "iota takes no operands and axis= an integer: iota(axis=0)")
+    return ops.Iota(axis.value), operands(name, loc, pos, 0)
