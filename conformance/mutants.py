@@ -421,5 +421,10 @@ def extent_from_local_block() -> Iterator[None]:
 
 # Mutants kept in modules of their own register themselves into MUTANTS on import:
 # importing this module is enough to see every one.
-from conformance import data_mutants, hidden_mutants, mpi_mutants, numeric_mutants  # noqa: E402, F401
-from conformance import masks_mutants  # noqa: E402, F401  (comparisons, where, iota, unary)
+from conformance import (  # noqa: E402, F401
+    data_mutants,
+    hidden_mutants,
+    masks_mutants,  # noqa: E402, F401  (comparisons, where, iota, unary)
+    mpi_mutants,
+    numeric_mutants,
+)

@@ -62,7 +62,7 @@ def test_causal_mask_on_every_backend_with_uneven_blocks():
     for b in ("spmd", "gpu"):
         shards = got[b].shards
         # mesh [2, 0, 3, 1]: coordinate k is device m[k]; 5 rows over 4 are blocks 2, 2, 1, 0
-        for coord, (device, rows) in enumerate(zip((2, 0, 3, 1), ([0, 1], [2, 3], [4], []))):
+        for device, rows in zip((2, 0, 3, 1), ([0, 1], [2, 3], [4], [])):
             r = shards["r"][device]
             np.testing.assert_array_equal(r, np.array(rows, np.int32)[:, None].repeat(5, 1), err_msg=f"{b} {device}")
             c = shards["c"][device]
