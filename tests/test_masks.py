@@ -17,6 +17,9 @@ from interp import masks
 from interp.error_bounds import propagate
 from interp.mask_bounds import MASK_ULPS
 from interp.numerics import CONFORM
+from refir.errors import InputError
+from refir.frontends import builder
+from refir.frontends.builder import Builder
 from refir.frontends.nvfuser import import_nvfuser
 from refir.ir.types import as_dtype, bf16, has_layout
 from refir.text.printer import print_program
@@ -207,3 +210,21 @@ def test_the_mask_corpus_under_mpiexec():
                        "--backend", "gpu"], timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "all backends agree" in done.stdout
+
+
+def test_the_builder_makes_the_causal_program_the_text_does():
+    b = Builder()
+    m = b.mesh([2, 0, 3, 1], name="m")
+    s = b.input("s", "f32", ["S@DIDx", "S"], mesh=m)
+    r = builder.iota(b, b.type("i32", ["S@DIDx", "S"]), 0, name="r")
+    c = builder.iota(b, b.type("i32", ["S@DIDx", "S"], layout=[1, 0]), 1, name="c")
+    k = r.ge(c, name="k")
+    w = builder.where(k, s, -math.inf, name="w")
+    mx = w.max([1], name="mx")
+    b.output(r, c, k, w, mx)
+    built = b.build()
+    assert print_program(built) == print_program(refir.parse(CAUSAL))
+    t = s.tanh(name="t")
+    assert t.type.dtype == "f32" and builder.compare("lt", 0, s, name="z").type.dtype == "bool"
+    with pytest.raises(InputError, match="unknown comparison 'lte'"):
+        builder.compare("lte", s, s)
