@@ -25,6 +25,7 @@ from math import lcm, prod
 from typing import Protocol
 
 from conformance.data import KINDS, DataSpec, View
+from conformance.generate_masks import mask_step
 from refir.frontends import builder
 from refir.frontends.builder import Value
 from refir.ir import ops
@@ -39,6 +40,7 @@ SYMBOLS = ("N", "M", "P")
 MESH_SHAPES = ((2, 2), (1, 2), (2, 1), (1, 2, 2), (2, 1, 2), (2, 2, 1))  # every 3-D mesh axis reaches 2
 MAX_EQNS = 6
 # Simplest first; i16 and bf16 last, so that the drawn programs of earlier dtypes stay as they were.
+UNARY_DRAWN = tuple(u for u in ops.UNARY if u not in ops.MASK_UNARY)  # mask_step draws those
 DTYPES_DRAWN = ("f32", "i32", "f64", "f16", "i64", "i8", "u8", "bool", "i16", "bf16")
 
 
@@ -177,7 +179,7 @@ class Maker:
     # ---- ops: each takes an operand and makes one equation --------------------------
 
     def unary(self, x: Value, t: TensorType) -> Value:
-        kind = self.c.pick(ops.UNARY if t.dtype in FLOATS else ("neg", "abs", "relu"))
+        kind = self.c.pick(UNARY_DRAWN if t.dtype in FLOATS else ("neg", "abs", "relu"))
         return x.unary(kind, **self.out(self.relaid(t)))
 
     def scalar(self, x: Value, t: TensorType) -> Value:
@@ -299,6 +301,7 @@ class Maker:
             menu += [self.reduce, self.reduce]
         if t.rank >= 2 and t.dtype != "bool" and not t.axes[-1].broadcast and not t.axes[-2].broadcast:
             menu.append(self.matmul)
+        menu.append(lambda x, t: mask_step(self, x, t))  # comparisons, iota, where, the mask unary ops
         return self.c.pick(menu)(x, t)
 
 
