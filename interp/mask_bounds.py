@@ -68,4 +68,5 @@ def _iota(op: ops.Iota, v: Operands) -> np.ndarray:
     if not v.m.exact or not is_float(v.dtype):
         return np.zeros(v.r.shape)
     d = v.m.dtype(v.dtype)
-    return np.where(np.abs(v.r) <= exact_limit(d), 0.0, v.rounded(np.zeros(v.r.shape)))
+    # r itself is rounded: 257 lands on 256 = 2^(nmant+1), so only values below it are surely exact
+    return np.where(np.abs(v.r) < exact_limit(d), 0.0, v.rounded(np.zeros(v.r.shape)))

@@ -228,3 +228,39 @@ def test_the_builder_makes_the_causal_program_the_text_does():
     assert t.type.dtype == "f32" and builder.compare("lt", 0, s, name="z").type.dtype == "bool"
     with pytest.raises(InputError, match="unknown comparison 'lte'"):
         builder.compare("lte", s, s)
+
+
+@pytest.mark.parametrize("kind", ["float", "special"])
+def test_the_mask_ops_bounds_are_sound_against_exact_arithmetic(kind):
+    """num_c7/num_x10: on the mask corpus, the reference is within REFERENCE of the
+    value in long double (64 bits), and spmd and gpu within CONFORM + REFERENCE."""
+    from dataclasses import replace
+
+    from conformance.cases import cases_of
+    from conformance.check import quiet
+    from interp.error_bounds import every_value
+    from interp.numerics import REFERENCE
+    from refir.ir.types import is_float
+    from test_expect_bounds import _exactly, _within
+
+    if np.finfo(np.longdouble).nmant < 60:
+        pytest.skip("long double is float64 here: no exact yardstick")
+    checked_values = 0
+    with quiet():
+        for path in CORPUS:
+            for c in cases_of(path, "corpus", 0):
+                c = replace(c, data=replace(c.data, kind=kind))
+                inputs = c.inputs()
+                values = every_value(c.checked, inputs, c.bindings)
+                exact = _exactly(c.checked, inputs, c.bindings)
+                r = propagate(c.checked, values, c.bindings, REFERENCE)
+                con = propagate(c.checked, values, c.bindings, CONFORM)
+                for k in values:
+                    if is_float(values[k].dtype):
+                        assert _within(values[k], exact[k], r[k]), (c.name, k)
+                        checked_values += 1
+                for b in ("spmd", "gpu"):
+                    for k, v in refir.run(c.program, inputs, backend=b).outputs.items():
+                        if is_float(v.dtype):
+                            assert _within(v, exact[k], con[k] + r[k]), (c.name, k, b)
+    assert checked_values > 20
