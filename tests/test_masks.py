@@ -236,12 +236,13 @@ def test_the_mask_ops_bounds_are_sound_against_exact_arithmetic(kind):
     value in long double (64 bits), and spmd and gpu within CONFORM + REFERENCE."""
     from dataclasses import replace
 
+    from test_expect_bounds import _exactly, _within
+
     from conformance.cases import cases_of
     from conformance.check import quiet
     from interp.error_bounds import every_value
     from interp.numerics import REFERENCE
     from refir.ir.types import is_float
-    from test_expect_bounds import _exactly, _within
 
     if np.finfo(np.longdouble).nmant < 60:
         pytest.skip("long double is float64 here: no exact yardstick")
