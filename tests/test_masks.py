@@ -265,3 +265,36 @@ def test_the_mask_ops_bounds_are_sound_against_exact_arithmetic(kind):
                         if is_float(v.dtype):
                             assert _within(v, exact[k], con[k] + r[k]), (c.name, k, b)
     assert checked_values > 20
+
+
+def test_sigmoid_where_exp_overflows_is_bounded_by_the_smallest_normal():
+    """1 / (1 + exp(95)) is 0 in f32 while the true value is a subnormal: num_x10's floor."""
+    from interp.numerics import REFERENCE
+
+    text = "mesh m = [0]\nfunc main(x: f32[4]) {\n  g = sigmoid(x)\n  r = rsqrt(x)\n  return g, r\n}\n"
+    checked = refir.verify(refir.parse(text))
+    x = np.array([-95.0, -100.0, 3.0, 0.0], np.float32)
+    values = {"x": x, **refir.run(refir.parse(text), {"x": x}, backend="global").outputs}
+    assert values["g"][0] == 0 and values["r"][3] == np.inf
+    r = propagate(checked, values, {}, REFERENCE)
+    true = np.array([math.exp(-95.0), math.exp(-100.0)])  # 1 / (1 + e^95) to 1e-41 relative
+    assert np.all(np.abs(values["g"][:2].astype(np.float64) - true) <= r["g"][:2])
+
+
+def test_inf_literals_parse_print_and_are_not_names():
+    p = refir.parse("mesh m = [0]\nfunc main(x: f32[2]) {\n  y = add(x, inf)\n  z = maximum(x, -inf)\n"
+                    "  return y, z\n}\n")
+    assert [str(a) for e in p.funcs[0].eqns for a in e.args if not hasattr(a, "name")] == ["inf", "-inf"]
+    assert refir.parse(print_program(p)) == p
+    with pytest.raises(refir.RefirError):
+        refir.parse("mesh m = [0]\nfunc main(inf: f32[2]) {\n  return inf\n}\n")
+
+
+def test_nvfuser_infix_comparison_and_a_shifted_iota():
+    from refir.errors import ParseError
+
+    base = (Path(__file__).parent / "data" / "nvfuser_causal_mask.txt").read_text()
+    lt = base.replace("   >= T3_l_int64_t", "   < T3_l_int64_t")
+    assert "T4: bool[i0, i0] on m = lt(T2, T3)" in print_program(import_nvfuser(lt, "lt.txt").program)
+    with pytest.raises(ParseError, match="start 0 and step 1"):
+        import_nvfuser(base.replace("iota(i0, 0, 1, int64_t)", "iota(i0, 3, 1, int64_t)"), "shifted.txt")
