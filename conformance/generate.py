@@ -292,7 +292,8 @@ class Maker:
     def step(self, x: Value) -> Value:
         t = x.type
         # Resharding is what the suite is for: set and reduce come up most.
-        menu = [self.set, self.scalar, self.set, self.binary, self.cast, self.permute, self.set]
+        menu = [self.set, self.scalar, self.set, self.binary, self.cast, self.permute, self.set,
+                lambda x, t: mask_step(self, x, t)]  # comparisons, iota, where, the mask unary ops
         if t.dtype != "bool":
             menu.insert(1, self.unary)
         if t.rank < 4:
@@ -301,7 +302,6 @@ class Maker:
             menu += [self.reduce, self.reduce]
         if t.rank >= 2 and t.dtype != "bool" and not t.axes[-1].broadcast and not t.axes[-2].broadcast:
             menu.append(self.matmul)
-        menu.append(lambda x, t: mask_step(self, x, t))  # comparisons, iota, where, the mask unary ops
         return self.c.pick(menu)(x, t)
 
 
