@@ -17,36 +17,19 @@ run's data exposed (conformance/coverage.py); the `edge` data kind
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
 from conformance.cases import Case
 from conformance.compare import bad_elements
 from conformance.data import _narrower
+from conformance.error_class import ErrorClass, Site
+from conformance.mask_classes import MASK_CLASSES
 from interp.impls import COMBINE, cast, compute, identity, reduction, scalar_value
+from interp.masks import value_dtype
 from refir.ir import ops
 from refir.ir.program import Lit, Sym, Var
-from refir.ir.types import DTYPES, FLOATS, INTEGERS, TensorType, as_dtype, block, finfo, resolved
-
-
-@dataclass(frozen=True)
-class Site:
-    """One equation of a case: its op, operand values (scalars in the
-    tensors' dtype), resolved operand types (None for a scalar), result dtype."""
-
-    op: object
-    args: list[np.ndarray]
-    types: list[TensorType | None]
-    dtype: np.dtype
-
-
-@dataclass(frozen=True)
-class ErrorClass:
-    name: str
-    wrong: str  # the implementation its data tells apart from the spec's
-    applies: Callable[[str, str], bool]  # (coverage row, operand dtype)
-    value: Callable[[Site], np.ndarray | None]  # the wrong implementation's result; None: not at this site
+from refir.ir.types import DTYPES, FLOATS, INTEGERS, as_dtype, block, finfo, resolved
 
 
 def _d(name: str) -> np.dtype:
@@ -343,8 +326,8 @@ def exposed(case: Case) -> set[tuple[str, str, str]]:
         found: set[tuple[str, str, str]] = set()
         eqns = checked.func.eqns
         for i, e in enumerate(eqns):
-            tensors = [a.name for a in e.args if isinstance(a, Var)]
-            src, row = checked.types[tensors[0]], label(e.op)
+            tensors = [a.name for a in (e.args[1:] if isinstance(e.op, ops.Where) else e.args) if isinstance(a, Var)]
+            src, row = checked.types[tensors[0]] if tensors else checked.types[e.out], label(e.op)
             todo = [c for c in classes_of(row, src.dtype) if (row, src.dtype, c.name) not in found]
             if not todo:
                 continue
@@ -372,9 +355,12 @@ def _changes_a_result(checked: object, values: dict, bounds: dict, bindings: dic
     env[out] = wrong
     for e in eqns[index + 1:]:
         raw = _args(e, env, bindings)
-        dtype = next(a for a in raw if isinstance(a, np.ndarray)).dtype
-        result = compute(e.op, raw, dtype)
+        if isinstance(e.op, ops.Iota):  # no operands: nothing upstream changes it
+            continue
+        result = compute(e.op, raw, value_dtype(e.op, raw))
         want = checked.types[e.out].np_dtype
         env[e.out] = result if result.dtype == want else as_dtype(result, want)
     return any(bad_elements(np.asarray(env[r]), values[r], bounds[r]).any() for r in checked.func.results)
 
+
+CLASSES = CLASSES + MASK_CLASSES  # comparisons, where, unary (conformance/mask_classes.py)

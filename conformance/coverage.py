@@ -48,8 +48,8 @@ LAYOUT_COLUMNS = ("row-major", "other layout", "1-D mesh", "2-D mesh", "3-D mesh
 
 
 def _local_rows() -> list[str]:
-    rows = [*ops.UNARY, *ops.BINARY, *ops.REDUCTIONS, "matmul", "permute", "unsqueeze", "expand", "slice",
-            "select", "pad", "cat"]
+    rows = [*ops.UNARY, *ops.BINARY, *ops.COMPARISONS, "where", "iota", *ops.REDUCTIONS, "matmul", "permute",
+            "unsqueeze", "expand", "slice", "select", "pad", "cat"]
     return rows + [f"cast to {d}" for d in DTYPE_NAMES] + ["copy", "keep_block"]
 
 
@@ -64,6 +64,7 @@ _PROBES = {
     "slice": "slice(x, starts=[1], stops=[2])", "select": "select(x, axis=0, index=1)",
     "pad": "pad(x, low=[1, 0], high=[0, 0])", "cat": "cat(x, x, axis=0)",
     "expand": "expand(x, 2, 2)",
+    **{c: "{b}(x, x)" for c in ops.COMPARISONS}, "where": "where(k, x, x)", "iota": "iota(axis=0)",
 }
 
 
@@ -74,7 +75,8 @@ def allowed_local(row: str, dtype: str) -> bool:
         return True
     call = f"cast(x, dtype={row.split()[-1]})" if row.startswith("cast to") else _PROBES[row]
     call = call.format(u=row, b=row, r=row)
-    text = f"mesh m = [0]\nfunc main(x: {dtype}[2, 2]) {{\n  y = {call}\n  return y\n}}\n"
+    declared = f": {dtype}[2, 2]" if row == "iota" else ""  # where's row is its values' dtype
+    text = f"mesh m = [0]\nfunc main(x: {dtype}[2, 2], k: bool[2, 2]) {{\n  y{declared} = {call}\n  return y\n}}\n"
     try:
         verify(parse(text))
     except RefirError:
@@ -103,7 +105,7 @@ class Coverage:
 
     def add(self, step: Step, types: dict[str, TensorType]) -> None:
         args = [types[a] for a in step.tensor_args()]
-        src = args[0] if args else step.type
+        src = args[1] if isinstance(step.op, ops.Where) and len(args) > 1 else args[0] if args else step.type
         label = ops.op_name(step.op) if step.is_communication else local_label(step.op)
         if step.is_communication:
             kind = type(step.op)

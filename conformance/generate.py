@@ -26,6 +26,7 @@ from typing import Protocol
 
 from conformance.data import KINDS, DataSpec, View
 from conformance.generate_budget import BUDGET, STATIC  # noqa: E402
+from conformance.generate_masks import mask_step
 from conformance.generate_window import window_menu
 from refir.frontends import builder
 from refir.frontends.builder import Value
@@ -39,6 +40,7 @@ SYMBOLS = ("N", "M", "P")
 MESH_SHAPES = ((2, 2), (1, 2), (2, 1), (1, 2, 2), (2, 1, 2), (2, 2, 1))  # every 3-D mesh axis reaches 2
 MAX_EQNS = 6
 # Simplest first; i16 and bf16 last, so that the drawn programs of earlier dtypes stay as they were.
+UNARY_DRAWN = tuple(u for u in ops.UNARY if u not in ops.MASK_UNARY)  # mask_step draws those
 DTYPES_DRAWN = ("f32", "i32", "f64", "f16", "i64", "i8", "u8", "bool", "i16", "bf16")
 
 
@@ -177,7 +179,7 @@ class Maker:
     # ---- ops: each takes an operand and makes one equation --------------------------
 
     def unary(self, x: Value, t: TensorType) -> Value:
-        kind = self.c.pick(ops.UNARY if t.dtype in FLOATS else ("neg", "abs", "relu"))
+        kind = self.c.pick(UNARY_DRAWN if t.dtype in FLOATS else ("neg", "abs", "relu"))
         return x.unary(kind, **self.out(self.relaid(t)))
 
     def scalar(self, x: Value, t: TensorType) -> Value:
@@ -290,7 +292,8 @@ class Maker:
     def step(self, x: Value) -> Value:
         t = x.type
         # Resharding is what the suite is for: set and reduce come up most.
-        menu = [self.set, self.scalar, self.set, self.binary, self.cast, self.permute, self.set]
+        menu = [self.set, self.scalar, self.set, self.binary, self.cast, self.permute, self.set,
+                lambda x, t: mask_step(self, x, t)]  # comparisons, iota, where, the mask unary ops
         if t.dtype != "bool":
             menu.insert(1, self.unary)
         if t.rank < 4:

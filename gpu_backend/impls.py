@@ -37,6 +37,10 @@ GPU_IMPLS: dict[type, GpuImpl] = {}
 
 
 impl = registrar(GPU_IMPLS)
+# Ops a device makes knowing where its block lies (iota: the global indices of its block),
+# called with (op, order, result type, device, the step's args).
+PER_DEVICE: dict[type, Callable[..., DeviceBuffer]] = {}
+per_device = registrar(PER_DEVICE)
 
 
 def scalar_buffer(value: int | float, dtype: np.dtype) -> DeviceBuffer:
@@ -116,13 +120,17 @@ def compute(op: object, order: Order, args: list[Any]) -> DeviceBuffer:
     tensors = [a for a in args if type(a) is DeviceBuffer]
     if len(tensors) == len(args) or isinstance(op, ops.Expand):
         return GPU_IMPLS[type(op)](op, order, *args)
-    dtype = tensors[0].dtype
-    if isinstance(op, ops.Binary) and len(args) == 2:
+    # a scalar takes its tensors' dtype (where's values', not its condition's)
+    dtype = next(a for a in (args[1:] if isinstance(op, ops.Where) else args) if type(a) is DeviceBuffer).dtype
+    if isinstance(op, (ops.Binary, ops.Compare)) and len(args) == 2:
         first = not isinstance(args[0], DeviceBuffer)
         x, value = (args[1], args[0]) if first else (args[0], args[1])
         if isinstance(x, DeviceBuffer) and not isinstance(value, DeviceBuffer):
-            out = DeviceBuffer.empty(x.shape, dtype, order)
-            return elementwise_scalar(functions.binary(op.name, dtype), out, x, value, first)
+            if isinstance(op, ops.Compare):
+                out, fn = DeviceBuffer.empty(x.shape, np.dtype(bool), order), functions.compare(op.name, dtype)
+            else:
+                out, fn = DeviceBuffer.empty(x.shape, dtype, order), functions.binary(op.name, dtype)
+            return elementwise_scalar(fn, out, x, value, first)
     values = [a if isinstance(a, DeviceBuffer) else scalar_buffer(a, dtype) for a in args]
     return GPU_IMPLS[type(op)](op, order, *values)
 
@@ -138,6 +146,8 @@ class GpuLocal:
             args = [slice_block(step, device, args[0], self.types[step.tensor_args()[0]])]
         if isinstance(step.op, ops.Expand):  # the extents of this device's block
             args = local_extents(step, device, args, self.types[step.tensor_args()[0]])
+        if type(step.op) in PER_DEVICE:  # iota: its operands are the global extents (lowering)
+            return PER_DEVICE[type(step.op)](step.op, step.type.order, step.type, device, args)
         return compute(step.op, step.type.order, args)
 
 

@@ -12,4 +12,4 @@ Op families beyond today's register their rules into those tables from modules o
 their own, imported here so that every table is whole wherever interp is used.
 """
 
-from interp import window_bounds  # noqa: F401  (slice, select, pad, cat: error bounds)
+from interp import mask_bounds, masks, window_bounds  # noqa: F401  (comparisons, where, iota, unary; windows: error bounds)

@@ -83,7 +83,7 @@ def propagate(checked: Checked, values: dict[str, np.ndarray], bindings: Binding
     with np.errstate(all="ignore"):
         for e in func.eqns:
             dtype = checked.types[e.out].np_dtype
-            src = next(values[a.name] for a in e.args if isinstance(a, Var)).dtype
+            src = _scalar_dtype(e, values, dtype)
             xs, bs, rs = [], [], []
             for a in e.args:
                 if isinstance(a, Var):
@@ -103,6 +103,12 @@ def propagate(checked: Checked, values: dict[str, np.ndarray], bindings: Binding
     return bounds
 
 
+def _scalar_dtype(e: object, values: dict[str, np.ndarray], dtype: np.dtype) -> np.dtype:
+    """The dtype a scalar operand of `e` takes: its tensors' (where's values'; iota has none)."""
+    args = e.args[1:] if isinstance(e.op, ops.Where) else e.args  # type: ignore[attr-defined]
+    return next((values[a.name].dtype for a in args if isinstance(a, Var)), dtype)
+
+
 def _param_bound(x: np.ndarray, m: Model) -> np.ndarray:
     """An input is exact, unless an expression rounds it to a narrower dtype."""
     if m.precision is None or not is_float(x.dtype):
@@ -115,11 +121,13 @@ def _exact_scalar(value: object) -> np.ndarray:
     try:
         return np.array(float(value))  # type: ignore[arg-type]
     except OverflowError:  # an integer past float64: no float is near it
-        return np.array(np.inf)
+        return np.array(np.nan)
 
 
 def _literal(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if not is_float(dtype):
+        return np.zeros(())
+    if np.isinf(value):  # inf and -inf are exact in every float dtype
         return np.zeros(())
     return nx.representation_error(value, dtype) if np.isfinite(value) else np.array(np.inf)
 
@@ -151,6 +159,10 @@ def _binary(op: ops.Binary, v: Operands) -> np.ndarray:
     return v.rounded(carried)
 
 
+# Unary ops whose bound a family module states (name -> bound of (name, operands)).
+UNARY_BOUNDS: dict[str, Callable[[str, Operands], np.ndarray]] = {}
+
+
 @rule(ops.Unary)
 def _unary(op: ops.Unary, v: Operands) -> np.ndarray:
     (x,), (b,), (rx,) = v.xs, v.bs, v.rs
@@ -158,6 +170,8 @@ def _unary(op: ops.Unary, v: Operands) -> np.ndarray:
         return b
     if op.name == "sqrt":  # |sqrt(u) - sqrt(w)| <= sqrt(|u - w|)
         return v.rounded(np.sqrt(b))
+    if op.name in UNARY_BOUNDS:  # tanh erf sigmoid rsqrt sin cos (interp/mask_bounds.py): num_c7, num_x10
+        return UNARY_BOUNDS[op.name](op.name, v)
     k = TRANSCENDENTAL_ULPS
     if op.name == "exp":  # |exp(u) - exp(w)| <= exp(w) expm1(|u - w|)
         top = np.abs(v.r) if not v.m.exact else np.abs(v.r) * (1 + 2 * k * eps(v.dtype)) * np.exp(rx)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from interp.impls import compute
+from interp.masks import iota_global, value_dtype
 from refir.checks.verifier import Checked
 from refir.errors import RefirError, RunError
+from refir.ir import ops
 from refir.ir.program import Lit, Sym, Var
 from refir.ir.types import Bindings, as_dtype
 from refir.text.equation_context import describe_eqn
@@ -18,9 +20,11 @@ def eval_global(checked: Checked, inputs: dict[str, np.ndarray], bindings: Bindi
         t = checked.types[eqn.out]
         args = [env[a.name] if isinstance(a, Var) else bindings[a.name] if isinstance(a, Sym)
                 else a.value if isinstance(a, Lit) else a for a in eqn.args]
-        tensors = [a for a in args if isinstance(a, np.ndarray)]
         try:
-            out = compute(eqn.op, args, tensors[0].dtype)
+            if isinstance(eqn.op, ops.Iota):  # no operands: its type says it all
+                out = iota_global(eqn.op, t, bindings)
+            else:
+                out = compute(eqn.op, args, value_dtype(eqn.op, args))
         except RefirError:
             raise
         except Exception as exc:  # a bug, reported with the equation that hit it

@@ -31,6 +31,7 @@ BINARY_FNS = {
 UNARY_FNS = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
     "relu": lambda x: np.maximum(x, x.dtype.type(0)),
+    # tanh erf sigmoid rsqrt sin cos: added by interp/masks.py
 }
 # The binary operation each reduction folds with (also across devices).
 COMBINE = {

@@ -16,6 +16,7 @@ import numpy as np
 from interp.expand import local_extents
 from interp.impls import compute
 from interp.liveness import drops
+from interp.masks import iota_block, value_dtype
 from interp.transport import Transport, own_buffer
 from refir.errors import RefirError, RunError
 from refir.ir import ops
@@ -222,11 +223,12 @@ class NumpyLocal:
     def __call__(self, step: Step, device: int, args: list[Any]) -> np.ndarray:
         if isinstance(step.op, ops.KeepBlock):
             out = slice_block(step, device, args[0], self.types[step.tensor_args()[0]])
+        elif isinstance(step.op, ops.Iota):  # its operands are the global extents (lowering)
+            out = iota_block(step.op, step.type, device, args)
         else:
             if isinstance(step.op, ops.Expand):  # the extents of this device's block
                 args = local_extents(step, device, args, self.types[step.tensor_args()[0]])
-            tensors = [a for a in args if isinstance(a, np.ndarray)]
-            out = compute(step.op, args, tensors[0].dtype)
+            out = compute(step.op, args, value_dtype(step.op, args))
         out = np.asarray(out)
         if out.dtype != step.type.np_dtype:
             out = as_dtype(out, step.type.np_dtype)

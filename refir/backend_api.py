@@ -16,7 +16,9 @@ those may move, and this module keeps the names working.
   `.steps` (each a `Step`), `.inputs`, `.outputs`, `.scalars` (symbols used
   as values), `.extents` (global extents it must be handed).
 - `Step`: `.out` (the value it makes), `.op` (an instance of a class in `ops`:
-  `Binary(name)`, `Unary(name)`, `Cast(dtype)`, `Permute(perm)`,
+  `Binary(name)`, `Unary(name)`, `Compare(name)` (to bool), `Where()`,
+  `Iota(axis)` (its args are the result's global extents: each device makes
+  the global indices of its own block), `Cast(dtype)`, `Permute(perm)`,
   `Unsqueeze(dims)`, `Reduction(kind, dims)`, `Matmul()`, `KeepBlock()`, `Copy()`,
   or a communication such as `Allgather`), `.args` (each a `Var(name)`, a
   `Sym(name)` or a `Lit(value)`), `.type` (the result's `TensorType`),

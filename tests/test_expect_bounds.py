@@ -20,6 +20,7 @@ from conformance.mutants.numeric import toward_zero
 from conformance.teeth import hunt
 from interp.error_bounds import every_value, propagate
 from interp.impls import IMPLS, scalar_value
+from interp.masks import iota_global
 from interp.numerics import CONFORM, REFERENCE, expression, half_ulp
 from refir.checks.expect_eval import evaluate_rounded
 from refir.checks.expect_lines import check_expects
@@ -222,7 +223,13 @@ def _exactly(checked, inputs, bindings):
     env = {p.name: inputs[p.name].astype(np.float64).astype(ld) if is_float(inputs[p.name].dtype) else inputs[p.name]
            for p in checked.func.params}
     for e in checked.func.eqns:
-        src = next(env[a.name] for a in e.args if isinstance(a, Var)).dtype
+        if isinstance(e.op, ops.Iota):  # indices: exact, but for a float dtype's own rounding
+            out = iota_global(e.op, replace(checked.types[e.out], dtype="i64"), bindings)
+            t = checked.types[e.out].np_dtype
+            env[e.out] = out.astype(ld) if is_float(t) else as_dtype(out, t)
+            continue
+        values = e.args[1:] if isinstance(e.op, ops.Where) else e.args  # where's scalars take its values' dtype
+        src = next(env[a.name] for a in values if isinstance(a, Var)).dtype
         args = [env[a.name] if isinstance(a, Var) else bindings[a.name] if isinstance(a, Sym)
                 else a.value if isinstance(a, Lit) else a for a in e.args]
         args = [a if isinstance(a, np.ndarray) else np.array(float(a), ld) if src == ld else scalar_value(a, src)
@@ -242,7 +249,7 @@ def _exactly(checked, inputs, bindings):
             else:
                 out = IMPLS[type(op)](op, *args)
                 t = checked.types[e.out].np_dtype
-                out = out if float_op or out.dtype == t else as_dtype(out, t)
+                out = out if (float_op and is_float(t)) or out.dtype == t else as_dtype(out, t)
         env[e.out] = np.asarray(out)
     return env
 

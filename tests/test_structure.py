@@ -120,7 +120,7 @@ def test_every_package_and_module_says_what_it_holds():
 # ---- one grep per op ----------------------------------------------------------------------
 
 SOURCE_OPS = typing.get_args(ops.Op)
-FAMILIES = {ops.Binary: ops.BINARY, ops.Unary: ops.UNARY, ops.Reduction: ops.REDUCTIONS}
+FAMILIES = {ops.Binary: ops.BINARY, ops.Unary: ops.UNARY, ops.Compare: ops.COMPARISONS, ops.Reduction: ops.REDUCTIONS}
 
 
 def text_of(*paths: str) -> str:
@@ -132,7 +132,7 @@ LAYERS = {  # where an op's own code lives, layer by layer
     "dataclass": "refir/ir/ops.py",
     "syntax (parser)": "refir/text/op_syntax.py",
     "type rule": "refir/checks/*rules*.py",
-    "numpy impl": "interp/impls*.py",
+    "numpy impl": "interp/*.py",  # impls, and the families that register into its table
     "gpu impl": "gpu_backend/**/*.py",
     "builder": "refir/frontends/builder_values.py",
     "importer mapping": "refir/frontends/nvfuser*.py",

@@ -298,6 +298,51 @@ def test_elementwise_c7():
             "the float literal 0.5 needs a float tensor, not i32")
 
 
+def test_elementwise_c6_covers_the_mask_unary_ops():
+    for name in ("tanh", "erf", "sigmoid", "rsqrt", "sin", "cos"):
+        rejects(prog("x: i32[4]", f"y = {name}(x)", "return y"), "elementwise_c6", 3, 3,
+                f"{name} needs a float dtype, not i32")
+
+
+def test_comparisons_follow_the_elementwise_rules():
+    rejects(prog("x: f32[4], y: f16[4]", "k = lt(x, y)", "return k"), "elementwise_c2", 3, 3)
+    rejects(prog("x: i32[4]", "k = ge(x, 0.5)", "return k"), "elementwise_c7", 3, 3)
+    rejects(prog("x: f32[4], y: f32[3]", "k = eq(x, y)", "return k"), "elementwise_c3", 3, 3)
+    rejects(prog("x: f32[4]", "k: f32[4] = ne(x, 1)", "return k"), "result_c1", 3, 3,
+            "declared dtype f32, but the op gives bool")
+
+
+def test_where_c1():
+    rejects(prog("c: i32[4], x: f32[4]", "y = where(c, x, x)", "return y"), "where_c1", 3, 3,
+            "where's condition must be a bool tensor, not of dtype i32")
+    rejects(prog("x: f32[4]", "y = where(1, x, x)", "return y"), "where_c1", 3, 3, "not a scalar")
+
+
+def test_where_c2():
+    rejects(prog("c: bool[4], x: f32[4], y: f64[4]", "z = where(c, x, y)", "return z"), "where_c2", 3, 3,
+            "where's values differ in dtype: f32 and f64")
+    rejects(prog("c: bool[4]", "z = where(c, 1.0, -inf)", "return z"), "where_c2", 3, 3)
+
+
+def test_iota_c1():
+    rejects(prog("x: f32[4]", "t = iota(axis=0)", "return t"), "iota_c1", 3, 3,
+            "iota needs a declared result type")
+
+
+def test_iota_c2():
+    rejects(prog("x: f32[4]", "t: i32[4, 4] = iota(axis=2)", "return t"), "iota_c2", 3, 3,
+            "axis=2 is not an axis of i32[4, 4] on m (0..1)")
+
+
+def test_iota_c3():
+    rejects(prog("x: f32[4]", "t: bool[4] = iota(axis=0)", "return t"), "iota_c3", 3, 3, "not bool")
+
+
+def test_iota_takes_no_operands_and_an_integer_axis():
+    rejects(prog("x: f32[4]", "t: i32[4] = iota(x, axis=0)", "return t"), "op_c2", 3, 15, "iota takes 0 operands")
+    rejects(prog("x: f32[4]", "t: i32[4] = iota(axis=x)", "return t"), "op_c2", 3, 15, "axis= an integer")
+
+
 def test_cast_c1():
     rejects(prog("x: f32[4]", "y = cast(x, dtype=f128)", "return y"), "cast_c1", 3, 7)
     rejects(prog("x: f32[4]", "y = cast(x)", "return y"), "cast_c1", 3, 7, "cast needs dtype=")

@@ -21,6 +21,7 @@ from functools import cache
 import numpy as np
 
 from gpu_backend.device import SIMULATED, cuda
+from gpu_backend.mask_functions import COMPARE, MASK_UNARY, mask_unary
 from refir.ir.types import is_bf16, is_float
 
 Fn = Callable[..., object]
@@ -272,7 +273,7 @@ def binary(name: str, dtype: np.dtype) -> Fn:
 def unary(name: str, dtype: np.dtype) -> Fn:
     if is_bf16(dtype) and name in BF16_BITWISE:
         return BF16_BITWISE[name]
-    op, w = UNARY[name], widen(dtype)
+    op, w = mask_unary(name, dtype) if name in MASK_UNARY else UNARY[name], widen(dtype)
     if is_bf16(dtype):
         @_device
         def bf16(a: object) -> object:
@@ -283,6 +284,18 @@ def unary(name: str, dtype: np.dtype) -> Fn:
     @_device
     def fn(a: object) -> object:
         return op(w(a))
+
+    return fn
+
+
+@cache
+def compare(name: str, dtype: np.dtype) -> Fn:
+    """eq ne lt le gt ge on values of `dtype` (bfloat16 decoded first), to bool."""
+    op, w = COMPARE[name], widen(dtype)
+
+    @_device
+    def fn(a: object, b: object) -> object:
+        return op(w(a), w(b))
 
     return fn
 

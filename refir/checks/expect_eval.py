@@ -32,6 +32,7 @@ NUMPY_FUNCTIONS = frozenset({
     "minimum", "moveaxis", "multiply", "nan_to_num", "negative", "prod", "reshape", "round", "sign",
     "sin", "sqrt", "square", "squeeze", "subtract", "sum", "swapaxes", "tanh", "transpose", "trunc",
     "where", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+    "greater_equal", "less_equal", "not_equal", "tril", "triu", "ones_like", "zeros_like",  # masks
 })
 # `np.<ufunc>.reduce(x, axis)`
 UFUNC_REDUCTIONS = frozenset({

@@ -3,6 +3,7 @@ and set (matmul's are in rules_matmul). Each check cites its constraint as docs/
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from refir.checks.inference import (
@@ -22,11 +23,20 @@ from refir.ir.types import BROADCAST, FLOATS, INTEGERS, Axis, TensorType
 def _elementwise(op: ops.Binary | ops.Unary, c: EqnContext) -> TensorType:
     if not c.tensors:  # elementwise_c1
         raise c.fail("elementwise_c1", f"{op.name} needs at least one tensor operand")
-    first = c.tensors[0]
-    for t in c.tensors[1:]:
-        if t.dtype != first.dtype:  # elementwise_c2
-            raise c.fail("elementwise_c2", f"operands differ in dtype: {first.dtype} and {t.dtype}; "
+    dtype = c.tensors[0].dtype
+    return elementwise_result(c, c.tensors, c.tensors, dtype, lambda: _elementwise_dtype(op, dtype, c))
+
+
+def elementwise_result(c: EqnContext, tensors: list[TensorType], typed: list[TensorType], dtype: str,
+                       check: Callable[[], None]) -> TensorType:
+    """An elementwise result of `dtype` over `tensors` (elementwise_c3..c5); `typed`, the
+    operands that must share one dtype (elementwise_c2); `check`, the op's own dtype rules."""
+    first = tensors[0]
+    for t in typed[1:]:
+        if t.dtype != typed[0].dtype:  # elementwise_c2
+            raise c.fail("elementwise_c2", f"operands differ in dtype: {typed[0].dtype} and {t.dtype}; "
                          "use cast")
+    for t in tensors[1:]:
         if t.rank != first.rank:  # elementwise_c3
             raise c.fail("elementwise_c3", f"operands differ in rank: {first.rank} and {t.rank}; "
                          "use unsqueeze")
@@ -35,7 +45,7 @@ def _elementwise(op: ops.Binary | ops.Unary, c: EqnContext) -> TensorType:
                          f"{t.mesh.name!r}; move one with set")
     axes = []
     for i in range(first.rank):
-        column = [t.axes[i] for t in c.tensors if not t.axes[i].broadcast]
+        column = [t.axes[i] for t in tensors if not t.axes[i].broadcast]
         for a in column[1:]:
             if a.extent != column[0].extent:  # elementwise_c3
                 raise c.fail("elementwise_c3", f"axis {i} has extents {column[0].extent} and "
@@ -44,8 +54,8 @@ def _elementwise(op: ops.Binary | ops.Unary, c: EqnContext) -> TensorType:
         if len(shards) > 1:  # elementwise_c5
             raise c.fail("elementwise_c5", f"axis {i} is sharded on {' and '.join(sorted(shards))}")
         axes.append(Axis(column[0].extent, shards.pop() if shards else None) if column else BROADCAST)
-    _elementwise_dtype(op, first.dtype, c)
-    inferred = TensorType(first.dtype, tuple(axes), first.mesh)
+    check()
+    inferred = TensorType(dtype, tuple(axes), first.mesh)
     declared = c.eqn.type
     if declared is None:
         return inferred
@@ -53,7 +63,7 @@ def _elementwise(op: ops.Binary | ops.Unary, c: EqnContext) -> TensorType:
     if declared.mesh != inferred.mesh:  # elementwise_c4
         raise c.fail("elementwise_c4", f"the result is on mesh {declared.mesh.name!r}, the operands "
                      f"on {inferred.mesh.name!r}; move them with set")
-    for t in c.tensors:
+    for t in tensors:
         for i, (a, r) in enumerate(zip(t.axes, declared.axes)):
             if a.shard and a.shard != r.shard:  # elementwise_c5
                 raise c.fail("elementwise_c5", f"an operand has axis {i} sharded on {a.shard} but "
@@ -63,7 +73,7 @@ def _elementwise(op: ops.Binary | ops.Unary, c: EqnContext) -> TensorType:
 
 
 def _elementwise_dtype(op: ops.Binary | ops.Unary, dtype: str, c: EqnContext) -> None:
-    if op.name in ("div", "exp", "log", "sqrt") and dtype not in FLOATS:  # elementwise_c6
+    if op.name in ("div", "exp", "log", "sqrt", *ops.MASK_UNARY) and dtype not in FLOATS:  # elementwise_c6
         raise c.fail("elementwise_c6", f"{op.name} needs a float dtype, not {dtype}")
     if dtype == "bool" and op.name not in ("maximum", "minimum"):  # elementwise_c6
         raise c.fail("elementwise_c6", f"{op.name} is not defined on bool")

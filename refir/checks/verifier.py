@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from refir.checks import (
     op_rules,  # noqa: F401  (registers the rules of today's ops)
     rules_expand,  # noqa: F401  (expand of b axes)
+    rules_masks,  # noqa: F401  (comparisons, where, iota)
     rules_matmul,  # noqa: F401  (matmul of any ranks >= 1)
     rules_window,  # noqa: F401  (slice, select, pad, cat)
 )

@@ -31,8 +31,10 @@ from refir.frontends.builder_values import (  # noqa: F401  (the functions are t
     binary,
     cast,
     cat,
+    compare,
     div,
     expand,
+    iota,
     matmul,
     maximum,
     minimum,
@@ -41,6 +43,7 @@ from refir.frontends.builder_values import (  # noqa: F401  (the functions are t
     reshard,
     sub,
     unary,
+    where,
 )
 from refir.ir import ops
 from refir.ir.program import Eqn, Func, Lit, Operand, Param, Program, Sym, Var
@@ -196,6 +199,8 @@ class Builder:
             return a
         if isinstance(a, bool) or not isinstance(a, (int, float)):
             raise InputError(f"an operand must be a Value, a number or a symbol, not {a!r}")
+        if isinstance(a, float) and a != a:  # no literal prints NaN (inf and -inf do)
+            raise InputError("a NaN operand has no literal; make it with div(0.0, 0.0) of a tensor")
         if isinstance(a, int) and len(str(abs(a))) > _MAX_LITERAL_DIGITS:
             raise InputError(f"the integer operand has {len(str(abs(a)))} digits; an integer literal has at "
                              f"most {_MAX_LITERAL_DIGITS}")

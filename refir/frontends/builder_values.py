@@ -95,6 +95,51 @@ class Value:
     def relu(self, **kw: object) -> Value:
         return self.builder.apply(ops.Unary("relu"), (self,), **kw)
 
+    # The mask ops' unary functions and comparisons (spec §5.9): x.tanh(), x.lt(0), ...
+    def tanh(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("tanh"), (self,), **kw)
+
+    def erf(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("erf"), (self,), **kw)
+
+    def sigmoid(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("sigmoid"), (self,), **kw)
+
+    def rsqrt(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("rsqrt"), (self,), **kw)
+
+    def sin(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("sin"), (self,), **kw)
+
+    def cos(self, **kw: object) -> Value:
+        return self.builder.apply(ops.Unary("cos"), (self,), **kw)
+
+    def compare(self, kind: str, other: object, **kw: object) -> Value:
+        """Any comparison by name, this value first: `x.compare("ge", y)` (a bool Value)."""
+        return compare(kind, self, other, **kw)
+
+    def eq(self, other: object, **kw: object) -> Value:
+        return self.builder.apply(ops.Compare("eq"), (self, other), **kw)
+
+    def ne(self, other: object, **kw: object) -> Value:
+        return self.builder.apply(ops.Compare("ne"), (self, other), **kw)
+
+    def lt(self, other: object, **kw: object) -> Value:
+        return self.builder.apply(ops.Compare("lt"), (self, other), **kw)
+
+    def le(self, other: object, **kw: object) -> Value:
+        return self.builder.apply(ops.Compare("le"), (self, other), **kw)
+
+    def gt(self, other: object, **kw: object) -> Value:
+        return self.builder.apply(ops.Compare("gt"), (self, other), **kw)
+
+    def ge(self, other: object, **kw: object) -> Value:
+        return self.builder.apply(ops.Compare("ge"), (self, other), **kw)
+
+    def where(self, x: object, y: object, **kw: object) -> Value:
+        """This bool Value as a condition: `k.where(s, -math.inf)` is np.where(k, s, -inf)."""
+        return self.builder.apply(ops.Where(), (self, x, y), **kw)
+
     @located
     def cast(self, dtype: str, **kw: object) -> Value:
         if dtype not in DTYPES:
@@ -217,3 +262,21 @@ def reshard(x: Value, **kw: object) -> Value:
 def cat(xs: Sequence[Value], axis: int, **kw: object) -> Value:
     """`np.concatenate(xs, axis)`."""
     return _first(tuple(xs)).apply(ops.Cat(axis), tuple(xs), **kw)
+
+
+def compare(kind: str, a: object, b: object, **kw: object) -> Value:
+    """eq ne lt le gt ge by name; either operand may be a number: `compare("lt", 0, x)`."""
+    if kind not in ops.COMPARISONS:
+        raise InputError(f"unknown comparison {kind!r} (known: {', '.join(ops.COMPARISONS)})")
+    return _first((a, b)).apply(ops.Compare(kind), (a, b), **kw)
+
+
+def where(cond: Value, x: object, y: object, **kw: object) -> Value:
+    """np.where(cond, x, y): cond a bool Value, x or y may be a number."""
+    return _first((cond,)).apply(ops.Where(), (cond, x, y), **kw)
+
+
+def iota(builder: Applies, result_type: object, axis: int, **kw: object) -> Value:
+    """iota(axis=k) of the declared `result_type` (builder.type(...)): the global indices
+    along axis k, each device's block holding its own (spec §5.9)."""
+    return builder.apply(ops.Iota(axis), (), result_type=result_type, **kw)

@@ -19,7 +19,10 @@ CAST_DTYPES = {"half": "f16", "float": "f32", "double": "f64", "bfloat": "bf16",
                "int": "i32", "int32": "i32", "int64": "i64", "bool": "bool"}
 BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "maximum", "fmax": "maximum",
           "max": "maximum", "minimum": "minimum", "fmin": "minimum", "min": "minimum"}
-UNARY = {"neg": "neg", "abs": "abs", "fabs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "relu": "relu"}
+UNARY = {"neg": "neg", "abs": "abs", "fabs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "relu": "relu",
+         "tanh": "tanh", "erf": "erf", "sigmoid": "sigmoid", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos"}
+# Comparisons (printed as calls or infix, nvfuser_parse.INFIX), to bool; where; iota/arange.
+COMPARISONS = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 REDUCE_OPS = {"add": "sum", "sum": "sum", "mul": "prod", "max": "max", "fmax": "max", "min": "min", "fmin": "min"}
 COMM_NAMES = {"Allgather": "allgather", "Gather": "gather", "Scatter": "scatter", "Broadcast": "broadcast",
               "SendRecv": "send_recv", "AllToAll": "all_to_all", "Allreduce": "allreduce", "Reduce": "reduce",
@@ -65,6 +68,12 @@ class OpMapper(WindowMapper):
             op = {"+": "add", "-": "sub", "*": "mul"}[self.bullet]
         if op in BINARY:
             self.binary(out, BINARY[op], args, call, comment)
+        elif op in COMPARISONS:
+            self.compare(out, COMPARISONS[op], args, call, comment)
+        elif op == "where":
+            self.where(out, args, call, comment)
+        elif op in ("iota", "arange"):
+            self.iota(out, args, call, comment)
         elif op in UNARY:
             self.unary_like(out, f"{UNARY[op]}({self._arg(args[0], call)})", self._one(tensors, call), call, comment)
         elif CAST.match(op) or op.startswith("cast:"):
@@ -151,6 +160,41 @@ class OpMapper(WindowMapper):
         axes = [Ax(w.extent, w.shard if follows else s, w.broadcast, False, w.number) for w, s in zip(want, shards)]
         text = f"{name}({', '.join(self._arg(a, call) for a in args)})"
         self.emit_local(out, text, comment, axes, self.refs[tensors[0].name].mesh, want)
+
+    def compare(self, out: str, name: str, args: tuple, call: Call, comment: list[str]) -> None:
+        """eq ne lt le gt ge: elementwise like a binary op, operands of one dtype, a bool result."""
+        tensors = [a for a in args if isinstance(a, TVRef)]
+        if len(args) != 2 or not tensors:
+            raise ParseError(call.loc, f"{name} compares two operands, one of them a TensorView")
+        want = kept(self.axes[out])
+        for t in tensors:
+            self._unify(want, kept(self.axes[t.name]), call.loc, f"{out} = {name}(...)")
+            self.dtypes.join(tensors[0].name, t.name, call.loc, f"operands of {out}")
+        self.dtypes.fix(out, "bool", call.loc, f"{name} writes {out}")
+        text = f"{name}({', '.join(self._arg(a, call) for a in args)})"
+        self.emit_local(out, text, comment, want, self.refs[tensors[0].name].mesh, want)
+
+    def where(self, out: str, args: tuple, call: Call, comment: list[str]) -> None:
+        """where(cond, x, y): cond a bool TensorView, x and y (one may be a number) out's dtype."""
+        if len(args) != 3 or not isinstance(args[0], TVRef) or not any(isinstance(a, TVRef) for a in args[1:]):
+            raise ParseError(call.loc, "where(cond, x, y) needs a TensorView condition and a TensorView value")
+        want = kept(self.axes[out])
+        cond = args[0]
+        self.dtypes.fix(cond.name, "bool", call.loc, f"the condition of {out}")
+        for t in args:
+            if isinstance(t, TVRef):
+                self._unify(want, kept(self.axes[t.name]), call.loc, f"{out} = where(...)")
+                if t is not cond:
+                    self.dtypes.join(t.name, out, call.loc, f"values of {out}")
+        text = f"where({', '.join(self._arg(a, call) for a in args)})"
+        self.emit_local(out, text, comment, want, self.refs[cond.name].mesh, want)
+
+    def iota(self, out: str, args: tuple, call: Call, comment: list[str]) -> None:
+        """nvFuser's iota(length, start, step, dtype) is 1-D: start 0, step 1 map onto iota(axis=0)."""
+        numbers = [a.value for a in args if isinstance(a, Scalar)][-2:]  # start and step, after the length
+        if len(kept(self.axes[out])) != 1 or (numbers and numbers != [0, 1]):
+            raise ParseError(call.loc, f"cannot map {call.op}: refir maps a 1-D iota of start 0 and step 1")
+        self.eqns.append((out, "iota(axis=0)", comment))
 
     def unary_like(self, out: str, text: str, x: TVRef, call: Call, comment: list[str]) -> None:
         want = kept(self.axes[out])

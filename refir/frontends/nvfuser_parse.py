@@ -13,6 +13,8 @@ refir/frontends/nvfuser.py.
 
 from __future__ import annotations
 
+import math
+
 from refir.errors import ParseError
 from refir.frontends.nvfuser_dump import NV_DTYPES, Call, Dump, Scalar, Statement, TVRef
 from refir.frontends.nvfuser_tensorview import TV_NAME, TensorViewReader
@@ -20,7 +22,8 @@ from refir.frontends.nvfuser_tokens import Tok
 
 # Host-IR statements that allocate or wait: no values of their own.
 HOST_BOOKKEEPING = ("ALLOCATE", "KIR::ALLOCATE", "ALLOCATE_TENSOR")
-INFIX = {"+": "add", "-": "sub", "*": "mul", "/": "div", "•": "bullet"}
+INFIX = {"+": "add", "-": "sub", "*": "mul", "/": "div", "•": "bullet",
+         "<": "lt", ">": "gt", "<=": "le", ">=": "ge", "==": "eq", "!=": "ne"}
 
 
 class DumpParser(TensorViewReader):
@@ -89,10 +92,17 @@ class DumpParser(TensorViewReader):
 
     def expression(self) -> TVRef | Call:
         left = self.operand()
-        while self.tok.text in INFIX and self._starts_operand(self.peek()):
-            op = self.next()
-            right = self.operand()
-            left = Call(INFIX[op.text], (left, right), {}, op.loc)
+        while True:
+            two = self.tok.text + self.peek().text  # a comparison of two characters: >= <= == !=
+            if two in INFIX and self._starts_operand(self.peek(2)):
+                op = self.next()
+                self.next()
+                left = Call(INFIX[two], (left, self.operand()), {}, op.loc)
+            elif self.tok.text in INFIX and self._starts_operand(self.peek()):
+                op = self.next()
+                left = Call(INFIX[op.text], (left, self.operand()), {}, op.loc)
+            else:
+                break
         if isinstance(left, Scalar):
             raise ParseError(left.loc, "a TensorView cannot be defined as a bare number")
         return left
@@ -114,6 +124,9 @@ class DumpParser(TensorViewReader):
         if t.kind == "num":
             self.next()
             return Scalar(float(t.text) if any(c in t.text for c in ".eE") else int(t.text), t.loc)
+        if t.text == "inf" or (t.text == "-" and self.peek().text == "inf"):  # where(c, x, double(-inf))
+            self.i += 1 + (t.text == "-")
+            return Scalar(-math.inf if t.text == "-" else math.inf, t.loc)
         if t.text == "-" and self.peek().kind == "num":
             self.next()
             s = self.operand()
@@ -144,7 +157,9 @@ class DumpParser(TensorViewReader):
         while not self.accept(")"):
             if self.tok.kind == "eof":
                 raise self.fail(f"expected ')' closing {name.text}(")
-            if self._starts_operand(self.tok) or self.tok.text in ("[", "-") or (
+            if self.tok.kind == "name" and self.peek().text in (",", ")") and not self.at_tv():
+                keywords[f"#{len(args) + len(keywords)}"] = self.next().text  # iota(i0, 0, 1, int64_t)
+            elif self._starts_operand(self.tok) or self.tok.text in ("[", "-") or (
                     self.tok.kind == "name" and self.peek().text == "(" and self.tok.text not in NV_DTYPES):
                 a = self.operand()
                 args.append(a)

@@ -10,7 +10,7 @@ from refir.errors import Loc, ParseError
 from refir.frontends.nvfuser_dump import NV_DTYPES, Domain, Extent, TVRef
 from refir.frontends.nvfuser_tokens import Tok, TokenCursor
 
-TV_NAME = re.compile(r"^(T\d+)(?:_([glsc]))?(?:_+([A-Za-z][A-Za-z0-9]*))?$")
+TV_NAME = re.compile(r"^(T\d+)(?:_([glsc]))?(?:_+([A-Za-z][A-Za-z0-9_]*))?$")
 DOMAIN_NAME = re.compile(r"^([irb])(S|deviceIdx\.[xyz]|[A-Za-z.]+?)(\d+)$")  # kind, parallel type, number
 
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
-UNARY = ("neg", "abs", "exp", "log", "sqrt", "relu")
+UNARY = ("neg", "abs", "exp", "log", "sqrt", "relu", "tanh", "erf", "sigmoid", "rsqrt", "sin", "cos")
+# Unary ops that need a float dtype and are not correctly rounded (docs/spec.md §5.9, num_c7).
+MASK_UNARY = ("tanh", "erf", "sigmoid", "rsqrt", "sin", "cos")
+COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 REDUCTIONS = ("sum", "prod", "max", "min", "band", "bor", "bxor")
 
 
@@ -24,6 +27,25 @@ class Binary:
 @dataclass(frozen=True)
 class Unary:
     name: str  # one of UNARY
+
+
+@dataclass(frozen=True)
+class Compare:
+    """eq ne lt le gt ge: elementwise, to bool (§5.9)."""
+
+    name: str  # one of COMPARISONS
+
+
+@dataclass(frozen=True)
+class Where:
+    """where(cond, x, y): np.where, elementwise (§5.9)."""
+
+
+@dataclass(frozen=True)
+class Iota:
+    """iota(axis=k): each element's global index along axis k of the declared type (§5.9)."""
+
+    axis: int
 
 
 @dataclass(frozen=True)
@@ -174,7 +196,8 @@ class ReduceScatter:
     axis: int
 
 
-Op = Binary | Unary | Cast | Permute | Unsqueeze | Reduction | Matmul | Expand | Set | Slice | Select | Pad | Cat
+Op = (Binary | Unary | Compare | Where | Iota | Cast | Permute | Unsqueeze | Reduction | Matmul | Expand | Set
+      | Slice | Select | Pad | Cat)
 WINDOWS = (Slice, Select, Pad, Cat)
 LocalOp = Op | KeepBlock | Copy
 Communication = (
@@ -187,7 +210,7 @@ COMMUNICATIONS = (
 
 def op_name(op: object) -> str:
     """The name an op has in the text format and in the lowered listing."""
-    if isinstance(op, (Binary, Unary)):
+    if isinstance(op, (Binary, Unary, Compare)):
         return op.name
     if isinstance(op, Reduction):
         return op.kind

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from refir.checks.rules_matmul import matmul_axes, promoted
 from refir.checks.verifier import Checked
 from refir.ir import ops
-from refir.ir.program import Eqn, Func, Operand, Sym, Var
+from refir.ir.program import Eqn, Func, Lit, Operand, Sym, Var
 from refir.ir.types import TensorType
 from refir.lowering.window import lower_window
 
@@ -127,6 +127,13 @@ class _Lowerer:
                 # A sharded contraction leaves partial sums, sharded as the inferred result.
                 local = TensorType(t.dtype, matmul_axes(a, b), a.mesh, None, (k,), "sum")
                 self.compute_then_reshard(e, local, t)
+            case ops.Iota():  # each device makes its own block, knowing the global extents
+                extents = tuple(Lit(1) if a.broadcast else Lit(a.extent) if isinstance(a.extent, int)
+                                else Sym(a.extent) for a in t.axes)
+                self.emit(e.out, e.op, extents, t, e)
+            case ops.Compare() | ops.Where():
+                args = tuple(self.conform(a, t, e) for a in e.args)
+                self.emit(e.out, e.op, args, t, e)
             case ops.Set():
                 src = e.args[0].name
                 self.reshard(src, self.types[src], e.out, t, e)

@@ -42,7 +42,7 @@ def build_op(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> B
 def operands(name: str, loc: Loc, values: list[object], count: int) -> tuple[Operand, ...]:
     """Exactly `count` operands, none of them a list (op_c2)."""
     if len(values) != count or any(isinstance(v, list) for v in values):
-        raise VerifyError(loc, "op_c2", f"{name} takes {count} operand{'s' * (count > 1)}")
+        raise VerifyError(loc, "op_c2", f"{name} takes {count} operand{'s' * (count != 1)}")
     return tuple(values)  # type: ignore[arg-type]
 
 
@@ -152,3 +152,24 @@ def _cat(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built
     if len(pos) < 2 or any(isinstance(v, list) for v in pos):
         raise VerifyError(loc, "op_c2", "cat takes two or more operands and axis=N")
     return ops.Cat(axis), operands(name, loc, pos, len(pos))
+
+
+# ---- comparisons, where and iota (docs/spec.md §5.9) ----------------------------------
+
+
+@syntax(*ops.COMPARISONS)
+def _compare(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    return ops.Compare(name), operands(name, loc, pos, 2)
+
+
+@syntax("where")
+def _where(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    return ops.Where(), operands(name, loc, pos, 3)
+
+
+@syntax("iota", keywords=("axis",))
+def _iota(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    axis = kw.get("axis")
+    if not isinstance(axis, Lit) or not isinstance(axis.value, int) or isinstance(axis.value, bool):
+        raise VerifyError(loc, "op_c2", "iota takes no operands and axis= an integer: iota(axis=0)")
+    return ops.Iota(axis.value), operands(name, loc, pos, 0)

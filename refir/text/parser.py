@@ -28,7 +28,7 @@ from refir.text.op_syntax import build_op
 
 _TOKEN = re.compile(
     r"(?P<ws>[ \t\r]+)|(?P<nl>\n)|(?P<comment>#[^\n]*)"
-    r"|(?P<num>-?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?)"
+    r"|(?P<num>-?(inf\b|(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?))"
     r"|(?P<name>[A-Za-z_][A-Za-z_0-9]*)|(?P<punct>[\[\](){},:=@])"
 )
 # Only the head is matched by a pattern: the expression is the rest of the line,
@@ -266,6 +266,8 @@ class Parser:
             return self.listing(self.integer)
         if t.kind == "num":
             self.pos += 1
+            if t.text.lstrip("-") == "inf":  # the one non-finite literal: where(mask, x, -inf)
+                return Lit(float(t.text))
             if not re.search(r"[.eE]", t.text):
                 return Lit(_int(t, _MAX_LITERAL_DIGITS))
             value = float(t.text)

@@ -28,6 +28,8 @@ def format_call(op: object, args: tuple) -> str:
             parts.append(f"dtype={dt}")
         case ops.Permute(perm=perm):
             parts.append(_ints(perm))
+        case ops.Iota(axis=axis):
+            parts.append(f"axis={axis}")
         case ops.Unsqueeze(dims=dims) | ops.Reduction(dims=dims):
             parts.append(f"dims={_ints(dims)}")
         case ops.Slice(axes=axes, starts=starts, stops=stops, steps=steps):
