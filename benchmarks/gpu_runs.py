@@ -44,6 +44,7 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
     import gpu_backend.backend as gb
     import gpu_backend.buffers.buffer as gbuf
     import gpu_backend.impls as gi
+    import gpu_backend.kernels.matmul_ranks as gmr
     import gpu_backend.launches.replay as rp
     import gpu_backend.transports.in_process as gt
     import gpu_backend.transports.pending as gp
@@ -57,7 +58,7 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
              (rr, "shard_inputs", "shard"), (gb, "check_local_inputs", "check inputs"),
              (gb, "use_device", "use_device"), (gb, "transport_for", "transport_for"),
              (rp, "upload", "upload"), (gb, "execute", "steps"), (gi.GpuLocal, "__call__", "(local steps)"),
-             (gi, "matmul_into", "(of which matmul"),
+             (gmr, "matmul_into", "(of which matmul"),
              (gi, "elementwise", "elementwise"), (gt.LaidOut, "communicate", "allreduce)"),
              (gbuf, "download", "download"), (gp, "settle", "(of which the wait for collectives)"),
              (rp.DriverTransfers, "up", "upload"), (rp.DriverTransfers, "down", "download"),
@@ -65,7 +66,7 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
     import gpu_backend.kernels.matmul as gm
 
     if gm._cupy() is not None:  # cupy's own call, within matmul
-        spots.insert(spots.index((gi, "matmul_into", "(of which matmul")) + 1, (gm, "library_matmul", "(cupy's call)"))
+        spots.insert(spots.index((gmr, "matmul_into", "(of which matmul")) + 1, (gm, "library_matmul", "(cupy's call)"))
     parts, total = phase_medians(fn, barrier, spots, REPEATS)
     if parts["(replay, all of it)"]:
         parts["(replay's pool and calls)"] = parts["(replay, all of it)"] - parts["upload"] - parts["download"]
