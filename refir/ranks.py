@@ -20,6 +20,7 @@ from mpi4py import MPI
 
 from refir.backends import Shards
 from refir.errors import InputError
+from refir.footprint import EVERY, RunKind
 from refir.mpi import COMMS, agreed, allgather_obj, as_agreed, bcast_obj, fault, recv_bytes, wait
 from refir.prepare import bind_and_check, host_arrays
 from refir.shard import shard_inputs
@@ -32,8 +33,8 @@ INPUT_TAG, HEADER_TAG, RESULT_TAG = 41, 42, 43
 
 # ---- inputs ----------------------------------------------------------------------------
 
-def settle(checked: Checked, inputs: dict[str, Any],
-           step: Callable[[], Any]) -> tuple[Any, dict[str, np.ndarray], dict[str, int], list[int]]:
+def settle(checked: Checked, inputs: dict[str, Any], step: Callable[[], Any],
+           kind: RunKind = EVERY) -> tuple[Any, dict[str, np.ndarray], dict[str, int], list[int]]:
     """Check the inputs given to this rank and run `step()` (the world, the
     lowering) on every rank, in one exchange: any error stops every rank, rank
     0's bindings hold everywhere. Returns `step()`'s value, this rank's inputs
@@ -44,7 +45,7 @@ def settle(checked: Checked, inputs: dict[str, Any],
         if comm.rank == 0 and not inputs:
             raise InputError("under MPI, rank 0 must be given the inputs (other ranks may be given none)")
         arrays = host_arrays(inputs)
-        return (bind_and_check(checked, arrays) if arrays else None), arrays, step()
+        return (bind_and_check(checked, arrays, kind) if arrays else None), arrays, step()
 
     (_, arrays, value), every = agreed(comm, "every rank to check the program and its inputs", check,
                                        lambda v: v[0], reuse=True)
