@@ -72,7 +72,7 @@ def _prepare(args: argparse.Namespace, root: bool) -> tuple[Program, Checked, di
     if args.inputs:
         inputs = _as_bf16(checked, read_inputs(args.inputs))
     else:
-        inputs = draw_inputs(checked, bindings_for(checked, args.bind), args.seed or 0)
+        inputs = draw_inputs(checked, bindings_for(checked, args.bind), args.seed or 0, args.backend)
     if saved is not None:  # before the run, so that a run that fails leaves its inputs behind
         _write_npz(saved, inputs, "--save-inputs")
     return program, checked, inputs, out

@@ -15,7 +15,7 @@ import pytest
 from helpers import ROOT, run_mpi
 
 import refir
-from refir.checks.footprint import footprint
+from refir.checks.footprint import RunKind, footprint, nbytes_text
 from refir.checks.limits import MEMORY_C1, RUN_BYTES
 from refir.errors import InputError
 from refir.ir.types import local_shape
@@ -30,11 +30,14 @@ ISSUE = ("mesh m = [" + ", ".join(map(str, range(64))) + "]\n"
 ALLGATHER = MESH4 + "func main(x: f32[8@DIDx, 3]) {\n  y: f32[8, 3] = set(x)\n  return y\n}\n"
 
 
-def measured(text: str, bindings: dict[str, int] | None = None):
-    """The program's checked form, its bindings and its footprint."""
+SPMD = RunKind("spmd")
+
+
+def measured(text: str, bindings: dict[str, int] | None = None, kind: RunKind = SPMD):
+    """The program's checked form, its bindings and its footprint on `kind`'s backend (spmd)."""
     checked = verified(refir.load(text), None)
     b = default_bindings(checked, bindings)
-    return checked, b, footprint(lowered_of(checked), b)
+    return checked, b, footprint(lowered_of(checked), b, kind=kind)
 
 
 def refusal(fn) -> str:
@@ -46,7 +49,7 @@ def refusal(fn) -> str:
 
 # ---- the issue's example -----------------------------------------------------------
 
-@pytest.mark.parametrize("backend", ["spmd", "global", "gpu"])
+@pytest.mark.parametrize("backend", ["spmd", "gpu"])
 def test_the_issues_64_device_replication_is_refused_fast_allocating_nothing(backend, monkeypatch):
     """memory_c1: 16 GiB of replicas of a 256 MiB tensor, refused in well under
     a second with nothing allocated (the input is a zero-stride view: no 256 MiB)."""
@@ -68,7 +71,7 @@ def test_the_issues_64_device_replication_is_refused_fast_allocating_nothing(bac
         tracemalloc.stop()
     assert took < 0.5, took  # measured ~0.01 s on a shared 2-core machine
     assert peak < 8 << 20, peak  # a few MB of Python objects; the replicas would be 16 GiB
-    total = footprint(lowered_of(verified(program, None)), {}).total
+    total = footprint(lowered_of(verified(program, None)), {}, kind=RunKind(backend)).total
     assert total > 16 << 30
     assert message.startswith(f"this run needs {total / (1 << 30):.1f} GiB ({total} bytes) summed over every device, "
                               f"over refir's limit of 8 GiB ({8 << 30} bytes) [memory_c1]; ")
@@ -76,6 +79,16 @@ def test_the_issues_64_device_replication_is_refused_fast_allocating_nothing(bac
             in message)
     assert message.endswith("(raise the limit with REFIR_MAX_RUN_BYTES=N)")
     assert "\n" not in message
+
+
+def test_the_global_reference_holds_the_issues_tensor_once():
+    """The global backend has no devices: it holds x and y whole, once (1 GiB
+    with its scratch and the result's copy), under the limit; spmd and gpu hold
+    the 64 replicas."""
+    checked = verified(refir.load(ISSUE), None)
+    whole = footprint(lowered_of(checked), {}, kind=RunKind("global"))
+    assert whole.total == whole.whole and (768 << 20) <= whole.total <= (1 << 30) + (1 << 20)
+    assert footprint(lowered_of(checked), {}).total > 16 << 30  # every backend: the replicas count
 
 
 def test_the_cli_refuses_before_drawing_the_inputs(tmp_path):
@@ -112,17 +125,18 @@ def test_commands_that_allocate_nothing_do_not_check_it(tmp_path):
 
 # ---- the limit, just under and just over ----------------------------------------------
 
-@pytest.mark.parametrize("backend", ["spmd", "global"])
+@pytest.mark.parametrize("backend", ["spmd", "global", "gpu"])
 def test_a_run_at_the_limit_runs_and_one_byte_over_is_refused(monkeypatch, backend):
-    checked, b, fp = measured(ALLGATHER)
+    checked, b, _ = measured(ALLGATHER)
+    fp = footprint(lowered_of(checked), b, kind=RunKind(backend))  # what this backend holds
     x = np.arange(24, dtype=np.float32).reshape(8, 3)
     monkeypatch.setenv(RUN_BYTES.env, str(fp.total))
     got = refir.run(checked.program, {"x": x}, backend=backend)
     np.testing.assert_array_equal(got.outputs["y"], x)
     monkeypatch.setenv(RUN_BYTES.env, str(fp.total - 1))  # the same program and inputs: decided afresh
     message = refusal(lambda: refir.run(checked.program, {"x": x}, backend=backend))
-    assert f"this run needs {fp.total} B ({fp.total} bytes)" in message
-    assert f"over refir's limit of {fp.total - 1} B" in message
+    assert f"this run needs {nbytes_text(fp.total)} ({fp.total} bytes)" in message
+    assert f"over refir's limit of {nbytes_text(fp.total - 1)} ({fp.total - 1} bytes)" in message
     monkeypatch.setenv(RUN_BYTES.env, str(fp.total))
     np.testing.assert_array_equal(refir.run(checked.program, {"x": x}, backend=backend).outputs["y"], x)
 
@@ -194,7 +208,7 @@ def test_mpi_counts_the_windows_and_buffers_its_transport_keeps():
     kept result stay past the step."""
     text = MESH4 + "func main(x: f32[64@DIDx, 1024]) {\n  y: f32[64, 1024] = set(x)\n  return y\n}\n"
     checked, b, plain = measured(text)
-    kept = footprint(lowered_of(checked), b, mpi=True)
+    kept = footprint(lowered_of(checked), b, mpi=True, kind=RunKind("spmd"))
     per_rank = 4 * (64 << 10) + 4 * (256 << 10) + (64 << 10) + (256 << 10)
     assert plain.kept == 0 and kept.kept == 4 * per_rank
     assert kept.devices == plain.devices + 4 * per_rank
@@ -226,8 +240,9 @@ BOUNDED = {
 @pytest.mark.parametrize("name", sorted(BOUNDED))
 def test_the_footprint_bounds_what_a_run_allocates(name, backend):
     """tracemalloc's peak over a run (numpy's buffers and Python's objects, on
-    blocks of 100 KiB to 1 MiB) stays within the footprint."""
-    checked, b, fp = measured(BOUNDED[name])
+    blocks of 100 KiB to 1 MiB) stays within the backend's footprint. (Not the
+    gpu's here: the simulator's host-side emulation is no GPU's memory.)"""
+    checked, b, fp = measured(BOUNDED[name], kind=RunKind(backend))
     inputs = draw_inputs(checked, b, 0)
     refir.run(checked.program, inputs, backend=backend)  # the memos of a first run
     tracemalloc.start()
@@ -282,3 +297,84 @@ def test_the_spec_states_the_constraint():
     spec = (ROOT / "docs" / "spec.md").read_text()
     assert f"- **{MEMORY_C1}** A run's footprint is at most `{RUN_BYTES.env}`" in spec
     assert Path(refir.__file__).parent.joinpath("checks", "footprint.py").exists()
+
+
+# ---- per backend, keep="all" and everywhere ------------------------------------------------
+
+PATTERN16K = ("mesh m = [0]\nfunc main(x: f32[16384, 16384@DIDx], w: f32[16384@DIDx, 16384], bias: f32[16384]) {\n"
+              "  c: f32[16384, 16384] = matmul(x, w)\n  bb = unsqueeze(bias, dims=[0])\n"
+              "  y = add(c, bb)\n  out = relu(y)\n  return out\n}\n")
+
+
+def test_the_gpu_backend_is_bounded_by_what_its_kernels_hold(monkeypatch):
+    """benchmarks/gpu_runs.py's 16384^3 program on one device: the numpy
+    backends' float64 matmul scratch (8 GiB) and the global reference made it
+    13 GiB for every backend; the gpu's kernels write the results' own buffers
+    (cuBLAS takes the row-major product as it is), so its run holds 6 GiB: the
+    five 1 GiB values at most four at once, x's and w's host blocks, no scratch."""
+    monkeypatch.setenv("REFIR_MAX_ELEMENTS", str(1 << 29))  # x alone has 2^28 elements
+    checked = verified(refir.load(PATTERN16K), None)
+    b = default_bindings(checked)
+    gpu = footprint(lowered_of(checked), b, kind=RunKind("gpu"))
+    assert 6 << 30 <= gpu.total < (6 << 30) + (1 << 20), gpu.total  # and bias, bb: 64 KiB each
+    # c~1 the local product, c its one-device allreduce (a pack and a receive buffer on either backend)
+    assert gpu.scratch["c~1"] == gpu.scratch["y"] == gpu.scratch["out"] == 0 and gpu.scratch["c"] == 2 << 30
+    assert footprint(lowered_of(checked), b, kind=RunKind("spmd")).scratch["c~1"] == 7 << 30  # float64 x, w, c; c
+    assert footprint(lowered_of(checked), b).total > 13 << 30  # every backend (conform): as before
+    x = np.broadcast_to(np.float32(1), (16384, 16384))  # zero-stride: nothing allocated
+
+    class Reached(Exception):
+        pass
+
+    def reached(*_: object) -> None:
+        raise Reached
+
+    monkeypatch.setattr("refir.running.runner.shard_inputs", reached)
+    with pytest.raises(Reached):  # admitted: the run goes past the check
+        refir.run(checked.program, {"x": x, "w": x, "bias": x[0]}, backend="gpu")
+    message = refusal(lambda: refir.run(checked.program, {"x": x, "w": x, "bias": x[0]}, backend="spmd"))
+    assert "this run needs 10.0 GiB" in message
+
+
+def test_the_gpu_counts_no_result_copy_but_a_reductions_partials():
+    _, _, gpu = measured(BOUNDED["allreduce"], kind=RunKind("gpu"))
+    _, _, spmd = measured(BOUNDED["allreduce"])
+    # y~1 is each device's f32[64] partial of 256 KiB of x: 64 KiB / 16 x 8 B of partials and a counter
+    assert gpu.scratch["y~1"] == 4 * (8 * (64 * 1024 // 16) + 16)
+    assert spmd.scratch["y~1"] == 4 * (256 + 8 * (64 * 1024 + 64))  # its result copy and float64 accumulators
+
+
+CHAIN = MESH4 + ("func main(x: f32[400@DIDx, 300]) {\n  y = exp(x)\n  z = exp(y)\n  v = exp(z)\n  w = exp(v)\n"
+                 "  return w\n}\n")
+
+
+def test_keep_all_holds_every_value_and_is_counted():
+    """keep="all" keeps every value's buffers to the end: a run of it holds more
+    than the plain footprint allows, and stays within keep's footprint."""
+    checked, b, plain = measured(CHAIN)
+    kept = footprint(lowered_of(checked), b, kind=RunKind("spmd", keep=True))
+    # at the end: all five values of 480 000 B, the result's host copy and its whole
+    assert kept.total == 7 * 400 * 300 * 4 and plain.total < 4 * 400 * 300 * 4
+    inputs = draw_inputs(checked, b, 0)
+    refir.run(checked.program, inputs, backend="spmd", keep="all")  # the memos of a first run
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        got = refir.run(checked.program, inputs, backend="spmd", keep="all")
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert set(got.kept) == {"x", "y", "z", "v", "w"}
+    assert plain.total < peak <= kept.total, (plain.total, peak, kept.total)
+    gpu = footprint(lowered_of(checked), b, kind=RunKind("gpu", keep=True))
+    assert gpu.total > footprint(lowered_of(checked), b, kind=RunKind("gpu")).total  # its host copies
+
+
+def test_everywhere_under_mpi_counts_the_results_on_every_rank():
+    """ALLGATHER's y: every rank receives every device's 96 B block (384 B) and
+    assembles the 96 B whole, beside its own 96 B block: 576 B a rank at the end."""
+    checked, b, plain = measured(ALLGATHER)
+    lowered = lowered_of(checked)
+    assert footprint(lowered, b, mpi=True, kind=RunKind("spmd")).total == plain.total == 288 + 3 * 240
+    assert footprint(lowered, b, mpi=True, kind=RunKind("spmd", everywhere=True)).total == 4 * 576
+    assert footprint(lowered, b, kind=RunKind("spmd", everywhere=True)).total == plain.total  # one process: as ever

@@ -12,7 +12,10 @@ counts its scratch (copies into the result's layout or dtype, float64
 accumulators; a communication's pack and receive buffers), and a
 communication of a size MPI's transport keeps windows and buffers for counts
 those from its step to the run's end. The global reference holds every value
-whole to the end; the bound is the larger of the two.
+whole to the end. Scratch is per backend (spmd's numpy float64 copies, the
+gpu's fresh result buffers and partials); a run of one backend is bounded by
+what that backend holds, a run of every backend (conform, or a backend of a
+user's) by the largest.
 """
 
 from __future__ import annotations
@@ -39,6 +42,19 @@ HUGE = 1 << 62  # past this a total is over any limit (and int64 sums could wrap
 
 
 @dataclass(frozen=True)
+class RunKind:
+    """What a run holds depends on: its backend (None: every backend, or one
+    not refir's), keep="all" and everywhere=True."""
+
+    backend: str | None = None
+    keep: bool = False
+    everywhere: bool = False
+
+
+EVERY = RunKind()
+
+
+@dataclass(frozen=True)
 class Part:
     """One contributor to the peak: a value (or a step's scratch) and its bytes over all devices."""
 
@@ -49,7 +65,7 @@ class Part:
 
 @dataclass(frozen=True)
 class Footprint:
-    total: int  # the bound: max(devices, whole)
+    total: int  # the bound: devices (spmd, gpu), whole (global), the larger (every backend)
     devices: int  # the sum over devices of each device's peak
     whole: int  # the global reference: every value whole, held to the end
     when: str  # the moment the devices together hold the most
@@ -117,8 +133,8 @@ def describe(name: str, t: TensorType, bindings: Bindings, nbytes: int, made: St
 class _Walk:
     """The per-device vectors of every value, and the peak as the run goes."""
 
-    def __init__(self, lowered: Lowered, bindings: Bindings, mpi: bool) -> None:
-        self.lowered, self.bindings, self.mpi = lowered, bindings, mpi
+    def __init__(self, lowered: Lowered, bindings: Bindings, mpi: bool, gpu: bool = False) -> None:
+        self.lowered, self.bindings, self.mpi, self.gpu = lowered, bindings, mpi, gpu
         meshes = [t.mesh for t in lowered.types.values()]
         self.width = 1 + max(max(m.devices) for m in meshes)
         self.bytes: dict[str, Vec] = {}
@@ -160,6 +176,10 @@ class _Walk:
             (src,) = args
             return b[src] + self._received(step, src)
         ins = sum((self.elems(a) for a in args), np.zeros(self.width, np.int64))
+        if self.gpu:
+            cublas = len(step.type.axes) == 2 and tuple(step.type.order) == (0, 1)
+            return gpu_scratch(step.op, ins, sum((b[a] for a in args), np.zeros(self.width, np.int64)), b[step.out],
+                               cublas)
         narrow = any(self.lowered.types[n].dtype in NARROW for n in (*args, step.out))
         return local_scratch(step.op, ins, self.elems(step.out), b[step.out], narrow)
 
@@ -216,36 +236,78 @@ def local_scratch(op: object, ins: Vec | int, out: Vec | int, out_bytes: Vec | i
     return more + 4 * (ins + out) if narrow else more
 
 
+def gpu_scratch(op: object, ins: Vec, in_bytes: Vec, out_bytes: Vec, cublas: bool) -> Vec:
+    """What a local op holds on the gpu backend besides its operands and result
+    (gpu_backend/impls.py): its kernels write the result's own buffer, casts
+    and narrow floats convert in registers. A reduction holds its float64 or
+    int64 partials, at most one per 16 operand elements (gpu_backend/reduce.py's
+    chunks), and a counter; a matmul that cuBLAS cannot take as it is (`cublas`:
+    a 2-D row-major result) cupy's copies of its operands and result."""
+    if isinstance(op, ops.Reduction):
+        return 8 * (ins // 16) + 16
+    if isinstance(op, ops.Matmul) and not cublas:
+        return in_bytes + out_bytes
+    return np.zeros_like(out_bytes)
+
+
 def _at(step: Step) -> str:
     return f"{format_eqn(step.eqn)} ({step.eqn.loc})" if step.eqn.loc.line else format_eqn(step.eqn)
 
 
-def device_walk(lowered: Lowered, bindings: Bindings, mpi: bool) -> _Walk:
-    """Every moment of interp.spmd.execute, as interp.liveness plans it."""
-    w, plan = _Walk(lowered, bindings, mpi), drops(lowered)
+def device_walk(lowered: Lowered, bindings: Bindings, mpi: bool, kind: RunKind = EVERY) -> _Walk:
+    """Every moment of interp.spmd.execute, as interp.liveness plans it. On the
+    gpu the inputs' host blocks stay while their uploads are used; with keep,
+    no value is let go (spmd keeps the very buffers; the gpu a host copy of
+    each, next to its device buffers)."""
+    gpu, keep = kind.backend == "gpu", kind.keep
+    w, plan = _Walk(lowered, bindings, mpi, gpu), drops(lowered)
     zero = np.zeros(w.width, np.int64)
     env = {p.name for p in lowered.checked.func.params}
-    w.moment("the inputs' blocks", env, [])
+    hosted = sum((w.bytes[n] for n in env), zero.copy()) if gpu else zero
+    copies = hosted.copy() if gpu and keep else zero.copy()  # keep's host copies so far (the inputs' first)
+    held = [("the inputs' host blocks", hosted)] if gpu else []
+    w.moment("the inputs' blocks", env, held + ([("kept host copies", copies.copy())] if copies.any() else []))
     for s, seg in enumerate(lowered.segments):
-        env -= set(plan.taken[s])
-        scope = set(seg.inputs) - set(plan.before[s])
+        env -= set() if keep else set(plan.taken[s])
+        scope = set(seg.inputs) - (set() if keep else set(plan.before[s]))
         for step, dropped in zip(seg.steps, plan.after_step[s]):
             scope.add(step.out)
             scratch = w.scratch(step)
             w.scratched[step.out] = int(scratch.sum())
             if step.is_communication and w.mpi:  # made during the step, kept past it
                 w.keep(step)
-            w.moment(_at(step), env | scope, [(f"{step.out}'s scratch", scratch)])
-            scope -= set(dropped)
-        env |= set(seg.outputs) - set(plan.unkept[s])
+            if gpu and keep:
+                copies += w.bytes[step.out]
+            more = [("kept host copies", copies.copy())] if copies.any() else []
+            w.moment(_at(step), env | scope, [(f"{step.out}'s scratch", scratch), *held, *more])
+            scope -= set() if keep else set(dropped)
+        env |= (scope | set(seg.outputs)) if keep else set(seg.outputs) - set(plan.unkept[s])
+    if copies.any():
+        held.append(("kept host copies", copies))
+    if keep and mpi:  # share_kept: every rank's kept buffers on every rank, pickled and unpickled, and its own copied
+        every = int(sum(w.bytes[n].sum() for n in w.bytes))
+        ranks = np.zeros(w.width, bool)
+        for t in lowered.types.values():
+            ranks[list(t.mesh.devices)] = True
+        held.append(("every rank's kept buffers, shared", np.where(ranks, 2 * every, 0) + 2 * sum(w.bytes.values())))
     # The results' host copies (or, under MPI, the blocks rank 0 receives) and
     # the whole outputs assembled on rank 0.
+    # With everywhere, under MPI: every device's result blocks and the whole results on every rank.
     gather = zero.copy()
+    ranks = np.zeros(w.width, bool)
+    for r in lowered.results:
+        ranks[list(lowered.types[lowered.source(r)].mesh.devices)] = True
+    shared = mpi and kind.everywhere
     for r in lowered.results:
         t = lowered.checked.types[r]
-        gather += w.bytes[lowered.source(r)]
-        gather[0] += prod(global_shape(t, bindings)) * t.np_dtype.itemsize
-    w.moment("gathering the results", env, [("the results gathered", gather)])
+        blocks = w.bytes[lowered.source(r)]
+        whole = prod(global_shape(t, bindings)) * t.np_dtype.itemsize
+        gather += np.where(ranks, int(blocks.sum()), 0) if shared else blocks
+        if shared:
+            gather += np.where(ranks, whole, 0)
+        else:
+            gather[0] += whole
+    w.moment("gathering the results", env, [("the results gathered", gather), *held])
     return w
 
 
@@ -263,12 +325,19 @@ def whole_bytes(checked: Checked, bindings: Bindings) -> int:
     return sum(held.values()) + scratch + results
 
 
-def footprint(lowered: Lowered, bindings: Bindings, mpi: bool = False) -> Footprint:
-    """The run's bound; `mpi`: one rank per process, whose transport keeps buffers past its steps."""
+def footprint(lowered: Lowered, bindings: Bindings, mpi: bool = False, kind: RunKind = EVERY) -> Footprint:
+    """The run's bound; `mpi`: one rank per process, whose transport keeps
+    buffers past its steps; `kind`: the backend and what the run keeps (EVERY:
+    the largest over refir's backends, for conform or a backend not refir's)."""
     checked = lowered.checked
     whole = whole_bytes(checked, bindings)
+    counted = kind.backend in (None, "global")  # the global reference runs
     try:
-        w = device_walk(lowered, bindings, mpi)
+        if kind.backend is None:  # every backend: the larger walk (gpu's input host blocks can outweigh spmd's scratch)
+            w = max((device_walk(lowered, bindings, mpi, RunKind(b, kind.keep, kind.everywhere))
+                     for b in ("spmd", "gpu")), key=lambda w: int(w.peak.sum()))
+        else:
+            w = device_walk(lowered, bindings, mpi, kind)
     except OverflowError as exc:  # a value alone is past any limit
         t = lowered.types[str(exc)]
         n = prod(local_shape(t, bindings)) * t.np_dtype.itemsize * len(t.mesh.devices)
@@ -279,17 +348,18 @@ def footprint(lowered: Lowered, bindings: Bindings, mpi: bool = False) -> Footpr
     parts = [Part(describe(name, lowered.types[name], bindings, n, made.get(name)), n)
              if name in lowered.types else Part(f"{name}: {nbytes_text(n)}", n, False) for name, n in w.parts]
     parts.sort(key=lambda p: (not p.value, -p.nbytes))
-    if whole > devices:
+    if counted and whole > devices:
         parts.insert(0, Part(f"the global reference, every value whole: {nbytes_text(whole)}", whole, False))
-    return Footprint(max(devices, whole), devices, whole, w.when, tuple(parts), values, w.scratched,
+    total = whole if kind.backend == "global" else max(devices, whole) if counted else devices
+    return Footprint(total, devices, whole, w.when, tuple(parts), values, w.scratched,
                      int(w.kept.sum()))
 
-def check_run_memory(lowered: Lowered, bindings: Bindings, mpi: bool = False) -> Footprint:
+def check_run_memory(lowered: Lowered, bindings: Bindings, mpi: bool = False, kind: RunKind = EVERY) -> Footprint:
     """The run's footprint, or an InputError naming the limit, the bytes and
     the biggest contributors when it is over RUN_BYTES (memory_c1). A pure
     function of the program and bindings: every MPI rank decides alike."""
     limit = RUN_BYTES.value
-    got = footprint(lowered, bindings, mpi)
+    got = footprint(lowered, bindings, mpi, kind)
     if got.total > limit:
         shown = [p for p in got.parts if p.value][:3]
         rest = sum(p.nbytes for p in got.parts if p not in shown and p.value)

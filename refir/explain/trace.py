@@ -136,7 +136,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
             raise InputError("--inputs fixes every extent and value: leave out --bind and --seed")
         inputs = read_inputs(args.inputs)
     else:
-        inputs = draw_inputs(checked, bindings_for(checked, args.bind), args.seed or 0)
+        inputs = draw_inputs(checked, bindings_for(checked, args.bind), args.seed or 0, args.backend, keep=True)
     world = world_for(checked, args.world)
     check_device(args.device, world)
     names = [p.name for p in checked.func.params] + [s.out for s in lower(checked).steps]

@@ -85,15 +85,17 @@ def default_bindings(checked: Checked, given: dict[str, int] | None = None) -> d
     return out
 
 
-def draw_inputs(checked: Checked, bindings: dict[str, int], seed: int) -> dict[str, np.ndarray]:
+def draw_inputs(checked: Checked, bindings: dict[str, int], seed: int, backend: str | None = None,
+                keep: bool = False) -> dict[str, np.ndarray]:
     """Random inputs; floats are small integers so that every order of summation
-    gives the same bits. The run's memory is checked first (memory_c1): a
-    refused run draws nothing."""
+    gives the same bits. The run's memory on `backend` (None: any) is checked
+    first (memory_c1): a refused run draws nothing."""
+    from refir.checks.footprint import RunKind
     from refir.running.prepare import check_memory
 
     if seed < 0:  # numpy's own complaint would be a traceback
         raise InputError(f"--seed {seed}: a seed is a non-negative integer")
-    check_memory(checked, bindings)
+    check_memory(checked, bindings, RunKind(backend if backend in ("global", "spmd", "gpu") else None, keep))
     rng = np.random.default_rng(seed)
     out = {}
     for p in checked.func.params:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from refir.checks.footprint import check_run_memory
+from refir.checks.footprint import EVERY, RunKind, check_run_memory
 from refir.checks.limits import RUN_BYTES, check_shape
 from refir.checks.rules_window import check_select_bounds
 from refir.checks.verifier import Checked, verify
@@ -26,10 +26,11 @@ def host_arrays(inputs: dict[str, Any]) -> dict[str, np.ndarray]:
     return {name: host_array(name, x) for name, x in inputs.items()}
 
 
-def bind_and_check(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str, int]:
+def bind_and_check(checked: Checked, inputs: dict[str, np.ndarray], kind: RunKind = EVERY) -> dict[str, int]:
     """The inputs' bindings, every value's global shape within refir's limits,
     and the run's memory, summed over every device, within REFIR_MAX_RUN_BYTES
-    (refir.checks.footprint; worked out once per program and input shapes: refir.ir.program_cache)."""
+    for the run's backend (`kind`; refir.checks.footprint; worked out once per program
+    and input shapes: refir.ir.program_cache)."""
     signature = shape_signature(inputs)
 
     def work() -> dict[str, int]:
@@ -40,21 +41,22 @@ def bind_and_check(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str,
         return bindings
 
     bindings = work() if signature is None else dict(_BOUND.get(checked, signature, work))  # a copy: the caller's
-    check_memory(checked, bindings)
+    check_memory(checked, bindings, kind)
     return bindings
 
 
 _BOUND: Memo[dict[str, int]] = Memo()
 
 
-def check_memory(checked: Checked, bindings: dict[str, int]) -> None:
+def check_memory(checked: Checked, bindings: dict[str, int], kind: RunKind = EVERY) -> None:
     """The run's memory, summed over every device, within REFIR_MAX_RUN_BYTES
-    (refir.checks.footprint, memory_c1): for every backend alike, from the program and
-    the bindings alone, so that every MPI rank decides alike, before any input
-    is drawn or any block allocated (once per program and bindings)."""
+    (refir.checks.footprint, memory_c1): what `kind`'s backend holds (EVERY: the most
+    any backend does), from the program, the bindings and the run's options
+    alone, so that every MPI rank decides alike, before any input is drawn or
+    any block allocated (once per program, bindings and kind)."""
     mpi = mpi_world() is not None  # the same on every rank of a job
-    key = (RUN_BYTES.value, mpi, tuple(sorted(bindings.items())))  # a limit raised or lowered since: afresh
-    _MEMORY.get(checked, key, lambda: check_run_memory(lowered_of(checked), bindings, mpi))
+    key = (RUN_BYTES.value, mpi, kind, tuple(sorted(bindings.items())))  # a limit raised or lowered since: afresh
+    _MEMORY.get(checked, key, lambda: check_run_memory(lowered_of(checked), bindings, mpi, kind))
 
 
 _MEMORY: Memo[object] = Memo()

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from refir.checks.footprint import RunKind
 from refir.checks.verifier import Checked
 from refir.errors import InputError, RefirError
 from refir.ir.program import Program
@@ -60,9 +61,10 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
         raise InputError(f"keep='all' needs the spmd or gpu backend, not {backend!r}")
     checked = verified(program, func)
     mpi = mpi_world()
+    kind = RunKind(backend if backend in ("global", "spmd", "gpu") else None, bool(keep), everywhere)
     if mpi is None:
         inputs = host_arrays(inputs or {})
-        bindings = bind_and_check(checked, inputs)
+        bindings = bind_and_check(checked, inputs, kind)
         if backend == "global":
             from interp.global_eval import eval_global
 
@@ -74,10 +76,10 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
 
         inputs = inputs or {}  # made numpy arrays inside the agreement: a bad one on any rank stops every rank
         if backend == "global":
-            _, inputs, bindings, _ = settle(checked, inputs, lambda: None)
+            _, inputs, bindings, _ = settle(checked, inputs, lambda: None, kind)
             return RunResult(_global_on_root(checked, inputs, bindings, everywhere), {}, "global", None, bindings)
         (w, lowered), inputs, bindings, needy = settle(checked, inputs, lambda: (world_for(checked, world, mpi),
-                                                                                 lowered_of(checked)))
+                                                                                 lowered_of(checked)), kind)
         local = deliver_inputs(checked, inputs, bindings, w, needy)
     kept: Shards = {}
     if keep:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from refir.checks.footprint import EVERY, RunKind
 from refir.checks.verifier import Checked
 from refir.errors import InputError
 from refir.ir.types import block_shape, block_slices, global_shape, memory_order, receive_into, wire_bytes
@@ -32,8 +33,8 @@ INPUT_TAG, HEADER_TAG, RESULT_TAG = 41, 42, 43
 
 # ---- inputs ----------------------------------------------------------------------------
 
-def settle(checked: Checked, inputs: dict[str, Any],
-           step: Callable[[], Any]) -> tuple[Any, dict[str, np.ndarray], dict[str, int], list[int]]:
+def settle(checked: Checked, inputs: dict[str, Any], step: Callable[[], Any],
+           kind: RunKind = EVERY) -> tuple[Any, dict[str, np.ndarray], dict[str, int], list[int]]:
     """Check the inputs given to this rank and run `step()` (the world, the
     lowering) on every rank, in one exchange: any error stops every rank, rank
     0's bindings hold everywhere. Returns `step()`'s value, this rank's inputs
@@ -44,7 +45,7 @@ def settle(checked: Checked, inputs: dict[str, Any],
         if comm.rank == 0 and not inputs:
             raise InputError("under MPI, rank 0 must be given the inputs (other ranks may be given none)")
         arrays = host_arrays(inputs)
-        return (bind_and_check(checked, arrays) if arrays else None), arrays, step()
+        return (bind_and_check(checked, arrays, kind) if arrays else None), arrays, step()
 
     (_, arrays, value), every = agreed(comm, "every rank to check the program and its inputs", check,
                                        lambda v: v[0], reuse=True)
