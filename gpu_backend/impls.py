@@ -22,9 +22,10 @@ from gpu_backend.buffer import DeviceBuffer, to_device
 from gpu_backend.kernels import copy_into, elementwise
 from gpu_backend.matmul import matmul_into
 from gpu_backend.reduce import reduce_into
+from gpu_backend.reshape import reshape_buffer
 from gpu_backend.scalars import elementwise_scalar
 from interp.impls import scalar_value
-from interp.spmd import slice_block
+from interp.spmd import reshape_block, slice_block
 from refir.ir import ops
 from refir.ir.tables import registrar
 from refir.ir.types import DTYPES, TensorType, dense_strides
@@ -91,6 +92,12 @@ def copy(op: object, order: Order, x: DeviceBuffer) -> DeviceBuffer:
     return laid_out_view(x, order)
 
 
+@impl(ops.Reshape)
+def reshape(op: ops.Reshape, order: Order, x: DeviceBuffer, *extents: int) -> DeviceBuffer:
+    """C-order reshape to `extents` (the device's block of the result: GpuLocal)."""
+    return laid_out_view(reshape_buffer(x, tuple(extents)), order)
+
+
 @impl(ops.Reduction)
 def reduction(op: ops.Reduction, order: Order, x: DeviceBuffer) -> DeviceBuffer:
     shape = tuple(n for i, n in enumerate(x.shape) if i not in op.dims)
@@ -129,4 +136,6 @@ class GpuLocal:
     def __call__(self, step: Step, device: int, args: list[Any]) -> DeviceBuffer:
         if isinstance(step.op, ops.Slice):  # the device's own block, as a view
             args = [slice_block(step, device, args[0], self.types[step.tensor_args()[0]])]
+        if isinstance(step.op, ops.Reshape):  # its scalars are extents: the device's block's
+            return GPU_IMPLS[ops.Reshape](step.op, step.type.order, args[0], *reshape_block(step, device, args))
         return compute(step.op, step.type.order, args)

@@ -116,6 +116,21 @@ def matmul(op: ops.Matmul, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return as_dtype(np.matmul(a.astype(acc), b.astype(acc)), a.dtype)
 
 
+@impl(ops.Reshape)
+def reshape(op: ops.Reshape, x: np.ndarray, *extents: int) -> np.ndarray:
+    """np.reshape(x, extents) in C order, whatever x's strides (a view where they
+    allow one). `extents` are the result's: compute resolves op.shape for the
+    global reference, and spmd hands each device its block's (reshape_extents)."""
+    return np.reshape(x, extents, order="C")
+
+
+def reshape_extents(op: ops.Reshape, values: Sequence[object]) -> tuple[int, ...]:
+    """op.shape with its symbols (the equation's scalar operands, in order) bound."""
+    names = list(dict.fromkeys(e for e in op.shape if isinstance(e, str)))
+    bound = {n: int(v) for n, v in zip(names, values)}  # type: ignore[call-overload]
+    return tuple(e if isinstance(e, int) else bound[e] for e in op.shape)
+
+
 @impl(ops.Set)
 @impl(ops.Copy)
 def copy(op: object, x: np.ndarray) -> np.ndarray:
@@ -141,7 +156,10 @@ def fold(kind: str, parts: Sequence[np.ndarray], out: np.ndarray | None = None) 
 
 
 def compute(op: object, args: list[object], dtype: np.dtype) -> np.ndarray:
-    """Apply `op`; scalar operands take the tensor dtype (integers wrap)."""
+    """Apply `op`; scalar operands take the tensor dtype (integers wrap), but a
+    reshape's are extents."""
+    if isinstance(op, ops.Reshape):
+        return IMPLS[ops.Reshape](op, args[0], *reshape_extents(op, args[1:]))
     values = [a if isinstance(a, np.ndarray) else scalar_value(a, dtype) for a in args]
     with np.errstate(all="ignore"):
         return IMPLS[type(op)](op, *values)

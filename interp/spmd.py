@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from interp.impls import compute
+from interp.impls import IMPLS, compute, reshape_extents
 from interp.liveness import drops
 from interp.transport import Transport, own_buffer
 from refir.errors import RefirError, RunError
@@ -212,6 +212,14 @@ def slice_block(step: Step, device: int, x: Any, src: TensorType) -> Any:
     return x[tuple(index)]
 
 
+def reshape_block(step: Step, device: int, args: list[Any]) -> tuple[int, ...]:
+    """A reshape's result extents on `device`: its block of the result (the verifier
+    made sure it holds exactly the elements of its block of the operand)."""
+    extents = reshape_extents(step.op, args[1:])  # type: ignore[arg-type]
+    bound = {a.extent: n for a, n in zip(step.type.axes, extents) if isinstance(a.extent, str)}
+    return local_shape(step.type, bound, device)
+
+
 class NumpyLocal:
     """Local steps on numpy: the IMPLS table, then the result's declared layout."""
 
@@ -221,6 +229,8 @@ class NumpyLocal:
     def __call__(self, step: Step, device: int, args: list[Any]) -> np.ndarray:
         if isinstance(step.op, ops.Slice):
             out = slice_block(step, device, args[0], self.types[step.tensor_args()[0]])
+        elif isinstance(step.op, ops.Reshape):  # to the device's block of the result
+            out = IMPLS[ops.Reshape](step.op, args[0], *reshape_block(step, device, args))
         else:
             tensors = [a for a in args if isinstance(a, np.ndarray)]
             out = compute(step.op, args, tensors[0].dtype)

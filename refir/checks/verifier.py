@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from refir.checks import op_rules  # noqa: F401  (registers the rules of today's ops)
+from refir.checks import (
+    op_rules,  # noqa: F401  (registers the rules of today's ops)
+    rules_reshape,  # noqa: F401  (reshape's rules)
+)
 from refir.checks.inference import INFER, EqnContext
 from refir.checks.type_checks import check_mesh, check_type
 from refir.errors import Loc, VerifyError

@@ -57,6 +57,15 @@ class Set:
     pass
 
 
+@dataclass(frozen=True)
+class Reshape:
+    """numpy's C-order reshape to `shape` (global extents: integers or symbol names).
+    The equation's operands are the tensor, then one `Sym` per distinct symbol of
+    `shape` in order, so every backend gets their values as it gets any symbol's."""
+
+    shape: tuple[int | str, ...]
+
+
 # ---- local data movement added by lowering ------------------------------------------
 
 
@@ -131,7 +140,7 @@ class ReduceScatter:
     axis: int
 
 
-Op = Binary | Unary | Cast | Permute | Unsqueeze | Reduction | Matmul | Set
+Op = Binary | Unary | Cast | Permute | Unsqueeze | Reduction | Matmul | Set | Reshape
 LocalOp = Op | Slice | Copy
 Communication = (
     Allgather | Gather | Scatter | Broadcast | SendRecv | AllToAll | Allreduce | Reduce | ReduceScatter

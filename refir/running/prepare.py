@@ -11,6 +11,7 @@ import numpy as np
 
 from refir.checks.footprint import check_run_memory
 from refir.checks.limits import RUN_BYTES, check_shape
+from refir.checks.rules_reshape import check_bound
 from refir.checks.verifier import Checked, verify
 from refir.ir.program import Program
 from refir.ir.program_cache import Memo, shape_signature
@@ -33,6 +34,7 @@ def bind_and_check(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str,
 
     def work() -> dict[str, int]:
         bindings = bind_inputs(checked, inputs)
+        check_bound(checked, bindings)  # what the verifier left to the bindings (reshape_c2, reshape_c4)
         for name, t in checked.types.items():  # intermediates too, before any is allocated
             check_shape(global_shape(t, bindings), f"{name}: {t}")
         return bindings

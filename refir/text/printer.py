@@ -28,6 +28,8 @@ def format_call(op: object, args: tuple) -> str:
             parts.append(f"dtype={dt}")
         case ops.Permute(perm=perm):
             parts.append(_ints(perm))
+        case ops.Reshape(shape=shape):  # its Sym operands are the shape's symbols, written there
+            parts = [parts[0], "[" + ", ".join(map(str, shape)) + "]"]
         case ops.Unsqueeze(dims=dims) | ops.Reduction(dims=dims):
             parts.append(f"dims={_ints(dims)}")
         case _ if ops.is_communication(op):
