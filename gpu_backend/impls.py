@@ -24,7 +24,7 @@ from gpu_backend.matmul import matmul_into
 from gpu_backend.reduce import reduce_into
 from gpu_backend.reshape import reshape_buffer
 from gpu_backend.scalars import elementwise_scalar
-from interp.impls import scalar_value
+from interp.impls import reshape_extents, scalar_value
 from interp.spmd import reshape_block, slice_block
 from refir.ir import ops
 from refir.ir.tables import registrar
@@ -113,6 +113,8 @@ def matmul(op: ops.Matmul, order: Order, a: DeviceBuffer, b: DeviceBuffer) -> De
 def compute(op: object, order: Order, args: list[Any]) -> DeviceBuffer:
     """Apply `op`. A binary op's python scalar operand is a kernel argument in
     the tensor dtype (gpu_backend/scalars.py); any other becomes a device scalar."""
+    if isinstance(op, ops.Reshape):  # its scalars are the values of its shape's symbols
+        return GPU_IMPLS[ops.Reshape](op, order, args[0], *reshape_extents(op, args[1:]))
     tensors = [a for a in args if type(a) is DeviceBuffer]
     if len(tensors) == len(args):
         return GPU_IMPLS[type(op)](op, order, *args)

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from refir.checks.inference import EqnContext, keep_sharding, rule, unary_operand
 from refir.errors import InputError
 from refir.ir import ops
-from refir.ir.types import Axis, Bindings, Extent, TensorType, extent_value
+from refir.ir.program import Sym
+from refir.ir.types import RESERVED, Axis, Bindings, Extent, TensorType, extent_value
 
 if TYPE_CHECKING:
     from refir.checks.verifier import Checked
@@ -94,7 +95,20 @@ def _replicated_hint(name: str, x: TensorType, axis: int) -> str:
     return f"set {name} to replicated on axis {axis} first: `{name}_whole: {whole} = set({name})`"
 
 
+def check_shape(shape: tuple[Extent, ...], c: EqnContext) -> None:
+    for e in shape:
+        if isinstance(e, bool) or not isinstance(e, (int, str)) or isinstance(e, int) and e < 0:  # reshape_c1
+            raise c.fail("reshape_c1", f"reshape extent {e!r} is no extent: every extent is a non-negative "
+                         "integer or a symbol (numpy's -1 has no place in refir)")
+        if isinstance(e, str) and e in RESERVED:  # reshape_c1
+            raise c.fail("reshape_c1", f"{e!r} is reserved and names no extent")
+    syms = tuple(dict.fromkeys(e for e in shape if isinstance(e, str)))
+    if tuple(a.name if isinstance(a, Sym) else a for a in c.eqn.args[1:]) != syms:  # op_c2
+        raise c.fail("op_c2", f"reshape's operands are its tensor, then the symbols of its shape ({', '.join(syms)})")
+
+
 def infer(x: TensorType, shape: tuple[Extent, ...], c: EqnContext) -> TensorType:
+    check_shape(shape, c)
     name = c.eqn.args[0].name  # type: ignore[union-attr]
     xs = extents_of(x)
     (cx, sx), (ct, st) = _mono(xs), _mono(list(shape))

@@ -108,14 +108,10 @@ def _reshape(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> B
     shape (ops.Reshape), so that its value reaches every backend."""
     if len(pos) != 2 or not isinstance(pos[1], list):
         raise VerifyError(loc, "op_c2", "reshape takes an operand and a list of extents: reshape(x, [4, S])")
-    shape: list[int | str] = []
     for x in pos[1]:
-        if isinstance(x, int) and x < 0:  # reshape_c1
-            raise VerifyError(loc, "reshape_c1", f"reshape extent {x} is negative; every extent is given "
-                              "(numpy's -1 has no place in refir)")
-        if isinstance(x, Sym) and x.name in RESERVED:  # reshape_c1
+        if isinstance(x, Sym) and x.name in RESERVED:  # reshape_c1 (before func_c3 calls it an unbound symbol)
             raise VerifyError(x.loc, "reshape_c1", f"{x.name!r} is reserved and names no extent")
-        shape.append(x if isinstance(x, int) else x.name)  # type: ignore[union-attr]
+    shape = [x if isinstance(x, int) else x.name for x in pos[1]]  # type: ignore[union-attr]  # the rule: the rest
     first: dict[str, Sym] = {}
     for x in pos[1]:
         if isinstance(x, Sym):
