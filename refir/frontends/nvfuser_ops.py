@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 
+from refir.checks.rules_reshape import groups
 from refir.errors import Loc, ParseError
 from refir.frontends.nvfuser_axes import Ax, EqualityClasses, flags_of, kept
 from refir.frontends.nvfuser_dump import Call, Scalar, Statement, TVRef
+from refir.ir.types import Axis, Mesh, TensorType
 
 CAST = re.compile(r"^_*(half|float|double|bfloat16|bfloat|int64|int32|int|bool)2"
                r"(half|float|double|bfloat16|bfloat|int64|int32|int|bool)$")
@@ -84,6 +86,8 @@ class OpMapper:
             self.broadcast(out, self._one(tensors, call), call, comment)
         elif op == "squeeze":
             self.squeeze(out, self._one(tensors, call), call, comment)
+        elif op in ("view", "reshape", "ViewOp", "ReshapeOp"):
+            self.reshape(out, self._one(tensors, call), call, comment)
         elif op == "matmul":
             self.matmul(out, tensors, call, comment)
         elif op == "linear":
@@ -226,6 +230,20 @@ class OpMapper:
                           "each: the same values)")
         self.eqns.append((out, f"max({x.name}, dims=[{', '.join(map(str, dims))}])", comment))
 
+    def reshape(self, out: str, x: TVRef, call: Call, comment: list[str]) -> None:
+        """nvFuser's view (ReshapeOp): refir's reshape to the printed result's extents,
+        the sharding as refir infers it (docs/spec.md §5.9); printed otherwise, a set
+        after it reshards."""
+        src, want = kept(self.axes[x.name]), kept(self.axes[out])
+        if any(a.broadcast for a in want):
+            raise ParseError(call.loc, f"view into broadcast axes ({out}): refir's reshape gives none; "
+                             "write the view, then a broadcast")
+        self.dtypes.join(x.name, out, call.loc, f"the dtype of {out}")
+        shape = [self.extent(a) for a in want]
+        got = [Ax(a.extent, s, False, False, a.number) for a, s in zip(want, reshape_sharding(
+            [self.extent(a) for a in src], [a.shard for a in src], shape))]
+        self.emit_local(out, f"reshape({x.name}, [{', '.join(shape)}])", comment, got, self.refs[x.name].mesh, want)
+
     def matmul(self, out: str, tensors: list[TVRef], call: Call, comment: list[str]) -> None:
         if len(tensors) != 2:
             raise ParseError(call.loc, "matmul takes two TensorViews")
@@ -286,6 +304,19 @@ class OpMapper:
         if not any(a.reduced for a in self.axes[out]):
             raise ParseError(call.loc, f"the output {out} of this {kind} shows no reduced (r) domain")
         self.reduction(out, REDUCE_OPS[op], x, call, comment + [f"nvFuser lowered this to {kind}"])
+
+
+def reshape_sharding(src: list[str], shards: list[str | None], shape: list[str]) -> list[str | None]:
+    """Each result axis's mesh axis, as refir's rule gives it: the outer axis of a
+    group whose outer operand axis is sharded (refir.checks.rules_reshape.groups);
+    a sharded axis inside a group is the verifier's to refuse (reshape_c3)."""
+    extents = [int(e) if e.isdigit() else e for e in src]
+    t = TensorType("f32", tuple(Axis(e, k) for e, k in zip(extents, shards)), Mesh("m", (1,), (0,)))
+    out: list[str | None] = [None] * len(shape)
+    for g in groups(t, tuple(int(e) if e.isdigit() else e for e in shape)):
+        if g.src and g.dst and shards[g.src[0]]:
+            out[g.dst[0]] = shards[g.src[0]]
+    return out
 
 
 def short(text: str, limit: int = 160) -> str:
