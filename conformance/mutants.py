@@ -421,4 +421,4 @@ def extent_from_local_block() -> Iterator[None]:
 
 # Mutants kept in modules of their own register themselves into MUTANTS on import:
 # importing this module is enough to see every one.
-from conformance import data_mutants, hidden_mutants, mpi_mutants, numeric_mutants  # noqa: E402, F401
+from conformance import data_mutants, hidden_mutants, mpi_mutants, numeric_mutants, reshape_mutants  # noqa: E402, F401
