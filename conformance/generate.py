@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from math import lcm, prod
 from typing import Protocol
 
+from conformance import generate_reshape
 from conformance.data import KINDS, DataSpec, View
 from refir.frontends import builder
 from refir.frontends.builder import Value
@@ -299,6 +300,7 @@ class Maker:
             menu += [self.reduce, self.reduce]
         if t.rank >= 2 and t.dtype != "bool" and not t.axes[-1].broadcast and not t.axes[-2].broadcast:
             menu.append(self.matmul)
+        menu.append(lambda x, t: generate_reshape.reshape(self, x, t))
         return self.c.pick(menu)(x, t)
 
 
