@@ -313,6 +313,11 @@ CLASSES: tuple[ErrorClass, ...] = (
 )
 
 
+from conformance.reshape_classes import RESHAPE_CLASSES  # noqa: E402  (it builds on ErrorClass above)
+
+CLASSES += RESHAPE_CLASSES
+
+
 def classes_of(row: str, dtype: str) -> list[ErrorClass]:
     return [c for c in CLASSES if c.applies(row, dtype)]
 

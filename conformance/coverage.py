@@ -48,7 +48,7 @@ LAYOUT_COLUMNS = ("row-major", "other layout", "1-D mesh", "2-D mesh", "3-D mesh
 
 
 def _local_rows() -> list[str]:
-    rows = [*ops.UNARY, *ops.BINARY, *ops.REDUCTIONS, "matmul", "permute", "unsqueeze"]
+    rows = [*ops.UNARY, *ops.BINARY, *ops.REDUCTIONS, "matmul", "permute", "unsqueeze", "reshape"]
     return rows + [f"cast to {d}" for d in DTYPE_NAMES] + ["copy", "slice"]
 
 
@@ -59,7 +59,7 @@ def local_label(op: object) -> str:
 _PROBES = {
     **{u: "{u}(x)" for u in ops.UNARY}, **{b: "{b}(x, x)" for b in ops.BINARY},
     **{r: "{r}(x, dims=[0])" for r in ops.REDUCTIONS}, "matmul": "matmul(x, x)",
-    "permute": "permute(x, [1, 0])", "unsqueeze": "unsqueeze(x, dims=[0])",
+    "permute": "permute(x, [1, 0])", "unsqueeze": "unsqueeze(x, dims=[0])", "reshape": "reshape(x, [4])",
 }
 
 
