@@ -155,3 +155,12 @@ def test_under_mpiexec_every_rank_agrees():
     done = run_mpi(4, ["-m", "refir", "run", str(ROOT / "conformance/corpus/reshape_head_split.rir")])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "all 2 expect lines hold" in done.stdout
+
+
+def test_explain_says_why_a_sharded_reshape_is_local(capsys):
+    from refir.cli import main
+
+    assert main(["explain", str(ROOT / "examples/tp_attention_heads.rir"), "--value", "qh"]) == 0
+    out = capsys.readouterr().out
+    assert "qh = reshape(q, [S, 4, 8])\nwhy local: reshape keeps every device's elements" in out
+    assert "qh: f32[S, 4@DIDx, 8] on tp" in out

@@ -245,5 +245,8 @@ def _local_rule(s: StepFacts) -> str:
         return "why slice: " + RULES[ops.Slice]
     if isinstance(s.step.op, ops.Copy):
         return "why copy: same placement, another layout"
+    if isinstance(s.step.op, ops.Reshape) and s.placement.type.sharding():
+        return ("why local: reshape keeps every device's elements: its block of the operand is its block of the "
+                "result, whole rows of each split or merge (spec §5.9)")
     return ""
 
