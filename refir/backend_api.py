@@ -17,7 +17,9 @@ those may move, and this module keeps the names working.
   as values), `.extents` (global extents it must be handed).
 - `Step`: `.out` (the value it makes), `.op` (an instance of a class in `ops`:
   `Binary(name)`, `Unary(name)`, `Cast(dtype)`, `Permute(perm)`,
-  `Unsqueeze(dims)`, `Reduction(kind, dims)`, `Matmul()`, `Slice()`, `Copy()`,
+  `Unsqueeze(dims)`, `Reduction(kind, dims)`, `Matmul()`, `Reshape(shape)` (its
+  `Sym` operands are its shape's symbols; on a device the result is the block
+  `local_shape(step.type, ...)` gives: `interp.spmd.reshape_block`), `Slice()`, `Copy()`,
   or a communication such as `Allgather`), `.args` (each a `Var(name)`, a
   `Sym(name)` or a `Lit(value)`), `.type` (the result's `TensorType`),
   `.is_communication`, `.tensor_args()` (the names of its tensor operands).
