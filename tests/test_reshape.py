@@ -12,6 +12,7 @@ import pytest
 import refir
 from gpu_backend.buffer import download, upload
 from gpu_backend.impls import compute as gpu_compute
+from gpu_backend.reshape import reshape_buffer, view_strides
 from interp.impls import IMPLS
 from refir.frontends.builder import Builder
 from refir.ir import ops
@@ -109,7 +110,7 @@ func main(y: f32[4@DIDx, 6]) {
             assert np.array_equal(res.shards["c"][1], y.reshape(2, 2, 6)[1:]), b
 
 
-def test_the_gpu_reshape_views_a_row_major_buffer_and_copies_a_strided_one():
+def test_the_gpu_reshape_views_where_strides_allow_and_copies_where_not():
     x = np.arange(24, dtype=np.float32).reshape(4, 6)
     dense = upload(x)
     view = gpu_compute(ops.Reshape((2, 12)), (0, 1), [dense])
@@ -118,6 +119,11 @@ def test_the_gpu_reshape_views_a_row_major_buffer_and_copies_a_strided_one():
     copied = gpu_compute(ops.Reshape((3, "n")), (1, 0), [strided, 8])
     assert copied.data is not dense.data and copied.strides == (1, 3)
     assert np.array_equal(download(copied), x.T.reshape(3, 8))
+    split = reshape_buffer(strided, (2, 3, 4))  # a split of a transposed buffer needs no copy, as in numpy
+    assert split.data is dense.data and split.strides == (3, 1, 6)
+    assert np.array_equal(download(split), x.T.reshape(2, 3, 4))
+    laid = gpu_compute(ops.Reshape((2, 3, 4)), (0, 1, 2), [strided])  # then one copy into the step's layout
+    assert laid.strides == (12, 4, 1) and np.array_equal(download(laid), x.T.reshape(2, 3, 4))
 
 
 def test_the_numpy_impl_reshapes_in_c_order_whatever_the_strides():
@@ -164,3 +170,37 @@ def test_explain_says_why_a_sharded_reshape_is_local(capsys):
     out = capsys.readouterr().out
     assert "qh = reshape(q, [S, 4, 8])\nwhy local: reshape keeps every device's elements" in out
     assert "qh: f32[S, 4@DIDx, 8] on tp" in out
+
+
+def test_two_sharded_axes_merged_and_a_bad_builder_extent_are_refused():
+    text = """mesh g = [[0, 1], [2, 3]]
+func main(w: f32[2@DIDy, 4@DIDx]) {
+  y = reshape(w, [8])
+  return y
+}
+"""
+    with pytest.raises(refir.RefirError) as e:
+        refir.verify(refir.parse(text))
+    assert e.value.label == "reshape_c3" and "axis 1 (4@DIDx) is not the outermost" in e.value.message
+    assert "`w_whole: f32[2@DIDy, 4] on g = set(w)`" in e.value.message
+    b = Builder()
+    b.mesh([0, 1], name="m")
+    x = b.input("x", "f32", [8])
+    for bad in (-1, 2.5, "b"):
+        with pytest.raises(refir.RefirError, match="reshape_c1"):
+            x.reshape([bad, 4])
+
+
+def test_view_strides_agree_with_numpy_on_strided_arrays():
+    rng = np.random.default_rng(0)
+    views = 0
+    for _ in range(300):
+        a = np.arange(24).reshape(2, 3, 4)
+        a = np.transpose(a, rng.permutation(3))[tuple(slice(None, None, int(rng.choice([1, -1]))) for _ in range(3))]
+        new = [(24,), (6, 4), (4, 6), (2, 12), (2, 3, 4), (4, 3, 2), (1, 24, 1), (2, 1, 3, 4)][rng.integers(8)]
+        st = view_strides(a.shape, tuple(s // a.itemsize for s in a.strides), new)
+        if st is not None:
+            views += 1
+            got = np.lib.stride_tricks.as_strided(a, new, tuple(s * a.itemsize for s in st))
+            assert np.array_equal(got, a.reshape(new)), (a.strides, new, st)
+    assert views > 30
