@@ -123,9 +123,10 @@ def infer(x: TensorType, shape: tuple[Extent, ...], c: EqnContext) -> TensorType
         if inside[0] != g.src[0] or len(inside) > 1 or not g.dst:  # reshape_c3
             k = inside[-1] if inside[0] == g.src[0] and len(inside) > 1 else inside[0]
             what = "merges" if len(g.src) > 1 else "splits"
-            raise c.fail("reshape_c3", f"axis {k} ({x.axes[k]}) is not the outermost of the axes "
-                         f"{list(g.src)} that this reshape {what} into result axes {list(g.dst)}, so "
-                         f"devices' blocks are not whole rows of the result; {_replicated_hint(name, x, k)}")
+            where = ("is dropped by this reshape" if not g.dst else f"is not the outermost of the axes "
+                     f"{list(g.src)} that this reshape {what} into result axes {list(g.dst)}")
+            raise c.fail("reshape_c3", f"axis {k} ({x.axes[k]}) {where}, so devices' blocks are not whole rows "
+                         f"of the result; {_replicated_hint(name, x, k)}")
         sharding[g.dst[0]] = x.axes[g.src[0]].shard  # type: ignore[assignment]
         problem = block_problem(x, shape, g, {})
         if problem:  # reshape_c4
