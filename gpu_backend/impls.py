@@ -93,9 +93,10 @@ def copy(op: object, order: Order, x: DeviceBuffer) -> DeviceBuffer:
 
 
 @impl(ops.Reshape)
-def reshape(op: ops.Reshape, order: Order, x: DeviceBuffer, *extents: int) -> DeviceBuffer:
-    """C-order reshape to `extents` (the device's block of the result: GpuLocal)."""
-    return laid_out_view(reshape_buffer(x, tuple(extents)), order)
+def reshape(op: ops.Reshape, order: Order, x: DeviceBuffer, *values: object) -> DeviceBuffer:
+    """C-order reshape to op.shape, its symbols taking `values` in order (GpuLocal
+    reshapes each device's block to its block of the result instead)."""
+    return laid_out_view(reshape_buffer(x, reshape_extents(op, values)), order)
 
 
 @impl(ops.Reduction)
@@ -113,8 +114,8 @@ def matmul(op: ops.Matmul, order: Order, a: DeviceBuffer, b: DeviceBuffer) -> De
 def compute(op: object, order: Order, args: list[Any]) -> DeviceBuffer:
     """Apply `op`. A binary op's python scalar operand is a kernel argument in
     the tensor dtype (gpu_backend/scalars.py); any other becomes a device scalar."""
-    if isinstance(op, ops.Reshape):  # its scalars are the values of its shape's symbols
-        return GPU_IMPLS[ops.Reshape](op, order, args[0], *reshape_extents(op, args[1:]))
+    if isinstance(op, ops.Reshape):  # its scalars are extents: never device scalars
+        return GPU_IMPLS[ops.Reshape](op, order, *args)
     tensors = [a for a in args if type(a) is DeviceBuffer]
     if len(tensors) == len(args):
         return GPU_IMPLS[type(op)](op, order, *args)
@@ -139,5 +140,5 @@ class GpuLocal:
         if isinstance(step.op, ops.Slice):  # the device's own block, as a view
             args = [slice_block(step, device, args[0], self.types[step.tensor_args()[0]])]
         if isinstance(step.op, ops.Reshape):  # its scalars are extents: the device's block's
-            return GPU_IMPLS[ops.Reshape](step.op, step.type.order, args[0], *reshape_block(step, device, args))
+            return laid_out_view(reshape_buffer(args[0], reshape_block(step, device, args)), step.type.order)
         return compute(step.op, step.type.order, args)

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from interp.impls import IMPLS, compute, reshape_extents
+from interp.impls import compute, reshape_extents, reshape_into
 from interp.liveness import drops
 from interp.transport import Transport, own_buffer
 from refir.errors import RefirError, RunError
@@ -230,7 +230,7 @@ class NumpyLocal:
         if isinstance(step.op, ops.Slice):
             out = slice_block(step, device, args[0], self.types[step.tensor_args()[0]])
         elif isinstance(step.op, ops.Reshape):  # to the device's block of the result
-            out = IMPLS[ops.Reshape](step.op, args[0], *reshape_block(step, device, args))
+            out = reshape_into(args[0], reshape_block(step, device, args))
         else:
             tensors = [a for a in args if isinstance(a, np.ndarray)]
             out = compute(step.op, args, tensors[0].dtype)

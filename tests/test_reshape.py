@@ -128,7 +128,8 @@ def test_the_gpu_reshape_views_where_strides_allow_and_copies_where_not():
 
 def test_the_numpy_impl_reshapes_in_c_order_whatever_the_strides():
     x = np.asfortranarray(np.arange(12).reshape(3, 4))
-    assert IMPLS[ops.Reshape](ops.Reshape((2, 6)), x, 2, 6).tolist() == np.arange(12).reshape(2, 6).tolist()
+    assert IMPLS[ops.Reshape](ops.Reshape((2, "n")), x, 6).tolist() == np.arange(12).reshape(2, 6).tolist()
+    assert IMPLS[ops.Reshape](ops.Reshape(("n", 2)), x, np.float16(6)).shape == (6, 2)  # a value in the dtype
 
 
 def test_two_mesh_axes_both_sharded_split_group_by_group():
@@ -204,3 +205,15 @@ def test_view_strides_agree_with_numpy_on_strided_arrays():
             got = np.lib.stride_tricks.as_strided(a, new, tuple(s * a.itemsize for s in st))
             assert np.array_equal(got, a.reshape(new)), (a.strides, new, st)
     assert views > 30
+
+
+def test_symbol_extents_are_never_rounded_into_the_tensor_dtype():
+    text = """mesh m = [0, 1]
+func main(x: f16[N]) {
+  y = reshape(x, [1, N])
+  return y
+}
+"""
+    x = np.arange(2049).astype(np.float16)  # 2049 is no float16: it would round to 2048
+    for b, r in run_all(text, {"x": x}, world=2).items():
+        assert r.outputs["y"].shape == (1, 2049) and np.array_equal(r.outputs["y"][0], x), b
