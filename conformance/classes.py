@@ -25,6 +25,7 @@ from conformance.compare import bad_elements
 from conformance.data import _narrower
 from conformance.error_class import ErrorClass, Site
 from conformance.mask_classes import MASK_CLASSES
+from conformance.reshape_classes import RESHAPE_CLASSES
 from interp.impls import COMBINE, cast, compute, identity, reduction, scalar_value
 from interp.masks import value_dtype
 from refir.ir import ops
@@ -294,6 +295,10 @@ CLASSES: tuple[ErrorClass, ...] = (
     ErrorClass("wrapping", "a narrowing integer cast that saturates instead of wrapping", _int_narrowing,
                lambda s: np.clip(s.args[0], np.iinfo(s.dtype).min, np.iinfo(s.dtype).max).astype(s.dtype)),
 )
+
+
+
+CLASSES += RESHAPE_CLASSES
 
 
 def classes_of(row: str, dtype: str) -> list[ErrorClass]:

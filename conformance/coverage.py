@@ -49,7 +49,7 @@ LAYOUT_COLUMNS = ("row-major", "other layout", "1-D mesh", "2-D mesh", "3-D mesh
 
 def _local_rows() -> list[str]:
     rows = [*ops.UNARY, *ops.BINARY, *ops.COMPARISONS, "where", "iota", *ops.REDUCTIONS, "matmul", "permute",
-            "unsqueeze", "expand", "slice", "select", "pad", "cat"]
+            "unsqueeze", "expand", "reshape", "slice", "select", "pad", "cat"]
     return rows + [f"cast to {d}" for d in DTYPE_NAMES] + ["copy", "keep_block"]
 
 
@@ -65,6 +65,7 @@ _PROBES = {
     "pad": "pad(x, low=[1, 0], high=[0, 0])", "cat": "cat(x, x, axis=0)",
     "expand": "expand(x, 2, 2)",
     **{c: "{b}(x, x)" for c in ops.COMPARISONS}, "where": "where(k, x, x)", "iota": "iota(axis=0)",
+    "reshape": "reshape(x, [4])",
 }
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from math import lcm, prod
 from typing import Protocol
 
+from conformance import generate_reshape
 from conformance.data import KINDS, DataSpec, View
 from conformance.generate_budget import BUDGET, STATIC  # noqa: E402
 from conformance.generate_masks import mask_step
@@ -303,6 +304,7 @@ class Maker:
         if t.rank >= 2 and t.dtype != "bool" and not t.axes[-1].broadcast and not t.axes[-2].broadcast:
             menu.append(self.matmul)
         menu += window_menu(self, t)  # slice, select, pad, cat (conformance/generate_window.py)
+        menu.append(lambda x, t: generate_reshape.reshape(self, x, t))
         return self.c.pick(menu)(x, t)
 
 

@@ -22,10 +22,11 @@ from gpu_backend.kernels import functions
 from gpu_backend.kernels.elementwise import copy_into, elementwise
 from gpu_backend.kernels.matmul_ranks import matmul_any
 from gpu_backend.kernels.reduce import reduce_into
+from gpu_backend.kernels.reshape import reshape_buffer
 from gpu_backend.kernels.scalars import elementwise_scalar
 from interp.expand import local_extents
-from interp.impls import scalar_value
-from interp.spmd import slice_block
+from interp.impls import reshape_extents, scalar_value
+from interp.spmd import reshape_block, slice_block
 from refir.ir import ops
 from refir.ir.tables import registrar
 from refir.ir.types import DTYPES, TensorType, dense_strides
@@ -96,6 +97,13 @@ def copy(op: object, order: Order, x: DeviceBuffer) -> DeviceBuffer:
     return laid_out_view(x, order)
 
 
+@impl(ops.Reshape)
+def reshape(op: ops.Reshape, order: Order, x: DeviceBuffer, *values: object) -> DeviceBuffer:
+    """C-order reshape to op.shape, its symbols taking `values` in order (GpuLocal
+    reshapes each device's block to its block of the result instead)."""
+    return laid_out_view(reshape_buffer(x, reshape_extents(op, values)), order)
+
+
 @impl(ops.Reduction)
 def reduction(op: ops.Reduction, order: Order, x: DeviceBuffer) -> DeviceBuffer:
     shape = tuple(n for i, n in enumerate(x.shape) if i not in op.dims)
@@ -117,6 +125,8 @@ def compute(op: object, order: Order, args: list[Any]) -> DeviceBuffer:
     """Apply `op`. A binary op's python scalar operand is a kernel argument in
     the tensor dtype (gpu_backend/kernels/scalars.py); any other becomes a device scalar
     (expand's scalars are extents, handed as they are)."""
+    if isinstance(op, ops.Reshape):  # its scalars are extents: never device scalars
+        return GPU_IMPLS[ops.Reshape](op, order, *args)
     tensors = [a for a in args if type(a) is DeviceBuffer]
     if len(tensors) == len(args) or isinstance(op, ops.Expand):
         return GPU_IMPLS[type(op)](op, order, *args)
@@ -144,6 +154,8 @@ class GpuLocal:
     def __call__(self, step: Step, device: int, args: list[Any]) -> DeviceBuffer:
         if isinstance(step.op, ops.KeepBlock):  # the device's own block, as a view
             args = [slice_block(step, device, args[0], self.types[step.tensor_args()[0]])]
+        if isinstance(step.op, ops.Reshape):  # its scalars are extents: the device's block's
+            return laid_out_view(reshape_buffer(args[0], reshape_block(step, device, args)), step.type.order)
         if isinstance(step.op, ops.Expand):  # the extents of this device's block
             args = local_extents(step, device, args, self.types[step.tensor_args()[0]])
         if type(step.op) in PER_DEVICE:  # iota: its operands are the global extents (lowering)

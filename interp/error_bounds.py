@@ -217,6 +217,11 @@ def _movement(op: object, v: Operands) -> np.ndarray:
     return v.bs[0]
 
 
+@rule(ops.Reshape)
+def _reshape(op: ops.Reshape, v: Operands) -> np.ndarray:
+    return np.reshape(v.bs[0], v.r.shape)  # moves elements exactly: each keeps its bound
+
+
 @rule(ops.Reduction)
 def _reduction(op: ops.Reduction, v: Operands) -> np.ndarray:
     (x,), (b,), (rx,), dims, dtype = v.xs, v.bs, v.rs, tuple(op.dims), v.dtype

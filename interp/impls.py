@@ -126,6 +126,26 @@ def expand(op: ops.Expand, x: np.ndarray, *extents: int) -> np.ndarray:
     return np.broadcast_to(x, tuple(int(n) if m == 1 else m for n, m in zip(extents, x.shape)))
 
 
+@impl(ops.Reshape)
+def reshape(op: ops.Reshape, x: np.ndarray, *values: object) -> np.ndarray:
+    """np.reshape(x, op.shape) in C order, whatever x's strides (a view where they
+    allow one); the symbols of op.shape take `values`, the equation's scalar
+    operands, in order. On a device, spmd reshapes each block to its block of
+    the result instead (interp.spmd.reshape_block)."""
+    return reshape_into(x, reshape_extents(op, values))
+
+
+def reshape_into(x: np.ndarray, extents: tuple[int, ...]) -> np.ndarray:
+    return np.reshape(x, extents, order="C")
+
+
+def reshape_extents(op: ops.Reshape, values: Sequence[object]) -> tuple[int, ...]:
+    """op.shape with its symbols (the equation's scalar operands, in order) bound."""
+    names = list(dict.fromkeys(e for e in op.shape if isinstance(e, str)))
+    bound = {n: int(v) for n, v in zip(names, values)}  # type: ignore[call-overload]  # 0-d arrays too
+    return tuple(e if isinstance(e, int) else bound[e] for e in op.shape)
+
+
 @impl(ops.Set)
 @impl(ops.Copy)
 def copy(op: object, x: np.ndarray) -> np.ndarray:
@@ -185,9 +205,12 @@ def fold(kind: str, parts: Sequence[np.ndarray], out: np.ndarray | None = None) 
 
 
 def compute(op: object, args: list[object], dtype: np.dtype) -> np.ndarray:
-    """Apply `op`; scalar operands take the tensor dtype (integers wrap)."""
+    """Apply `op`; scalar operands take the tensor dtype (integers wrap), but a
+    reshape's are extents."""
     if isinstance(op, ops.Expand):  # its scalars are extents, not values of the tensor's dtype
         return IMPLS[ops.Expand](op, *args)
+    if isinstance(op, ops.Reshape):  # its scalars are extents: never rounded into the dtype
+        return IMPLS[ops.Reshape](op, *args)
     values = [a if isinstance(a, np.ndarray) else scalar_value(a, dtype) for a in args]
     with np.errstate(all="ignore"):
         return IMPLS[type(op)](op, *values)

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from interp.expand import local_extents
-from interp.impls import compute
+from interp.impls import compute, reshape_extents, reshape_into
 from interp.liveness import drops
 from interp.masks import iota_block, value_dtype
 from interp.transport import Transport, own_buffer
@@ -214,6 +214,14 @@ def slice_block(step: Step, device: int, x: Any, src: TensorType) -> Any:
     return x[tuple(index)]
 
 
+def reshape_block(step: Step, device: int, args: list[Any]) -> tuple[int, ...]:
+    """A reshape's result extents on `device`: its block of the result (the verifier
+    made sure it holds exactly the elements of its block of the operand)."""
+    extents = reshape_extents(step.op, args[1:])  # type: ignore[arg-type]
+    bound = {a.extent: n for a, n in zip(step.type.axes, extents) if isinstance(a.extent, str)}
+    return local_shape(step.type, bound, device)
+
+
 class NumpyLocal:
     """Local steps on numpy: the IMPLS table, then the result's declared layout."""
 
@@ -225,6 +233,8 @@ class NumpyLocal:
             out = slice_block(step, device, args[0], self.types[step.tensor_args()[0]])
         elif isinstance(step.op, ops.Iota):  # its operands are the global extents (lowering)
             out = iota_block(step.op, step.type, device, args)
+        elif isinstance(step.op, ops.Reshape):  # to the device's block of the result
+            out = reshape_into(args[0], reshape_block(step, device, args))
         else:
             if isinstance(step.op, ops.Expand):  # the extents of this device's block
                 args = local_extents(step, device, args, self.types[step.tensor_args()[0]])

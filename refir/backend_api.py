@@ -19,7 +19,9 @@ those may move, and this module keeps the names working.
   `Binary(name)`, `Unary(name)`, `Compare(name)` (to bool), `Where()`,
   `Iota(axis)` (its args are the result's global extents: each device makes
   the global indices of its own block), `Cast(dtype)`, `Permute(perm)`,
-  `Unsqueeze(dims)`, `Reduction(kind, dims)`, `Matmul()`, `KeepBlock()`, `Copy()`,
+  `Unsqueeze(dims)`, `Reduction(kind, dims)`, `Matmul()`, `Reshape(shape)` (its
+  `Sym` operands are its shape's symbols; on a device the result is the block
+  `local_shape(step.type, ...)` gives: `interp.spmd.reshape_block`), `KeepBlock()`, `Copy()`,
   or a communication such as `Allgather`), `.args` (each a `Var(name)`, a
   `Sym(name)` or a `Lit(value)`), `.type` (the result's `TensorType`),
   `.is_communication`, `.tensor_args()` (the names of its tensor operands).

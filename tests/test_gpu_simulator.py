@@ -4,9 +4,9 @@ ends the launch (the others, waiting at a barrier, are let go)."""
 
 import numpy as np
 import pytest
-from gpu_backend.kernels.strides import unravel
 
 from gpu_backend.device import SIMULATED, cuda
+from gpu_backend.kernels.strides import unravel
 from tests.sim_device import lane
 
 pytestmark = pytest.mark.skipif(not SIMULATED, reason="the scheduler serves the simulator only")

@@ -179,3 +179,12 @@ def test_the_cli_goes_from_a_dump_to_the_lowered_program(capsys, tmp_path):
     assert "give -o" in capsys.readouterr().err
     assert main(["import-nvfuser", str(SCATTER), "--link", "T5=T4", "-o", str(out), "--explain"]) == 0
     assert "why scatter:" in capsys.readouterr().out
+
+
+def test_a_view_of_a_device_split_hidden_axis_is_a_local_reshape_into_heads():
+    imported = import_nvfuser((DATA / "nvfuser_reshape_heads.txt").read_text(), "heads.txt")
+    assert "T1: f32[3, 4@DIDx, 8] on m = reshape(T0, [3, 4, 8])" in imported.text
+    assert "T3: f32[3, 32@DIDx] on m = reshape(T2, [3, 32])" in imported.text
+    assert not [s for s in lower(refir.verify(imported.program)).steps if s.is_communication]
+    values = agree_everywhere(imported.program)
+    np.testing.assert_array_equal(values["T3"], np.maximum(values["in:T0"], 0))

@@ -559,6 +559,32 @@ def test_window_results_may_be_replicated_only_on_the_axes_they_change():
             "result_c2", 3, 3, "only an axis the op changes may be declared replicated")
 
 
+def test_reshape_c1():
+    rejects(prog("x: f32[8]", "y = reshape(x, [-1, 2])", "return y"), "reshape_c1", 3, 3, "-1 is no extent")
+    rejects(prog("x: f32[8]", "y = reshape(x, [b, 8])", "return y"), "reshape_c1", 3, 19, "'b' is reserved")
+
+
+def test_reshape_c2():
+    rejects(prog("x: f32[8]", "y = reshape(x, [3, 2])", "return y"), "reshape_c2", 3, 3, "(6 elements)")
+    rejects(prog("x: f32[S, 4]", "y = reshape(x, [S, 3])", "return y"), "reshape_c2", 3, 3, "(3*S elements)")
+    with pytest.raises(InputError, match=r"reshape of 12 elements into 15 \[reshape_c2\]"):  # symbolic: at run
+        refir.run(prog("x: f32[E], w: f32[h, d]", "y = reshape(x, [h, d])", "return y"),
+                  {"x": np.zeros(12, np.float32), "w": np.zeros((3, 5), np.float32)}, world=2)
+
+
+def test_reshape_c3():
+    rejects(prog("x: f32[4, 8@DIDx]", "y = reshape(x, [32])", "return y"), "reshape_c3", 3, 3,
+            "set x to replicated on axis 1 first: `x_whole: f32[4, 8] on m = set(x)`")
+
+
+def test_reshape_c4():
+    rejects(prog("x: f32[10@DIDx]", "y = reshape(x, [5, 2])", "return y", mesh="mesh m = [0, 1, 2, 3]"),
+            "reshape_c4", 3, 3, "the blocks do not split exactly")
+    with pytest.raises(InputError, match=r"bind E=10.*do not split exactly \[reshape_c4\]"):
+        refir.run(prog("x: f32[E@DIDx], w: f32[h, d]", "y = reshape(x, [h, d])", "return y"),
+                  {"x": np.zeros(10, np.float32), "w": np.zeros((5, 2), np.float32)}, world=2)
+
+
 # ---- every label has its test -----------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from conformance.mutants.registry import MUTANTS, Mutant, mutant
 # Each family appends its mutants to MUTANTS as it is imported: this order is the table's.
 # isort: off
 from conformance.mutants import communication, local, uneven  # noqa: E402, F401
-from conformance.mutants import data, hidden, join, masks, mpi_sentinel, numeric, window  # noqa: E402, F401
+from conformance.mutants import data, hidden, join, masks, mpi_sentinel, numeric, reshape, window  # noqa: E402, F401
 # isort: on
 
 __all__ = ["MUTANTS", "Mutant", "mutant"]

@@ -13,6 +13,7 @@ from refir.checks import (
     rules_expand,  # noqa: F401  (expand of b axes)
     rules_masks,  # noqa: F401  (comparisons, where, iota)
     rules_matmul,  # noqa: F401  (matmul of any ranks >= 1)
+    rules_reshape,  # noqa: F401  (reshape's rules)
     rules_window,  # noqa: F401  (slice, select, pad, cat)
 )
 from refir.checks.inference import INFER, EqnContext

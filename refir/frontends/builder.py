@@ -40,6 +40,7 @@ from refir.frontends.builder_values import (  # noqa: F401  (the functions are t
     minimum,
     mul,
     permute,
+    reshape,
     reshard,
     sub,
     unary,

@@ -12,6 +12,7 @@ from typing import Protocol
 from refir.errors import InputError
 from refir.frontends.builder_checks import OWN, located
 from refir.ir import ops
+from refir.ir.program import Sym
 from refir.ir.types import DTYPES, TensorType
 
 OWN.add(__file__)  # errors are placed at the caller's line, outside this module
@@ -155,6 +156,14 @@ class Value:
         return self.builder.apply(ops.Unsqueeze(tuple(dims)), (self,), **kw)
 
     @located
+    def reshape(self, shape: Sequence[int | str | Sym], **kw: object) -> Value:
+        """numpy's C-order reshape: `x.reshape(["S", 4, 8])` (extents: integers, symbol
+        names or b.sym(...)); local where each device's block is whole rows (spec §5.9)."""
+        extents = tuple(e.name if isinstance(e, Sym) else e for e in shape)
+        syms = tuple(Sym(e) for e in dict.fromkeys(e for e in extents if isinstance(e, str)))
+        return self.builder.apply(ops.Reshape(extents), (self, *syms), **kw)
+
+    @located
     def reduce(self, kind: str, dims: Sequence[int], **kw: object) -> Value:
         """`kind` is one of sum prod max min band bor bxor. Over a sharded axis the
         devices hold partial results: declare where they land with `shard=`/`mesh=`
@@ -252,6 +261,10 @@ def matmul(a: Value, b: Value, **kw: object) -> Value:
 
 def expand(x: Value, extents: Sequence[object], **kw: object) -> Value:
     return x.expand(extents, **kw)
+
+
+def reshape(x: Value, shape: Sequence[int | str | Sym], **kw: object) -> Value:
+    return x.reshape(shape, **kw)
 
 
 def reshard(x: Value, **kw: object) -> Value:

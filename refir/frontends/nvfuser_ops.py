@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import re
 
+from refir.checks.rules_reshape import groups
 from refir.errors import Loc, ParseError
 from refir.frontends.nvfuser_axes import Ax, EqualityClasses, flags_of, kept
 from refir.frontends.nvfuser_dump import Call, Scalar, Statement, TVRef
+from refir.frontends.nvfuser_masks import MaskMapper
 from refir.frontends.nvfuser_window import WINDOW_OPS, WindowMapper
+from refir.ir.types import Axis, Mesh, TensorType
 
 CAST = re.compile(r"^_*(half|float|double|bfloat16|bfloat|int64|int32|int|bool)2"
                r"(half|float|double|bfloat16|bfloat|int64|int32|int|bool)$")
@@ -31,7 +34,7 @@ REDUCING_COMMS = ("Allreduce", "Reduce", "ReduceScatter")
 MOVING_COMMS = ("Allgather", "Gather", "Scatter", "Broadcast", "SendRecv", "AllToAll")
 
 
-class OpMapper(WindowMapper):
+class OpMapper(WindowMapper, MaskMapper):
     """Maps one statement after another onto equations (see the module doc)."""
 
     file: str
@@ -96,6 +99,8 @@ class OpMapper(WindowMapper):
             self.expand(out, self._one(tensors, call), call, comment)
         elif op == "squeeze":
             self.squeeze(out, self._one(tensors, call), call, comment)
+        elif op in ("view", "reshape", "ViewOp", "ReshapeOp"):
+            self.reshape(out, self._one(tensors, call), call, comment)
         elif op == "matmul":
             self.matmul(out, tensors, call, comment)
         elif op == "linear":
@@ -160,41 +165,6 @@ class OpMapper(WindowMapper):
         axes = [Ax(w.extent, w.shard if follows else s, w.broadcast, False, w.number) for w, s in zip(want, shards)]
         text = f"{name}({', '.join(self._arg(a, call) for a in args)})"
         self.emit_local(out, text, comment, axes, self.refs[tensors[0].name].mesh, want)
-
-    def compare(self, out: str, name: str, args: tuple, call: Call, comment: list[str]) -> None:
-        """eq ne lt le gt ge: elementwise like a binary op, operands of one dtype, a bool result."""
-        tensors = [a for a in args if isinstance(a, TVRef)]
-        if len(args) != 2 or not tensors:
-            raise ParseError(call.loc, f"{name} compares two operands, one of them a TensorView")
-        want = kept(self.axes[out])
-        for t in tensors:
-            self._unify(want, kept(self.axes[t.name]), call.loc, f"{out} = {name}(...)")
-            self.dtypes.join(tensors[0].name, t.name, call.loc, f"operands of {out}")
-        self.dtypes.fix(out, "bool", call.loc, f"{name} writes {out}")
-        text = f"{name}({', '.join(self._arg(a, call) for a in args)})"
-        self.emit_local(out, text, comment, want, self.refs[tensors[0].name].mesh, want)
-
-    def where(self, out: str, args: tuple, call: Call, comment: list[str]) -> None:
-        """where(cond, x, y): cond a bool TensorView, x and y (one may be a number) out's dtype."""
-        if len(args) != 3 or not isinstance(args[0], TVRef) or not any(isinstance(a, TVRef) for a in args[1:]):
-            raise ParseError(call.loc, "where(cond, x, y) needs a TensorView condition and a TensorView value")
-        want = kept(self.axes[out])
-        cond = args[0]
-        self.dtypes.fix(cond.name, "bool", call.loc, f"the condition of {out}")
-        for t in args:
-            if isinstance(t, TVRef):
-                self._unify(want, kept(self.axes[t.name]), call.loc, f"{out} = where(...)")
-                if t is not cond:
-                    self.dtypes.join(t.name, out, call.loc, f"values of {out}")
-        text = f"where({', '.join(self._arg(a, call) for a in args)})"
-        self.emit_local(out, text, comment, want, self.refs[cond.name].mesh, want)
-
-    def iota(self, out: str, args: tuple, call: Call, comment: list[str]) -> None:
-        """nvFuser's iota(length, start, step, dtype) is 1-D: start 0, step 1 map onto iota(axis=0)."""
-        numbers = [a.value for a in args if isinstance(a, Scalar)][-2:]  # start and step, after the length
-        if len(kept(self.axes[out])) != 1 or (numbers and numbers != [0, 1]):
-            raise ParseError(call.loc, f"cannot map {call.op}: refir maps a 1-D iota of start 0 and step 1")
-        self.eqns.append((out, "iota(axis=0)", comment))
 
     def unary_like(self, out: str, text: str, x: TVRef, call: Call, comment: list[str]) -> None:
         want = kept(self.axes[out])
@@ -293,6 +263,20 @@ class OpMapper(WindowMapper):
                           "each: the same values)")
         self.eqns.append((out, f"max({x.name}, dims=[{', '.join(map(str, dims))}])", comment))
 
+    def reshape(self, out: str, x: TVRef, call: Call, comment: list[str]) -> None:
+        """nvFuser's view (ReshapeOp): refir's reshape to the printed result's extents,
+        the sharding as refir infers it (docs/spec.md §5.9); printed otherwise, a set
+        after it reshards."""
+        src, want = kept(self.axes[x.name]), kept(self.axes[out])
+        if any(a.broadcast for a in want):
+            raise ParseError(call.loc, f"view into broadcast axes ({out}): refir's reshape gives none; "
+                             "write the view, then a broadcast")
+        self.dtypes.join(x.name, out, call.loc, f"the dtype of {out}")
+        shape = [self.extent(a) for a in want]
+        got = [Ax(a.extent, s, False, False, a.number) for a, s in zip(want, reshape_sharding(
+            [self.extent(a) for a in src], [a.shard for a in src], shape))]
+        self.emit_local(out, f"reshape({x.name}, [{', '.join(shape)}])", comment, got, self.refs[x.name].mesh, want)
+
     def matmul(self, out: str, tensors: list[TVRef], call: Call, comment: list[str]) -> None:
         """np.matmul of any ranks >= 1 (refir's matmul: docs/spec.md 5.6)."""
         if len(tensors) != 2:
@@ -379,6 +363,19 @@ class OpMapper(WindowMapper):
         if not any(a.reduced for a in self.axes[out]):
             raise ParseError(call.loc, f"the output {out} of this {kind} shows no reduced (r) domain")
         self.reduction(out, REDUCE_OPS[op], x, call, comment + [f"nvFuser lowered this to {kind}"])
+
+
+def reshape_sharding(src: list[str], shards: list[str | None], shape: list[str]) -> list[str | None]:
+    """Each result axis's mesh axis, as refir's rule gives it: the outer axis of a
+    group whose outer operand axis is sharded (refir.checks.rules_reshape.groups);
+    a sharded axis inside a group is the verifier's to refuse (reshape_c3)."""
+    extents = [int(e) if e.isdigit() else e for e in src]
+    t = TensorType("f32", tuple(Axis(e, k) for e, k in zip(extents, shards)), Mesh("m", (1,), (0,)))
+    out: list[str | None] = [None] * len(shape)
+    for g in groups(t, tuple(int(e) if e.isdigit() else e for e in shape)):
+        if g.src and g.dst and shards[g.src[0]]:
+            out[g.dst[0]] = shards[g.src[0]]
+    return out
 
 
 def short(text: str, limit: int = 160) -> str:

@@ -122,6 +122,15 @@ class Cat:
     axis: int
 
 
+@dataclass(frozen=True)
+class Reshape:
+    """numpy's C-order reshape to `shape` (global extents: integers or symbol names).
+    The equation's operands are the tensor, then one `Sym` per distinct symbol of
+    `shape` in order, so every backend gets their values as it gets any symbol's."""
+
+    shape: tuple[int | str, ...]
+
+
 # ---- local data movement added by lowering ------------------------------------------
 
 
@@ -197,7 +206,7 @@ class ReduceScatter:
 
 
 Op = (Binary | Unary | Compare | Where | Iota | Cast | Permute | Unsqueeze | Reduction | Matmul | Expand | Set
-      | Slice | Select | Pad | Cat)
+      | Slice | Select | Pad | Cat | Reshape)
 WINDOWS = (Slice, Select, Pad, Cat)
 LocalOp = Op | KeepBlock | Copy
 Communication = (

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from refir.checks.verifier import Checked
+from typing import TYPE_CHECKING
+
 from refir.ir.program import Eqn
 from refir.text.printer import format_eqn
+
+if TYPE_CHECKING:  # a type only: the checks import the text layer
+    from refir.checks.verifier import Checked
 
 
 def describe_eqn(checked: Checked, eqn: Eqn, message: str, rank: int | None = None,

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from refir.errors import Loc, VerifyError
 from refir.ir import ops
-from refir.ir.program import Lit, Operand, Var
-from refir.ir.types import DTYPES
+from refir.ir.program import Lit, Operand, Sym, Var
+from refir.ir.types import DTYPES, RESERVED
 
 Built = tuple[ops.Op, tuple]
 OpSyntax = Callable[[str, Loc, list[object], dict[str, object]], Built]
@@ -49,8 +49,8 @@ def operands(name: str, loc: Loc, values: list[object], count: int) -> tuple[Ope
 def int_list(name: str, loc: Loc, keywords: dict[str, object], key: str) -> tuple[int, ...]:
     """A keyword that must be a list of integers: `dims=[0, 1]` (op_c2)."""
     v = keywords.get(key)
-    if not isinstance(v, list):
-        raise VerifyError(loc, "op_c2", f"{name} needs {key}=[...]")
+    if not isinstance(v, list) or not all(type(x) is int for x in v):
+        raise VerifyError(loc, "op_c2", f"{name} needs {key}=[...] of integers")
     return tuple(v)
 
 
@@ -77,8 +77,8 @@ def _cast(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Buil
 
 @syntax("permute")
 def _permute(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
-    if len(pos) != 2 or not isinstance(pos[1], list):
-        raise VerifyError(loc, "op_c2", "permute takes an operand and a list: permute(x, [1, 0])")
+    if len(pos) != 2 or not isinstance(pos[1], list) or not all(type(x) is int for x in pos[1]):
+        raise VerifyError(loc, "op_c2", "permute takes an operand and a list of integers: permute(x, [1, 0])")
     return ops.Permute(tuple(pos[1])), operands(name, loc, pos[:1], 1)
 
 
@@ -173,3 +173,21 @@ def _iota(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Buil
     if not isinstance(axis, Lit) or not isinstance(axis.value, int) or isinstance(axis.value, bool):
         raise VerifyError(loc, "op_c2", "iota takes no operands and axis= an integer: iota(axis=0)")
     return ops.Iota(axis.value), operands(name, loc, pos, 0)
+
+
+@syntax("reshape")
+def _reshape(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
+    """`reshape(x, [S, h, 8])`: the operands are x, then each distinct symbol of the
+    shape (ops.Reshape), so that its value reaches every backend."""
+    if len(pos) != 2 or not isinstance(pos[1], list):
+        raise VerifyError(loc, "op_c2", "reshape takes an operand and a list of extents: reshape(x, [4, S])")
+    for x in pos[1]:
+        if isinstance(x, Sym) and x.name in RESERVED:  # reshape_c1 (before func_c3 calls it an unbound symbol)
+            raise VerifyError(x.loc, "reshape_c1", f"{x.name!r} is reserved and names no extent")
+    shape = [x if isinstance(x, int) else x.name for x in pos[1]]  # type: ignore[union-attr]  # the rule: the rest
+    first: dict[str, Sym] = {}
+    for x in pos[1]:
+        if isinstance(x, Sym):
+            first.setdefault(x.name, x)  # func_c3 points at a symbol's first use
+    syms = tuple(first.values())
+    return ops.Reshape(tuple(shape)), (*operands(name, loc, pos[:1], 1), *syms)

@@ -260,10 +260,18 @@ class Parser:
         self.values.add(out.text)
         return Eqn(out.text, declared, op, args, out.loc)
 
+    def list_item(self) -> int | Sym:
+        """An integer, or a symbol as an extent (`reshape(x, [S, h, 8])`); the op's
+        syntax says which it takes (op_c2)."""
+        if self.tok.kind == "num":
+            return self.integer()
+        tok = self.name("an integer or a symbol")
+        return Sym(tok.text, tok.loc)
+
     def value(self) -> object:
         t = self.tok
         if self.at("["):
-            return self.listing(self.integer)
+            return self.listing(self.list_item)
         if t.kind == "num":
             self.pos += 1
             if t.text.lstrip("-") == "inf":  # the one non-finite literal: where(mask, x, -inf)

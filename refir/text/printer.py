@@ -30,6 +30,8 @@ def format_call(op: object, args: tuple) -> str:
             parts.append(_ints(perm))
         case ops.Iota(axis=axis):
             parts.append(f"axis={axis}")
+        case ops.Reshape(shape=shape):  # its Sym operands are the shape's symbols, written there
+            parts = [parts[0], "[" + ", ".join(map(str, shape)) + "]"]
         case ops.Unsqueeze(dims=dims) | ops.Reduction(dims=dims):
             parts.append(f"dims={_ints(dims)}")
         case ops.Slice(axes=axes, starts=starts, stops=stops, steps=steps):

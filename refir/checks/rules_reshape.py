@@ -1,0 +1,191 @@
+"""Type rules of `reshape` (docs/spec.md §5.10): numpy's C-order reshape, local on every
+device where each device's block of the operand is exactly its block of the result.
+
+The operand's and the result's axes fall into **groups**: runs whose products
+agree (an axis split into several, several merged into one, or an axis kept).
+Products are compared as monomials (a coefficient times symbols), so that
+`[S, E]` -> `[S, h, d]` groups S with S and E with h, d; where the extents
+cannot be told apart statically the rest is one group, and its element count is
+checked once the symbols are bound (`check_bound`, called before any run).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from math import prod
+from typing import TYPE_CHECKING
+
+from refir.checks.inference import EqnContext, keep_sharding, rule, unary_operand
+from refir.errors import InputError
+from refir.ir import ops
+from refir.ir.program import Sym
+from refir.ir.types import RESERVED, Axis, Bindings, Extent, TensorType, extent_value
+
+if TYPE_CHECKING:
+    from refir.checks.verifier import Checked
+
+Mono = tuple[int, Counter]  # coefficient, symbols with their powers
+
+
+@dataclass(frozen=True)
+class Group:
+    src: tuple[int, ...]  # operand axes, outermost first
+    dst: tuple[int, ...]  # result axes
+
+
+def _mono(extents: list[Extent]) -> Mono:
+    coef, syms = 1, Counter[str]()
+    for e in extents:
+        if isinstance(e, int):
+            coef *= e
+        else:
+            syms[e] += 1
+    return coef, syms
+
+
+def _divides(a: Mono, b: Mono) -> bool:
+    return a[0] != 0 and b[0] % a[0] == 0 and not (a[1] - b[1])
+
+
+def extents_of(t: TensorType) -> list[Extent]:
+    return [1 if a.broadcast else a.extent for a in t.axes]
+
+
+def groups(x: TensorType, shape: tuple[Extent, ...]) -> list[Group]:
+    """The groups of a reshape of `x` to `shape`. An unsharded operand axis of
+    static extent 1 (or `b`) and a result axis of extent 1 are groups of their own,
+    so that dropping or adding one never puts a sharded axis inside a group."""
+    xs, ts = extents_of(x), list(shape)
+    i = j = 0
+    out: list[Group] = []
+    while i < len(xs) or j < len(ts):
+        if i < len(xs) and xs[i] == 1 and not x.axes[i].shard:
+            out.append(Group((i,), ()))
+            i += 1
+            continue
+        if j < len(ts) and ts[j] == 1:
+            out.append(Group((), (j,)))
+            j += 1
+            continue
+        if i == len(xs) or j == len(ts):
+            out.append(Group(tuple(range(i, len(xs))), tuple(range(j, len(ts)))))
+            break
+        gi, gj = [i], [j]
+        i, j = i + 1, j + 1
+        while _mono([xs[k] for k in gi]) != _mono([ts[k] for k in gj]):
+            a, b = _mono([xs[k] for k in gi]), _mono([ts[k] for k in gj])
+            if _divides(a, b) and i < len(xs):
+                gi.append(i)
+                i += 1
+            elif _divides(b, a) and j < len(ts):
+                gj.append(j)
+                j += 1
+            else:  # not comparable before the symbols are bound: the rest is one group
+                gi += range(i, len(xs))
+                gj += range(j, len(ts))
+                i, j = len(xs), len(ts)
+                break
+        out.append(Group(tuple(gi), tuple(gj)))
+    return out
+
+
+def _replicated_hint(name: str, x: TensorType, axis: int) -> str:
+    whole = x.with_sharding({k: v for k, v in x.sharding().items() if k != axis})
+    return f"set {name} to replicated on axis {axis} first: `{name}_whole: {whole} = set({name})`"
+
+
+def check_shape(shape: tuple[Extent, ...], c: EqnContext) -> None:
+    for e in shape:
+        if isinstance(e, bool) or not isinstance(e, (int, str)) or isinstance(e, int) and e < 0:  # reshape_c1
+            raise c.fail("reshape_c1", f"reshape extent {e!r} is no extent: every extent is a non-negative "
+                         "integer or a symbol (numpy's -1 has no place in refir)")
+        if isinstance(e, str) and e in RESERVED:  # reshape_c1
+            raise c.fail("reshape_c1", f"{e!r} is reserved and names no extent")
+    syms = tuple(dict.fromkeys(e for e in shape if isinstance(e, str)))
+    if tuple(a.name if isinstance(a, Sym) else a for a in c.eqn.args[1:]) != syms:  # op_c2
+        raise c.fail("op_c2", f"reshape's operands are its tensor, then the symbols of its shape ({', '.join(syms)})")
+
+
+def infer(x: TensorType, shape: tuple[Extent, ...], c: EqnContext) -> TensorType:
+    check_shape(shape, c)
+    name = c.eqn.args[0].name  # type: ignore[union-attr]
+    xs = extents_of(x)
+    (cx, sx), (ct, st) = _mono(xs), _mono(list(shape))
+    if sx == st and cx != ct:  # reshape_c2
+        raise c.fail("reshape_c2", f"reshape of [{', '.join(map(str, xs))}] ({_text(cx, sx)} elements) "
+                     f"into [{', '.join(map(str, shape))}] ({_text(ct, st)} elements)")
+    sharding: dict[int, str] = {}
+    for g in groups(x, shape):
+        inside = [k for k in g.src if x.axes[k].shard]
+        if not inside:
+            continue
+        if inside[0] != g.src[0] or len(inside) > 1 or not g.dst:  # reshape_c3
+            k = inside[-1] if inside[0] == g.src[0] and len(inside) > 1 else inside[0]
+            what = "merges" if len(g.src) > 1 else "splits"
+            where = ("is dropped by this reshape" if not g.dst else f"is not the outermost of the axes "
+                     f"{list(g.src)} that this reshape {what} into result axes {list(g.dst)}")
+            raise c.fail("reshape_c3", f"axis {k} ({x.axes[k]}) {where}, so devices' blocks are not whole rows "
+                         f"of the result; {_replicated_hint(name, x, k)}")
+        sharding[g.dst[0]] = x.axes[g.src[0]].shard  # type: ignore[assignment]
+        problem = block_problem(x, shape, g, {})
+        if problem:  # reshape_c4
+            raise c.fail("reshape_c4", f"{problem}; {_replicated_hint(name, x, g.src[0])}")
+    axes = tuple(Axis(e, sharding.get(i)) for i, e in enumerate(shape))
+    return keep_sharding(TensorType(x.dtype, axes, x.mesh), c)
+
+
+def block_problem(x: TensorType, shape: tuple[Extent, ...], g: Group, bindings: Bindings) -> str:
+    """Why the blocks of group `g` (its operand's outer axis sharded) are not whole
+    blocks of its result's outer axis, or "" (also where a symbol is not yet bound).
+    Device k's block is the element range [k*c*R, ...) of the group on both sides,
+    c the block length of the outer axis and R the product of the others."""
+    try:
+        xo, *xr = [extent_value(e, bindings) for e in (extents_of(x)[k] for k in g.src)]
+        to, *tr = [extent_value(shape[k], bindings) for k in g.dst]
+    except KeyError:
+        return ""
+    n = x.mesh.size(x.axes[g.src[0]].shard)  # type: ignore[arg-type]
+    rows_x, rows_t = -(-xo // n) * prod(xr), -(-to // n) * prod(tr)
+    if xo * prod(xr) == 0 or rows_x == rows_t:
+        return ""
+    return (f"a device's block of axis {g.src[0]} ({xo} over {n}: {-(-xo // n)} rows of {prod(xr)}) is "
+            f"{rows_x} elements, its block of result axis {g.dst[0]} ({to} over {n}: {-(-to // n)} rows of "
+            f"{prod(tr)}) {rows_t}: the blocks do not split exactly")
+
+
+def _text(coef: int, syms: Counter) -> str:
+    return "*".join([str(coef)] * (coef != 1 or not syms) + sorted(syms.elements()))
+
+
+@rule(ops.Reshape)
+def _reshape(op: ops.Reshape, c: EqnContext) -> TensorType:
+    return infer(unary_operand(c), op.shape, c)
+
+
+def check_bound(checked: Checked, bindings: Bindings) -> None:
+    """What the verifier could not check before the symbols were bound: every
+    reshape's element count (reshape_c2) and its blocks (reshape_c4). An InputError,
+    found alike on every rank before anything runs."""
+    from refir.text.equation_context import describe_eqn  # the text layer imports the checks
+
+    for e in checked.func.eqns:
+        if not isinstance(e.op, ops.Reshape):
+            continue
+        x = checked.types[e.tensor_args()[0]]
+        have = prod(extent_value(a, bindings) for a in extents_of(x))
+        want = prod(extent_value(a, bindings) for a in e.op.shape)
+        bound = ", ".join(f"{s}={bindings[s]}" for s in sorted(x.symbols() | {s for s in e.op.shape
+                                                                             if isinstance(s, str)}))
+        if have != want:  # reshape_c2
+            raise InputError(describe_eqn(checked, e, f"the inputs bind {bound}: reshape of {have} elements "
+                                          f"into {want} [reshape_c2]"))
+        for g in groups(x, e.op.shape):
+            if g.src and x.axes[g.src[0]].shard:
+                problem = block_problem(x, e.op.shape, g, bindings)
+                if problem:  # reshape_c4
+                    raise InputError(describe_eqn(checked, e, f"the inputs bind {bound}: {problem} "
+                                                  "[reshape_c4]"))
+
+
+__all__ = ["Group", "block_problem", "check_bound", "groups", "infer"]
