@@ -85,15 +85,22 @@ def iota_global(op: ops.Iota, t: TensorType, bindings: Bindings) -> np.ndarray:
     return iota_values(op.axis, t.dtype, shape, 0)
 
 
-def iota_block(op: ops.Iota, t: TensorType, device: int, extents: list[int]) -> np.ndarray:
-    """`device`'s block of an iota of global `extents`: the global indices of its block."""
+def iota_block_of(op: ops.Iota, t: TensorType, device: int, extents: list[int]) -> tuple[tuple[int, ...], int]:
+    """`device`'s block of an iota of global `extents`: its shape, and the global index
+    its first element has along op.axis (every backend cuts the block here)."""
     shape, start = [], 0
     for i, (a, n) in enumerate(zip(t.axes, extents)):
         lo, hi = block(n, t.mesh.size(a.shard), t.mesh.coord(device, a.shard)) if a.shard else (0, n)
         shape.append(hi - lo)
         if i == op.axis:
             start = lo
-    return iota_values(op.axis, t.dtype, tuple(shape), start)
+    return tuple(shape), start
+
+
+def iota_block(op: ops.Iota, t: TensorType, device: int, extents: list[int]) -> np.ndarray:
+    """`device`'s block of an iota of global `extents`: the global indices of its block."""
+    shape, start = iota_block_of(op, t, device, extents)
+    return iota_values(op.axis, t.dtype, shape, start)
 
 
 UNARY_FNS.update(MASK_UNARY_FNS)  # interp.impls' unary table

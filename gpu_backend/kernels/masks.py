@@ -19,8 +19,9 @@ from gpu_backend.kernels import functions
 from gpu_backend.kernels.elementwise import elementwise
 from gpu_backend.kernels.strides import Arr, Ints, padded, unravel
 from gpu_backend.launches.launch import launch
+from interp.masks import iota_block_of
 from refir.ir import ops
-from refir.ir.types import TensorType, block
+from refir.ir.types import TensorType
 
 BOOL = np.dtype(bool)
 
@@ -82,14 +83,9 @@ def _iota_kernel(convert: object) -> object:
 def iota(op: ops.Iota, order: Order, t: TensorType, device: int, extents: list[int]) -> DeviceBuffer:
     """`device`'s block of an iota of global `extents`: the global indices of its block,
     converted as cast from i64 converts (interp/masks.py iota_block)."""
-    shape, start = [], 0
-    for i, (a, e) in enumerate(zip(t.axes, extents)):
-        lo, hi = block(e, t.mesh.size(a.shard), t.mesh.coord(device, a.shard)) if a.shard else (0, e)
-        shape.append(hi - lo)
-        if i == op.axis:
-            start = lo
+    shape, start = iota_block_of(op, t, device, extents)
     dtype = t.np_dtype
-    out = DeviceBuffer.empty(tuple(shape), dtype, order)
+    out = DeviceBuffer.empty(shape, dtype, order)
     n = out.size
     if n == 0:
         return out
