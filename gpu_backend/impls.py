@@ -124,11 +124,9 @@ def expand(op: ops.Expand, order: Order, x: DeviceBuffer, *extents: int) -> Devi
 def compute(op: object, order: Order, args: list[Any]) -> DeviceBuffer:
     """Apply `op`. A binary op's python scalar operand is a kernel argument in
     the tensor dtype (gpu_backend/kernels/scalars.py); any other becomes a device scalar
-    (expand's scalars are extents, handed as they are)."""
-    if isinstance(op, ops.Reshape):  # its scalars are extents: never device scalars
-        return GPU_IMPLS[ops.Reshape](op, order, *args)
+    (the scalars of ops.TAKES_EXTENTS are extents, handed as they are)."""
     tensors = [a for a in args if type(a) is DeviceBuffer]
-    if len(tensors) == len(args) or isinstance(op, ops.Expand):
+    if len(tensors) == len(args) or isinstance(op, ops.TAKES_EXTENTS):
         return GPU_IMPLS[type(op)](op, order, *args)
     # a scalar takes its tensors' dtype (where's values', not its condition's)
     dtype = next(a for a in (args[1:] if isinstance(op, ops.Where) else args) if type(a) is DeviceBuffer).dtype

@@ -205,12 +205,10 @@ def fold(kind: str, parts: Sequence[np.ndarray], out: np.ndarray | None = None) 
 
 
 def compute(op: object, args: list[object], dtype: np.dtype) -> np.ndarray:
-    """Apply `op`; scalar operands take the tensor dtype (integers wrap), but a
-    reshape's are extents."""
-    if isinstance(op, ops.Expand):  # its scalars are extents, not values of the tensor's dtype
-        return IMPLS[ops.Expand](op, *args)
-    if isinstance(op, ops.Reshape):  # its scalars are extents: never rounded into the dtype
-        return IMPLS[ops.Reshape](op, *args)
+    """Apply `op`; scalar operands take the tensor dtype (integers wrap), but those
+    of ops.TAKES_EXTENTS are extents, handed as they are."""
+    if isinstance(op, ops.TAKES_EXTENTS):
+        return IMPLS[type(op)](op, *args)
     values = [a if isinstance(a, np.ndarray) else scalar_value(a, dtype) for a in args]
     with np.errstate(all="ignore"):
         return IMPLS[type(op)](op, *values)

@@ -208,6 +208,8 @@ class ReduceScatter:
 Op = (Binary | Unary | Compare | Where | Iota | Cast | Permute | Unsqueeze | Reduction | Matmul | Expand | Set
       | Slice | Select | Pad | Cat | Reshape)
 WINDOWS = (Slice, Select, Pad, Cat)
+# Ops whose scalar operands are extents (handed as they are), not values of the tensor's dtype.
+TAKES_EXTENTS = (Expand, Reshape)
 LocalOp = Op | KeepBlock | Copy
 Communication = (
     Allgather | Gather | Scatter | Broadcast | SendRecv | AllToAll | Allreduce | Reduce | ReduceScatter
