@@ -48,9 +48,6 @@ if SIMULATED:
     # Simulated kernels compute with numpy scalars, which warn where a GPU
     # silently wraps, overflows or makes a NaN (numpy is silenced so in interp).
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"gpu_backend\.")
-    # Each simulated thread is a Python thread: a syncthreads waits for all of
-    # them to pass the GIL around, 15 ms at the default interval, 2 ms at this.
-    sys.setswitchinterval(5e-4)
 
 from numba import cuda  # noqa: E402  (only after the choice above)
 
@@ -117,11 +114,6 @@ TILE_ROWS = 2  # thread rows of a transpose block (each thread moves TILE / TILE
 MATMUL_TILE = 4 if SIMULATED else 16
 UNROLL = 4  # elements a thread loads before it stores or folds any (loads in flight hide latency)
 ITEM_ROWS = UNROLL if SIMULATED else 4 * UNROLL  # an elementwise work item: this many block widths of elements
-# The simulator hands out a block's shared array by an unlocked check-then-create,
-# so threads that start together may get arrays of their own. Kernels ask for
-# their shared arrays this many times, a syncthreads apart: the second answer is
-# the one array every thread then uses.
-SHARED_ASKS = 2 if SIMULATED else 1
 
 
 @cache

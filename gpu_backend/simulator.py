@@ -1,36 +1,40 @@
-"""A politer, cheaper block scheduler for numba's CUDA simulator.
+"""A cheaper block scheduler for numba's CUDA simulator.
 
-The simulator runs each CUDA thread of a block as a Python thread and, while
-they run, polls them in a loop that never lets go of the GIL: every thread
-woken from a syncthreads waits for the interpreter's switch interval before it
-may run, and the poll burns the CPU meanwhile (a small transpose launch took
-2 to 3 times the CPU it takes with this loop; benchmarks/RESULTS.md).
-`install()` replaces the block's run loop with one that keeps the simulator's
-semantics (one Python thread per CUDA thread, a barrier released when every
-live thread waits at it, the first thread's exception aborts the block and is
-raised) but yields the GIL on every poll.
+The simulator runs each CUDA thread of a block as a Python thread and polls
+them in a loop: every barrier costs thread switches under the GIL, and the
+threads of our kernels spent most of the gpu backend's CPU in them (a default
+run took 19 s of it with the simulator's loop, 9 s with this one;
+benchmarks/HISTORY.md). `install()` replaces the block's run loop with one that
+keeps the simulator's semantics (a barrier released when every live thread of
+the block waits at it; the first failing thread's exception, naming its thread
+and block, ends the launch) with one thread of a block running at a time:
 
-Two more costs are cut where no semantics hang on them:
 - a kernel that reaches no barrier (most of ours: elementwise, copies) has
   nothing a thread could wait for, so its block's threads run to their ends one
-  after another in the launching thread: a schedule the threads could have had,
-  with no thread started;
+  after another in the launching thread;
+- a kernel with barriers runs each CUDA thread as a greenlet, and each phase
+  (the code between two barriers) thread after thread: a schedule the threads
+  could have had, with a switch of a microsecond at each barrier. One thread at
+  a time also makes the simulator's unlocked check-then-create of a block's
+  shared array hand every thread the same array;
 - each device-function call swapped the `cuda` global of the function's module
   for the launch's fake module, scanning that module's globals every call when
   it is not the kernel's own; a launch now swaps every module its kernel reaches
   once, and calls into them go straight through.
+
+A launch in the simulator's debug mode keeps the simulator's own threads.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 import types
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import greenlet
 import numpy as np
 from numba.cuda.simulator import kernel as sim
 from numba.cuda.simulator import kernelapi
@@ -51,39 +55,12 @@ _swapped: set[int] = set()  # ids of the globals the running launch has swapped
 
 
 def _run_block(self: Any, grid_point: tuple[int, ...], *args: Any) -> None:
-    if not self._debug and not _reached(self._f).barrier:
+    if self._debug:
+        _simulators_run(self, grid_point, *args)
+    elif _reached(self._f).barrier:
+        _run_in_phases(self, grid_point, args)
+    else:
         _run_in_turn(self, grid_point, args)
-        return
-
-    def body() -> None:
-        self._f(*args)
-
-    threads = [sim.BlockThread(body, self, grid_point, point, self._debug) for point in np.ndindex(*self._block_dim)]
-    for t in threads:
-        t.start()
-    live = threads
-    while live:
-        failed = next((t for t in live if t.exception), None)
-        if failed is not None:
-            _abort(threads)
-            raise failed.exception[0].with_traceback(failed.exception[1])
-        live = [t for t in live if t.is_alive()]
-        if live and all(t.syncthreads_blocked for t in live):
-            for t in live:  # every live thread waits at the barrier: release them
-                t.syncthreads_blocked = False
-                t.syncthreads_event.set()
-        else:
-            time.sleep(0)  # let the running threads have the GIL now, not a switch interval later
-    for t in threads:  # an exception raised just before its thread ended
-        if t.exception:
-            raise t.exception[0].with_traceback(t.exception[1])
-
-
-def _abort(threads: list[Any]) -> None:
-    for t in threads:
-        t.abort = True
-        t.syncthreads_blocked = False
-        t.syncthreads_event.set()
 
 
 class _InTurn:
@@ -99,6 +76,68 @@ class _InTurn:
         raise RuntimeError("a kernel judged free of barriers called one (gpu_backend/simulator.py)")
 
     syncthreads_count = syncthreads_and = syncthreads_or = syncthreads
+
+    def at(self, point: tuple[int, ...], block_dim: tuple[int, ...]) -> None:
+        bx, by = (*block_dim, 1, 1)[:2]
+        self.threadIdx = kernelapi.Dim3(*point)
+        self.thread_id = self.threadIdx.x + bx * (self.threadIdx.y + by * self.threadIdx.z)
+
+    def located(self, e: Exception) -> Exception:
+        """The error as the simulator's threads say it: which thread, which block."""
+        where = f"tid={list(self.threadIdx)} ctaid={list(self.blockIdx)}"
+        return type(e)(f"{where}: {e}" if str(e) else where).with_traceback(e.__traceback__)
+
+
+class _InPhase(_InTurn):
+    """A CUDA thread of a block with barriers: a greenlet that hands control back
+    to the block's scheduler at each barrier (one runs at a time, in order)."""
+
+    def __init__(self, manager: Any, grid_point: tuple[int, ...], point: tuple[int, ...], body: Any) -> None:
+        super().__init__(grid_point)
+        self.at(point, manager._block_dim)
+        self._manager = manager
+        self.green = greenlet.greenlet(body)
+
+    def syncthreads(self, *_: Any) -> None:
+        self.green.parent.switch()
+
+    def _gathered(self, value: Any, judge: Any) -> int:
+        state = self._manager.block_state
+        state[self.threadIdx.x, self.threadIdx.y, self.threadIdx.z] = value
+        self.syncthreads()
+        out = judge(state)
+        self.syncthreads()
+        return out
+
+    def syncthreads_count(self, value: Any) -> int:
+        return self._gathered(value, np.count_nonzero)
+
+    def syncthreads_and(self, value: Any) -> int:
+        return self._gathered(value, lambda s: 1 if np.all(s) else 0)
+
+    def syncthreads_or(self, value: Any) -> int:
+        return self._gathered(value, lambda s: 1 if np.any(s) else 0)
+
+
+def _run_in_phases(self: Any, grid_point: tuple[int, ...], args: tuple[Any, ...]) -> None:
+    """A block with barriers, in phases: each live thread in turn up to its next
+    barrier or its end; a barrier is released when every live thread waits at it."""
+
+    def body() -> None:
+        self._f(*args)
+
+    live = [_InPhase(self, grid_point, point, body) for point in np.ndindex(*self._block_dim)]
+    try:
+        while live:
+            for t in live:
+                _threading.running = t
+                try:
+                    t.green.switch()
+                except Exception as e:
+                    raise t.located(e) from None
+            live = [t for t in live if not t.green.dead]
+    finally:
+        _threading.running = None
 
 
 class _Threading:
@@ -120,17 +159,14 @@ _threading = _Threading()
 def _run_in_turn(self: Any, grid_point: tuple[int, ...], args: tuple[Any, ...]) -> None:
     """A block with no barrier: each thread to its end, in order, in this thread."""
     now = _InTurn(grid_point)
-    bx, by = (*self._block_dim, 1, 1)[:2]
     _threading.running = now
     try:
         for point in np.ndindex(*self._block_dim):
-            now.threadIdx = kernelapi.Dim3(*point)
-            now.thread_id = now.threadIdx.x + bx * (now.threadIdx.y + by * now.threadIdx.z)
+            now.at(point, self._block_dim)
             try:
                 self._f(*args)
-            except Exception as e:  # said as the simulator's threads say it: which thread, which block
-                where = f"tid={list(now.threadIdx)} ctaid={list(now.blockIdx)}"
-                raise type(e)(f"{where}: {e}" if str(e) else where).with_traceback(e.__traceback__) from None
+            except Exception as e:
+                raise now.located(e) from None
     finally:
         _threading.running = None
 
@@ -172,6 +208,7 @@ def _names(code: types.CodeType) -> set[str]:
 
 
 _call = sim.FakeCUDAKernel.__call__
+_simulators_run = sim.BlockManager.run  # its own threads: kept for debug launches (np.seterr per thread)
 _push = sim._push_kernel_context
 _launching: list[Any] = []  # the kernel function being launched, for _pushed
 

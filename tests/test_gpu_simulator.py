@@ -146,3 +146,27 @@ def test_a_barrier_missed_by_the_scan_is_an_error_not_a_wrong_answer(monkeypatch
     monkeypatch.setitem(simulator._reach, _rotate.py_func, simulator._Reach(False, ()))
     with pytest.raises(RuntimeError, match="judged free of barriers"):
         _rotate[1, 4](np.zeros(4, np.int64), 1)
+
+
+@cuda.jit
+def _votes(out):  # noqa: ANN001 (a kernel)
+    t = cuda.threadIdx.x
+    out[0, t] = cuda.syncthreads_count(t % 2)
+    out[1, t] = cuda.syncthreads_and(t < 4)
+    out[2, t] = cuda.syncthreads_or(t == 3)
+    if t == 0:
+        return  # ends early: the barrier below waits for the live threads only
+    cuda.syncthreads()
+    out[3, t] = t
+
+
+def test_votes_and_an_early_end_in_a_block_with_barriers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each thread of a block with barriers is a greenlet, not a started thread."""
+    import threading
+
+    started: list[object] = []
+    monkeypatch.setattr(threading.Thread, "start", lambda self: started.append(self))
+    out = np.full((4, 4), -1, np.int64)
+    _votes[1, 4](out)
+    assert started == []
+    assert out.tolist() == [[2, 2, 2, 2], [1, 1, 1, 1], [1, 1, 1, 1], [-1, 1, 2, 3]]

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.buffers.memory import Memory
-from gpu_backend.device import MATMUL_TILE, SHARED_ASKS, SIMULATED, blocks_for, cuda
+from gpu_backend.device import MATMUL_TILE, SIMULATED, blocks_for, cuda
 from gpu_backend.kernels import gemm
 from gpu_backend.kernels.functions import accumulator, narrow
 from gpu_backend.kernels.strides import Arr, Ints, padded, unravel
@@ -34,10 +34,8 @@ def _tiled(to_acc: Callable, store: Callable, acc_type: type) -> Callable:
     def kernel(c: Arr, c_off: int, c_batch: Ints, c_m: int, c_n: int, a: Arr, a_off: int, a_batch: Ints,
                a_m: int, a_k: int, b: Arr, b_off: int, b_batch: Ints, b_k: int, b_n: int, batch: Ints,
                n_batch: int, m: int, n: int, k: int) -> None:
-        for _ in range(SHARED_ASKS):
-            sa = cuda.shared.array(tile_shape, acc_type)
-            sb = cuda.shared.array(tile_shape, acc_type)
-            cuda.syncthreads()
+        sa = cuda.shared.array(tile_shape, acc_type)
+        sb = cuda.shared.array(tile_shape, acc_type)
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         zero = to_acc(0)
         tiles_m = (m + side - 1) // side

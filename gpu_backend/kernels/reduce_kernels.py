@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend.device import SHARED_ASKS, SIMULATED, THREADS, cuda
+from gpu_backend.device import SIMULATED, THREADS, cuda
 from gpu_backend.kernels.functions import BINARY, COMBINE
 from gpu_backend.kernels.reduce_folds import _fold_rows, _run, _tree, _wide_run, same_acc  # a mutant patches _tree here
 from gpu_backend.kernels.strides import Arr, Ints, unravel
@@ -84,9 +84,7 @@ def per_block_kernel(kind: str, to_acc: Callable, store: Callable, acc_type: typ
     def kernel(out: Arr, o_off: int, o_kept: Ints, x: Arr, x_off: int, x_kept: Ints, kept: Ints, n_out: int,
                r_in: int, s_in: int, r_outer: Ints, s_outer: Ints, n_red: int, chunks: int, chunk: int,
                ident: Any, part: Arr, width: int) -> None:
-        for _ in range(SHARED_ASKS):
-            partial = cuda.shared.array(threads, acc_type)
-            cuda.syncthreads()
+        partial = cuda.shared.array(threads, acc_type)
         me = cuda.threadIdx.x
         tid, groups = me % width, threads // width
         base = me - tid
@@ -127,9 +125,7 @@ def plane_kernel(kind: str, to_acc: Callable, store: Callable, acc_type: type, l
     @cuda.jit
     def kernel(out: Arr, o_off: int, o_step: int, x: Arr, x_off: int, x_out: int, x_red: int, n_out: int,
                n_red: int, chunks: int, ident: Any, part: Arr, width: int) -> None:
-        for _ in range(SHARED_ASKS):
-            partial = cuda.shared.array(threads, acc_type)
-            cuda.syncthreads()
+        partial = cuda.shared.array(threads, acc_type)
         me = cuda.threadIdx.x
         tid, groups = me % width, cuda.blockDim.x // width
         base, total, stride = me - tid, n_out * chunks, chunks * width
@@ -246,10 +242,8 @@ def total_kernel(kind: str, to_acc: Callable, store: Callable, acc_type: type, l
     @cuda.jit
     def kernel(out: Arr, o_off: int, x: Arr, x_off: int, x_red: int, n_red: int, ident: Any, part: Arr,
                count: Arr, chunks: int) -> None:
-        for _ in range(SHARED_ASKS):
-            partial = cuda.shared.array(threads, acc_type)
-            last = cuda.shared.array(1, np.int32)
-            cuda.syncthreads()
+        partial = cuda.shared.array(threads, acc_type)
+        last = cuda.shared.array(1, np.int32)
         tid = cuda.threadIdx.x
         for c in range(cuda.blockIdx.x, chunks, cuda.gridDim.x):
             if lanes == 1:

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from gpu_backend.buffers.buffer import DeviceBuffer
-from gpu_backend.device import SHARED_ASKS, SIMULATED, TILE, TILE_ROWS, blocks_for, cuda, max_blocks
+from gpu_backend.device import SIMULATED, TILE, TILE_ROWS, blocks_for, cuda, max_blocks
 from gpu_backend.kernels.strides import Arr, Ints, padded, unravel
 from gpu_backend.launches.launch import launch
 
@@ -87,9 +87,7 @@ def _transpose(itemsize: int, side: int, rows: int, walk: int) -> Callable:
     @cuda.jit
     def kernel(dst: Arr, d_off: int, d_a: int, d_b: int, d_c: int, d_e: int, src: Arr, s_off: int, s_a: int,
                s_b: int, s_c: int, s_e: int, na: int, nb: int, nc: int, total: int) -> None:
-        for _ in range(SHARED_ASKS):
-            tile = cuda.shared.array(tile_shape, word)
-            cuda.syncthreads()
+        tile = cuda.shared.array(tile_shape, word)
         held = cuda.local.array(per, word)
         tiles_a = (na + side - 1) // side
         tiles_b = (nb + side - 1) // side
@@ -127,9 +125,7 @@ def _transpose_batched(itemsize: int) -> Callable:
     @cuda.jit
     def kernel(dst: Arr, d_off: int, d_batch: Ints, d_a: int, d_b: int, src: Arr, s_off: int, s_batch: Ints,
                s_a: int, s_b: int, batch: Ints, na: int, nb: int, nbatch: int) -> None:
-        for _ in range(SHARED_ASKS):
-            tile = cuda.shared.array(tile_shape, word)
-            cuda.syncthreads()
+        tile = cuda.shared.array(tile_shape, word)
         held = cuda.local.array(per, word)
         tiles_a = (na + side - 1) // side
         tiles = tiles_a * ((nb + side - 1) // side)
