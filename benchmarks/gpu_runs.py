@@ -48,13 +48,14 @@ def phases(fn: Callable[[], object], barrier: Callable[[], object]) -> str:
     import gpu_backend.launches.replay as rp
     import gpu_backend.transports.in_process as gt
     import gpu_backend.transports.pending as gp
+    import refir.running.run_setup as rs
     import refir.running.runner as rn
     import refir.world.exchange as rr
 
-    spots = [(rn, "verified", "verify"), (rn, "gather_outputs", "gather"), (rr, "settle", "agree"),
+    spots = [(rs, "verified", "verify"), (rn, "gather_outputs", "gather"), (rr, "settle", "agree"),
              (rr, "deliver_inputs", "deliver"), (rp, "_agreed", "replay round"),
-             (rn, "host_arrays", "host_arrays"), (rr, "host_arrays", "host_arrays"), (rn, "bind_and_check", "bind"),
-             (rr, "bind_and_check", "bind"), (rn, "world_for", "world"), (rn, "shard_inputs", "shard"),
+             (rs, "host_arrays", "host_arrays"), (rr, "host_arrays", "host_arrays"), (rs, "bind_and_check", "bind"),
+             (rr, "bind_and_check", "bind"), (rs, "world_for", "world"), (rs, "shard_inputs", "shard"),
              (rr, "shard_inputs", "shard"), (gb, "check_local_inputs", "check inputs"),
              (gb, "use_device", "use_device"), (gb, "transport_for", "transport_for"),
              (rp, "upload", "upload"), (gb, "execute", "steps"), (gi.GpuLocal, "__call__", "(local steps)"),

@@ -59,7 +59,7 @@ def test_the_issues_64_device_replication_is_refused_fast_allocating_nothing(bac
     def reached(*_: object) -> None:  # were the check broken, fail here rather than allocate 16 GiB
         raise AssertionError("the run went past the check")
 
-    monkeypatch.setattr("refir.running.runner.shard_inputs", reached)
+    monkeypatch.setattr("refir.running.run_setup.shard_inputs", reached)
     monkeypatch.setattr("interp.global_eval.eval_global", reached)
     tracemalloc.start()
     start = time.perf_counter()
@@ -329,7 +329,7 @@ def test_the_gpu_backend_is_bounded_by_what_its_kernels_hold(monkeypatch):
     def reached(*_: object) -> None:
         raise Reached
 
-    monkeypatch.setattr("refir.running.runner.shard_inputs", reached)
+    monkeypatch.setattr("refir.running.run_setup.shard_inputs", reached)
     with pytest.raises(Reached):  # admitted: the run goes past the check
         refir.run(checked.program, {"x": x, "w": x, "bias": x[0]}, backend="gpu")
     message = refusal(lambda: refir.run(checked.program, {"x": x, "w": x, "bias": x[0]}, backend="spmd"))

@@ -5,9 +5,10 @@ caller's array (any strides), or a copy dense in the declared layout where the
 parameter type has one. Outputs come back whole, and per device exactly as the
 backend laid them out.
 
-The steps live in modules of their own: refir.running.prepare (verify, lower, bind),
-refir.running.backends (the backend and its world), refir.running.shard_inputs (inputs to blocks),
-refir.world.exchange (blocks and results between MPI ranks), refir.running.gather_outputs and
+The steps live in modules of their own: refir.running.run_setup (everything before the
+backend: refir.running.prepare verifies, lowers and binds, refir.running.backends picks the
+world, refir.running.shard_inputs cuts the inputs into blocks, refir.world.exchange moves them
+between MPI ranks), then the backend, then refir.running.gather_outputs and
 refir.running.assemble_outputs (results to whole outputs).
 """
 
@@ -23,10 +24,9 @@ from refir.checks.verifier import Checked
 from refir.errors import InputError, RefirError
 from refir.ir.program import Program
 from refir.lowering.lower import Lowered
-from refir.running.backends import backend_named, backend_world, world_for
+from refir.running.backends import backend_named, backend_world
 from refir.running.gather_outputs import gather_outputs, share_kept
-from refir.running.prepare import bind_and_check, host_arrays, lowered_of, verified
-from refir.running.shard_inputs import shard_inputs
+from refir.running.run_setup import set_up
 from refir.world.backend_types import Shards
 from refir.world.ranks import mpi_world
 
@@ -59,28 +59,17 @@ def run(program: Program | str, inputs: dict[str, Any], backend: str = "spmd", w
         raise InputError(f"keep={keep!r}: write keep='all' or leave it out")
     if keep and backend not in ("spmd", "gpu"):
         raise InputError(f"keep='all' needs the spmd or gpu backend, not {backend!r}")
-    checked = verified(program, func)
-    mpi = mpi_world()
+    alone = mpi_world() is None
     kind = RunKind(backend if backend in ("global", "spmd", "gpu") else None, bool(keep), everywhere)
-    if mpi is None:
-        inputs = host_arrays(inputs or {})
-        bindings = bind_and_check(checked, inputs, kind)
-        if backend == "global":
+    setup = set_up(program, inputs, backend, world, func, kind)
+    checked, bindings, w, lowered, local = setup.checked, setup.bindings, setup.world, setup.lowered, setup.blocks
+    if backend == "global":
+        if alone:
             from interp.global_eval import eval_global
 
-            return RunResult(eval_global(checked, inputs, bindings), {}, "global", None, bindings)
-        w, lowered = world_for(checked, world, None), lowered_of(checked)
-        local = shard_inputs(checked, inputs, w.hosted)
-    else:
-        from refir.world.exchange import deliver_inputs, settle
-
-        inputs = inputs or {}  # made numpy arrays inside the agreement: a bad one on any rank stops every rank
-        if backend == "global":
-            _, inputs, bindings, _ = settle(checked, inputs, lambda: None, kind)
-            return RunResult(_global_on_root(checked, inputs, bindings, everywhere), {}, "global", None, bindings)
-        (w, lowered), inputs, bindings, needy = settle(checked, inputs, lambda: (world_for(checked, world, mpi),
-                                                                                 lowered_of(checked)), kind)
-        local = deliver_inputs(checked, inputs, bindings, w, needy)
+            return RunResult(eval_global(checked, setup.inputs, bindings), {}, "global", None, bindings)
+        return RunResult(_global_on_root(checked, setup.inputs, bindings, everywhere), {}, "global", None, bindings)
+    assert w is not None and lowered is not None and local is not None
     kept: Shards = {}
     if keep:
         if backend == "spmd":
