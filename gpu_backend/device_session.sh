@@ -116,7 +116,7 @@ stage install 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no
   --target /tmp/site .whl/numpy-*.whl .whl/nccl4py-*.whl .whl/ml_dtypes-*.whl
 stage env 60 bash -c '
   nvidia-smi; "$PY" --version; "$MPIEXEC" --version
-  "$PY" -m pip list 2>/dev/null | grep -iE "nccl|cuda|numba|mpi|cupy|torch|numpy|pytest|hypothesis"
+  "$PY" -m pip list 2>/dev/null | grep -iE "nccl|cuda|numba|mpi|cupy|torch|numpy|pytest|hypothesis|nvfuser"
   "$PY" -c "from mpi4py import MPI; print(MPI.Get_library_version())"
   "$PY" -c "import numpy; print(\"numpy\", numpy.__version__, numpy.__file__)"
   "$PY" -c "import nccl.core as n; n.show_versions()"
