@@ -3,6 +3,7 @@ every rank's block (its offset from refir's block rule, spec §3.1)."""
 
 from __future__ import annotations
 
+from conformance.peers import shape_ops
 from conformance.peers.spec import Block, Blocks, PeerCase, group_inputs, result_type
 from refir.frontends import builder
 from refir.frontends.dtensor import Placement, Replicate, Shard, nested_devices, redistribute_program, to_refir
@@ -20,6 +21,11 @@ def program(case: PeerCase, mesh: Mesh) -> Program:
         return redistribute_program(mesh, case.shape, case.src, case.dst, case.dtype)
     b = builder.Builder()
     b.mesh(nested_devices(mesh), name=mesh.name)
+    if case.op in shape_ops.SHAPE_OPS:  # the op where its operands are (see shape_ops), then to the target
+        xs = [b.input(name, to_refir(shape, mesh, ps, case.dtype)) for name, shape, ps in case.operands()]
+        y = shape_ops.refir_op(case.op, case.shape, case.params, xs, case.dtype)
+        b.output(y.set(name="y", result_type=result_type(case, mesh)))
+        return b.build()
     args = []
     for (name, shape, ps), want in zip(case.operands(), operand_targets(case)):
         x = b.input(name, to_refir(shape, mesh, ps, case.dtype))

@@ -5,10 +5,12 @@ discrepancy lasts: ready to paste into a bug report."""
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import numpy as np
 
+from conformance.peers import shape_ops
 from conformance.peers.spec import Blocks, PeerCase
 from refir.frontends.dtensor import Partial, Placement, Shard, local_block, to_refir
 
@@ -39,7 +41,7 @@ def case_data(case: PeerCase, inputs: list[dict[str, np.ndarray]], want: Blocks)
         operands.append({"name": name, "shape": list(shape), "placements": [_placement(p) for p in ps],
                          "partial": partial, "per_rank": per_rank})
     return {"case": case.label(), "kind": case.kind, "root": list(case.root), "view": case.view,
-            "dims": list(case.dims), "dtype": case.dtype, "op": case.op, "axis": case.axis,
+            "dims": list(case.dims), "dtype": case.dtype, "op": case.op, "axis": case.axis, "params": list(case.params),
             "shape": list(case.shape), "dst": [_placement(p) for p in case.dst], "operands": operands,
             "groups": [list(g) for g in groups],
             "expected": {r: {"offset": list(b.offset), **_array(b.values)} for r, b in want.items()}}
@@ -74,6 +76,8 @@ def placement(text):
     return Partial(text[2:-1])
 
 
+{torch_op}
+
 def tensor(a):
     return torch.tensor(a["flat"], dtype=torch.float64).reshape(a["shape"]).to(DTYPE)
 
@@ -106,7 +110,8 @@ with LocalTensorMode(world) as lm:
             args.append(distribute_tensor(local, mesh, ps))
     op = {{"": lambda x: x, "add": torch.add, "mul": torch.mul, "matmul": torch.matmul,
           "sum": lambda x: torch.sum(x, dim=CASE["axis"]), "max": lambda x: torch.amax(x, dim=CASE["axis"])}}
-    y = op[CASE["op"]](*args).redistribute(mesh, [placement(p) for p in CASE["dst"]])
+    shaped = lambda *a: torch_op(CASE["op"], CASE["params"], CASE["shape"], list(a))  # noqa: E731
+    y = op.get(CASE["op"], shaped)(*args).redistribute(mesh, [placement(p) for p in CASE["dst"]])
     _, offset = compute_local_shape_and_global_offset(tuple(y.shape), mesh, y.placements)
     local = y.to_local()
     for r, want in CASE["expected"].items():
@@ -123,4 +128,4 @@ sys.exit(1 if bad else 0)
 
 def dtensor_script(case: PeerCase, inputs: list[dict[str, np.ndarray]], want: Blocks) -> str:
     data = json.dumps(case_data(case, inputs, want), separators=(",", ":"))
-    return DTENSOR.format(label=case.label(), data=data)
+    return DTENSOR.format(label=case.label(), data=data, torch_op=inspect.getsource(shape_ops.torch_op))

@@ -24,6 +24,7 @@ from math import prod
 import numpy as np
 
 from conformance.generate import Chooser
+from conformance.peers import shape_ops
 from refir.frontends.dtensor import Partial, Placement, Replicate, Shard, contributions_type, to_refir
 from refir.ir.types import DTYPES, Mesh, TensorType, block_slices
 
@@ -31,7 +32,7 @@ NAMES = ("a", "b", "c")
 ROOTS = {1: ((2,), (4,), (3,), (8,), (5,), (6,), (7,)),
          2: ((2, 2), (1, 2), (2, 1), (2, 3), (3, 2), (2, 4), (4, 2), (1, 4)),
          3: ((2, 2, 2), (1, 2, 2), (2, 1, 2), (2, 2, 1), (1, 2, 3), (2, 1, 3))}
-OPS = ("add", "mul", "matmul", "sum", "max")
+OPS = ("add", "mul", "matmul", "sum", "max", *shape_ops.SHAPE_OPS)
 PARTIAL_OPS = ("sum", "max", "min")
 
 
@@ -65,6 +66,7 @@ class PeerCase:
     other: tuple[Placement, ...] = ()  # op: the second operand's placements
     inner: int = 0  # matmul: K; sum/max: the reduced extent
     axis: int = 0  # sum/max: the reduced axis of x
+    params: tuple[int, ...] = ()  # a shape op's parameters (conformance/peers/shape_ops.py)
     seed: int = 0
     choices: tuple[int, ...] = ()
 
@@ -94,6 +96,8 @@ class PeerCase:
         as its contributions (refir.frontends.dtensor.contributions_type)."""
         if self.kind != "op":
             return [("x", self.shape, self.src)]
+        if self.op in shape_ops.SHAPE_OPS:
+            return shape_ops.operands(self.op, self.shape, self.params, self.src, self.other)
         if self.op in ("add", "mul"):
             return [("x", self.shape, self.src), ("w", self.shape, self.other)]
         if self.op == "matmul":
@@ -204,6 +208,14 @@ def _draw_op(c: Chooser, peer: object, root: tuple[int, ...], view: str, dims: t
         x, y, out = (_placements(c, 2, n, False, "sum") for _ in range(3))
         m, k, nn = _extents(c, 3, sizes, (), False, 48)
         return PeerCase("op", root, view, dims, dtype, (m, nn), x, out, op, y, inner=k, seed=seed)
+    if op in shape_ops.SHAPE_OPS:
+        shape, params = shape_ops.draw(c, op, lambda k: _extents(c, k, sizes, (), False))
+        case = PeerCase("op", root, view, dims, dtype, shape, (), (), op, params=params, seed=seed)
+        ranks = [len(s) for _, s, _ in case.operands()]
+        x, w = (_placements(c, k, n, False, "sum") for k in (ranks[0], ranks[-1]))
+        out = _placements(c, len(shape), n, False, "sum")
+        return PeerCase("op", root, view, dims, dtype, shape, x, out, op, w if len(ranks) > 1 else (),
+                        params=params, seed=seed)
     rank = 1 + c.below(3)
     if op in ("add", "mul"):
         x, y, out = (_placements(c, rank, n, False, "sum") for _ in range(3))
@@ -248,6 +260,8 @@ def meaning(case: PeerCase, inputs: dict[str, np.ndarray]) -> np.ndarray:
         k = sum(isinstance(p, Partial) for p in ps)
         fold = {"sum": np.sum, "max": np.max, "min": np.min}[_partial_op(ps)]
         return fold(inputs["x_parts"].astype(np.float64), axis=tuple(range(k))).astype(dt)
+    if case.op in shape_ops.SHAPE_OPS:
+        return shape_ops.meaning(case.op, case.shape, case.params, inputs)
     x = inputs["x"].astype(np.float64)
     if case.op == "add":
         v = x + inputs["w"].astype(np.float64)
