@@ -1,0 +1,62 @@
+"""benchmarks/gpu_bench.py layer-ops runs every row under the simulator at a tiny size:
+refir's op and torch's (on the CPU, where torch is installed) each agree with interp's
+numpy, the table prints every row, and a broken kernel fails the bench's own check, so
+the rows cannot break unseen before they reach a GPU."""
+
+import numpy as np
+import pytest
+
+from benchmarks import gpu_bench
+from benchmarks.gpu_layer_ops import Operands, cases, check, prepare
+from gpu_backend.device import SIMULATED
+from gpu_backend.kernels import window
+
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+              pytest.mark.skipif(not SIMULATED, reason="the bench itself runs these rows on a GPU")]
+N = 256  # elements of the largest operand: 16 x 16
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def test_every_row_is_one_of_issue_27s_op_families():
+    ops_named = " ".join(c.name for c in cases(N))
+    for family in ["lt", "where", "iota", "slice", "select", "pad", "cat", "reshape", "expand",
+                   "tanh", "erf", "sigmoid", "rsqrt", "sin", "cos"]:
+        assert family in ops_named, family
+    assert all(c.peer is not None or c.note for c in cases(N))  # a row without torch says so
+
+
+@pytest.mark.parametrize("name", [c.name for c in cases(N)])
+def test_each_row_agrees_with_numpy_refir_and_torch(name):
+    torch = _torch()
+    case = next(c for c in cases(N) if c.name == name)
+    p = prepare(case, Operands(torch, seed=1))
+    check(p, torch, N)  # refir's (and torch's) values against interp's numpy
+    if torch is not None and p.theirs is not None:  # torch's ran: its values were checked
+        assert p.theirs() is not None
+
+
+def test_a_broken_kernel_fails_the_benchs_check(monkeypatch):
+    monkeypatch.setattr(window, "fill_view", lambda out, value: out)  # pad's border left unwritten
+    case = next(c for c in cases(N) if c.name.startswith("pad"))
+    with pytest.raises(AssertionError, match="pad 1 on each side: refir differs from numpy"):
+        check(prepare(case, Operands(None)), None, N)
+
+
+def test_the_table_prints_every_row_with_a_ratio_or_a_dash(capsys, monkeypatch):
+    monkeypatch.setenv("GPU_BENCH_ELEMS", str(N))
+    assert gpu_bench.layer_ops(repeats=1) == 0  # what `python -m benchmarks.gpu_bench layer-ops` runs
+    out = capsys.readouterr().out
+    assert out.startswith("SIMULATOR")
+    for c in cases(N):
+        line = next(x for x in out.splitlines() if x.startswith(c.name + " "))
+        fields = line[len(c.name):].split()
+        assert len(fields) == 7 and fields[3].endswith("%") and fields[6].endswith("%"), line
+        assert (fields[1] == "-") == (c.peer is None or _torch() is None), line
+        assert all(np.isfinite(float(f.rstrip("%"))) for f in fields if f != "-"), line
