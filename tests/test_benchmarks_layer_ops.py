@@ -6,7 +6,7 @@ the rows cannot break unseen before they reach a GPU."""
 import numpy as np
 import pytest
 
-from benchmarks import gpu_bench
+from benchmarks import gpu_bench, gpu_layer_ops
 from benchmarks.gpu_layer_ops import Operands, cases, check, prepare
 from gpu_backend.device import SIMULATED
 from gpu_backend.kernels import window
@@ -60,3 +60,17 @@ def test_the_table_prints_every_row_with_a_ratio_or_a_dash(capsys, monkeypatch):
         assert len(fields) == 7 and fields[3].endswith("%") and fields[6].endswith("%"), line
         assert (fields[1] == "-") == (c.peer is None or _torch() is None), line
         assert all(np.isfinite(float(f.rstrip("%"))) for f in fields if f != "-"), line
+
+
+def test_mask_ulps_runs_every_op_and_exits_1_where_a_bound_is_exceeded(capsys, monkeypatch):
+    from benchmarks import mask_ulps
+
+    assert mask_ulps.main(400) == 0
+    out = capsys.readouterr().out
+    for name in gpu_layer_ops.UNARY:
+        for dtype in ("float32", "float64"):
+            assert any(line.split()[:2] == [name, dtype] for line in out.splitlines()), (name, dtype)
+    assert out.rstrip().endswith("every error within its bound")
+    monkeypatch.setitem(mask_ulps.MASK_ULPS, "tanh", 0)  # a bound no implementation meets
+    assert mask_ulps.main(400) == 1
+    assert "EXCEEDS its bound: tanh float32 numpy, tanh float32 gpu" in capsys.readouterr().out
