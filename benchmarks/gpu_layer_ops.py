@@ -206,8 +206,10 @@ def agree(got: np.ndarray, expected: np.ndarray, exact: bool) -> bool:
 def check(p: Prepared, torch: Any, n: int) -> None:
     """refir's result (and torch's) against numpy where n <= CHECK_ELEMS, refir's against
     torch's on the device at every size; an AssertionError names the row."""
+    cuda.synchronize()  # device-wide: torch's stream made the operands, refir's kernels read them
     ours, exact, name = p.ours(), p.case.exact, p.case.name
     theirs = p.theirs() if p.theirs is not None else None
+    cuda.synchronize()  # and torch reads refir's result
     if n <= CHECK_ELEMS:
         expected = want(p)
         assert agree(download(ours), expected, exact), f"{name}: refir differs from numpy"
