@@ -123,28 +123,34 @@ def _device(torch: Any) -> str:
 
 
 class Operands:
-    """The cases' operands: on a GPU made by torch on the device and shared with
-    refir (no copy); under the simulator made by numpy, uploaded, and given to
-    torch on the CPU (or to no peer: torch None)."""
+    """The cases' operands, made by torch (on the device; on the CPU beside the
+    simulator) and given to refir as they lie: on a GPU its memory shared (no copy),
+    under the simulator uploaded with the same strides. Without torch (the
+    simulator only), made by numpy, with no peer."""
 
     def __init__(self, torch: Any, seed: int = 0) -> None:
         self.torch, self.rng = torch, np.random.default_rng(seed)
+        if torch is not None:
+            torch.manual_seed(seed)
 
     def make(self, spec: Input) -> tuple[DeviceBuffer, Any, Callable[[], np.ndarray]]:
         """refir's buffer, torch's tensor (None without torch), the values on the host."""
         t = self.torch
-        if not SIMULATED:
-            base = t.rand(spec.shape, device="cuda")
-            base = base < 0.5 if spec.kind == "bool" else base
-            view = _viewed(base, spec, lambda v, p: v.permute(p))
-            buf = DeviceBuffer(_memory(base.reshape(-1)), view.storage_offset(), tuple(view.shape),
-                               tuple(view.stride()))
-            return buf, view, lambda: view.cpu().numpy()
-        host = self.rng.random(spec.shape, dtype=np.float32)
-        host = host < 0.5 if spec.kind == "bool" else host
-        view = _viewed(host, spec, np.transpose)
-        peer = None if t is None else _viewed(t.from_numpy(host), spec, lambda v, p: v.permute(p))
-        return upload(view), peer, lambda: view
+        if t is None:
+            host = self.rng.random(spec.shape, dtype=np.float32)
+            view = _viewed(host < 0.5 if spec.kind == "bool" else host, spec, np.transpose)
+            return upload(view), None, lambda: view
+        base = t.rand(spec.shape, device=_device(t))
+        base = base < 0.5 if spec.kind == "bool" else base
+        view = _viewed(base, spec, lambda v, p: v.permute(p))
+        buf = upload(view.numpy()) if SIMULATED else DeviceBuffer(_memory(base.reshape(-1)), *shared_layout(view))
+        return buf, view, lambda: view.cpu().numpy()
+
+
+def shared_layout(view: Any) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """A torch view's element offset into its (contiguous) base, shape and strides:
+    refir's DeviceBuffer over the same memory."""
+    return view.storage_offset(), tuple(view.shape), tuple(view.stride())
 
 
 def _viewed(base: Any, spec: Input, permute: Callable[[Any, tuple[int, ...]], Any]) -> Any:

@@ -42,6 +42,21 @@ def test_each_row_agrees_with_numpy_refir_and_torch(name):
         assert p.theirs() is not None
 
 
+def test_a_torch_views_shared_layout_shows_refir_the_same_elements():
+    """What the GPU path builds refir's buffer from (torch's memory shared), on the CPU."""
+    torch = _torch()
+    if torch is None:
+        pytest.skip("torch is not installed")
+    spec = next(c for c in cases(N) if c.name.startswith("reshape [:, 1:-1]")).args[0]
+    Input = gpu_layer_ops.Input
+    for s in [spec, Input((4, 6), perm=(1, 0)), Input((3, 8), index=(slice(1, 3), slice(0, 8, 2)))]:
+        base = torch.rand(s.shape)
+        view = gpu_layer_ops._viewed(base, s, lambda v, p: v.permute(p))
+        offset, shape, strides = gpu_layer_ops.shared_layout(view)
+        seen = np.lib.stride_tricks.as_strided(base.numpy().reshape(-1)[offset:], shape, [4 * st for st in strides])
+        assert np.array_equal(seen, view.numpy())
+
+
 def test_a_broken_kernel_fails_the_benchs_check(monkeypatch):
     monkeypatch.setattr(window, "fill_view", lambda out, value: out)  # pad's border left unwritten
     case = next(c for c in cases(N) if c.name.startswith("pad"))
