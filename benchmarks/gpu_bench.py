@@ -96,24 +96,27 @@ def main() -> int:
 
 
 def layer_ops(repeats: int | None = None) -> int:
-    """The layer ops' tables (one process, one GPU; or the simulator at a tiny size)."""
+    """The layer ops' tables (one process, one GPU; or the simulator at a tiny size).
+    Exits 1 where a row failed its check or could not run (said after the tables)."""
     torch = _torch()
+    failed: list[str] = []
     if SIMULATED:
         elems = int(os.environ.get("GPU_BENCH_ELEMS", "256"))
-        rows = gpu_layer_ops.rows(torch, elems, NONE, repeats)
+        rows = gpu_layer_ops.rows(torch, elems, NONE, repeats, failed)
         ceiling = {nbytes: gpu_layer_ops.sim_ceiling(nbytes, repeats) for nbytes in {row[1] for row in rows}}
         lines = ["SIMULATOR: the times below mean nothing (the values were checked)"]
-        lines += table(f"{elems} elements", rows, ceiling, repeats)
+        lines += table(f"{elems} elements", rows, ceiling, repeats) if rows else []
         sys.stdout.write("\n".join(lines + gpu_layer_ops.notes(elems)) + "\n")
-        return 0
-    for mib in SIZES_MIB:
-        elems = mib * (1 << 20) // 4
-        rows = gpu_layer_ops.rows(torch, elems, NONE, repeats)
-        ceiling = {nbytes: copy_ceiling(torch, nbytes, NONE) for nbytes in {row[1] for row in rows}}
-        lines = table(f"{mib} MiB", rows, ceiling, repeats) + gpu_layer_ops.notes(elems)
-        sys.stdout.write("\n".join(lines) + "\n\n")
-        sys.stdout.flush()
-    return 0
+    else:
+        for mib in SIZES_MIB:
+            elems = mib * (1 << 20) // 4
+            rows = gpu_layer_ops.rows(torch, elems, NONE, repeats, failed)
+            ceiling = {nbytes: copy_ceiling(torch, nbytes, NONE) for nbytes in {row[1] for row in rows}}
+            lines = (table(f"{mib} MiB", rows, ceiling, repeats) if rows else []) + gpu_layer_ops.notes(elems)
+            sys.stdout.write("\n".join(lines) + "\n\n")
+            sys.stdout.flush()
+    sys.stdout.write("".join(f"FAILED {line}\n" for line in failed))
+    return 1 if failed else 0
 
 
 def _torch() -> object:

@@ -230,17 +230,33 @@ def check(p: Prepared, torch: Any, n: int) -> None:
 Row = tuple[str, int, float, "float | None", float]  # name, bytes, refir s, torch s (None: no peer), piped s
 
 
-def rows(torch: Any, n: int, barrier: Callable[[], object], repeats: int | None = None) -> list[Row]:
-    """Every case at n elements: checked, then timed (refir, torch, refir back to back)."""
+def rows(torch: Any, n: int, barrier: Callable[[], object], repeats: int | None = None,
+         failed: list[str] | None = None) -> list[Row]:
+    """Every case at n elements: checked, then timed (refir, torch, refir back to back).
+    A row that fails its check is still timed, its name marked; one that raises is left
+    out; either is said in `failed` (when given; else the first failure raises), so
+    that one run on a GPU shows every row it can."""
     sync = (lambda: None) if torch is None or SIMULATED else torch.cuda.synchronize
     out: list[Row] = []
     made = Operands(torch)
     for case in cases(n):
-        p = prepare(case, made)
-        check(p, torch, n)
-        ours = median_time(p.ours, cuda.synchronize, barrier, repeats)
-        theirs = None if p.theirs is None else median_time(p.theirs, sync, barrier, repeats)
-        out.append((case.name, case.nbytes, ours, theirs, pipelined_time(p.ours, cuda.synchronize, barrier, repeats)))
+        name = case.name
+        try:
+            p = prepare(case, made)
+            try:
+                check(p, torch, n)
+            except AssertionError as e:
+                if failed is None:
+                    raise
+                failed.append(f"{n} elements: {e}")
+                name += " CHECK FAILED"
+            ours = median_time(p.ours, cuda.synchronize, barrier, repeats)
+            theirs = None if p.theirs is None else median_time(p.theirs, sync, barrier, repeats)
+            out.append((name, case.nbytes, ours, theirs, pipelined_time(p.ours, cuda.synchronize, barrier, repeats)))
+        except Exception as e:  # noqa: BLE001  (a row that cannot run: said, the others still run)
+            if failed is None:
+                raise
+            failed.append(f"{n} elements: {case.name}: {type(e).__name__}: {e}")
     return out
 
 

@@ -89,3 +89,22 @@ def test_mask_ulps_runs_every_op_and_exits_1_where_a_bound_is_exceeded(capsys, m
     monkeypatch.setitem(mask_ulps.MASK_ULPS, "tanh", 0)  # a bound no implementation meets
     assert mask_ulps.main(400) == 1
     assert "EXCEEDS its bound: tanh float32 numpy, tanh float32 gpu" in capsys.readouterr().out
+
+
+def test_a_failing_row_is_said_and_the_others_still_run(capsys, monkeypatch):
+    from gpu_backend.impls import GPU_IMPLS
+    from refir.ir import ops
+
+    def broken(*args):
+        raise RuntimeError("no cat today")
+
+    monkeypatch.setenv("GPU_BENCH_ELEMS", str(N))
+    monkeypatch.setattr(window, "fill_view", lambda out, value: out)  # pad's border left unwritten
+    monkeypatch.setitem(GPU_IMPLS, ops.Cat, broken)
+    assert gpu_bench.layer_ops(repeats=1) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("pad 1 on each side CHECK FAILED ") for line in out)  # timed, marked
+    assert not any(line.startswith("cat axis") for line in out)  # could not run: left out
+    assert "FAILED 256 elements: pad 1 on each side: refir differs from numpy" in out
+    assert "FAILED 256 elements: cat axis 0 of two: RuntimeError: no cat today" in out
+    assert sum(line.startswith(("tanh f32 ", "where ", "iota ")) for line in out) == 5  # the rest ran
