@@ -26,10 +26,11 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-def median_time(fn: Callable[[], object], sync: Callable[[], object], barrier: Callable[[], object]) -> float:
+def median_time(fn: Callable[[], object], sync: Callable[[], object], barrier: Callable[[], object],
+                repeats: int | None = None) -> float:
     fn()  # compile, allocate, warm up
     times = []
-    for _ in range(REPEATS):
+    for _ in range(repeats or REPEATS):
         barrier()
         sync()
         start = time.perf_counter()
@@ -39,7 +40,8 @@ def median_time(fn: Callable[[], object], sync: Callable[[], object], barrier: C
     return float(np.median(times))
 
 
-def pipelined_time(fn: Callable[[], object], sync: Callable[[], object], barrier: Callable[[], object]) -> float:
+def pipelined_time(fn: Callable[[], object], sync: Callable[[], object], barrier: Callable[[], object],
+                   repeats: int | None = None) -> float:
     """Seconds per call of REPEATS calls issued back to back, one sync at the
     end: the host's per-call work overlaps the GPU's, so where the kernel
     takes longer than the host to launch it, this is the kernel's own time."""
@@ -47,10 +49,10 @@ def pipelined_time(fn: Callable[[], object], sync: Callable[[], object], barrier
     barrier()
     sync()
     start = time.perf_counter()
-    for _ in range(REPEATS):
+    for _ in range(repeats or REPEATS):
         fn()
     sync()
-    return (time.perf_counter() - start) / REPEATS
+    return (time.perf_counter() - start) / (repeats or REPEATS)
 
 
 

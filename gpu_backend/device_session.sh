@@ -13,7 +13,8 @@
 #   examples         every shared example on gpu in one process, against spmd
 #   mpi-examples     every example that fits the GPUs, under mpiexec (NCCL)
 #   mpi-collectives  the nine communications with random layouts, through NCCL (COLL_CASES=N: the first N only)
-#   kernels          tests/test_gpu_kernels.py, the in-process collective tests, tests/test_gpu_replay.py
+#   kernels          tests/test_gpu_kernels.py and test_gpu_mask_kernels.py, the in-process collective tests,
+#                    tests/test_gpu_replay.py
 #   cli              `python -m refir run ... --backend gpu` under mpiexec
 #   conform          the conformance corpus and 40 generated programs on gpu, in one process
 #   mpi-conform      the corpus (programs that fit the GPUs) and 20 generated ones, under mpiexec
@@ -33,11 +34,13 @@
 #   bench-coll       benchmarks/gpu_bench.py collectives: the collectives table alone (GPU_BENCH_MIB sets the sizes)
 #   phases           benchmarks/collective_phases.py: each collective's phases timed apart, its wire several ways, torch
 #   pack             benchmarks/collective_packing.py: all_to_all's and reduce_scatter's local copies alone, one GPU
+#   bench-layer      benchmarks/gpu_bench.py layer-ops (issue 27's ops next to torch and the copy ceiling at
+#                    GPU_BENCH_MIB, each row's values checked first), then benchmarks/mask_ulps.py, one GPU
 # (the benchmarks come last: correctness first when the budget runs short)
 # A failing or slow stage never stops the next; each has a time limit and the
 # whole run keeps within $BUDGET seconds (the device tool stops a command at 600).
 # Back in $OUT: summary.txt (each stage's exit status and time), session.log
-# (every stage's output), bench.txt and bench-run.txt.
+# (every stage's output), bench.txt, bench-run.txt, bench-layer.txt and mask-ulps.txt.
 set -x
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-$PWD/device-logs}
@@ -125,7 +128,7 @@ stage examples 120 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_ex
 stage mpi-examples 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_examples.py'
 stage mpi-collectives 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_collectives.py $COLL_CASES'
 stage kernels 300 "$PY" -m pytest -q -p no:cacheprovider -rfE $WORKERS tests/test_gpu_kernels.py \
-  tests/test_gpu_collectives.py tests/test_gpu_replay.py -k "not under_mpi"
+  tests/test_gpu_mask_kernels.py tests/test_gpu_collectives.py tests/test_gpu_replay.py -k "not under_mpi"
 stage cli 90 bash -c cli
 stage conform 330 "$PY" -m refir conform --backend gpu --cases 40 --seed 3
 # some corpus programs alone (SUBSET: files or globs), e.g. the newest ops' when time is short
@@ -145,6 +148,8 @@ stage bench-uneven 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benc
 stage bench-coll 120 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.gpu_bench collectives | tee "$OUT/bench-coll.txt"'
 stage phases 150 bash -c 'set -o pipefail; ranks "$NGPU" -m mpi4py -m benchmarks.collective_phases | tee "$OUT/phases.txt"'
 stage pack 150 bash -c 'set -o pipefail; "$PY" -m benchmarks.collective_packing | tee "$OUT/pack.txt"'
+stage bench-layer 240 bash -c 'set -o pipefail; rc=0; "$PY" -m benchmarks.gpu_bench layer-ops | tee "$OUT/bench-layer.txt" \
+  || rc=1; "$PY" -m benchmarks.mask_ulps | tee "$OUT/mask-ulps.txt" || rc=1; exit $rc'
 
 echo "=== done in $((SECONDS - START))s"
 cat "$OUT/summary.txt"

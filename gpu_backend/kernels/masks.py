@@ -1,9 +1,17 @@
 """The mask ops on device buffers (docs/spec.md §5.9): comparisons (the elementwise
-kernels, to a bool buffer), `where` (a kernel of three operands) and `iota` (a kernel of
-none). Both kernels here are grid-stride loops over the result in its memory order
-(coalesced writes), each operand read through its own strides (broadcast axes at stride
-0, any layout, negative strides): no axis is assumed dense. gpu_backend/impls.py imports
-this module last; it registers the ops in GPU_IMPLS."""
+kernels, to a bool buffer), `where` (kernels of three operands) and `iota` (a kernel of
+none). gpu_backend/impls.py imports this module last; it registers the ops in GPU_IMPLS.
+
+`where` is planned as the elementwise ops are (gpu_backend/kernels/elementwise.py): the
+four buffers' axes coalesced in the result's memory order; where every one is a single
+unit-stride run, a grid-stride loop with four loads of each operand in flight (no index
+arithmetic); otherwise the general walk over [outer..., mid, inner] of the result's
+memory order, each operand read through its own strides (broadcast axes at stride 0, any
+layout, negative strides), the outer index unravelled once per work item of many
+elements, never per element. Values move as unsigned words of their size (bfloat16's
+bits as they are). `iota` writes its fresh result in memory order; each element's value
+is the start plus its index along the axis, which is the walk's mid index (or its inner
+index, where the axis is innermost in memory): no division per element either."""
 
 from __future__ import annotations
 
@@ -13,17 +21,20 @@ from math import prod
 import numpy as np
 
 from gpu_backend.buffers.buffer import DeviceBuffer
-from gpu_backend.device import THREADS, blocks_for, cuda, fitted
+from gpu_backend.device import SIMULATED, blocks_for, cuda, fitted, max_blocks, rows_block
 from gpu_backend.impls import Order, broadcast_shape, impl, per_device
 from gpu_backend.kernels import functions
-from gpu_backend.kernels.elementwise import elementwise
-from gpu_backend.kernels.strides import Arr, Ints, padded, unravel
+from gpu_backend.kernels.elementwise import as_words, elementwise
+from gpu_backend.kernels.elementwise_kernels import _item, walk_geometry
+from gpu_backend.kernels.strides import Arr, Ints, coalesce, padded, unravel
 from gpu_backend.launches.launch import launch
 from interp.masks import iota_block_of
 from refir.ir import ops
 from refir.ir.types import TensorType
 
 BOOL = np.dtype(bool)
+# where's dense grid: at most this many times max_blocks() (as elementwise's two-operand kernel)
+WHERE_BLOCKS = 1 if SIMULATED else 1 << 20
 
 
 @impl(ops.Compare)
@@ -32,22 +43,64 @@ def compare(op: ops.Compare, order: Order, a: DeviceBuffer, b: DeviceBuffer) -> 
     return elementwise(functions.compare(op.name, a.dtype), DeviceBuffer.empty(shape, BOOL, order), a, b)
 
 
-def _walk(out: DeviceBuffer) -> tuple[list[int], tuple[int, ...]]:
-    """The result's axes outermost-in-memory first: the walk that writes it in order."""
-    axes = sorted(range(len(out.shape)), key=lambda i: -abs(out.strides[i]))
-    return axes, tuple(out.shape[i] for i in axes)
+@cuda.jit
+def _where_dense(out: Arr, o_off: int, c: Arr, c_off: int, x: Arr, x_off: int, y: Arr, y_off: int, n: int) -> None:
+    """Every buffer one unit-stride run: four elements a thread, all twelve loads first."""
+    bx = cuda.blockDim.x
+    i = cuda.blockIdx.x * bx * 4 + cuda.threadIdx.x
+    step = cuda.gridDim.x * bx * 4
+    while i + 3 * bx < n:
+        c0, c1, c2, c3 = c[c_off + i], c[c_off + i + bx], c[c_off + i + 2 * bx], c[c_off + i + 3 * bx]
+        x0, x1, x2, x3 = x[x_off + i], x[x_off + i + bx], x[x_off + i + 2 * bx], x[x_off + i + 3 * bx]
+        y0, y1, y2, y3 = y[y_off + i], y[y_off + i + bx], y[y_off + i + 2 * bx], y[y_off + i + 3 * bx]
+        out[o_off + i] = x0 if c0 else y0
+        out[o_off + i + bx] = x1 if c1 else y1
+        out[o_off + i + 2 * bx] = x2 if c2 else y2
+        out[o_off + i + 3 * bx] = x3 if c3 else y3
+        i += step
+    while i < n:  # the ragged end
+        out[o_off + i] = x[x_off + i] if c[c_off + i] else y[y_off + i]
+        i += bx
 
 
 @cuda.jit
-def _where_kernel(out: Arr, o_off: int, o_st: Ints, c: Arr, c_off: int, c_st: Ints, x: Arr, x_off: int,
-                  x_st: Ints, y: Arr, y_off: int, y_st: Ints, shape: Ints, n: int) -> None:
-    i = cuda.grid(1)
-    while i < n:
-        if c[c_off + unravel(i, shape, c_st)]:
-            out[o_off + unravel(i, shape, o_st)] = x[x_off + unravel(i, shape, x_st)]
-        else:
-            out[o_off + unravel(i, shape, o_st)] = y[y_off + unravel(i, shape, y_st)]
-        i += cuda.gridsize(1)
+def _where_walk(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
+                c: Arr, c_off: int, c_outer: Ints, c_mid: int, c_in: int,
+                x: Arr, x_off: int, x_outer: Ints, x_mid: int, x_in: int,
+                y: Arr, y_off: int, y_outer: Ints, y_mid: int, y_in: int,
+                outer: Ints, walk: Ints, items: int) -> None:
+    """Any strides: work items of one inner row's span (or of several short rows),
+    threadIdx.x along the row; the outer index unravelled once per item."""
+    bx = cuda.blockDim.x
+    for item in range(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y, items, cuda.gridDim.x * cuda.blockDim.y):
+        row, m0, m1, j0, j1 = _item(item, walk)
+        o = o_off + unravel(row, outer, o_outer)
+        p = c_off + unravel(row, outer, c_outer)
+        q = x_off + unravel(row, outer, x_outer)
+        r = y_off + unravel(row, outer, y_outer)
+        for m in range(m0, m1):
+            om, pm, qm, rm = o + m * o_mid, p + m * c_mid, q + m * x_mid, r + m * y_mid
+            j = j0 + cuda.threadIdx.x
+            while j + 3 * bx < j1:  # four elements a thread, all twelve loads first
+                c0, c1 = c[pm + j * c_in], c[pm + (j + bx) * c_in]
+                c2, c3 = c[pm + (j + 2 * bx) * c_in], c[pm + (j + 3 * bx) * c_in]
+                x0, x1 = x[qm + j * x_in], x[qm + (j + bx) * x_in]
+                x2, x3 = x[qm + (j + 2 * bx) * x_in], x[qm + (j + 3 * bx) * x_in]
+                y0, y1 = y[rm + j * y_in], y[rm + (j + bx) * y_in]
+                y2, y3 = y[rm + (j + 2 * bx) * y_in], y[rm + (j + 3 * bx) * y_in]
+                out[om + j * o_in] = x0 if c0 else y0
+                out[om + (j + bx) * o_in] = x1 if c1 else y1
+                out[om + (j + 2 * bx) * o_in] = x2 if c2 else y2
+                out[om + (j + 3 * bx) * o_in] = x3 if c3 else y3
+                j += 4 * bx
+            while j < j1:
+                out[om + j * o_in] = x[qm + j * x_in] if c[pm + j * c_in] else y[rm + j * y_in]
+                j += bx
+
+
+def _words(b: DeviceBuffer) -> DeviceBuffer:
+    """`b`'s memory as unsigned words of its element size: where moves bits, never values."""
+    return DeviceBuffer(as_words(b.data, np.dtype(f"u{b.data.dtype.itemsize}")), b.offset, b.shape, b.strides)
 
 
 @impl(ops.Where)
@@ -58,25 +111,57 @@ def where(op: ops.Where, order: Order, cond: DeviceBuffer, x: DeviceBuffer, y: D
     n = out.size
     if n == 0:
         return out
-    axes, walk = _walk(out)
+    views = [_words(out), cond.broadcast_to(shape), _words(x.broadcast_to(shape)), _words(y.broadcast_to(shape))]
+    walk, strides = coalesce(shape, [v.strides for v in views], out.strides)
+    if len(walk) == 1 and all(st == [1] for st in strides):
+        threads = fitted(-(-n // 4))
+        blocks = max(1, min(-(-n // (threads * 4)), WHERE_BLOCKS * max_blocks()))
+        launch(_where_dense, blocks, threads, *[v for b in views for v in (b.data, b.offset)], n)
+        return out
+    walk, strides = [1, *walk], [[0, *st] for st in strides]  # a mid axis, at worst of extent 1
+    outer = padded(walk[:-2], 1)
+    bx, by = rows_block(walk[-1])
+    geometry, items = walk_geometry(prod(outer), walk[-2], walk[-1], bx)
+    by = fitted(items, by)
     args: list[object] = []
-    for b in (out, cond.broadcast_to(shape), x.broadcast_to(shape), y.broadcast_to(shape)):
-        args += (b.data, b.offset, padded([b.strides[i] for i in axes], 0))
-    threads = fitted(n)
-    launch(_where_kernel, blocks_for(n, threads), threads, *args, padded(walk, 1), n)
+    for b, st in zip(views, strides):
+        args += (b.data, b.offset, padded(st[:-2], 0), st[-2], st[-1])
+    launch(_where_walk, blocks_for(items, by), (bx, by), *args, outer, geometry, items)
     return out
 
 
 @cache
 def _iota_kernel(convert: object) -> object:
     @cuda.jit
-    def kernel(out: Arr, o_off: int, o_st: Ints, shape: Ints, inner: int, extent: int, start: int, n: int) -> None:
-        i = cuda.grid(1)
-        while i < n:
-            out[o_off + unravel(i, shape, o_st)] = convert(np.int64(start + i // inner % extent))
-            i += cuda.gridsize(1)
+    def kernel(out: Arr, o_off: int, walk: Ints, items: int, start: int, along_mid: int, along_in: int) -> None:
+        """out[(row mid + m) inner + j] = start + m along_mid + j along_in, in memory order."""
+        bx = cuda.blockDim.x
+        mid, inner = walk[0], walk[1]
+        for item in range(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y, items,
+                          cuda.gridDim.x * cuda.blockDim.y):
+            row, m0, m1, j0, j1 = _item(item, walk)
+            for m in range(m0, m1):
+                base = o_off + (row * mid + m) * inner
+                value = start + m * along_mid
+                j = j0 + cuda.threadIdx.x
+                while j < j1:
+                    out[base + j] = convert(np.int64(value + j * along_in))
+                    j += bx
 
     return kernel
+
+
+def iota_walk(shape: tuple[int, ...], strides: tuple[int, ...], axis: int) -> tuple[tuple[int, int, int], int, int]:
+    """A dense buffer's elements in memory order as [rows, mid, inner], and the weights
+    of the mid and inner index in an element's index along `axis`: [outer, axis, inner]
+    with weights (1, 0); the axis innermost in memory: [outer, 1, axis] with (0, 1)."""
+    n, extent = prod(shape), shape[axis]
+    if extent == 1:
+        return (1, 1, n), 0, 0
+    inner = strides[axis]  # dense: the elements of the axes inside it in memory
+    if inner == 1:
+        return (n // extent, 1, extent), 0, 1
+    return (n // (extent * inner), extent, inner), 1, 0
 
 
 @per_device(ops.Iota)
@@ -86,14 +171,13 @@ def iota(op: ops.Iota, order: Order, t: TensorType, device: int, extents: list[i
     shape, start = iota_block_of(op, t, device, extents)
     dtype = t.np_dtype
     out = DeviceBuffer.empty(shape, dtype, order)
-    n = out.size
-    if n == 0:
+    if out.size == 0:
         return out
-    axes, walk = _walk(out)
-    at = axes.index(op.axis)
-    inner = prod(walk[at + 1:])
+    (rows, mid, inner), along_mid, along_in = iota_walk(out.shape, out.strides, op.axis)
+    bx, by = rows_block(inner)
+    geometry, items = walk_geometry(rows, mid, inner, bx)
+    by = fitted(items, by)
     kernel = _iota_kernel(functions.cast(np.dtype(np.int64), dtype))
-    threads = fitted(n, THREADS)
-    launch(kernel, blocks_for(n, threads), threads, out.data, out.offset, padded([out.strides[i] for i in axes], 0),
-           padded(walk, 1), inner, shape[op.axis], start, n)
+    launch(kernel, blocks_for(items, by), (bx, by), out.data, out.offset, geometry, items, start, along_mid,
+           along_in)
     return out

@@ -1,15 +1,16 @@
 """The window ops (slice, select, pad, cat; docs/spec.md §5.8) on device buffers,
 registered in gpu_backend.impls' table. slice and select are views of the
 operand (any strides, steps multiply them), laid out as the result asks; cat
-copies each operand into its stretch of a fresh result; pad fills a fresh
-result with the constant and copies the operand into its interior."""
+copies each operand into its stretch of a fresh result; pad copies the operand
+into the interior of a fresh result and fills the border around it, each element
+written once (the border as at most two slabs an axis: `border`)."""
 
 from __future__ import annotations
 
 from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.impls import Order, impl, laid_out_view
 from gpu_backend.kernels.elementwise import copy_into
-from gpu_backend.kernels.window_kernels import fill
+from gpu_backend.kernels.window_kernels import fill_view
 from interp.impls import scalar_value
 from refir.errors import RunError
 from refir.ir import ops
@@ -33,12 +34,30 @@ def select(op: ops.Select, order: Order, x: DeviceBuffer) -> DeviceBuffer:
     return laid_out_view(view, order)
 
 
+def border(shape: tuple[int, ...], low: tuple[int, ...], inner: tuple[int, ...]) -> list[tuple[slice, ...]]:
+    """The elements of `shape` outside the box low[k] <= i_k < low[k] + inner[k], as
+    disjoint slabs: for each axis k, the indices before and after the box on k, the
+    box's on the axes before k and every index on those after (empty slabs left out)."""
+    slabs = []
+    for k, (n, lo, m) in enumerate(zip(shape, low, inner)):
+        box = tuple(slice(b, b + e) for b, e in zip(low[:k], inner[:k]))
+        rest = (slice(None),) * (len(shape) - k - 1)
+        for part in (slice(0, lo), slice(lo + m, n)):
+            index = (*box, part, *rest)
+            if all(len(range(*s.indices(e))) for s, e in zip(index, shape)):
+                slabs.append(index)
+    return slabs
+
+
 @impl(ops.Pad)
 def pad(op: ops.Pad, order: Order, x: DeviceBuffer) -> DeviceBuffer:
     shape = tuple(n + lo + hi for n, lo, hi in zip(x.shape, op.low, op.high))
-    out = fill(DeviceBuffer.empty(shape, x.dtype, order), scalar_value(op.value, x.dtype))
+    out = DeviceBuffer.empty(shape, x.dtype, order)
     if x.size:
         copy_into(out[tuple(slice(lo, lo + n) for n, lo in zip(x.shape, op.low))], x)
+    value = scalar_value(op.value, x.dtype)
+    for slab in border(shape, op.low, x.shape):
+        fill_view(out[slab], value)
     return out
 
 

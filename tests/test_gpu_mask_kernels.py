@@ -1,0 +1,93 @@
+"""The gpu kernels of where, iota and pad's border on every layout, bit for bit against
+interp's numpy: operands with gaps, negative steps, permuted axes and broadcast axes,
+results in every memory order, short and long rows (the dense and the walking kernels)."""
+
+from itertools import permutations
+
+import numpy as np
+import pytest
+from test_gpu_kernels import strided
+
+from gpu_backend.buffers.buffer import download, upload
+from gpu_backend.impls import GPU_IMPLS, PER_DEVICE
+from gpu_backend.kernels import masks
+from gpu_backend.kernels.window import border
+from interp.impls import IMPLS
+from interp.masks import iota_block
+from refir.ir import ops
+from refir.ir.types import DTYPES, Axis, Mesh, TensorType, dense_strides
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x).view(f"u{x.itemsize}")
+
+
+def _check(out, want: np.ndarray, order: tuple[int, ...]) -> None:
+    got = download(out)
+    assert got.strides == dense_strides(got.shape, order, got.itemsize)  # dense in the asked layout
+    assert got.shape == want.shape and np.array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "i8", "f64", "bool"])
+def test_where_on_strided_broadcast_and_dense_operands_in_every_order(dtype, monkeypatch):
+    rng = np.random.default_rng(3)
+    t = DTYPES[dtype]
+    walked = []
+    real = masks.launch
+    monkeypatch.setattr(masks, "launch", lambda k, *a: (walked.append(k), real(k, *a))[1])
+    for shape in [(4, 3, 5), (2, 3, 40)]:
+        c = strided(rng, shape, np.dtype(bool))
+        x, y = strided(rng, shape, t), strided(rng, shape, t)
+        cases = [(c, x, y), (np.ascontiguousarray(c), np.ascontiguousarray(x), np.ascontiguousarray(y)),
+                 (c[:1, :, :1], x, y[:, :1]), (c, x[..., :1], y[:1, :1, :1])]
+        for args in cases:
+            want = IMPLS[ops.Where](ops.Where(), *args)
+            for order in permutations(range(3)):
+                _check(GPU_IMPLS[ops.Where](ops.Where(), order, *[upload(a) for a in args]), want, order)
+    assert {masks._where_dense, masks._where_walk} <= set(walked)  # both kernels ran
+
+
+def _iota_type(dtype: str, extents: tuple[int, ...], order: tuple[int, ...]) -> TensorType:
+    return TensorType(dtype, tuple(Axis(n, None) for n in extents), Mesh("m", (1,), (0,)), order)
+
+
+@pytest.mark.parametrize("dtype", ["i32", "f32", "bf16", "i8", "i64"])
+def test_iota_along_every_axis_in_every_order(dtype):
+    for extents in [(3, 1, 5), (2, 37, 4), (70, 3, 2)]:
+        for axis in range(3):
+            op = ops.Iota(axis)
+            for order in permutations(range(3)):
+                t = _iota_type(dtype, extents, order)
+                want = iota_block(op, t, 0, list(extents))
+                _check(PER_DEVICE[ops.Iota](op, order, t, 0, list(extents)), want, order)
+
+
+def test_iota_walk_puts_the_axis_in_the_mid_or_inner_place():
+    assert masks.iota_walk((4, 6), (6, 1), 0) == ((1, 4, 6), 1, 0)
+    assert masks.iota_walk((4, 6), (6, 1), 1) == ((4, 1, 6), 0, 1)
+    assert masks.iota_walk((4, 6), (1, 4), 0) == ((6, 1, 4), 0, 1)
+    assert masks.iota_walk((4, 1, 6), (6, 6, 1), 1) == ((1, 1, 24), 0, 0)
+
+
+def test_pad_border_slabs_cover_the_rest_once():
+    for shape, low, inner in [((5, 6, 4), (1, 0, 2), (3, 6, 1)), ((3, 4), (1, 1), (0, 2)), ((2, 2), (0, 0), (2, 2))]:
+        count = np.zeros(shape, int)
+        for slab in border(shape, low, inner):
+            count[slab] += 1
+        box = np.zeros(shape, int)
+        box[tuple(slice(lo, lo + n) for lo, n in zip(low, inner))] = 1
+        assert np.array_equal(count + box, np.ones(shape, int)), (shape, low, inner)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "bool"])
+def test_pad_of_an_empty_and_of_a_strided_operand_in_every_order(dtype):
+    rng = np.random.default_rng(5)
+    x = strided(rng, (4, 3, 6), DTYPES[dtype])
+    value = 1 if dtype == "bool" else -3
+    for arg, op in [(x, ops.Pad((1, 0, 3), (2, 1, 0), value)), (x[:, :0], ops.Pad((1, 2, 0), (0, 1, 1), value)),
+                    (x, ops.Pad((0, 0, 0), (0, 0, 0), value))]:
+        want = IMPLS[ops.Pad](op, arg)
+        for order in permutations(range(3)):
+            _check(GPU_IMPLS[ops.Pad](op, order, upload(arg)), want, order)
