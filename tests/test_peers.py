@@ -78,6 +78,18 @@ def test_unknown_and_missing_peers_are_one_line(monkeypatch, capsys):
          dst=(Shard(0), Replicate()), inner=5, dtype="bf16"),
     case(kind="op", op="sum", shape=(4,), src=(Shard(1), Replicate()), dst=(Replicate(), Shard(0)), inner=3,
          axis=1, root=(2, 4)),
+    # shape ops (conformance/peers/shape_ops.py): whole rows split locally; a merge of a sharded inner axis
+    # (DTensor: _StridedShard, refir: set first); windows along a sharded axis; where of a comparison
+    case(kind="op", op="reshape", root=(2,), dims=(0,), shape=(2, 2, 3), params=(4, 3), src=(Shard(0),),
+         dst=(Shard(0),)),
+    case(kind="op", op="reshape", root=(2,), dims=(0,), shape=(6, 7), params=(3, 2, 7), src=(Shard(1),),
+         dst=(Replicate(),)),
+    case(kind="op", op="slice", shape=(3, 3), params=(0, 1, 6, 2, 7), src=(Shard(0), Replicate()),
+         dst=(Shard(0), Shard(1)), dtype="i32"),
+    case(kind="op", op="cat", shape=(5, 4), params=(0, 3), src=(Replicate(), Shard(1)),
+         other=(Shard(0), Replicate()), dst=(Shard(0), Replicate()), dtype="bf16"),
+    case(kind="op", op="where_lt", shape=(5, 3), src=(Shard(0), Replicate()), other=(Replicate(), Shard(1)),
+         dst=(Replicate(), Shard(1))),
 ], ids=lambda c: c.label())
 def test_dtensor_agrees_with_refir(c):
     peer = load_peer("dtensor")
@@ -108,6 +120,28 @@ def test_dtensor_disagreement_is_seen_and_its_reproducer_fails_alone(tmp_path, m
         path = tmp_path / f"repro{rc}.py"
         path.write_text(dtensor_script(c, inputs, want))
         assert subprocess.run([sys.executable, str(path)], capture_output=True).returncode == rc
+
+
+@needs_torch
+def test_a_peer_reshape_in_column_major_order_is_caught(monkeypatch):
+    """A planted peer bug in a shape op (reshape in Fortran order) differs from refir and the
+    meaning: triaged as the peer's."""
+    from conformance.peers import shape_ops
+
+    real = shape_ops.torch_op
+
+    def fortran(op, params, shape, args):
+        if op != "reshape":
+            return real(op, params, shape, args)
+        x = args[0]
+        return x.permute(*reversed(range(x.ndim))).reshape(list(reversed(shape))).permute(
+            *reversed(range(len(shape))))
+
+    monkeypatch.setattr(shape_ops, "torch_op", fortran)
+    c = case(kind="op", op="reshape", root=(2,), dims=(0,), shape=(2, 2, 3), params=(4, 3), src=(Shard(0),),
+             dst=(Replicate(),))
+    o = check(load_peer("dtensor"), c)
+    assert o.status == "differ" and o.triage == "peer", o.problems
 
 
 @needs_torch
