@@ -25,7 +25,7 @@ from gpu_backend.kernels import gemm
 from gpu_backend.launches import graph, launch, recording, replay, replay_trace
 from refir.ir.types import BF16
 from refir.lowering.lower import lower
-from refir.running.inputs import default_bindings, draw_inputs
+from refir.running.inputs import bind_lines, default_bindings, draw_inputs
 from refir.world.ranks import local_world
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -308,8 +308,10 @@ def test_replayed_examples_equal_the_full_path(monkeypatch):
         program = refir.load(path)
         checked = refir.verify(program)
         before = replay.counts["replayed"]
+        listed = bind_lines(path.read_text())  # an example's first # bind: line (its reshapes need it)
+        bindings = default_bindings(checked, listed[0] if listed else None)
         for draw in range(5):  # compiles; records; replays, then makes and tries the graph; the graph
-            inputs = draw_inputs(checked, default_bindings(checked), seed=draw)
+            inputs = draw_inputs(checked, bindings, seed=draw)
             got = refir.run(program, inputs, backend="gpu")
             monkeypatch.setattr(replay, "ENABLED", False)
             want = refir.run(program, inputs, backend="gpu")

@@ -56,15 +56,16 @@ def test_replayed_runs_under_mpi_equal_the_full_path():
     assert "ok seed2" in done.stdout, done.stdout
 
 
-def problems(program, checked, draws: int = 5) -> tuple[list[str], int]:
+def problems(program, checked, bound: dict[str, int] | None = None, draws: int = 5) -> tuple[list[str], int]:
     """What differs between replayed runs and runs with replays off; and how many runs were replayed."""
     import refir
     from gpu_backend.launches import replay
     from refir.running.inputs import default_bindings, draw_inputs
 
     found, before = [], replay.counts["replayed"]
+    bindings = default_bindings(checked, bound)
     for draw in range(draws):  # compiles; records; replays, then makes and tries the graph; the graph
-        inputs = draw_inputs(checked, default_bindings(checked), seed=draw)
+        inputs = draw_inputs(checked, bindings, seed=draw)
         got = refir.run(program, inputs, backend="gpu")
         replay.ENABLED = False  # on every rank at once: all take the full path
         try:
@@ -101,6 +102,7 @@ def fitted(text: str, devices: str, size: int) -> tuple:
 def main() -> int:
     from gpu_backend.launches import replay
     from refir.errors import RefirError
+    from refir.running.inputs import bind_lines
     from refir.running.prepare import lowered_of, verified
     from refir.world.ranks import mpi_world
 
@@ -115,7 +117,8 @@ def main() -> int:
         if program is None:
             continue
         try:
-            found, replayed = problems(program, checked)
+            listed = bind_lines(text)  # the first # bind: line (an example's reshapes need its extents)
+            found, replayed = problems(program, checked, listed[0] if listed else None)
         except RefirError as exc:
             found, replayed = [f"{type(exc).__name__}: {exc}"], 0
         lowered = lowered_of(verified(program, None))

@@ -173,6 +173,32 @@ def test_explain_says_why_a_sharded_reshape_is_local(capsys):
     assert "qh: f32[S, 4@DIDx, 8] on tp" in out
 
 
+@pytest.mark.parametrize("command", ["check", "lower", "explain"])
+def test_check_lower_and_explain_refuse_the_bindings_a_run_refuses(command, capsys, tmp_path):
+    """reshape_c2/c4 and select_c3 wait for the bindings: a command given them
+    (--bind; explain also the # bind: line) refuses them as a run does: it never
+    draws, or calls local, a reshape that cuts a head in half."""
+    from tests.helpers import refused
+
+    attention = ROOT / "examples/causal_attention.rir"
+    err = refused(capsys, command, attention, "--bind", "H=6", "Q=12")  # 3 columns a device: half heads of 2
+    assert "H=6, Q=12, S=3: a device's block of axis 2 (12 over 4: 3 rows of 1) is 3 elements" in err
+    assert err.rstrip().splitlines()[1].endswith("the blocks do not split exactly [reshape_c4]"), err
+    assert "reshape of 54 elements into 48 [reshape_c2]" in refused(capsys, command, attention, "--bind", "Q=9")
+    path = tmp_path / "sel.rir"
+    path.write_text("mesh m = [0, 1]\nfunc main(x: f32[N, 6]) {\n  y = select(x, axis=0, index=3)\n"
+                    "  return y\n}\n")
+    err = refused(capsys, command, path, "--bind", "N=3")
+    assert "select index 3 is outside axis 0 of extent N=3 [select_c3]" in err
+    assert main_ok(command, attention, "H=7", "Q=14")  # 4, 4, 4 and 2 columns: 2, 2, 2 and 1 whole heads
+
+
+def main_ok(command: str, path: Path, *bind: str) -> bool:
+    from refir.cli import main
+
+    return main([command, str(path), "--bind", *bind]) == 0
+
+
 def test_two_sharded_axes_merged_and_a_bad_builder_extent_are_refused():
     text = """mesh g = [[0, 1], [2, 3]]
 func main(w: f32[2@DIDy, 4@DIDx]) {

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from refir.checks.limits import INPUT_BYTES, check_shape
+from refir.checks.rules_reshape import check_bound
+from refir.checks.rules_window import check_select_bounds
 from refir.checks.verifier import Checked
 from refir.errors import InputError
 from refir.ir.program import Program
@@ -71,7 +73,9 @@ def bindings_for(checked: Checked, bind: list[str] | None) -> dict[str, int]:
 
 def default_bindings(checked: Checked, given: dict[str, int] | None = None) -> dict[str, int]:
     """A value for every symbol: the given one, else the smallest multiple of every
-    mesh-axis size that shards it that is at least 4."""
+    mesh-axis size that shards it that is at least 4. Checked as a run checks them
+    before anything runs (every shape within the limits, select_c3, reshape_c2 and
+    reshape_c4), so that `check`, `lower` and `explain` refuse what `run` refuses."""
     out = dict(given or {})
     unknown = sorted(set(out) - set(checked.symbols))
     if unknown:
@@ -82,6 +86,8 @@ def default_bindings(checked: Checked, given: dict[str, int] | None = None) -> d
         out[s] = step * -(-4 // step)
     for name, t in checked.types.items():
         check_shape(global_shape(t, out), f"with {', '.join(f'{k}={v}' for k, v in sorted(out.items()))}, {name}: {t}")
+    check_select_bounds(checked.func, checked.types, out)  # select_c3
+    check_bound(checked, out)  # reshape_c2, reshape_c4
     return out
 
 
