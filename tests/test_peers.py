@@ -146,9 +146,9 @@ def test_a_peer_reshape_in_column_major_order_is_caught(monkeypatch):
 
 @needs_torch
 def test_known_dtensor_bug_is_triaged_and_the_sweep_passes(tmp_path, capsys):
-    """Case 14 of seed 0 is DTensor's amax on an empty shard (docs/peers.md)."""
+    """Case 13 of seed 0 is DTensor's amax on an empty shard (docs/peers.md)."""
     peer = load_peer("dtensor")
-    o = check(peer, drawn(peer, 0, 14))
+    o = check(peer, drawn(peer, 0, 13))
     assert o.triage == "peer-bug:dtensor-amax-empty-shard", o.problems
     assert main(["peer", "dtensor", "--cases", "4", "--save", str(tmp_path)]) == 0
     out = capsys.readouterr().out
