@@ -85,3 +85,14 @@ def test_drawn_programs_of_each_form_agree_on_every_backend(wanted):
     for case in drawn(0, index):
         for outcome in check_case(case, ["global", "spmd", "gpu"]):
             assert outcome.status == "pass", (wanted, index, outcome)
+
+
+@pytest.mark.parametrize("name", ["expand_kept_axis_reversed", "gpu_expand_all_strides_zero",
+                                  "matmul_first_batch_repeated"])
+def test_the_generated_cases_alone_kill_the_expand_and_matmul_mutants(name):
+    from conformance.mutants import MUTANTS
+    from conformance.teeth import hunt
+
+    cases = [c for i in range(40) for c in drawn(0, i)]
+    (kill,) = hunt(cases, mutants=[m for m in MUTANTS if m.name == name])
+    assert kill.killed and kill.first.startswith("gen0-"), (name, kill.first)
