@@ -26,6 +26,7 @@ from conformance.data import _narrower
 from conformance.error_class import ErrorClass, Site
 from conformance.mask_classes import MASK_CLASSES
 from conformance.reshape_classes import RESHAPE_CLASSES
+from conformance.window_classes import WINDOW_CLASSES
 from interp.impls import COMBINE, cast, compute, identity, reduction, scalar_value
 from interp.masks import value_dtype
 from refir.ir import ops
@@ -369,3 +370,4 @@ def _changes_a_result(checked: object, values: dict, bounds: dict, bindings: dic
 
 
 CLASSES = CLASSES + MASK_CLASSES  # comparisons, where, unary (conformance/mask_classes.py)
+CLASSES = CLASSES + WINDOW_CLASSES  # slice, select, pad, cat along a sharded axis (conformance/window_classes.py)

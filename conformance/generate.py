@@ -26,6 +26,7 @@ from typing import Protocol
 
 from conformance import generate_reshape
 from conformance.data import KINDS, DataSpec, View
+from conformance.generate_broadcast import broadcast_menu
 from conformance.generate_budget import BUDGET, STATIC  # noqa: E402
 from conformance.generate_masks import mask_step
 from conformance.generate_window import window_menu
@@ -259,24 +260,6 @@ class Maker:
             declared = self.placed(t.dtype, kept, self.other_mesh(t.mesh))
         return x.reduce(self.c.pick(kinds), dims, **self.out(declared))
 
-    def matmul(self, x: Value, t: TensorType) -> Value:
-        """x: [..., M, K] times a new input w: [..., K, N]."""
-        batch, k = t.axes[:-2], t.axes[-1]
-        room = max(1, BUDGET // max(self.size(batch + (k,)), self.size(t.axes[:-1])))
-        n = self.fresh_axes(1, room)[0]
-        used = {a.shard for a in t.axes if a.shard}
-        spare = [d for d in DIDS[:t.mesh.ndim] if d not in used]
-        if spare and self.c.maybe(30):
-            n = replace(n, shard=self.c.pick(spare))
-        w = self.param(self.b.type(t.dtype, batch + (k, n), t.mesh, self.layout(t.rank)))
-        declared = None
-        axes = t.axes[:-1] + (n,)
-        if k.shard and self.c.maybe(60):  # partial sums may land anywhere, as after a reduction
-            declared = self.placed(t.dtype, tuple(replace(a, shard=None) for a in axes), self.other_mesh(t.mesh))
-        elif self.c.maybe(40):
-            declared = self.b.type(t.dtype, axes, t.mesh, self.layout(t.rank))
-        return x.matmul(w, **self.out(declared))
-
     def set(self, x: Value, t: TensorType) -> Value:
         if self.c.maybe(10):
             return x.set(**self.out(None))
@@ -301,8 +284,7 @@ class Maker:
             menu.append(self.unsqueeze)
         if t.rank:
             menu += [self.reduce, self.reduce]
-        if t.rank >= 2 and t.dtype != "bool" and not t.axes[-1].broadcast and not t.axes[-2].broadcast:
-            menu.append(self.matmul)
+        menu += broadcast_menu(self, t)  # expand, matmul of any ranks (conformance/generate_broadcast.py)
         menu += window_menu(self, t)  # slice, select, pad, cat (conformance/generate_window.py)
         menu.append(lambda x, t: generate_reshape.reshape(self, x, t))
         return self.c.pick(menu)(x, t)

@@ -1,8 +1,9 @@
 """The generator's reshape (conformance/generate.py's Maker.step): a split of an
 axis, a merge of two, or an extent-1 axis added or dropped, on an operand of any
-sharding. Where the reshape would move data (reshape_c3, reshape_c4, under any of
-the case's bindings), a `set` first replicates the axes in the way, as a user
-writes it (docs/spec.md §5.10)."""
+sharding, one extent sometimes written -1 (numpy's inferred extent). Where the
+reshape would move data (reshape_c3, reshape_c4, under any of the case's
+bindings), a `set` first replicates the axes in the way, as a user writes it
+(docs/spec.md §5.10)."""
 
 from __future__ import annotations
 
@@ -71,4 +72,7 @@ def reshape(m: Maker, x: Value, t: TensorType) -> Value:
         whole = t.with_sharding({k: v for k, v in t.sharding().items() if k not in way})
         x = x.set(**m.out(replace(whole, layout=m.layout(t.rank))))
         t = x.type
-    return x.reshape(list(shape), **m.out(m.relaid(inferred(t, shape))))
+    given = list(shape)
+    if given and m.c.maybe(25):  # numpy's -1 for one extent (reshape_c6: the draws keep it an integer or a symbol)
+        given[m.c.below(len(given))] = -1
+    return x.reshape(given, **m.out(m.relaid(inferred(t, shape))))

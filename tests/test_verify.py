@@ -560,7 +560,7 @@ def test_window_results_may_be_replicated_only_on_the_axes_they_change():
 
 
 def test_reshape_c1():
-    rejects(prog("x: f32[8]", "y = reshape(x, [-1, 2])", "return y"), "reshape_c1", 3, 3, "-1 is no extent")
+    rejects(prog("x: f32[8]", "y = reshape(x, [-2, 2])", "return y"), "reshape_c1", 3, 3, "-2 is no extent")
     rejects(prog("x: f32[8]", "y = reshape(x, [b, 8])", "return y"), "reshape_c1", 3, 19, "'b' is reserved")
 
 
@@ -583,6 +583,24 @@ def test_reshape_c4():
     with pytest.raises(InputError, match=r"bind E=10.*do not split exactly \[reshape_c4\]"):
         refir.run(prog("x: f32[E@DIDx], w: f32[h, d]", "y = reshape(x, [h, d])", "return y"),
                   {"x": np.zeros(10, np.float32), "w": np.zeros((5, 2), np.float32)}, world=2)
+
+
+def test_reshape_c5():
+    rejects(prog("x: f32[8]", "y = reshape(x, [-1, -1])", "return y"), "reshape_c5", 3, 3, "at most one extent is -1")
+    rejects(prog("x: f32[S, 4]", "y = reshape(x, [-1, 2, -1])", "return y"), "reshape_c5", 3, 3, "-1")
+
+
+def test_reshape_c6():
+    rejects(prog("x: f32[6]", "y = reshape(x, [4, -1])", "return y"), "reshape_c6", 3, 3,
+            "the other extents (4 elements) do not divide the operand's 6")
+    rejects(prog("x: f32[6]", "y = reshape(x, [0, -1])", "return y"), "reshape_c6", 3, 3, "(0 elements)")
+    rejects(prog("x: f32[S, 4], w: f32[T]", "y = reshape(x, [T, -1])", "return y"), "reshape_c6", 3, 3, "do not divide")
+    rejects(prog("x: f32[S, 4]", "y = reshape(x, [-1, 2])", "return y"), "reshape_c6", 3, 3,
+            "-1 would be 2*S, which is no extent")
+    rejects(prog("x: f32[S, T]", "y = reshape(x, [-1])", "return y"), "reshape_c6", 3, 3, "-1 would be S*T")
+    checked = refir.verify(refir.parse(prog("x: f32[S@DIDx, 6]", "y = reshape(x, [S, 2, -1])", "return y"), FILE))
+    assert str(checked.types["y"]) == "f32[S@DIDx, 2, 3] on m"
+    assert checked.func.eqns[0].op == ops.Reshape(("S", 2, 3))  # what lowering and the backends are handed
 
 
 # ---- every label has its test -----------------------------------------------------------

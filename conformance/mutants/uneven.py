@@ -54,6 +54,29 @@ def allgather_front_padding() -> Iterator[None]:
         yield
 
 
+@mutant("an uneven allgather unpads its slots with np.array_split's sizes (5 over 4: 2, 1, 1, 1), not the "
+        "blocks' (2, 2, 1, 0)", by="values")
+def allgather_array_split() -> Iterator[None]:
+    def gathered(blocks: list[np.ndarray], axis: int, extent: int) -> np.ndarray:
+        n, c = len(blocks), block_size(extent, len(blocks), 0)
+        sizes = [extent // n + (k < extent % n) for k in range(n)]
+        slots = [_padded(b, axis, c)[(slice(None),) * axis + (slice(0, s),)] for b, s in zip(blocks, sizes)]
+        return np.concatenate(slots, axis=axis)
+
+    def local(op: Any, team: Team, x: dict, src: TensorType, dst: TensorType, xp: Any) -> Any:
+        whole = gathered([x[s] for s in team.senders], op.axis, dst.axes[op.axis].extent)
+        return {r: whole for r in team.receivers}
+
+    def remote(t: Any, op: Any, team: Team, x: np.ndarray, src: TensorType, dst: TensorType) -> np.ndarray:
+        shapes = [local_shape(src, {}, d) for d in team.devices]
+        return gathered(t.allgather(t.team_comm(team.devices), x, op.axis, shapes), op.axis, dst.axes[op.axis].extent)
+
+    mpi = mpi_rules()
+    with mock.patch.dict(interp.collectives.EXCHANGES, {ops.Allgather: local}), \
+            mock.patch.dict(mpi, {ops.Allgather: remote} if mpi else {}):
+        yield
+
+
 def _own_size_offsets(x: np.ndarray, n: int, axis: int) -> list[np.ndarray]:
     """Blocks of the right sizes at the wrong places: block k starts at k times its
     own size, so a short last block reads from the middle of the axis."""

@@ -12,14 +12,14 @@ checked once the symbols are bound (`check_bound`, called before any run).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 from typing import TYPE_CHECKING
 
 from refir.checks.inference import EqnContext, keep_sharding, rule, unary_operand
 from refir.errors import InputError
 from refir.ir import ops
-from refir.ir.program import Sym
+from refir.ir.program import Eqn, Sym
 from refir.ir.types import RESERVED, Axis, Bindings, Extent, TensorType, extent_value
 
 if TYPE_CHECKING:
@@ -95,20 +95,56 @@ def _replicated_hint(name: str, x: TensorType, axis: int) -> str:
     return f"set {name} to replicated on axis {axis} first: `{name}_whole: {whole} = set({name})`"
 
 
+INFERRED = -1  # numpy's inferred extent (reshape_c5, reshape_c6)
+
+
 def check_shape(shape: tuple[Extent, ...], c: EqnContext) -> None:
     for e in shape:
-        if isinstance(e, bool) or not isinstance(e, (int, str)) or isinstance(e, int) and e < 0:  # reshape_c1
+        if isinstance(e, bool) or not isinstance(e, (int, str)) or isinstance(e, int) and e < INFERRED:  # reshape_c1
             raise c.fail("reshape_c1", f"reshape extent {e!r} is no extent: every extent is a non-negative "
-                         "integer or a symbol (numpy's -1 has no place in refir)")
+                         "integer, a symbol, or -1 (numpy's inferred extent)")
         if isinstance(e, str) and e in RESERVED:  # reshape_c1
             raise c.fail("reshape_c1", f"{e!r} is reserved and names no extent")
+    if list(shape).count(INFERRED) > 1:  # reshape_c5
+        raise c.fail("reshape_c5", f"reshape into [{', '.join(map(str, shape))}]: at most one extent is -1 "
+                     "(two cannot both be inferred)")
     syms = tuple(dict.fromkeys(e for e in shape if isinstance(e, str)))
     if tuple(a.name if isinstance(a, Sym) else a for a in c.eqn.args[1:]) != syms:  # op_c2
         raise c.fail("op_c2", f"reshape's operands are its tensor, then the symbols of its shape ({', '.join(syms)})")
 
 
+def inferred_shape(x: TensorType, shape: tuple[Extent, ...], c: EqnContext) -> tuple[Extent, ...]:
+    """`shape` with its -1 (if any) replaced by the operand's element count divided by
+    the product of the other extents, an integer or one symbol (reshape_c6)."""
+    if INFERRED not in shape:
+        return shape
+    at = shape.index(INFERRED)
+    (cx, sx), (ck, sk) = _mono(extents_of(x)), _mono([e for e in shape if e != INFERRED])
+    given = f"reshape of [{', '.join(map(str, extents_of(x)))}] into [{', '.join(map(str, shape))}]"
+    if ck == 0 or cx % ck or sk - sx:  # reshape_c6
+        raise c.fail("reshape_c6", f"{given}: the other extents ({_text(ck, sk)} elements) do not divide the "
+                     f"operand's {_text(cx, sx)}, so -1 stands for no extent")
+    coef, syms = cx // ck, sx - sk
+    if syms and (coef != 1 or sum(syms.values()) != 1):  # reshape_c6
+        raise c.fail("reshape_c6", f"{given}: -1 would be {_text(coef, syms)}, which is no extent (an integer or "
+                     "one symbol); write the shape out")
+    return (*shape[:at], next(iter(syms)) if syms else coef, *shape[at + 1:])
+
+
+def resolved(eqn: Eqn, result: TensorType) -> Eqn:
+    """A reshape with its -1 replaced by the extent inferred (`result`'s), its
+    operands the tensor and the symbols of that shape: what lowering and every
+    backend are handed (Checked.func), so that none of them infers anything."""
+    if not isinstance(eqn.op, ops.Reshape) or INFERRED not in eqn.op.shape:
+        return eqn
+    shape = tuple(1 if a.broadcast else a.extent for a in result.axes)
+    syms = tuple(Sym(e, eqn.loc) for e in dict.fromkeys(e for e in shape if isinstance(e, str)))
+    return replace(eqn, op=ops.Reshape(shape), args=(eqn.args[0], *syms))
+
+
 def infer(x: TensorType, shape: tuple[Extent, ...], c: EqnContext) -> TensorType:
     check_shape(shape, c)
+    shape = inferred_shape(x, shape, c)
     name = c.eqn.args[0].name  # type: ignore[union-attr]
     xs = extents_of(x)
     (cx, sx), (ct, st) = _mono(xs), _mono(list(shape))
@@ -188,4 +224,4 @@ def check_bound(checked: Checked, bindings: Bindings) -> None:
                                                   "[reshape_c4]"))
 
 
-__all__ = ["Group", "block_problem", "check_bound", "groups", "infer"]
+__all__ = ["Group", "block_problem", "check_bound", "groups", "infer", "inferred_shape", "resolved"]

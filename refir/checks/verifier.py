@@ -6,7 +6,7 @@ tests/test_verify.py holds a negative test of the same name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from refir.checks import (
     op_rules,  # noqa: F401  (registers the rules of today's ops)
@@ -17,6 +17,7 @@ from refir.checks import (
     rules_window,  # noqa: F401  (slice, select, pad, cat)
 )
 from refir.checks.inference import INFER, EqnContext
+from refir.checks.rules_reshape import resolved
 from refir.checks.type_checks import check_mesh, check_type
 from refir.errors import Loc, VerifyError
 from refir.ir import ops
@@ -76,6 +77,7 @@ def verify_func(program: Program, func: Func) -> Checked:
     for p in func.params:
         _define(p.name, p.loc, types, symbols)
         types[p.name] = p.type
+    eqns: list[Eqn] = []
     for eqn in func.eqns:
         for a in eqn.args:
             if isinstance(a, Var) and a.name not in types:  # func_c2
@@ -99,12 +101,15 @@ def verify_func(program: Program, func: Func) -> Checked:
         result = INFER[type(eqn.op)](eqn.op, ctx)
         check_type(result, eqn.loc)
         types[eqn.out] = result
+        eqns.append(resolved(eqn, result))  # a reshape's -1 as the extent inferred (rules_reshape)
     for r in func.results:
         if r not in types:  # func_c4
             raise VerifyError(func.results_loc, "func_c4", f"result {r!r} is not defined")
     twice = [r for i, r in enumerate(func.results) if r in func.results[:i]]
     if twice:  # func_c4 (the parser refuses it first, at the name)
         raise VerifyError(func.results_loc, "func_c4", f"{twice[0]!r} is returned twice")
+    if any(a is not b for a, b in zip(eqns, func.eqns)):
+        func = replace(func, eqns=tuple(eqns))
     return Checked(program, func, types, frozenset(symbols))
 
 

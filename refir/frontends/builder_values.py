@@ -158,7 +158,8 @@ class Value:
     @located
     def reshape(self, shape: Sequence[int | str | Sym], **kw: object) -> Value:
         """numpy's C-order reshape: `x.reshape(["S", 4, 8])` (extents: integers, symbol
-        names or b.sym(...)); local where each device's block is whole rows (spec §5.9)."""
+        names or b.sym(...), and at most one -1, inferred); local where each device's
+        block is whole rows (spec §5.10)."""
         extents = tuple(e.name if isinstance(e, Sym) else e for e in shape)
         syms = tuple(Sym(e) for e in dict.fromkeys(e for e in extents if isinstance(e, str)))
         return self.builder.apply(ops.Reshape(extents), (self, *syms), **kw)
