@@ -225,8 +225,17 @@ def _double_rounding(s: Site) -> np.ndarray:
 
 
 def _direct_bf16(s: Site) -> np.ndarray:
-    x = s.args[0]
-    return (x if x.dtype == np.float64 else x.astype(np.float64)).astype(s.dtype)
+    """The value rounded once, straight to bf16's 8 significant bits (ties to even),
+    worked out in float64: ml-dtypes' own f64 -> bf16 cast goes through float32 in
+    some versions (0.6) and not in others (0.7), so it cannot stand for either."""
+    x = s.args[0].astype(np.float64)
+    with np.errstate(all="ignore"):
+        m, e = np.frexp(x)
+        normal = np.ldexp(np.rint(np.ldexp(m, 8)), e - 8)
+        tiny = np.rint(np.ldexp(x, 133)) * 2.0 ** -133  # bf16's subnormals: multiples of 2^-133
+        rounded = np.where(np.abs(x) < 2.0 ** -126, tiny, normal)
+        rounded = np.where(np.isfinite(x), rounded, x)
+    return rounded.astype(np.float32).astype(s.dtype)  # exact: the value has bf16's precision already
 
 
 def _x86_truncation(s: Site) -> np.ndarray:
