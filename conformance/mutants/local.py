@@ -16,7 +16,7 @@ import interp.spmd
 from conformance.mutants.patching import OTHER, sharded_symbols_from_blocks
 from conformance.mutants.registry import mutant
 from refir.ir import ops
-from refir.ir.types import TensorType, has_layout
+from refir.ir.types import TensorType, as_shard, has_layout
 from refir.lowering.lower import Lowered, Step
 from refir.world.backend_types import Shards
 from refir.world.ranks import World
@@ -103,7 +103,7 @@ def slice_wrong_mesh_axis() -> Iterator[None]:
         t, right = step.type, original(step, device, x, src)
         if t.mesh.ndim < 2:
             return right
-        wrong = original(replace(step, type=t.with_sharding({i: OTHER[k] for i, k in t.sharding().items()})),
+        wrong = original(replace(step, type=t.with_sharding({i: as_shard(tuple(OTHER[d] for d in ks)) for i, ks in t.nests().items()})),
                          device, x, src)
         # Only where the blocks have one shape: a short block where a long one belongs
         # fails the step on some ranks only, which under MPI is a hang rather than a bug.
