@@ -103,8 +103,8 @@ def slice_wrong_mesh_axis() -> Iterator[None]:
         t, right = step.type, original(step, device, x, src)
         if t.mesh.ndim < 2:
             return right
-        wrong = original(replace(step, type=t.with_sharding({i: as_shard(tuple(OTHER[d] for d in ks)) for i, ks in t.nests().items()})),
-                         device, x, src)
+        swapped = {i: as_shard(tuple(OTHER[d] for d in ks)) for i, ks in t.nests().items()}
+        wrong = original(replace(step, type=t.with_sharding(swapped)), device, x, src)
         # Only where the blocks have one shape: a short block where a long one belongs
         # fails the step on some ranks only, which under MPI is a hang rather than a bug.
         return wrong if wrong.shape == right.shape else right
