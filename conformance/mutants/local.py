@@ -101,7 +101,8 @@ def slice_wrong_mesh_axis() -> Iterator[None]:
 
     def slice_block(step: Step, device: int, x: np.ndarray, src: TensorType) -> np.ndarray:
         t, right = step.type, original(step, device, x, src)
-        if t.mesh.ndim < 2 or any(src.axes[i].shard for i in t.nests()):  # a nest cut further: left alone
+        # a nest cut further is left alone (its swapped nest would not begin with the operand's)
+        if t.mesh.ndim < 2 or any(a.nested and src.axes[i].shard for i, a in enumerate(t.axes)):
             return right
         swapped = {i: as_shard(tuple(OTHER[d] for d in ks)) for i, ks in t.nests().items()}
         wrong = original(replace(step, type=t.with_sharding(swapped)), device, x, src)
