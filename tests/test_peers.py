@@ -78,6 +78,22 @@ def test_unknown_and_missing_peers_are_one_line(monkeypatch, capsys):
          dst=(Shard(0), Replicate()), inner=5, dtype="bf16"),
     case(kind="op", op="sum", shape=(4,), src=(Shard(1), Replicate()), dst=(Replicate(), Shard(0)), inner=3,
          axis=1, root=(2, 4)),
+    # one tensor dim on several mesh dims (refir's nests, spec §3.2), uneven: 5 rows over 2x2 nest into 2, 1, 1, 1
+    case(src=(Shard(0), Shard(0)), dst=(Replicate(), Replicate())),
+    case(src=(Shard(0), Shard(0)), dst=(Shard(0), Replicate())),
+    case(src=(Shard(0), Shard(0)), dst=(Replicate(), Shard(0))),
+    case(src=(Replicate(), Replicate()), dst=(Shard(0), Shard(0))),
+    case(src=(Shard(1), Shard(0)), dst=(Shard(0), Shard(0))),
+    case(src=(Shard(0), Shard(0)), dst=(Shard(1), Shard(1))),
+    case(src=(Partial("sum"), Partial("sum")), dst=(Shard(0), Shard(0))),
+    case(root=(2, 3), src=(Shard(0), Shard(0)), dst=(Replicate(), Shard(0)), shape=(7, 2)),
+    case(root=(2, 2, 2), dims=(0, 1, 2), src=(Shard(0), Replicate(), Shard(0)), dst=(Shard(0), Shard(0), Shard(0)),
+         shape=(7, 3)),
+    case(root=(2, 2, 2), dims=(0, 1, 2), src=(Shard(0), Shard(0), Shard(0)), dst=(Replicate(), Shard(1), Replicate()),
+         shape=(7, 3)),
+    case(root=(2, 2, 2), view="slice", dims=(0, 2), src=(Shard(0), Shard(0)), dst=(Replicate(), Replicate())),
+    case(kind="op", op="sum", shape=(4,), src=(Shard(1), Shard(1)), dst=(Replicate(), Replicate()), inner=7,
+         axis=1),
 ], ids=lambda c: c.label())
 def test_dtensor_agrees_with_refir(c):
     peer = load_peer("dtensor")
