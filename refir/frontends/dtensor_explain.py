@@ -69,7 +69,8 @@ def _moves(lowered: Lowered, shape: tuple[int, ...]) -> list[str]:
     for k, step in enumerate(lowered.steps):
         if not step.is_communication:
             if isinstance(step.op, (ops.KeepBlock, ops.Copy)):
-                after = isinstance(step.op, ops.KeepBlock) and k and lowered.steps[k - 1].is_communication
+                nests = any(a.nested for t in (lowered.checked.func.params[0].type, step.type) for a in t.axes)
+                after = nests and isinstance(step.op, ops.KeepBlock) and k and lowered.steps[k - 1].is_communication
                 lines.append(f"  {step.out}: {ops.op_name(step.op)}: local, nothing moves" + (
                     " (the fallback: no collective makes this resharding directly, so it gathered to a "
                     "placement each block is cut from, and each device keeps its own: spec §6)" if after else ""))
