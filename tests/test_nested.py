@@ -92,6 +92,18 @@ def test_one_mesh_axis_is_no_nest_and_its_text_and_type_stay_as_they_were():
     assert axis_spec("N@(DIDy,DIDx)") == Axis("N", ("DIDy", "DIDx")) and axis_spec("N@DIDx") == Axis("N", "DIDx")
 
 
+def test_the_builder_takes_nests_in_axis_specs_and_reshardings():
+    from refir.frontends.builder import Builder
+
+    b = Builder()
+    b.mesh([[0, 1], [2, 3]])
+    x = b.input("x", "f32", ["5@(DIDy,DIDx)", 3])
+    b.output(x.set(shard={0: ("DIDx", "DIDy")}, name="y"))
+    assert "y: f32[5@(DIDx,DIDy), 3] on m = set(x)" in refir.print_program(b.build())
+    with pytest.raises(InputError, match="shard names 'DIDw'"):
+        x.set(shard={0: ("DIDx", "DIDw")})
+
+
 def test_dtensor_shard_on_several_mesh_dims_is_a_nest_in_mesh_dim_order():
     mesh = parse_mesh("2x2x2")
     t = to_refir((7, 3), mesh, (Shard(0), Replicate(), Shard(0)))
