@@ -184,8 +184,8 @@ def test_strided_inputs_on_a_nest():
         assert np.array_equal(got.outputs["s"], x + r)
 
 
-@pytest.mark.parametrize("n, name, backend", [(4, "nested_2d_uneven.rir", "spmd"), (4, "nested_partial.rir", "gpu"),
-                                              (8, "nested_3d.rir", "spmd")])
+@pytest.mark.parametrize("n, name, backend", [(4, "nested_2d_uneven.rir", "spmd"), (4, "nested_2d_uneven.rir", "gpu"),
+                                              (4, "nested_partial.rir", "gpu"), (8, "nested_3d.rir", "spmd")])
 def test_nested_corpus_under_mpiexec(n, name, backend):
     """One rank per process: the MPI transport (spmd) and the gpu backend's rank transport."""
     job = run_mpi(n, ["-m", "refir", "run", str(CORPUS / name), "--backend", backend], timeout=300)
