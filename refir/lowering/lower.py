@@ -17,7 +17,9 @@ Communications are chosen as nvFuser chooses them (docs/spec.md, "Lowering"):
 
 A resharding that changes several mesh axes becomes a chain of these steps;
 where no rule applies directly (2-D meshes across meshes), the chain goes
-through a replicated copy.
+through a replicated copy. On an axis cut over a nest of mesh axes (spec
+§3.2) each step adds or drops the nest's innermost mesh axis; what no step
+does directly gathers down to the nests' common outer part, then keeps blocks.
 """
 
 from __future__ import annotations
