@@ -127,6 +127,20 @@ def test_dtensor_disagreement_is_seen_and_its_reproducer_fails_alone(tmp_path, m
 
 
 @needs_torch
+def test_the_dtensor_sweep_draws_nests_and_they_agree():
+    """Case 42 of seed 0 puts dim 0 on all three mesh dims of a 2x1x2 mesh (7 rows: uneven)."""
+    peer = load_peer("dtensor")
+    c = drawn(peer, 0, 42)
+    assert (c.src, c.dst, c.shape) == ((Replicate(), Replicate(), Shard(0)), (Shard(0),) * 3, (7,))
+    o = check(peer, c)
+    assert o.status == "agree", o.problems
+    jax = load_peer("jax") if HAS_JAX else None
+    if jax is not None:  # the JAX peer draws no nests: its cases are what they were
+        assert all(len({p for p in ps if isinstance(p, Shard)}) == sum(isinstance(p, Shard) for p in ps)
+                   for i in range(30) for ps in (drawn(jax, 0, i).src, drawn(jax, 0, i).dst))
+
+
+@needs_torch
 def test_known_dtensor_bug_is_triaged_and_the_sweep_passes(tmp_path, capsys):
     """Case 14 of seed 0 is DTensor's amax on an empty shard (docs/peers.md)."""
     peer = load_peer("dtensor")
