@@ -197,7 +197,7 @@ class Mesh:
             return False
 
 
-Shard = str | tuple[str, ...]  # one mesh axis, or a nest of several, outermost first
+ShardSpec = str | tuple[str, ...]  # one mesh axis, or a nest of several, outermost first
 
 
 @dataclass(frozen=True)
@@ -207,7 +207,7 @@ class Axis:
     A nest of one mesh axis is that axis: `Axis(5, ("DIDx",)) == Axis(5, "DIDx")`."""
 
     extent: Extent
-    shard: Shard | None = None
+    shard: ShardSpec | None = None
     broadcast: bool = False
 
     def __post_init__(self) -> None:
@@ -229,17 +229,17 @@ class Axis:
         return f"{self.extent}@{shard_text(self.shard)}" if self.shard else str(self.extent)
 
 
-def dids_of(shard: Shard | None) -> tuple[str, ...]:
+def dids_of(shard: ShardSpec | None) -> tuple[str, ...]:
     """A shard as its mesh axes, outermost first."""
     return () if not shard else (shard,) if isinstance(shard, str) else shard
 
 
-def as_shard(dids: tuple[str, ...]) -> Shard | None:
+def as_shard(dids: tuple[str, ...]) -> ShardSpec | None:
     """The shard of mesh axes `dids` (outermost first): None, one name, or a nest."""
     return None if not dids else dids[0] if len(dids) == 1 else dids
 
 
-def shard_text(shard: Shard | None) -> str:
+def shard_text(shard: ShardSpec | None) -> str:
     """`DIDx`, or a nest `(DIDy,DIDx)`, as the text format writes it."""
     return f"({','.join(shard)})" if isinstance(shard, tuple) else str(shard)
 
@@ -273,7 +273,7 @@ class TensorType:
         """The memory order, outermost first (row-major when no layout)."""
         return self.layout if self.layout is not None else tuple(range(self.rank))
 
-    def sharding(self) -> dict[int, Shard]:
+    def sharding(self) -> dict[int, ShardSpec]:
         """Tensor axis -> mesh axis (or nest of mesh axes), for the sharded axes."""
         return {i: a.shard for i, a in enumerate(self.axes) if a.shard}
 
@@ -284,7 +284,7 @@ class TensorType:
         """Tensor axis -> its mesh axes, outermost first, for the sharded axes."""
         return {i: a.dids for i, a in enumerate(self.axes) if a.shard}
 
-    def with_sharding(self, sharding: Mapping[int, Shard | None]) -> TensorType:
+    def with_sharding(self, sharding: Mapping[int, ShardSpec | None]) -> TensorType:
         axes = tuple(replace(a, shard=sharding.get(i)) for i, a in enumerate(self.axes))
         return replace(self, axes=axes)
 
