@@ -204,7 +204,7 @@ def _what(step: Step, exc: Exception, kind: str = "") -> str:
 
 def slice_block(step: Step, device: int, x: Any, src: TensorType) -> Any:
     """The device's block along every axis the result cuts further than `src`
-    (whose nest begins the result's: types.inner_block)."""
+    (whose nest begins the result's: blocks.inner_block)."""
     index = []
     for i, a in enumerate(step.type.axes):
         if len(a.dids) > len(src.axes[i].dids):

@@ -95,7 +95,7 @@ def elements(t: TensorType, bindings: Bindings, width: int) -> Vec:
     ids, coords = _coords(t.mesh)
     count = np.ones(len(ids), np.int64)
     for a, n in zip(t.axes, global_shape(t, bindings)):
-        if a.shard:  # types.nested_block, on every device at once: each mesh axis of the nest cuts the last cut
+        if a.shard:  # blocks.nested_block, on every device at once: each mesh axis of the nest cuts the last cut
             length = np.full(len(ids), n, np.int64)
             for did in a.dids:
                 k = t.mesh.axis_of(did)

@@ -160,7 +160,7 @@ def block_problem(x: TensorType, shape: tuple[Extent, ...], g: Group, bindings: 
 
 def _nest_problem(x: TensorType, a: Axis, g: Group, xs: tuple[int, int], ts: tuple[int, int]) -> str:
     """block_problem for an axis cut over a nest: every block's element range
-    (types.nested_block, rows of R) the same on both sides, block by block."""
+    (blocks.nested_block, rows of R) the same on both sides, block by block."""
     parts = tuple(x.mesh.size(d) for d in a.dids)
     for ks in product(*(range(n) for n in parts)):
         (x0, x1), (t0, t1) = nested_block(xs[0], parts, ks), nested_block(ts[0], parts, ks)

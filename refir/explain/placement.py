@@ -58,7 +58,7 @@ class Placement:
 
     def block_number(self, b: Block) -> dict[int, int]:
         """Sharded tensor axis -> which of its blocks `b` is (the device's mesh
-        coordinate; a nest's coordinates read outermost first: types.block_number)."""
+        coordinate; a nest's coordinates read outermost first: blocks.block_number)."""
         return {i: block_number(self.type.mesh, a, b.device) for i, a in self._sharded_on}
 
     @cached_property
