@@ -31,8 +31,9 @@ from benchmarks.phases import PATTERN, nested, phase_medians
 SIZES = [tuple(int(n) for n in s.split(",")) for s in os.environ.get("RUN_SIZES", "8,16,8 256,512,256").split()]
 REPEATS = int(os.environ.get("RUN_REPEATS", "300"))
 # (module, attribute, label); a label in parentheses is part of the phase before it. Each
-# function is wrapped where its caller looks it up: refir.running.run_setup's, refir.running.runner's and refir.world.exchange's names
-# (before the runner's split, refir.world.exchange looked both up in refir.running.runner, and has neither).
+# function is wrapped where its caller looks it up: refir.running.run_setup's, refir.running.runner's and
+# refir.world.exchange's names (before the runner's split, refir.world.exchange looked both up in
+# refir.running.runner, and has neither).
 SPOTS = [("refir.running.run_setup", "verified", "verify"), ("refir.running.run_setup", "bind_and_check", "bind"),
          ("refir.world.exchange", "bind_and_check", "bind"), ("refir.world.exchange", "settle", "agree"),
          ("refir.running.run_setup", "shard_inputs", "shard"), ("refir.world.exchange", "shard_inputs", "shard"),

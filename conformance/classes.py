@@ -31,7 +31,7 @@ from interp.impls import COMBINE, cast, compute, identity, reduction, scalar_val
 from interp.masks import value_dtype
 from refir.ir import ops
 from refir.ir.program import Lit, Sym, Var
-from refir.ir.types import DTYPES, FLOATS, INTEGERS, as_dtype, block, finfo, resolved
+from refir.ir.types import DTYPES, FLOATS, INTEGERS, as_dtype, axis_block, block, finfo, resolved
 
 
 def _d(name: str) -> np.dtype:
@@ -121,6 +121,8 @@ def _blocks(s: Site) -> tuple[int, list[tuple[int, int]]] | None:
     t, op = s.types[0], s.op
     for d in op.dims:
         a = t.axes[d] if t is not None else None
+        if a is not None and a.nested:  # a team along the nest's mesh axes, in team (mesh) order
+            return d, [axis_block(t.mesh, a, int(a.extent), k) for k in t.mesh.teams(a.dids)[0]]
         if a is not None and a.shard:
             n = t.mesh.size(a.shard)
             return d, [block(int(a.extent), n, k) for k in range(n)]

@@ -10,6 +10,9 @@ or not allowed (blank):
   ids are out of order (team position differs from mesh position);
 - communications x dtype (communications move bytes: every width matters);
 - every op x result layout (rank >= 2) and mesh rank;
+- nests (spec §3.2): each step that adds or drops a mesh axis of an axis
+  sharded over several (allgather, all_to_all, reduce_scatter, keep_block) x
+  2-D and 3-D meshes, uneven blocks and device ids out of order;
 - data classes: for each op with known error classes (conformance/classes.py),
   the dtypes on which some case's values exposed each class, that is, where a
   backend with that class's wrong implementation fails the run. A local cell
@@ -35,7 +38,7 @@ from conformance.report import plain
 from refir.checks.verifier import verify
 from refir.errors import RefirError
 from refir.ir import ops
-from refir.ir.types import DIDS, DTYPES, Mesh, TensorType
+from refir.ir.types import DIDS, DTYPES, Mesh, TensorType, parts_of
 from refir.lowering.lower import Step, lower
 from refir.text.parser import parse
 
@@ -45,6 +48,8 @@ ROOTED_COMMS = (ops.Gather, ops.Reduce, ops.Scatter, ops.Broadcast, ops.SendRecv
 ONE_D_SOURCE = (ops.Gather, ops.Reduce, ops.SendRecv)  # lowered only from a 1-D mesh (spec §7)
 MESH_COLUMNS = tuple((n, d) for n in (1, 2, 3) for d in DIDS[:n])  # (mesh rank, mesh axis)
 LAYOUT_COLUMNS = ("row-major", "other layout", "1-D mesh", "2-D mesh", "3-D mesh")
+NEST_ROWS = ("allgather", "all_to_all", "reduce_scatter", "keep_block")  # the steps that add or drop a nest's axis
+NEST_COLUMNS = ("2-D mesh", "3-D mesh", "uneven", "ids out of order")
 
 
 def _local_rows() -> list[str]:
@@ -102,6 +107,7 @@ class Coverage:
     comm_dtype: set[tuple[type, str]] = field(default_factory=set)
     layout: set[tuple[str, str]] = field(default_factory=set)  # (op, column)
     classes: set[tuple[str, str, str]] = field(default_factory=set)  # (row, operand dtype, class) exposed
+    nests: set[tuple[str, str]] = field(default_factory=set)  # (NEST_ROWS, NEST_COLUMNS)
     programs: int = 0
 
     def add(self, step: Step, types: dict[str, TensorType]) -> None:
@@ -122,6 +128,11 @@ class Coverage:
             self.layout.add((label, "row-major" if step.type.order == tuple(range(step.type.rank))
                              else "other layout"))
         self.layout.add((label, f"{step.type.mesh.ndim}-D mesh"))
+        nested = [a for t in (src, step.type) for a in t.axes if a.nested]
+        if nested and label in NEST_ROWS:
+            uneven = any(not isinstance(a.extent, int) or a.extent % parts_of(step.type.mesh, a) for a in nested)
+            self.nests |= {(label, c) for c, on in ((f"{step.type.mesh.ndim}-D mesh", True), ("uneven", uneven),
+                                                    ("ids out of order", _permuted(step.type.mesh))) if on}
 
     def measure(self, cases: Iterable[Case]) -> Coverage:
         seen: set[int] = set()
@@ -221,6 +232,10 @@ def not_reached(cov: Coverage, cases: int, seed: int) -> list[str]:
                 dtype = row.split()[-1] if row.startswith("cast to") else ""
                 rank = int(c[0]) if c[0].isdigit() else 0
                 out.append(f"{row} with {c}: {_why(cov, cases, seed, dtype=dtype, mesh_rank=rank)}")
+    for row in NEST_ROWS:
+        for c in NEST_COLUMNS:
+            if (row, c) not in cov.nests:
+                out.append(f"{row} of a nest on {c}: the generator draws no nests; no corpus program has it")
     return out
 
 
@@ -250,8 +265,12 @@ def render(cov: Coverage, cases: int, seed: int) -> str:
     layout = _table("ops x result layout (rank >= 2) and mesh rank", LAYOUT_COLUMNS)
     for row in [*_local_rows(), *(_comm_name(k) for k in COMM_ROWS)]:
         layout.add_row(row, *(_mark((row, c) in cov.layout, _layout_allowed(row, c)) for c in LAYOUT_COLUMNS))
+    nests = _table("nests x mesh (an axis over several mesh axes: the steps that add or drop one of them)",
+                   NEST_COLUMNS)
+    for row in NEST_ROWS:
+        nests.add_row(row, *(_mark((row, c) in cov.nests, True) for c in NEST_COLUMNS))
     missing = not_reached(cov, cases, seed)
-    parts = [plain(t) for t in (local, mesh, dtypes, layout, class_table(cov))]
+    parts = [plain(t) for t in (local, mesh, dtypes, layout, nests, class_table(cov))]
     head = f"refir conform --coverage: {cov.programs} lowered programs of the default run"
     tail = (f"{len(missing)} allowed cells not reached:\n" + "\n".join(f"  {m}" for m in missing)
             if missing else "every cell the spec allows is reached")

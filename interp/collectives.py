@@ -19,7 +19,7 @@ from interp import sentinel
 from interp.impls import fold
 from refir.ir import ops
 from refir.ir.tables import registrar
-from refir.ir.types import TensorType, block
+from refir.ir.types import TensorType, block, block_number
 from refir.lowering.teams import Team
 
 Blocks = dict[int, np.ndarray]
@@ -31,8 +31,9 @@ rule = registrar(EXCHANGES)
 
 
 def block_index(t: TensorType, device: int, axis: int) -> int:
-    """Which block of `axis` the device holds under type `t`."""
-    return t.mesh.coord(device, t.axes[axis].shard)
+    """Which block of `axis` the device holds under type `t` (a scatter's result
+    is on a 1-D mesh: its coordinate)."""
+    return block_number(t.mesh, t.axes[axis], device)
 
 
 def split(x: np.ndarray, n: int, axis: int) -> list[np.ndarray]:

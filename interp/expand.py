@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from refir.ir.types import TensorType, block
+from refir.ir.types import TensorType, axis_block
 from refir.lowering.lower import Step
 
 
@@ -20,7 +20,7 @@ def local_extents(step: Step, device: int, args: list[Any], src: TensorType) -> 
         if not a.broadcast:
             out.append(args[0].shape[i])
         elif r.shard:
-            start, stop = block(int(n), mesh.size(r.shard), mesh.coord(device, r.shard))
+            start, stop = axis_block(mesh, r, int(n), device)
             out.append(stop - start)
         else:
             out.append(int(n))

@@ -12,7 +12,7 @@ import numpy as np
 
 from interp.impls import UNARY_FNS, cast, impl
 from refir.ir import ops
-from refir.ir.types import Bindings, TensorType, as_dtype, block, extent_value, is_bf16
+from refir.ir.types import Bindings, TensorType, as_dtype, axis_block, extent_value, is_bf16
 
 Fn = Callable[[np.ndarray], np.ndarray]
 
@@ -90,7 +90,7 @@ def iota_block_of(op: ops.Iota, t: TensorType, device: int, extents: list[int]) 
     its first element has along op.axis (every backend cuts the block here)."""
     shape, start = [], 0
     for i, (a, n) in enumerate(zip(t.axes, extents)):
-        lo, hi = block(n, t.mesh.size(a.shard), t.mesh.coord(device, a.shard)) if a.shard else (0, n)
+        lo, hi = axis_block(t.mesh, a, n, device)
         shape.append(hi - lo)
         if i == op.axis:
             start = lo

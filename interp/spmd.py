@@ -28,8 +28,8 @@ from refir.ir.types import (
     Bindings,
     TensorType,
     as_dtype,
-    block,
     dense_strides,
+    inner_block,
     local_shape,
     materialize,
     resolved,
@@ -203,12 +203,12 @@ def _what(step: Step, exc: Exception, kind: str = "") -> str:
 
 
 def slice_block(step: Step, device: int, x: Any, src: TensorType) -> Any:
-    """The device's block along every axis the result shards and `src` does not."""
+    """The device's block along every axis the result cuts further than `src`
+    (whose nest begins the result's: blocks.inner_block)."""
     index = []
     for i, a in enumerate(step.type.axes):
-        if a.shard and not src.axes[i].shard:
-            mesh = step.type.mesh
-            index.append(slice(*block(x.shape[i], mesh.size(a.shard), mesh.coord(device, a.shard))))
+        if len(a.dids) > len(src.axes[i].dids):
+            index.append(slice(*inner_block(step.type.mesh, src.axes[i], a, x.shape[i], device)))
         else:
             index.append(slice(None))
     return x[tuple(index)]

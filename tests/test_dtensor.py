@@ -52,6 +52,7 @@ def test_mesh_dims_map_to_dids_outermost_first():
 
 @pytest.mark.parametrize("mesh, placements", [
     ("4", "S0"), ("4", "R"), ("4", "P(max)"), ("2x2", "S1,S0"), ("2x2", "P,S0"), ("2x2x2", "R,P,S1"),
+    ("2x2", "S0,S0"), ("2x2x2", "S1,R,S1"), ("2x2x2", "S0,S0,S0"),
 ])
 def test_translation_round_trips(mesh, placements):
     m, ps = parse_mesh(mesh), parse_placements(placements)
@@ -59,7 +60,7 @@ def test_translation_round_trips(mesh, placements):
 
 
 @pytest.mark.parametrize("placements, message", [
-    ("S0,S0", "one mesh axis"), ("P(avg),R", "not 'avg'"), ("S0", "one per mesh dimension"),
+    ("P(avg),R", "not 'avg'"), ("S0", "one per mesh dimension"),
     ("S2,R", "2 dimensions"), ("P,P(max)", "one op"),
 ])
 def test_untranslatable_placements_are_refused(placements, message):

@@ -90,6 +90,22 @@ def test_unknown_and_missing_peers_are_one_line(monkeypatch, capsys):
          other=(Shard(0), Replicate()), dst=(Shard(0), Replicate()), dtype="bf16"),
     case(kind="op", op="where_lt", shape=(5, 3), src=(Shard(0), Replicate()), other=(Replicate(), Shard(1)),
          dst=(Replicate(), Shard(1))),
+    # one tensor dim on several mesh dims (refir's nests, spec §3.2), uneven: 5 rows over 2x2 nest into 2, 1, 1, 1
+    case(src=(Shard(0), Shard(0)), dst=(Replicate(), Replicate())),
+    case(src=(Shard(0), Shard(0)), dst=(Shard(0), Replicate())),
+    case(src=(Shard(0), Shard(0)), dst=(Replicate(), Shard(0))),
+    case(src=(Replicate(), Replicate()), dst=(Shard(0), Shard(0))),
+    case(src=(Shard(1), Shard(0)), dst=(Shard(0), Shard(0))),
+    case(src=(Shard(0), Shard(0)), dst=(Shard(1), Shard(1))),
+    case(src=(Partial("sum"), Partial("sum")), dst=(Shard(0), Shard(0))),
+    case(root=(2, 3), src=(Shard(0), Shard(0)), dst=(Replicate(), Shard(0)), shape=(7, 2)),
+    case(root=(2, 2, 2), dims=(0, 1, 2), src=(Shard(0), Replicate(), Shard(0)), dst=(Shard(0), Shard(0), Shard(0)),
+         shape=(7, 3)),
+    case(root=(2, 2, 2), dims=(0, 1, 2), src=(Shard(0), Shard(0), Shard(0)), dst=(Replicate(), Shard(1), Replicate()),
+         shape=(7, 3)),
+    case(root=(2, 2, 2), view="slice", dims=(0, 2), src=(Shard(0), Shard(0)), dst=(Replicate(), Replicate())),
+    case(kind="op", op="sum", shape=(4,), src=(Shard(1), Shard(1)), dst=(Replicate(), Replicate()), inner=7,
+         axis=1),
 ], ids=lambda c: c.label())
 def test_dtensor_agrees_with_refir(c):
     peer = load_peer("dtensor")
@@ -142,6 +158,20 @@ def test_a_peer_reshape_in_column_major_order_is_caught(monkeypatch):
              dst=(Replicate(),))
     o = check(load_peer("dtensor"), c)
     assert o.status == "differ" and o.triage == "peer", o.problems
+
+
+@needs_torch
+def test_the_dtensor_sweep_draws_nests_and_they_agree():
+    """Case 42 of seed 0 puts dim 0 on all three mesh dims of a 2x1x2 mesh (7 rows: uneven)."""
+    peer = load_peer("dtensor")
+    c = drawn(peer, 0, 42)
+    assert (c.src, c.dst, c.shape) == ((Replicate(), Replicate(), Shard(0)), (Shard(0),) * 3, (7,))
+    o = check(peer, c)
+    assert o.status == "agree", o.problems
+    jax = load_peer("jax") if HAS_JAX else None
+    if jax is not None:  # the JAX peer draws no nests: its cases are what they were
+        assert all(len({p for p in ps if isinstance(p, Shard)}) == sum(isinstance(p, Shard) for p in ps)
+                   for i in range(30) for ps in (drawn(jax, 0, i).src, drawn(jax, 0, i).dst))
 
 
 @needs_torch

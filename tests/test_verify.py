@@ -13,7 +13,8 @@ import pytest
 import refir
 from interp.spmd import NumpyLocal, NumpyTransport, execute
 from interp.transport import InProcess
-from refir.errors import InputError, Loc, RunError, VerifyError
+from refir.checks.type_checks import check_type
+from refir.errors import InputError, Loc, ParseError, RunError, VerifyError
 from refir.ir import ops
 from refir.ir.program import Eqn, Func, Param, Program, Sym, Var
 from refir.ir.types import Axis, Mesh, TensorType, block, block_size
@@ -137,6 +138,26 @@ def test_type_c2():
 def test_type_c3():
     rejects(prog("x: f32[4@DIDx, 2@DIDx]", "return x"), "type_c3", 2, 11,
             "axes 0 and 1 are both sharded on DIDx")
+
+
+MESH2 = "mesh g = [[0, 1], [2, 3]]"
+
+
+def test_type_c7():
+    """A nest names two or more mesh axes, each once (spec §3.2)."""
+    rejects(prog("x: f32[5@(DIDy,DIDy)]", "return x", mesh=MESH2), "type_c7", 2, 20, "names DIDy twice")
+    rejects(prog("x: f32[5@(DIDx)]", "return x", mesh=MESH2), "type_c7", 2, 20, "write @DIDx")
+    with pytest.raises(VerifyError, match=r"\[type_c7\].*must name two or more"):  # one built, not parsed
+        check_type(TensorType("f32", (Axis(5, ("DIDx", "DIDx")),), Mesh("g", (2, 2), (0, 1, 2, 3))), Loc(FILE, 1, 1))
+
+
+def test_type_c2_and_c3_on_a_nest():
+    """Every mesh axis of a nest is the mesh's (type_c2), and shards one tensor axis only (type_c3)."""
+    rejects(prog("x: f32[5@(DIDy,DIDz)]", "return x", mesh=MESH2), "type_c2", 2, 11, "sharded on DIDz")
+    rejects(prog("x: f32[5@(DIDy,DIDx), 3@DIDx]", "return x", mesh=MESH2), "type_c3", 2, 11,
+            "axes 0 and 1 are both sharded on DIDx")
+    with pytest.raises(ParseError, match="expected DIDx, DIDy or DIDz, found 'DIDw'"):
+        refir.parse(prog("x: f32[5@(DIDy,DIDw)]", "return x", mesh=MESH2))
 
 
 def test_type_c4_is_retired_any_extent_may_be_sharded():

@@ -5,6 +5,7 @@
     communication  teams, mesh axes, a sender's buffer and a result's layout
     local          a device's own steps: symbols, impls, slices, permutes, copies
     uneven         uneven sharding (spec §3.1): padding, offsets, empty blocks
+    nested         an axis over several mesh axes (spec §3.2): a nest cut in the other order
     data           wrong implementations only the corpus's edge data shows
     hidden         bugs a plain run on small 1-D meshes misses (2-D teams, casts, the GPU tree, MPI)
     mpi_sentinel   an MPI allgather bug only the receive-buffer sentinel shows
@@ -20,6 +21,7 @@ from conformance.mutants.registry import MUTANTS, Mutant, mutant
 # isort: off
 from conformance.mutants import communication, local, uneven  # noqa: E402, F401
 from conformance.mutants import data, hidden, join, masks, mpi_sentinel, numeric, reshape, window  # noqa: E402, F401
+from conformance.mutants import nested  # noqa: E402, F401
 # isort: on
 
 __all__ = ["MUTANTS", "Mutant", "mutant"]

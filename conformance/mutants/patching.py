@@ -19,7 +19,7 @@ import interp.transport
 import refir.lowering.teams
 from refir.ir import ops
 from refir.ir.program import Sym
-from refir.ir.types import TensorType
+from refir.ir.types import TensorType, parts_of
 from refir.lowering.lower import Step
 from refir.lowering.teams import Team
 from refir.world.ranks import launched_by_mpi
@@ -49,7 +49,7 @@ def mpi_module() -> Any:
 
 def even(*types: TensorType) -> bool:
     """Whether every sharded axis of these (resolved) types cuts into equal blocks."""
-    return all(isinstance(a.extent, int) and a.extent % t.mesh.size(a.shard) == 0
+    return all(isinstance(a.extent, int) and a.extent % parts_of(t.mesh, a) == 0
                for t in types for a in t.axes if a.shard)
 
 

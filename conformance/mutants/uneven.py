@@ -20,7 +20,7 @@ import interp.spmd
 from conformance.mutants.patching import mpi_module, mpi_rules, sharded_symbols_from_blocks
 from conformance.mutants.registry import mutant
 from refir.ir import ops
-from refir.ir.types import TensorType, block_size, local_shape
+from refir.ir.types import TensorType, block_number, block_size, local_shape, parts_of
 from refir.lowering.lower import Step
 from refir.lowering.teams import Team
 
@@ -93,8 +93,8 @@ def block_offset_from_own_size() -> Iterator[None]:
         index = []
         for i, a in enumerate(step.type.axes):
             if a.shard and not src.axes[i].shard:
-                k = step.type.mesh.coord(device, a.shard)
-                size = block_size(x.shape[i], step.type.mesh.size(a.shard), k)
+                k = block_number(step.type.mesh, a, device)
+                size = block_size(x.shape[i], parts_of(step.type.mesh, a), k)
                 index.append(slice(k * size, (k + 1) * size))
             else:
                 index.append(slice(None))
@@ -146,5 +146,5 @@ def all_to_all_array_split() -> Iterator[None]:
 
 @mutant("a segment recovers a sharded symbol from its local block as local size x mesh size", by="values")
 def extent_from_local_block() -> Iterator[None]:
-    with sharded_symbols_from_blocks(lambda t, axis, n: n * t.mesh.size(axis.shard)):
+    with sharded_symbols_from_blocks(lambda t, axis, n: n * parts_of(t.mesh, axis)):
         yield

@@ -34,6 +34,7 @@ class Peer(Protocol):
     EVEN_ONLY: bool  # refuses extents that do not divide
     FEATURES: tuple[str, ...]  # mesh views it has: root, slice, flatten
     KINDS: tuple[str, ...]  # case kinds it runs: reshard, op, collective
+    NESTS: bool  # takes a tensor dim sharded on several mesh dims (refir's nests, spec §3.2)
 
     def available(self) -> str:
         """'' when the framework imports, else why not."""

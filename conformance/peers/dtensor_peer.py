@@ -26,6 +26,7 @@ DTYPES = ("f32", "i32", "bf16", "f16", "f64", "i64")
 EVEN_ONLY = False
 FEATURES = ("root", "slice", "flatten")
 KINDS = ("reshard", "op")
+NESTS = True
 _WORLD: list[int] = []  # the fake group's world size, once initialised
 
 

@@ -29,6 +29,7 @@ DTYPES = ("f32", "i32", "bf16", "f16")
 EVEN_ONLY = True
 FEATURES = ("root",)
 KINDS = ("reshard", "collective")
+NESTS = False
 DEVICES = 8
 FLAG = f"--xla_force_host_platform_device_count={DEVICES}"
 

@@ -148,7 +148,21 @@ def draw_case(c: Chooser, peer: object) -> PeerCase:
         src = _placements(c, rank, ndim_view, partial, pop)
         dst = _placements(c, rank, ndim_view, False, pop)
     shape = _extents(c, rank, sizes, (src, dst), peer.EVEN_ONLY)
+    if kind == "reshard" and getattr(peer, "NESTS", False) and ndim_view > 1 and c.maybe(30):
+        src, dst = _nested(c, rank, ndim_view, src, dst)  # drawn last: the cases without a nest stay as they were
     return PeerCase(kind, root, view, dims, dtype, shape, src, dst, seed=seed)
+
+
+def _nested(c: Chooser, rank: int, n: int, src: tuple[Placement, ...],
+            dst: tuple[Placement, ...]) -> tuple[tuple[Placement, ...], tuple[Placement, ...]]:
+    """The source or the target with one tensor dim on two mesh dims (a nest):
+    Shard(d) on mesh dims i and j, whatever they held."""
+    side = c.below(2)
+    ps = list((src, dst)[side])
+    i = c.below(n)
+    j = (i + 1 + c.below(n - 1)) % n
+    ps[i] = ps[j] = Shard(c.below(rank))
+    return (tuple(ps), dst) if side == 0 else (src, tuple(ps))
 
 
 def _subsets(n: int, k: int) -> list[tuple[int, ...]]:

@@ -135,7 +135,8 @@ def _allgather(t: RankTransport, op: ops.Allgather, team: Team, x: Buf, src: Ten
                dst: TensorType) -> Buf:
     # Pad-and-slice: every block padded to c = ceil(E/n), axis outermost. Blocks
     # are contiguous and in order, so all the padding lies past E (spec §3.1).
-    n, order, extent = len(team.devices), axis_first(x.ndim, op.axis), dst.axes[op.axis].extent
+    n, order = len(team.devices), axis_first(x.ndim, op.axis)
+    extent = local_shape(dst, {}, t.rank)[op.axis]  # the block the team shares: whole, or a nest's outer part
     c = block_size(extent, n, 0)
     send = padded(x, op.axis, c, order)
     whole = received(scaled(send.shape, op.axis, n), x.dtype, order)
@@ -208,7 +209,8 @@ def _reduced_in_chunks(t: RankTransport, op: ops.ReduceScatter, team: Team, x: D
 def _all_to_all(t: RankTransport, op: ops.AllToAll, team: Team, x: Buf, src: TensorType,
                 dst: TensorType) -> Buf:
     n, order = len(team.devices), axis_first(x.ndim, op.concat_axis)
-    split_extent, cat_extent = src.axes[op.split_axis].extent, src.axes[op.concat_axis].extent
+    # the blocks the team shares on both axes (whole, or a nest's outer part)
+    split_extent, cat_extent = local_shape(src, {}, t.rank)[op.split_axis], local_shape(dst, {}, t.rank)[op.concat_axis]
     if split_extent % n == 0 and cat_extent % n == 0:
         return _pieces_in_place(t, op, team, x, order)
     me = team.index(t.rank)

@@ -62,7 +62,8 @@ def _all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank: int) -
     where the results lie in shared memory (interp/mpi/shared_windows.py's result
     slots), else through the window."""
     n, blocks = len(team.devices), block_shapes(src, team.devices)
-    shape, extent = blocks[rank], src.axes[op.split_axis].extent
+    shape = blocks[rank]
+    extent = shape[op.split_axis]  # the split axis's block the team shares (whole, or the outer part of a nest)
     if len(set(blocks)) > 1 or extent % n or shape[op.split_axis] % n:
         return _uneven_all_to_all_plan(op, src, team, rank)
     axis, split_axis = op.concat_axis, op.split_axis
@@ -120,7 +121,8 @@ def _uneven_all_to_all_plan(op: ops.AllToAll, src: TensorType, team: Team, rank:
     cores, sizes from the types), and where some member's slots are all held,
     every member learns it in the round and takes the window."""
     n, blocks, itemsize = len(team.devices), block_shapes(src, team.devices), src.np_dtype.itemsize
-    axis, split_axis, extent = op.concat_axis, op.split_axis, src.axes[op.split_axis].extent
+    axis, split_axis = op.concat_axis, op.split_axis
+    extent = blocks[rank][split_axis]  # the split axis's block the team shares
 
     def piece(s: int, m: int) -> tuple[int, ...]:  # the shape of sender s's piece for member m
         return tuple(block_size(extent, n, m) if a == split_axis else e for a, e in enumerate(blocks[s]))

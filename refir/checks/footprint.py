@@ -95,12 +95,14 @@ def elements(t: TensorType, bindings: Bindings, width: int) -> Vec:
     ids, coords = _coords(t.mesh)
     count = np.ones(len(ids), np.int64)
     for a, n in zip(t.axes, global_shape(t, bindings)):
-        if a.shard:
-            k = t.mesh.axis_of(a.shard)
-            parts = t.mesh.shape[k]
-            size = -(-n // parts)
-            start = np.minimum(coords[k] * size, n)
-            count *= np.minimum(start + size, n) - start
+        if a.shard:  # blocks.nested_block, on every device at once: each mesh axis of the nest cuts the last cut
+            length = np.full(len(ids), n, np.int64)
+            for did in a.dids:
+                k = t.mesh.axis_of(did)
+                size = -(-length // t.mesh.shape[k])
+                start = np.minimum(coords[k] * size, length)
+                length = np.minimum(start + size, length) - start
+            count *= length
         else:
             count *= n
     out = np.zeros(width, np.int64)
@@ -110,7 +112,7 @@ def elements(t: TensorType, bindings: Bindings, width: int) -> Vec:
 
 def replication(t: TensorType) -> int:
     """How many devices hold each block of `t`."""
-    return len(t.mesh.devices) // prod({a.shard: t.mesh.size(a.shard) for a in t.axes if a.shard}.values() or [1])
+    return len(t.mesh.devices) // prod(t.mesh.size(d) for a in t.axes for d in a.dids)
 
 
 def describe(name: str, t: TensorType, bindings: Bindings, nbytes: int, made: Step | None = None) -> str:

@@ -10,7 +10,7 @@ from refir.errors import VerifyError
 from refir.ir import ops
 from refir.ir.program import Eqn, Var
 from refir.ir.tables import registrar
-from refir.ir.types import Axis, TensorType
+from refir.ir.types import Axis, TensorType, shard_text
 
 
 class EqnContext:
@@ -37,7 +37,7 @@ def same_extent(a: Axis, b: Axis) -> bool:
 
 
 def placement_text(a: Axis) -> str:
-    return f"sharded on {a.shard}" if a.shard else "replicated"
+    return f"sharded on {shard_text(a.shard)}" if a.shard else "replicated"
 
 
 def extents_text(t: TensorType) -> str:

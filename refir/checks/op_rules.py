@@ -16,7 +16,7 @@ from refir.checks.inference import (
 )
 from refir.ir import ops
 from refir.ir.program import Lit
-from refir.ir.types import BROADCAST, FLOATS, INTEGERS, Axis, TensorType
+from refir.ir.types import BROADCAST, FLOATS, INTEGERS, Axis, TensorType, shard_text
 
 
 @rule(ops.Binary, ops.Unary)
@@ -52,7 +52,7 @@ def elementwise_result(c: EqnContext, tensors: list[TensorType], typed: list[Ten
                              f"{a.extent}; only b axes broadcast")
         shards = {a.shard for a in column if a.shard}
         if len(shards) > 1:  # elementwise_c5
-            raise c.fail("elementwise_c5", f"axis {i} is sharded on {' and '.join(sorted(shards))}")
+            raise c.fail("elementwise_c5", f"axis {i} is sharded on {' and '.join(sorted(map(shard_text, shards)))}")
         axes.append(Axis(column[0].extent, shards.pop() if shards else None) if column else BROADCAST)
     check()
     inferred = TensorType(dtype, tuple(axes), first.mesh)
@@ -66,8 +66,8 @@ def elementwise_result(c: EqnContext, tensors: list[TensorType], typed: list[Ten
     for t in tensors:
         for i, (a, r) in enumerate(zip(t.axes, declared.axes)):
             if a.shard and a.shard != r.shard:  # elementwise_c5
-                raise c.fail("elementwise_c5", f"an operand has axis {i} sharded on {a.shard} but "
-                             f"the result has it {'on ' + r.shard if r.shard else 'replicated'}; "
+                raise c.fail("elementwise_c5", f"an operand has axis {i} sharded on {shard_text(a.shard)} but "
+                             f"the result has it {'on ' + shard_text(r.shard) if r.shard else 'replicated'}; "
                              "reshard with set")
     return declared
 

@@ -63,10 +63,10 @@ def _matmul(op: ops.Matmul, c: EqnContext) -> TensorType:
         raise c.fail("matmul_c3", f"the contracted axis is {placement_text(ka)} in one operand and "
                      f"{placement_text(kb)} in the other")
     m, n = xa[-2], xb[-1]
-    if m.shard and m.shard == n.shard:  # matmul_c3
-        raise c.fail("matmul_c3", f"M and N are both sharded on {m.shard}")
+    if set(m.dids) & set(n.dids):  # matmul_c3
+        raise c.fail("matmul_c3", f"M and N are both sharded on {', '.join(sorted(set(m.dids) & set(n.dids)))}")
     axes = matmul_axes(a, b)
-    shards = [x.shard for x in axes if x.shard]
+    shards = [d for x in axes for d in x.dids]
     if len(set(shards)) != len(shards):  # matmul_c3
         raise c.fail("matmul_c3", f"the result [{', '.join(map(str, axes))}] would have two axes "
                      "sharded on one mesh axis")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
+from itertools import product
 from math import prod
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ from refir.checks.inference import EqnContext, keep_sharding, rule, unary_operan
 from refir.errors import InputError
 from refir.ir import ops
 from refir.ir.program import Eqn, Sym
-from refir.ir.types import RESERVED, Axis, Bindings, Extent, TensorType, extent_value
+from refir.ir.types import RESERVED, Axis, Bindings, Extent, TensorType, extent_value, nested_block, shard_text
 
 if TYPE_CHECKING:
     from refir.checks.verifier import Checked
@@ -151,7 +152,7 @@ def infer(x: TensorType, shape: tuple[Extent, ...], c: EqnContext) -> TensorType
     if sx == st and cx != ct:  # reshape_c2
         raise c.fail("reshape_c2", f"reshape of [{', '.join(map(str, xs))}] ({_text(cx, sx)} elements) "
                      f"into [{', '.join(map(str, shape))}] ({_text(ct, st)} elements)")
-    sharding: dict[int, str] = {}
+    sharding: dict[int, str | tuple[str, ...]] = {}
     for g in groups(x, shape):
         inside = [k for k in g.src if x.axes[k].shard]
         if not inside:
@@ -181,13 +182,29 @@ def block_problem(x: TensorType, shape: tuple[Extent, ...], g: Group, bindings: 
         to, *tr = [extent_value(shape[k], bindings) for k in g.dst]
     except KeyError:
         return ""
-    n = x.mesh.size(x.axes[g.src[0]].shard)  # type: ignore[arg-type]
+    a = x.axes[g.src[0]]
+    if a.nested:
+        return _nest_problem(x, a, g, (xo, prod(xr)), (to, prod(tr)))
+    n = x.mesh.size(a.shard)  # type: ignore[arg-type]
     rows_x, rows_t = -(-xo // n) * prod(xr), -(-to // n) * prod(tr)
     if xo * prod(xr) == 0 or rows_x == rows_t:
         return ""
     return (f"a device's block of axis {g.src[0]} ({xo} over {n}: {-(-xo // n)} rows of {prod(xr)}) is "
             f"{rows_x} elements, its block of result axis {g.dst[0]} ({to} over {n}: {-(-to // n)} rows of "
             f"{prod(tr)}) {rows_t}: the blocks do not split exactly")
+
+
+def _nest_problem(x: TensorType, a: Axis, g: Group, xs: tuple[int, int], ts: tuple[int, int]) -> str:
+    """block_problem for an axis cut over a nest: every block's element range
+    (blocks.nested_block, rows of R) the same on both sides, block by block."""
+    parts = tuple(x.mesh.size(d) for d in a.dids)
+    for ks in product(*(range(n) for n in parts)):
+        (x0, x1), (t0, t1) = nested_block(xs[0], parts, ks), nested_block(ts[0], parts, ks)
+        if (x0 * xs[1], x1 * xs[1]) != (t0 * ts[1], t1 * ts[1]):
+            return (f"block {list(ks)} of axis {g.src[0]} ({xs[0]} over the nest {shard_text(a.shard)}: rows "
+                    f"{x0}:{x1} of {xs[1]}) is not block {list(ks)} of result axis {g.dst[0]} ({ts[0]}: rows "
+                    f"{t0}:{t1} of {ts[1]}): the blocks do not split exactly")
+    return ""
 
 
 def _text(coef: int, syms: Counter) -> str:

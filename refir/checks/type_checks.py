@@ -7,7 +7,7 @@ from math import prod
 
 from refir.checks.limits import DEVICES
 from refir.errors import Loc, VerifyError
-from refir.ir.types import RESERVED, Mesh, TensorType
+from refir.ir.types import RESERVED, Mesh, TensorType, shard_text
 
 
 def check_mesh(mesh: Mesh, loc: Loc) -> None:
@@ -35,16 +35,20 @@ def check_type(t: TensorType, loc: Loc) -> None:
             raise VerifyError(loc, "type_c6", f"{a.extent!r} is reserved and cannot name a symbol")
         if not a.shard:
             continue
-        if not t.mesh.has(a.shard):  # type_c2
-            raise VerifyError(
-                loc, "type_c2", f"axis {i} is sharded on {a.shard}, but mesh {t.mesh.name!r} "
-                f"has {t.mesh.ndim} dimension{'s' * (t.mesh.ndim > 1)}",
-            )
-        if a.shard in used:  # type_c3
-            raise VerifyError(
-                loc, "type_c3", f"axes {used[a.shard]} and {i} are both sharded on {a.shard}"
-            )
-        used[a.shard] = i
+        if a.nested and (len(a.dids) < 2 or len(set(a.dids)) < len(a.dids)):  # type_c7
+            raise VerifyError(loc, "type_c7", f"axis {i} is sharded on the nest {shard_text(a.shard)}, "
+                              "which must name two or more mesh axes, each once")
+        for did in a.dids:
+            if not t.mesh.has(did):  # type_c2
+                raise VerifyError(
+                    loc, "type_c2", f"axis {i} is sharded on {did}, but mesh {t.mesh.name!r} "
+                    f"has {t.mesh.ndim} dimension{'s' * (t.mesh.ndim > 1)}",
+                )
+            if did in used:  # type_c3
+                raise VerifyError(
+                    loc, "type_c3", f"axes {used[did]} and {i} are both sharded on {did}"
+                )
+            used[did] = i
     if t.layout is not None and sorted(t.layout) != list(range(t.rank)):  # type_c5
         raise VerifyError(
             loc, "type_c5", f"layout {list(t.layout)} is not a permutation of 0..{t.rank - 1}"

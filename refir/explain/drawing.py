@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from refir.explain.pictures import GRID_PAGES, grid_axes, holder_text, left_out, shown_blocks, shown_pages, span
 from refir.explain.placement import Placement, Range
+from refir.ir.types import parts_of
 
 FONT = 12  # px
 CHAR = 0.6 * FONT  # the advance of one character of a monospace font
@@ -109,10 +110,10 @@ def grid_drawing(p: Placement, focus: int | None = None) -> GridDrawing:
     by_number = {tuple(sorted(n.items())): k for k, (n, _, _) in enumerate(holders)}
 
     def ids(axis: int | None) -> list[int | None]:
-        return [0] if axis is None else shown_blocks(p.type.mesh.size(p.type.axes[axis].shard))
+        return [0] if axis is None else shown_blocks(parts_of(p.type.mesh, p.type.axes[axis]))
 
     def count(axis: int) -> int:
-        return p.type.mesh.size(p.type.axes[axis].shard)
+        return parts_of(p.type.mesh, p.type.axes[axis])
 
     def extents(axis: int | None) -> list[int]:
         if axis is None:

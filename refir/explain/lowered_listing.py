@@ -6,21 +6,25 @@ from __future__ import annotations
 from math import prod
 
 from refir.ir import ops
-from refir.ir.types import Bindings, Extent, TensorType, block_size, resolved
+from refir.ir.types import Axis, Bindings, TensorType, axis_block, parts_of, resolved
 from refir.lowering.lower import Lowered, Step
 from refir.lowering.teams import teams
 from refir.text.printer import format_call
 
 
-def _local_extent(extent: Extent, parts: int) -> str:
-    """The longest block: ceil(E/parts) (shard_c1)."""
-    if isinstance(extent, int):
-        return str(block_size(extent, parts, 0))
-    return extent if parts == 1 else f"ceil({extent}/{parts})"
+def _local_extent(t: TensorType, a: Axis) -> str:
+    """The longest block (shard_c1): ceil(E/n), cut again by each further mesh axis of a nest."""
+    if isinstance(a.extent, int):
+        lo, hi = axis_block(t.mesh, a, a.extent, None)
+        return str(hi - lo)
+    text = a.extent
+    for d in a.dids:
+        text = f"ceil({text}/{t.mesh.size(d)})"
+    return text
 
 
 def local_extents(t: TensorType) -> list[str]:
-    return [_local_extent(a.extent, t.mesh.size(a.shard) if a.shard else 1) for a in t.axes]
+    return [_local_extent(t, a) for a in t.axes]
 
 
 def element_strides(t: TensorType) -> list[str]:
@@ -48,14 +52,16 @@ def uneven_blocks(t: TensorType) -> str | None:
     for i, a in enumerate(t.axes):
         if not a.shard:
             continue
-        n = t.mesh.size(a.shard)
+        n = parts_of(t.mesh, a)
         if isinstance(a.extent, str):
-            notes.append(f"axis {i}: blocks of ceil({a.extent}/{n}), the last ones shorter or empty")
+            notes.append(f"axis {i}: blocks of {_local_extent(t, a)}, the last ones shorter or empty"
+                         + (" (each cut inside the one before: nested)" if a.nested else ""))
         elif a.extent % n:
-            full = block_size(a.extent, n, 0)
+            full = int(_local_extent(t, a))
             sizes = []
             for d in t.mesh.devices:
-                size = block_size(a.extent, n, t.mesh.coord(d, a.shard))
+                lo, hi = axis_block(t.mesh, a, a.extent, d)
+                size = hi - lo
                 sizes.append(f"{d}:{size}" + (" empty" if size == 0 else " short" if size < full else ""))
             notes.append(f"axis {i}: {a.extent} over {n} -> device {', '.join(sizes)}")
     return "; ".join(notes) or None

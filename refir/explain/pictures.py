@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from refir.explain.placement import Block, Placement, Range
-from refir.ir.types import DIDS, Mesh
+from refir.ir.types import DIDS, Mesh, parts_of
 from refir.text.printer import format_mesh
 
 PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
@@ -144,7 +144,7 @@ def grid_axes(p: Placement) -> tuple[int | None, int | None, list[dict[int, int]
     cols = sharded[1] if len(sharded) > 1 else sharded[0] if sharded else None
     pages: list[dict[int, int]] = [{}]
     if len(sharded) > 2:
-        pages = [{sharded[2]: n} for n in range(t.mesh.size(t.axes[sharded[2]].shard))]
+        pages = [{sharded[2]: n} for n in range(parts_of(t.mesh, t.axes[sharded[2]]))]
     return rows, cols, pages
 
 
@@ -170,7 +170,7 @@ def grid(p: Placement, focus: int | None = None) -> RenderableType:
         return text
 
     def count(axis: int | None) -> int:
-        return 1 if axis is None else t.mesh.size(t.axes[axis].shard)
+        return 1 if axis is None else parts_of(t.mesh, t.axes[axis])
 
     elided = any(a is not None and count(a) > GRID_BLOCKS for a in (rows, cols))
 

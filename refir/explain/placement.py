@@ -16,7 +16,7 @@ from math import prod
 import numpy as np
 
 from refir.ir import ops
-from refir.ir.types import TensorType, block_slices, dense_strides, global_shape
+from refir.ir.types import Axis, TensorType, block_number, block_slices, dense_strides, global_shape, shard_text
 from refir.lowering.lower import Lowered, Step
 from refir.lowering.teams import Team, teams
 from refir.text.printer import format_call
@@ -57,12 +57,13 @@ class Placement:
         return {b.device: b for b in self.blocks}  # asked per move: a search would be quadratic
 
     def block_number(self, b: Block) -> dict[int, int]:
-        """Sharded tensor axis -> which of its blocks `b` is (the device's mesh coordinate)."""
-        return {i: b.coords[m] for i, m in self._sharded_on}
+        """Sharded tensor axis -> which of its blocks `b` is (the device's mesh
+        coordinate; a nest's coordinates read outermost first: blocks.block_number)."""
+        return {i: block_number(self.type.mesh, a, b.device) for i, a in self._sharded_on}
 
     @cached_property
-    def _sharded_on(self) -> tuple[tuple[int, int], ...]:
-        return tuple((i, self.type.mesh.axis_of(k)) for i, k in self.type.sharding().items())
+    def _sharded_on(self) -> tuple[tuple[int, Axis], ...]:
+        return tuple((i, a) for i, a in enumerate(self.type.axes) if a.shard)
 
     def holders(self) -> list[tuple[dict[int, int], tuple[Range, ...], tuple[int, ...]]]:
         """Each distinct block (by block number, so that empty blocks stay apart)
@@ -209,13 +210,13 @@ def slice_range(s: slice, n: int) -> Range:
 
 def placement(name: str, t: TensorType, bindings: dict[str, int], is_input: bool = False) -> Placement:
     shape = global_shape(t, bindings)
-    sharded = [(i, t.mesh.axis_of(a.shard)) for i, a in enumerate(t.axes) if a.shard]
+    sharded = [t.mesh.axis_of(d) for a in t.axes for d in a.dids]
     itemsize = t.np_dtype.itemsize
     made: dict[tuple[int, ...], tuple[tuple[Range, ...], tuple[int, ...], tuple[int, ...]]] = {}
     blocks = []
     for d in t.mesh.devices:  # devices of one block number share its ranges: each worked out once
         coords = t.mesh.coords(d)
-        key = tuple(coords[m] for _, m in sharded)
+        key = tuple(coords[m] for m in sharded)
         if key not in made:
             ranges = tuple(slice_range(s, n) for s, n in zip(block_slices(t, d, shape), shape))
             local = tuple(b - a for a, b in ranges)
@@ -278,7 +279,7 @@ RULES: dict[type, str] = {
 
 def _axis_text(a: object) -> str:
     shard = getattr(a, "shard", None)
-    return f"sharded on {shard}" if shard else "whole"
+    return f"sharded on {shard_text(shard)}" if shard else "whole"
 
 
 def changes(src: TensorType, dst: TensorType) -> tuple[str, ...]:
@@ -295,9 +296,26 @@ def changes(src: TensorType, dst: TensorType) -> tuple[str, ...]:
     return tuple(out)
 
 
+def nest_rule(op: ops.Communication, src: TensorType, dst: TensorType) -> str:
+    """What a communication does to a nested axis (spec §6): it drops or adds
+    the nest's innermost mesh axis, within each block of the outer ones."""
+    def nest(t: TensorType, i: int) -> str:
+        return shard_text(t.axes[i].shard) if t.axes[i].shard else "whole"
+
+    match op:
+        case ops.Allgather(axis=i, mesh_axis=k) if src.axes[i].nested:
+            return f"; nested {nest(src, i)} -> {nest(dst, i)}: over its innermost {k}, in each block of the rest"
+        case ops.AllToAll(mesh_axis=k, split_axis=j, concat_axis=i) if src.axes[i].nested or dst.axes[j].nested:
+            return (f"; {k} leaves the inside of axis {i}'s nest ({nest(src, i)} -> {nest(dst, i)}) for the "
+                    f"inside of axis {j}'s ({nest(src, j)} -> {nest(dst, j)})")
+        case ops.ReduceScatter(mesh_axis=k, axis=j) if dst.axes[j].nested:
+            return f"; nested {nest(src, j)} -> {nest(dst, j)}: each block of the outer mesh axes cut over {k}"
+    return ""
+
+
 def comm_facts(op: ops.Communication, src: Placement, dst: Placement) -> CommFacts:
     ts = tuple(teams(op, src.type, dst.type))
-    rule = RULES[type(op)]
+    rule = RULES[type(op)] + nest_rule(op, src.type, dst.type)
     if isinstance(op, (ops.Scatter, ops.Broadcast)):
         rule += f" (device {op.root})"
     return CommFacts(ops.op_name(op), rule, changes(src.type, dst.type), ts, op, src, dst)

@@ -133,7 +133,10 @@ def step_picture(s: StepFacts, device: int | None = None, idle: list[int] | None
 
 def _local_rule(s: StepFacts) -> str:
     if isinstance(s.step.op, ops.KeepBlock):
-        return "why keep_block: " + RULES[ops.KeepBlock]
+        nested = any(a.nested for a in s.placement.type.axes)
+        return "why keep_block: " + RULES[ops.KeepBlock] + (
+            " (a nest: its part of the block it holds, cut by the mesh axes it lacks; a resharding no collective "
+            "makes directly gathers to a nest's outer part first, then cuts: spec §6)" if nested else "")
     if isinstance(s.step.op, ops.Copy):
         return "why copy: same placement, another layout"
     if isinstance(s.step.op, ops.Reshape) and s.placement.type.sharding():

@@ -48,7 +48,7 @@ from refir.frontends.builder_values import (  # noqa: F401  (the functions are t
 )
 from refir.ir import ops
 from refir.ir.program import Eqn, Func, Lit, Operand, Param, Program, Sym, Var
-from refir.ir.types import DIDS, DTYPES, Axis, Mesh, TensorType
+from refir.ir.types import DIDS, DTYPES, Axis, Mesh, ShardSpec, TensorType, dids_of
 
 OWN.add(__file__)  # errors are placed at the caller's line, outside this module
 _MAX_LITERAL_DIGITS = 1000  # as the parser reads integer literals
@@ -145,7 +145,7 @@ class Builder:
 
     @located
     def apply(self, op: ops.Op, args: tuple, name: str | None = None, result_type: TensorType | None = None,
-              shard: dict[int, str] | None = None, mesh: Mesh | None = None,
+              shard: dict[int, ShardSpec] | None = None, mesh: Mesh | None = None,
               layout: Sequence[int] | None = None, typed: bool = True) -> Value:
         """Add `name = op(args)`. The result type is inferred, or `result_type`, or the
         inferred one with its `shard`ing (axis -> DIDx/DIDy/DIDz), `mesh` or
@@ -180,10 +180,10 @@ class Builder:
         self.types[out] = t
         return Value(self, out, t)
 
-    def _restyle(self, t: TensorType, shard: dict[int, str] | None, mesh: Mesh | None,
+    def _restyle(self, t: TensorType, shard: dict[int, ShardSpec] | None, mesh: Mesh | None,
                  layout: Sequence[int] | None) -> TensorType:
         if shard is not None:
-            bad = [d for d in shard.values() if d not in DIDS]
+            bad = [d for k in shard.values() for d in dids_of(k) if d not in DIDS]  # a nest: each of its mesh axes
             if bad:
                 raise InputError(f"shard names {bad[0]!r}: use DIDx, DIDy or DIDz")
             t = t.with_sharding(shard)

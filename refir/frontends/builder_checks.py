@@ -22,23 +22,24 @@ OWN = {__file__}  # the builder's modules: their frames are skipped (refir/front
 _PACKAGE = str(Path(__file__).parent) + os.sep  # refir's own modules
 F = TypeVar("F", bound=Callable[..., object])
 
-AxisSpec = int | str  # 4, "N", "N@DIDx", "8@DIDy", "b"
-_AXIS = re.compile(r"^(\d+|[A-Za-z_]\w*)(?:@(DID[xyz]))?$")
+AxisSpec = int | str  # 4, "N", "N@DIDx", "8@DIDy", "8@(DIDy,DIDx)", "b"
+_AXIS = re.compile(r"^(\d+|[A-Za-z_]\w*)(?:@(DID[xyz]|\(DID[xyz](?:,DID[xyz])+\)))?$")
 
 
 def axis(spec: AxisSpec | Axis) -> Axis:
-    """`4`, `"N"`, `"N@DIDx"` or `"b"` as an Axis."""
+    """`4`, `"N"`, `"N@DIDx"`, `"N@(DIDy,DIDx)"` (a nest) or `"b"` as an Axis."""
     if isinstance(spec, Axis):
         return spec
     if isinstance(spec, int):
         return Axis(spec)
     if spec == "b":
         return BROADCAST
-    m = _AXIS.match(spec)
+    m = _AXIS.match(spec.replace(" ", ""))
     if m is None:
-        raise InputError(f"bad axis {spec!r}: write 4, 'N', 'N@DIDx' or 'b'")
+        raise InputError(f"bad axis {spec!r}: write 4, 'N', 'N@DIDx', 'N@(DIDy,DIDx)' or 'b'")
     extent = int(m.group(1)) if m.group(1).isdigit() else m.group(1)
-    return Axis(extent, m.group(2))
+    shard = m.group(2)
+    return Axis(extent, tuple(shard[1:-1].split(",")) if shard and shard.startswith("(") else shard)
 
 
 def caller() -> Loc:

@@ -26,7 +26,7 @@ import numpy as np
 
 from refir.errors import InputError
 from refir.ir.program import Program
-from refir.ir.types import DIDS, Axis, Mesh, TensorType, block_slices
+from refir.ir.types import DIDS, Axis, Mesh, TensorType, as_shard, block_slices, shard_text
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def to_refir(shape: tuple[int, ...], mesh: Mesh, placements: tuple[Placement, ..
     mesh axes (refir's model of a value that still needs its reduction)."""
     if len(placements) != mesh.ndim:
         raise InputError(f"{len(placements)} placements for a {mesh.ndim}-D mesh: give one per mesh dimension")
-    shards: dict[int, str] = {}
+    shards: dict[int, tuple[str, ...]] = {}  # a dim on several mesh dims: a nest, outermost first (§3.2)
     partial: list[str] = []
     kinds: set[str] = set()
     for i, p in enumerate(placements):
@@ -108,9 +108,7 @@ def to_refir(shape: tuple[int, ...], mesh: Mesh, placements: tuple[Placement, ..
         if isinstance(p, Shard):
             if not 0 <= p.dim < len(shape):
                 raise InputError(f"{p} on mesh dimension {i}: the tensor has {len(shape)} dimensions")
-            if p.dim in shards:
-                raise InputError(f"{p} on two mesh dimensions: refir shards a tensor axis over one mesh axis")
-            shards[p.dim] = did
+            shards[p.dim] = (*shards.get(p.dim, ()), did)
         elif isinstance(p, Partial):
             if p.op not in PARTIAL_KINDS:
                 raise InputError(f"{p}: refir reduces partial values exactly with sum, max, min or prod, "
@@ -119,7 +117,7 @@ def to_refir(shape: tuple[int, ...], mesh: Mesh, placements: tuple[Placement, ..
             kinds.add(PARTIAL_KINDS[p.op])
     if len(kinds) > 1:
         raise InputError("partial placements with different reduce ops: refir's partial values have one op")
-    axes = tuple(Axis(n, shards.get(i)) for i, n in enumerate(shape))
+    axes = tuple(Axis(n, as_shard(shards.get(i, ()))) for i, n in enumerate(shape))
     return TensorType(dtype, axes, mesh, None, tuple(sorted(partial, key=mesh.axis_of)),
                       kinds.pop() if kinds else "")
 
@@ -130,9 +128,13 @@ def from_refir(t: TensorType) -> tuple[tuple[int, ...], Mesh, tuple[Placement, .
         raise InputError(f"{t} has symbolic extents; DTensor needs a concrete shape")
     kind = {v: k for k, v in PARTIAL_KINDS.items() if k != "product"}.get(t.partial_kind, "sum")
     placements: list[Placement] = []
+    for a in t.axes:
+        if list(a.dids) != sorted(a.dids, key=t.mesh.axis_of):
+            raise InputError(f"{t}: the nest {shard_text(a.shard)} cuts an inner mesh dimension first; DTensor's "
+                             "Shard placements cut in mesh-dimension order (outermost first) only")
     for i in range(t.mesh.ndim):
         did = did_of(t.mesh, i)
-        dim = next((d for d, a in enumerate(t.axes) if a.shard == did), None)
+        dim = next((d for d, a in enumerate(t.axes) if did in a.dids), None)
         placements.append(Shard(dim) if dim is not None else Partial(kind) if did in t.partial else Replicate())
     return tuple(int(a.extent) for a in t.axes), t.mesh, tuple(placements)
 

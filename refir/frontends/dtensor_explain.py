@@ -11,6 +11,7 @@ import numpy as np
 from refir.checks.verifier import verify
 from refir.errors import InputError
 from refir.explain.lowered_listing import format_lowered
+from refir.explain.placement import RULES, nest_rule
 from refir.frontends.dtensor import (
     Placement,
     contributions_type,
@@ -65,10 +66,14 @@ def _placements(ps: tuple[Placement, ...]) -> str:
 def _moves(lowered: Lowered, shape: tuple[int, ...]) -> list[str]:
     lines = ["what moves (bytes each device receives, counted as a direct exchange):"]
     total = 0
-    for step in lowered.steps:
+    for k, step in enumerate(lowered.steps):
         if not step.is_communication:
             if isinstance(step.op, (ops.KeepBlock, ops.Copy)):
-                lines.append(f"  {step.out}: {ops.op_name(step.op)}: local, nothing moves")
+                nests = any(a.nested for t in (lowered.checked.func.params[0].type, step.type) for a in t.axes)
+                after = nests and isinstance(step.op, ops.KeepBlock) and k and lowered.steps[k - 1].is_communication
+                lines.append(f"  {step.out}: {ops.op_name(step.op)}: local, nothing moves" + (
+                    " (the fallback: no collective makes this resharding directly, so it gathered to a "
+                    "placement each block is cut from, and each device keeps its own: spec §6)" if after else ""))
             continue
         (name,) = step.tensor_args()
         src = lowered.types[name]
@@ -77,6 +82,7 @@ def _moves(lowered: Lowered, shape: tuple[int, ...]) -> list[str]:
         groups = " ".join("(" + " ".join(map(str, t.devices)) + ")" for t in teams(step.op, src, step.type))
         per = "  ".join(f"{d}: {b}" for d, b in got.items())
         lines.append(f"  {step.out}: {ops.op_name(step.op)} {_what(step.op)} teams {groups}")
+        lines.append(f"      why: {RULES[type(step.op)]}{nest_rule(step.op, src, step.type)}")
         lines.append(f"      received per device  {per}")
     lines.append(f"  total received: {total} bytes")
     return lines

@@ -14,6 +14,26 @@ from typing import Any
 
 import numpy as np
 
+from refir.ir.blocks import (  # noqa: F401  (re-exported: every module imports them from here)
+    axis_block,
+    block,
+    block_number,
+    block_size,
+    inner_block,
+    nested_block,
+    parts_of,
+)
+from refir.ir.layouts import (  # noqa: F401  (re-exported: every module imports them from here)
+    axis_first,
+    dense_strides,
+    empty_in_order,
+    has_layout,
+    materialize,
+    memory_order,
+    receive_into,
+    wire_bytes,
+)
+
 # bfloat16 comes from ml_dtypes, imported where a bf16 is first met: importing
 # ml_dtypes 0.7 takes about half a second of CPU (it registers its ufunc loops),
 # which every process and every MPI rank would pay, most never meeting a bf16.
@@ -185,18 +205,51 @@ class Mesh:
             return False
 
 
+ShardSpec = str | tuple[str, ...]  # one mesh axis, or a nest of several, outermost first
+
+
 @dataclass(frozen=True)
 class Axis:
-    """One logical axis: an extent, maybe sharded on a mesh axis, or `b`."""
+    """One logical axis: an extent, maybe sharded on a mesh axis or on a nest of
+    mesh axes (a tuple, outermost first: `E@(DIDy,DIDx)`, spec §3.2), or `b`.
+    A nest of one mesh axis is that axis: `Axis(5, ("DIDx",)) == Axis(5, "DIDx")`."""
 
     extent: Extent
-    shard: str | None = None
+    shard: ShardSpec | None = None
     broadcast: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.shard, tuple) and len(self.shard) == 1:
+            object.__setattr__(self, "shard", self.shard[0])
+
+    @property
+    def dids(self) -> tuple[str, ...]:
+        """The mesh axes the axis is cut over, outermost first (none when whole)."""
+        return dids_of(self.shard)
+
+    @property
+    def nested(self) -> bool:
+        return isinstance(self.shard, tuple)
 
     def __str__(self) -> str:
         if self.broadcast:
             return "b"
-        return f"{self.extent}@{self.shard}" if self.shard else str(self.extent)
+        return f"{self.extent}@{shard_text(self.shard)}" if self.shard else str(self.extent)
+
+
+def dids_of(shard: ShardSpec | None) -> tuple[str, ...]:
+    """A shard as its mesh axes, outermost first."""
+    return () if not shard else (shard,) if isinstance(shard, str) else shard
+
+
+def as_shard(dids: tuple[str, ...]) -> ShardSpec | None:
+    """The shard of mesh axes `dids` (outermost first): None, one name, or a nest."""
+    return None if not dids else dids[0] if len(dids) == 1 else dids
+
+
+def shard_text(shard: ShardSpec | None) -> str:
+    """`DIDx`, or a nest `(DIDy,DIDx)`, as the text format writes it."""
+    return f"({','.join(shard)})" if isinstance(shard, tuple) else str(shard)
 
 
 BROADCAST = Axis(1, None, True)
@@ -228,14 +281,18 @@ class TensorType:
         """The memory order, outermost first (row-major when no layout)."""
         return self.layout if self.layout is not None else tuple(range(self.rank))
 
-    def sharding(self) -> dict[int, str]:
-        """Tensor axis -> mesh axis, for the sharded axes."""
+    def sharding(self) -> dict[int, ShardSpec]:
+        """Tensor axis -> mesh axis (or nest of mesh axes), for the sharded axes."""
         return {i: a.shard for i, a in enumerate(self.axes) if a.shard}
 
     def symbols(self) -> set[str]:
         return {a.extent for a in self.axes if isinstance(a.extent, str)}
 
-    def with_sharding(self, sharding: Mapping[int, str]) -> TensorType:
+    def nests(self) -> dict[int, tuple[str, ...]]:
+        """Tensor axis -> its mesh axes, outermost first, for the sharded axes."""
+        return {i: a.dids for i, a in enumerate(self.axes) if a.shard}
+
+    def with_sharding(self, sharding: Mapping[int, ShardSpec | None]) -> TensorType:
         axes = tuple(replace(a, shard=sharding.get(i)) for i, a in enumerate(self.axes))
         return replace(self, axes=axes)
 
@@ -256,42 +313,21 @@ def global_shape(t: TensorType, bindings: Bindings) -> tuple[int, ...]:
     return tuple(extent_value(a.extent, bindings) for a in t.axes)
 
 
-def block(extent: int, parts: int, k: int) -> tuple[int, int]:
-    """Block k of an axis of extent E cut over `parts` devices: [start, stop).
-
-    Blocks are ceil(E/parts) long, the last ones shorter or empty (spec §3.1,
-    shard_c1): torch.chunk's sizes as DTensor pads them, and nvFuser's outer split
-    by ceilDiv. Every slicing, split and block size in refir comes from here."""
-    size = -(-extent // parts) if parts else 0
-    start = min(k * size, extent)
-    return start, min(start + size, extent)
-
-
-def block_size(extent: int, parts: int, k: int) -> int:
-    start, stop = block(extent, parts, k)
-    return stop - start
-
-
 def local_shape(t: TensorType, bindings: Bindings, device: int | None = None) -> tuple[int, ...]:
     """The shape of `device`'s block (the first, longest block when no device is named)."""
     out = []
     for a in t.axes:
         n = extent_value(a.extent, bindings)
         if a.shard:
-            n = block_size(n, t.mesh.size(a.shard), 0 if device is None else t.mesh.coord(device, a.shard))
+            lo, hi = axis_block(t.mesh, a, n, device)
+            n = hi - lo
         out.append(n)
     return tuple(out)
 
 
 def block_slices(t: TensorType, device: int, shape: tuple[int, ...]) -> tuple[slice, ...]:
     """Which part of an array of global `shape` the device holds."""
-    out = []
-    for a, n in zip(t.axes, shape):
-        if a.shard:
-            out.append(slice(*block(n, t.mesh.size(a.shard), t.mesh.coord(device, a.shard))))
-        else:
-            out.append(slice(None))
-    return tuple(out)
+    return tuple(slice(*axis_block(t.mesh, a, n, device)) if a.shard else slice(None) for a, n in zip(t.axes, shape))
 
 
 def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, ...]:
@@ -301,69 +337,10 @@ def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, 
 
 def divides(t: TensorType, bindings: Bindings) -> bool:
     """Whether every sharded axis of `t` cuts into equal blocks."""
-    return all(extent_value(a.extent, bindings) % t.mesh.size(a.shard) == 0 for a in t.axes if a.shard)
+    return all(extent_value(a.extent, bindings) % parts_of(t.mesh, a) == 0 for a in t.axes if a.shard)
 
 
 def resolved(t: TensorType, bindings: Bindings) -> TensorType:
     """`t` with every symbol replaced by its global extent."""
     axes = tuple(a if a.broadcast else replace(a, extent=extent_value(a.extent, bindings)) for a in t.axes)
     return replace(t, axes=axes)
-
-
-def axis_first(ndim: int, axis: int) -> tuple[int, ...]:
-    """The memory order (outermost first) that puts `axis` outermost and keeps
-    the others as they were: how a gathered or split axis travels."""
-    return (axis, *(a for a in range(ndim) if a != axis))
-
-
-def dense_strides(shape: tuple[int, ...], order: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    """Byte strides of a buffer dense in `order` (outermost axis first)."""
-    strides = [0] * len(shape)
-    step = itemsize
-    for axis in reversed(order):
-        strides[axis] = step
-        step *= max(shape[axis], 1)
-    return tuple(strides)
-
-
-def empty_in_order(shape: tuple[int, ...], dtype: np.dtype, order: tuple[int, ...]) -> np.ndarray:
-    """An uninitialized array of logical `shape`, dense in memory `order`. An
-    empty block too has the strides dense_strides gives (numpy would zero them)."""
-    if 0 in shape:
-        return np.ndarray(shape, dtype, np.empty(0, dtype), strides=dense_strides(shape, order, dtype.itemsize))
-    inverse = np.argsort(order)
-    return np.empty([shape[a] for a in order], dtype).transpose(inverse)
-
-
-def materialize(x: np.ndarray, order: tuple[int, ...]) -> np.ndarray:
-    """A fresh copy of `x` laid out dense in `order`."""
-    out = empty_in_order(x.shape, x.dtype, order)
-    out[...] = x
-    return out
-
-
-def has_layout(x: np.ndarray, order: tuple[int, ...]) -> bool:
-    """Whether `x` is dense in `order` (axes of extent 1 may have any stride)."""
-    if x.size == 0:
-        return True
-    want = dense_strides(x.shape, order, x.itemsize)
-    return all(s == w or n == 1 for s, w, n in zip(x.strides, want, x.shape))
-
-
-# ---- buffers as bytes, strides kept (how refir.world.exchange moves them between processes) ----
-
-def memory_order(x: np.ndarray) -> tuple[int, ...]:
-    """Axes from the largest stride to the smallest. An extent-1 axis goes inside
-    an axis of equal stride, so that a dense buffer comes back with its very strides."""
-    return tuple(sorted(range(x.ndim), key=lambda a: (-abs(x.strides[a]), x.shape[a] == 1, a)))
-
-
-def wire_bytes(x: np.ndarray, order: tuple[int, ...]) -> np.ndarray:
-    """`x`'s elements dense in `order`, as bytes (no copy when already so)."""
-    return np.ascontiguousarray(np.transpose(x, order)).reshape(-1).view(np.uint8)
-
-
-def receive_into(shape: tuple[int, ...], dtype: np.dtype, order: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """An array dense in `order`, and its bytes to receive into."""
-    x = empty_in_order(shape, dtype, order)
-    return x, np.transpose(x, order).reshape(-1).view(np.uint8)

@@ -17,7 +17,9 @@ Communications are chosen as nvFuser chooses them (docs/spec.md, "Lowering"):
 
 A resharding that changes several mesh axes becomes a chain of these steps;
 where no rule applies directly (2-D meshes across meshes), the chain goes
-through a replicated copy.
+through a replicated copy. On an axis cut over a nest of mesh axes (spec
+§3.2) each step adds or drops the nest's innermost mesh axis; what no step
+does directly gathers down to the nests' common outer part, then keeps blocks.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from refir.checks.rules_matmul import matmul_axes, promoted
 from refir.checks.verifier import Checked
 from refir.ir import ops
 from refir.ir.program import Eqn, Func, Lit, Operand, Sym, Var
-from refir.ir.types import TensorType
+from refir.ir.types import TensorType, as_shard
 from refir.lowering.window import lower_window
 
 
@@ -115,17 +117,17 @@ class _Lowerer:
             case ops.Reduction(kind=kind, dims=dims):
                 x = self.types[e.args[0].name]
                 kept = tuple(a for i, a in enumerate(x.axes) if i not in dims)
-                partial = tuple(sorted({x.axes[d].shard for d in dims if x.axes[d].shard}))
+                partial = tuple(sorted({k for d in dims for k in x.axes[d].dids}))
                 local = TensorType(x.dtype, kept, x.mesh, None, partial, kind if partial else "")
                 self.compute_then_reshard(e, local, t)
             case ops.Matmul():
                 a, b = (self.types[x.name] for x in e.args)
-                k = promoted(a, b)[0][-1].shard
-                if k is None:
+                k = promoted(a, b)[0][-1].dids
+                if not k:
                     self.emit(e.out, e.op, e.args, t, e)
                     return
                 # A sharded contraction leaves partial sums, sharded as the inferred result.
-                local = TensorType(t.dtype, matmul_axes(a, b), a.mesh, None, (k,), "sum")
+                local = TensorType(t.dtype, matmul_axes(a, b), a.mesh, None, tuple(sorted(k)), "sum")
                 self.compute_then_reshard(e, local, t)
             case ops.Iota():  # each device makes its own block, knowing the global extents
                 extents = tuple(Lit(1) if a.broadcast else Lit(a.extent) if isinstance(a.extent, int)
@@ -206,35 +208,43 @@ class _Lowerer:
             t = replace(cur, partial=(), partial_kind="")
             plan.append((ops.Allreduce(kind, cur.partial), t))
             return t
-        by_mesh_axis = {k: i for i, k in d.sharding().items()}
-        scatter = [k for k in cur.partial if k in by_mesh_axis and not cur.axes[by_mesh_axis[k]].shard]
-        rest = tuple(k for k in cur.partial if k not in scatter)
+        scatter = _scatters(cur, d)
+        rest = tuple(k for k in cur.partial if k not in {k for k, _ in scatter})
         if rest:
-            cur = replace(cur, partial=tuple(scatter), partial_kind=kind if scatter else "")
+            cur = replace(cur, partial=tuple(k for k, _ in scatter), partial_kind=kind if scatter else "")
             plan.append((ops.Allreduce(kind, rest), cur))
-        for k in scatter:
-            j = by_mesh_axis[k]
+        for k, j in scatter:
             left = tuple(p for p in cur.partial if p != k)
-            cur = replace(cur.with_sharding({**cur.sharding(), j: k}), partial=left,
+            cur = replace(cur.with_sharding({**cur.sharding(), j: as_shard((*cur.axes[j].dids, k))}), partial=left,
                           partial_kind=kind if left else "")
             plan.append((ops.ReduceScatter(kind, k, j), cur))
         return cur
 
     def same_mesh(self, cur: TensorType, d: TensorType, plan: list) -> TensorType:
-        want = d.sharding()
-        for k in sorted(set(want.values())):
-            have = {m: i for i, m in cur.sharding().items()}
-            i, j = have.get(k), next(a for a, m in want.items() if m == k)
-            if i is not None and i != j and not cur.axes[j].shard:
-                sharding = {a: m for a, m in cur.sharding().items() if a != i}
-                cur = cur.with_sharding({**sharding, j: k})
-                plan.append((ops.AllToAll(k, j, i), cur))
-        for i, k in sorted(cur.sharding().items()):
-            if want.get(i) != k:
-                cur = cur.with_sharding({a: m for a, m in cur.sharding().items() if a != i})
-                plan.append((ops.Allgather(i, k), cur))
-        if cur.sharding() != want:
-            cur = cur.with_sharding(want)
+        """all_to_all where a mesh axis moves from the inside of one axis's nest to
+        the inside of another's, then an allgather per mesh axis to drop (innermost
+        first, until each axis's nest begins the wanted one), then a keep_block that
+        cuts what is left to cut (spec §6: every step adds or drops the innermost
+        mesh axis of a nest, so each works on blocks its team shares)."""
+        want = d.nests()
+        moving = True
+        while moving:  # one pass, or (nests) passes until none moves: one move may let another go
+            moving = False
+            for k in sorted({k for ks in want.values() for k in ks}):
+                have = {ms[-1]: i for i, ms in cur.nests().items()}  # innermost mesh axis -> its tensor axis
+                i, j = have.get(k), next(a for a, ms in want.items() if k in ms)
+                grown = (*cur.axes[j].dids, k)
+                if i is not None and i != j and want[j][:len(grown)] == grown:
+                    cur = cur.with_sharding({**cur.sharding(), i: as_shard(cur.axes[i].dids[:-1]),
+                                             j: as_shard(grown)})
+                    plan.append((ops.AllToAll(k, j, i), cur))
+                    moving = any(a.nested for a in (*cur.axes, *d.axes))
+        for i in sorted(cur.nests()):
+            while (ms := cur.axes[i].dids) and want.get(i, ())[:len(ms)] != ms:
+                cur = cur.with_sharding({**cur.sharding(), i: as_shard(ms[:-1])})
+                plan.append((ops.Allgather(i, ms[-1]), cur))
+        if cur.sharding() != d.sharding():
+            cur = cur.with_sharding(d.sharding())
             plan.append((ops.KeepBlock(), cur))
         return cur
 
@@ -262,6 +272,22 @@ class _Lowerer:
             return moved.with_sharding(want)
         plan.append((ops.Broadcast(cur.mesh.devices[0]), moved.with_sharding({})))
         return self.same_mesh(moved.with_sharding({}), d, plan)
+
+
+def _scatters(cur: TensorType, d: TensorType) -> list[tuple[str, int]]:
+    """The partial mesh axes a reduce_scatter can cut onto tensor axes on the way
+    to d, with their axes: k goes onto axis j where j's nest in d continues with
+    k after j's nest in cur (outer mesh axes first, then in the partial's order)."""
+    out = []
+    for j, ms in d.nests().items():
+        have = cur.axes[j].dids
+        if ms[:len(have)] != have:
+            continue
+        for depth, k in enumerate(ms[len(have):]):
+            if k not in cur.partial:
+                break
+            out.append((depth, cur.partial.index(k), k, j))
+    return [(k, j) for *_, k, j in sorted(out)]
 
 
 def _same_placement(a: TensorType, b: TensorType) -> bool:

@@ -11,11 +11,13 @@ from refir.ir.types import (
     SHARD_C1,
     SHARD_C2,
     TensorType,
+    block_number,
     dense_strides,
     extent_value,
     global_shape,
     has_layout,
     local_shape,
+    parts_of,
 )
 
 
@@ -105,8 +107,8 @@ def _check_local_inputs(checked: Checked, inputs: dict[str, dict[int, np.ndarray
             for i, (n, m) in enumerate(zip(x.shape, want)):
                 if n != m:
                     a = t.axes[i]
-                    block = (f"block {t.mesh.coord(d, a.shard)} of {extent_value(a.extent, bound)} over "
-                             f"{t.mesh.size(a.shard)} devices" if a.shard else f"its extent {a.extent}")
+                    block = (f"block {block_number(t.mesh, a, d)} of {extent_value(a.extent, bound)} over "
+                             f"{parts_of(t.mesh, a)} devices" if a.shard else f"its extent {a.extent}")
                     raise InputError(f"{where} has local extent {n} on axis {i}, but {p.name}: {t} "
                                      f"needs {m}, {block} [{SHARD_C1}]")
             if t.layout is not None and not has_layout(x, t.layout):

@@ -16,7 +16,7 @@ from refir.checks.rules_window import check_select_bounds
 from refir.checks.verifier import Checked
 from refir.errors import InputError
 from refir.ir.program import Program
-from refir.ir.types import extent_value, global_shape
+from refir.ir.types import extent_value, global_shape, parts_of
 
 _BIND = re.compile(r"^#\s*bind:\s*(.*)$", re.M)
 
@@ -81,7 +81,7 @@ def default_bindings(checked: Checked, given: dict[str, int] | None = None) -> d
     if unknown:
         raise InputError(f"--bind names {unknown[0]!r}, which is not a symbol of {checked.func.name}")
     for s in sorted(checked.symbols - set(out)):
-        step = lcm(*[t.mesh.size(a.shard) for t in checked.types.values() for a in t.axes
+        step = lcm(*[parts_of(t.mesh, a) for t in checked.types.values() for a in t.axes
                      if a.extent == s and a.shard] or [1])
         out[s] = step * -(-4 // step)
     for name, t in checked.types.items():

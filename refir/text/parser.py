@@ -230,13 +230,29 @@ class Parser:
             extent: int | str = self.integer()
         else:
             extent = self.name("an extent (integer or symbol)").text
-        shard = None
+        shard: str | tuple[str, ...] | None = None
         if self.accept("@"):
-            did = self.name("DIDx, DIDy or DIDz")
-            if did.text not in DIDS:
-                raise ParseError(did.loc, f"expected DIDx, DIDy or DIDz, found {did.text!r}")
-            shard = did.text
+            shard = self.nest() if self.at("(") else self.did()
         return Axis(extent, shard)
+
+    def did(self) -> str:
+        did = self.name("DIDx, DIDy or DIDz")
+        if did.text not in DIDS:
+            raise ParseError(did.loc, f"expected DIDx, DIDy or DIDz, found {did.text!r}")
+        return did.text
+
+    def nest(self) -> tuple[str, ...]:
+        """`(DIDy, DIDx)`: an axis cut over several mesh axes, outermost first (§3.2)."""
+        start = self.expect("(")
+        dids = [self.did()]
+        while self.accept(","):
+            dids.append(self.did())
+        self.expect(")")
+        if len(dids) < 2 or len(set(dids)) < len(dids):  # type_c7
+            twice = next((d for d in dids if dids.count(d) > 1), None)
+            why = f"names {twice} twice" if twice else f"names one mesh axis: write @{dids[0]}"
+            raise VerifyError(start.loc, "type_c7", f"the nest ({', '.join(dids)}) {why}")
+        return tuple(dids)
 
     def eqn(self) -> Eqn:
         out = self.name("an equation result or 'return'")
