@@ -1,6 +1,6 @@
 """The gpu kernels of where, iota and pad's border on every layout, bit for bit against
 interp's numpy: operands with gaps, negative steps, permuted axes and broadcast axes,
-results in every memory order, short and long rows (the dense and the walking kernels)."""
+results in every memory order, short and long rows (the dense, row and walking kernels)."""
 
 from itertools import permutations
 
@@ -37,7 +37,7 @@ def test_where_on_strided_broadcast_and_dense_operands_in_every_order(dtype, mon
     walked = []
     real = masks.launch
     monkeypatch.setattr(masks, "launch", lambda k, *a: (walked.append(k), real(k, *a))[1])
-    for shape in [(4, 3, 5), (2, 3, 40)]:
+    for shape in [(4, 3, 5), (2, 3, 40), (2, 2, 84), (1, 1, 150)]:  # long rows: `_where_rows`, a row in chunks
         c = strided(rng, shape, np.dtype(bool))
         x, y = strided(rng, shape, t), strided(rng, shape, t)
         cases = [(c, x, y), (np.ascontiguousarray(c), np.ascontiguousarray(x), np.ascontiguousarray(y)),
@@ -46,7 +46,7 @@ def test_where_on_strided_broadcast_and_dense_operands_in_every_order(dtype, mon
             want = IMPLS[ops.Where](ops.Where(), *args)
             for order in permutations(range(3)):
                 _check(GPU_IMPLS[ops.Where](ops.Where(), order, *[upload(a) for a in args]), want, order)
-    assert {masks._where_dense, masks._where_walk} <= set(walked)  # both kernels ran
+    assert {masks._where_dense, masks._where_walk, masks._where_rows} <= set(walked)  # every kernel ran
 
 
 def _iota_type(dtype: str, extents: tuple[int, ...], order: tuple[int, ...]) -> TensorType:

@@ -35,6 +35,7 @@ from gpu_backend.kernels.elementwise_kernels import (
     rows1_kernel,
     walk_geometry,
 )
+from gpu_backend.kernels.row_words import WORD, row_words, words_plan
 from gpu_backend.kernels.strides import Arr, coalesce, padded
 from gpu_backend.kernels.transpose import clear_plans as clear_transpose_plans
 from gpu_backend.kernels.transpose import transpose_plan
@@ -68,6 +69,7 @@ def clear_plans() -> None:
     _ready_maps.clear()
     _copies.clear()
     _ready_copies.clear()
+    _ready_words.clear()
     clear_transpose_plans()
 
 
@@ -225,6 +227,9 @@ _copies: dict[tuple[object, ...], tuple[object, ...]] = {}
 # and the kernel parameters after dst's memory and offset and after src's: a
 # repeated copy costs a dict lookup and the launch.
 _ready_copies: KeptLaunches = {}
+# Word copies (gpu_backend/kernels/row_words.py) ready to go again, by the same key: the
+# driver launch, its grid and block, the kernel parameters after the two offsets.
+_ready_words: KeptLaunches = {}
 # A copy between two buffers dense in one memory order (a layout-preserving
 # copy): "memcpy", the driver's cuMemcpyDtoDAsync on the kernels' stream, as
 # torch's copy_ does; "kernel", the dense row copy (benchmarks/kernel_probe.py
@@ -245,12 +250,20 @@ def _copy_plan(dst: DeviceBuffer, src: DeviceBuffer, memcpy: bool) -> tuple[obje
         return ("memcpy", shape[0] * dst.data.dtype.itemsize)
     if fast == len(shape) - 1 or ss[fast] == 0:
         f = _widening(dst, src, shape, ds, ss)
+        words = None if f > 1 else words_plan(shape, ds, ss, dst.data.dtype.itemsize, src.data.size)
+        if words is not None:  # rows that align differently, or a broadcast along them: 8-byte words
+            return words
         if f == 1:  # src broadcast to dst's shape
             return ("rows", 1, _word(dst, 1), dst.shape, dst.strides, src.strides)
         wide = (*shape[:-1], shape[-1] // f)
         return ("rows", f, _word(dst, f), wide, (*(v // f for v in ds[:-1]), 1), (*(v // f for v in ss[:-1]), 1))
     word = _word(dst, 1)
     return ("tiles", word, transpose_plan(word.itemsize, shape, ds, ss, fast))
+
+
+def _whole_words(data: Arr, f: int) -> Arr:
+    """`data` (1-D, f elements a word) as 8-byte words, to its last whole word."""
+    return as_words(data if data.size % f == 0 else data[:data.size // f * f], WORD)
 
 
 def _word(b: DeviceBuffer, f: int) -> np.dtype:
@@ -265,7 +278,19 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     tiled transpose."""
     dd, sd = dst.data, src.data
     pooled = type(dd) is Memory and type(sd) is Memory  # raw addresses: the driver's copy can take them
-    key = (dst.shape, dst.strides, src.shape, src.strides, dd.dtype.itemsize, dst.offset % 8, src.offset % 8, pooled)
+    key = (dst.shape, dst.strides, src.shape, src.strides, dd.dtype.itemsize, dst.offset % 8, src.offset % 8,
+           dd.size % 8, sd.size % 8, pooled)  # the sizes: whether the memories are whole words
+    ready = _ready_words.get(key)
+    if ready is not None:  # the word copy's kept launch: each memory as elements, then as words
+        direct, grid, block, consts = ready
+        params: list[object] = []
+        for d in (dd, sd):
+            n, size = d.size, d.dtype.itemsize
+            w = n * size // 8
+            params += (0, 0, n, size, d.ptr, n, size, 0, 0, w, 8, d.ptr, w, 8)
+        counts["prepared"] += 1
+        direct(grid, block, (*params, dst.offset, src.offset, *consts))  # type: ignore[operator]
+        return dst
     ready = _ready_copies.get(key)
     if ready is not None:  # launched before: all its parameters but the memory and offsets are kept
         direct, grid, block, f, size, d_args, s_args = ready
@@ -290,6 +315,13 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
         launch(kernel, grid, block, *args)
         if pooled:
             _remember_copy(key, kernel, grid, block, args, f, word.itemsize, len(per_buffer[0]))  # type: ignore[arg-type]
+    elif how == "words":
+        _, elem, f, grid, block, consts = plan
+        args = (as_words(dd, elem), _whole_words(dd, f), as_words(sd, elem), _whole_words(sd, f),  # type: ignore
+                dst.offset, src.offset, *consts)  # type: ignore[misc]
+        launch(row_words, grid, block, *args)
+        if pooled:
+            keep_launch(_ready_words, key, row_words, args, grid, block, lambda: (tuple(values(consts)),))  # type: ignore
     elif how == "tiles":
         _, word, t = plan
         args = (as_words(dd, word), dst.offset, *t.d_args, as_words(sd, word), src.offset,  # type: ignore[attr-defined]

@@ -26,6 +26,7 @@ from gpu_backend.impls import Order, broadcast_shape, impl, per_device
 from gpu_backend.kernels import functions
 from gpu_backend.kernels.elementwise import as_words, elementwise
 from gpu_backend.kernels.elementwise_kernels import _item, walk_geometry
+from gpu_backend.kernels.row_words import rows_geometry
 from gpu_backend.kernels.strides import Arr, Ints, coalesce, padded, unravel
 from gpu_backend.launches.launch import launch
 from interp.masks import iota_block_of
@@ -35,6 +36,7 @@ from refir.ir.types import TensorType
 BOOL = np.dtype(bool)
 # where's dense grid: at most this many times max_blocks() (as elementwise's two-operand kernel)
 WHERE_BLOCKS = 1 if SIMULATED else 1 << 20
+ROWS_MIN = 64  # rows at least this long, at most two outer axes: `_where_rows`; else the walk
 
 
 @impl(ops.Compare)
@@ -98,6 +100,57 @@ def _where_walk(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
                 j += bx
 
 
+@cuda.jit
+def _where_rows(out: Arr, o_off: int, o_i: int, o_j: int,
+                c: Arr, c_off: int, c_i: int, c_j: int, c_in: int,
+                x: Arr, x_off: int, x_i: int, x_j: int, x_in: int,
+                y: Arr, y_off: int, y_i: int, y_j: int, y_in: int,
+                ni: int, nj: int, inner: int, chunk: int) -> None:
+    """At most two outer axes (i on grid x, j on grid y and threadIdx.y), out's rows unit
+    stride, each operand's rows at its own stride (0 where broadcast along them); a row cut
+    into chunks of `chunk` elements over grid z. No division, no multiply per element: each
+    operand's place advances by its own step; twelve loads in flight a thread, the ragged
+    end's too (its indices clamped to the chunk's last element)."""
+    bx = cuda.blockDim.x
+    for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
+        for j in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, nj, cuda.gridDim.y * cuda.blockDim.y):
+            k0 = cuda.blockIdx.z * chunk
+            k1 = min(k0 + chunk, inner)
+            k = k0 + cuda.threadIdx.x
+            po = o_off + i * o_i + j * o_j + k
+            pc = c_off + i * c_i + j * c_j + k * c_in
+            px = x_off + i * x_i + j * x_j + k * x_in
+            py = y_off + i * y_i + j * y_j + k * y_in
+            sc, sx, sy = bx * c_in, bx * x_in, bx * y_in
+            while k + 3 * bx < k1:
+                c0, c1, c2, c3 = c[pc], c[pc + sc], c[pc + 2 * sc], c[pc + 3 * sc]
+                x0, x1, x2, x3 = x[px], x[px + sx], x[px + 2 * sx], x[px + 3 * sx]
+                y0, y1, y2, y3 = y[py], y[py + sy], y[py + 2 * sy], y[py + 3 * sy]
+                out[po] = x0 if c0 else y0
+                out[po + bx] = x1 if c1 else y1
+                out[po + 2 * bx] = x2 if c2 else y2
+                out[po + 3 * bx] = x3 if c3 else y3
+                k += 4 * bx
+                po += 4 * bx
+                pc += 4 * sc
+                px += 4 * sx
+                py += 4 * sy
+            if k < k1:  # the ragged end: the same twelve loads, those past the chunk repeating its last
+                n1 = 1 if k + bx < k1 else 0
+                n2 = 2 if k + 2 * bx < k1 else n1
+                n3 = 3 if k + 3 * bx < k1 else n2
+                c0, c1, c2, c3 = c[pc], c[pc + n1 * sc], c[pc + n2 * sc], c[pc + n3 * sc]
+                x0, x1, x2, x3 = x[px], x[px + n1 * sx], x[px + n2 * sx], x[px + n3 * sx]
+                y0, y1, y2, y3 = y[py], y[py + n1 * sy], y[py + n2 * sy], y[py + n3 * sy]
+                out[po] = x0 if c0 else y0
+                if n1 == 1:
+                    out[po + bx] = x1 if c1 else y1
+                if n2 == 2:
+                    out[po + 2 * bx] = x2 if c2 else y2
+                if n3 == 3:
+                    out[po + 3 * bx] = x3 if c3 else y3
+
+
 def _words(b: DeviceBuffer) -> DeviceBuffer:
     """`b`'s memory as unsigned words of its element size: where moves bits, never values."""
     return DeviceBuffer(as_words(b.data, np.dtype(f"u{b.data.dtype.itemsize}")), b.offset, b.shape, b.strides)
@@ -117,6 +170,14 @@ def where(op: ops.Where, order: Order, cond: DeviceBuffer, x: DeviceBuffer, y: D
         threads = fitted(-(-n // 4))
         blocks = max(1, min(-(-n // (threads * 4)), WHERE_BLOCKS * max_blocks()))
         launch(_where_dense, blocks, threads, *[v for b in views for v in (b.data, b.offset)], n)
+        return out
+    if len(walk) <= 3 and walk[-1] >= ROWS_MIN and strides[0][-1] == 1:
+        pad = 3 - len(walk)
+        (ni, nj, inner), st = [1] * pad + walk, [[0] * pad + st for st in strides]
+        grid, block, chunk = rows_geometry(ni, nj, inner)
+        args = [v for b, (s_i, s_j, s_in) in zip(views, st) for v in (b.data, b.offset, s_i, s_j, s_in)]
+        del args[4]  # out's inner stride: 1
+        launch(_where_rows, grid, block, *args, ni, nj, inner, chunk)
         return out
     walk, strides = [1, *walk], [[0, *st] for st in strides]  # a mid axis, at worst of extent 1
     outer = padded(walk[:-2], 1)
