@@ -54,14 +54,21 @@ def _iota_type(dtype: str, extents: tuple[int, ...], order: tuple[int, ...]) -> 
 
 
 @pytest.mark.parametrize("dtype", ["i32", "f32", "bf16", "i8", "i64"])
-def test_iota_along_every_axis_in_every_order(dtype):
-    for extents in [(3, 1, 5), (2, 37, 4), (70, 3, 2)]:
+def test_iota_along_every_axis_in_every_order(dtype, monkeypatch):
+    launched = []
+    real = masks.launch
+    monkeypatch.setattr(masks, "launch", lambda k, *a: (launched.append(k), real(k, *a))[1])
+    # rows of 96 and 200: integers narrower than 8 bytes as whole words (one row in chunks)
+    for extents in [(3, 1, 5), (2, 37, 4), (70, 3, 2), (2, 3, 96), (1, 1, 200)]:
         for axis in range(3):
             op = ops.Iota(axis)
             for order in permutations(range(3)):
                 t = _iota_type(dtype, extents, order)
                 want = iota_block(op, t, 0, list(extents))
                 _check(PER_DEVICE[ops.Iota](op, order, t, 0, list(extents)), want, order)
+    size = DTYPES[dtype].itemsize
+    words = masks._iota_words_kernel(8 // size, 8 * size) if dtype[0] == "i" and size < 8 else None
+    assert (words in launched) == (words is not None)
 
 
 def test_iota_walk_puts_the_axis_in_the_mid_or_inner_place():

@@ -5,13 +5,19 @@ none). gpu_backend/impls.py imports this module last; it registers the ops in GP
 `where` is planned as the elementwise ops are (gpu_backend/kernels/elementwise.py): the
 four buffers' axes coalesced in the result's memory order; where every one is a single
 unit-stride run, a grid-stride loop with four loads of each operand in flight (no index
-arithmetic); otherwise the general walk over [outer..., mid, inner] of the result's
+arithmetic); where they coalesce to rows (long enough) at two outer axes at most, a row
+kernel (`_where_rows`: grid x and y over the rows, z over chunks of a long row; each
+operand's place advanced by its own step along the row, 0 where broadcast along it: no
+division or multiply per element); otherwise the general walk over [outer..., mid, inner] of the result's
 memory order, each operand read through its own strides (broadcast axes at stride 0, any
 layout, negative strides), the outer index unravelled once per work item of many
 elements, never per element. Values move as unsigned words of their size (bfloat16's
 bits as they are). `iota` writes its fresh result in memory order; each element's value
 is the start plus its index along the axis, which is the walk's mid index (or its inner
-index, where the axis is innermost in memory): no division per element either."""
+index, where the axis is innermost in memory): no division per element either. An integer
+iota narrower than 8 bytes whose rows are whole words writes whole 8-byte words (the
+elements' low bits packed, as the cast from i64 wraps): a write-only kernel moves its bytes
+in half as many stores."""
 
 from __future__ import annotations
 
@@ -212,6 +218,52 @@ def _iota_kernel(convert: object) -> object:
     return kernel
 
 
+@cache
+def _iota_words_kernel(f: int, bits: int) -> object:
+    """An integer iota of f elements of `bits` bits a word, written as whole 8-byte words."""
+    mask = (1 << bits) - 1
+
+    @cuda.jit
+    def kernel(o8: Arr, w_off: int, ni: int, nj: int, nw: int, chunk: int, start: int, along_mid: int,
+               along_in: int) -> None:
+        """Word k of row (i, j) (rows of nw words from word w_off, dense): the low bits of
+        start + j along_mid + (k f + q) along_in in its element q, as the cast from i64 wraps."""
+        bx = cuda.blockDim.x
+        for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
+            for j in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, nj,
+                           cuda.gridDim.y * cuda.blockDim.y):
+                k1 = min(cuda.blockIdx.z * chunk + chunk, nw)
+                base = w_off + (i * nj + j) * nw
+                k = cuda.blockIdx.z * chunk + cuda.threadIdx.x
+                value = start + j * along_mid + k * f * along_in  # element 0 of word k
+                step = bx * f * along_in
+                while k < k1:
+                    word = np.uint64(0)
+                    for q in range(f):  # f a constant: unrolled
+                        word |= np.uint64((value + q * along_in) & mask) << np.uint64(q * bits)
+                    o8[base + k] = word
+                    k += bx
+                    value += step
+
+    return kernel
+
+
+def _iota_words(out: DeviceBuffer, rows: int, mid: int, inner: int, start: int, along_mid: int,
+                along_in: int) -> bool:
+    """An integer iota narrower than a word as whole words, where its rows are whole words and
+    long enough (True); else nothing (False)."""
+    size = out.data.dtype.itemsize
+    f = 8 // size
+    if out.dtype.kind not in "iu" or size > 4 or inner % f or out.offset % f or inner < ROWS_MIN:
+        return False
+    data = out.data if out.data.size % f == 0 else out.data[out.offset:out.offset + out.size]  # whole words
+    offset = out.offset if data is out.data else 0
+    grid, block, chunk = rows_geometry(rows, mid, inner // f)
+    launch(_iota_words_kernel(f, 8 * size), grid, block, as_words(data, np.dtype(np.uint64)), offset // f, rows,
+           mid, inner // f, chunk, start, along_mid, along_in)
+    return True
+
+
 def iota_walk(shape: tuple[int, ...], strides: tuple[int, ...], axis: int) -> tuple[tuple[int, int, int], int, int]:
     """A dense buffer's elements in memory order as [rows, mid, inner], and the weights
     of the mid and inner index in an element's index along `axis`: [outer, axis, inner]
@@ -235,6 +287,8 @@ def iota(op: ops.Iota, order: Order, t: TensorType, device: int, extents: list[i
     if out.size == 0:
         return out
     (rows, mid, inner), along_mid, along_in = iota_walk(out.shape, out.strides, op.axis)
+    if _iota_words(out, rows, mid, inner, start, along_mid, along_in):
+        return out
     bx, by = rows_block(inner)
     geometry, items = walk_geometry(rows, mid, inner, bx)
     by = fitted(items, by)
