@@ -95,3 +95,25 @@ def test_short_rows_and_aligned_rows_keep_the_row_kernel():
     assert how == "rows" and got.tobytes() == want.tobytes()  # MIN_INNER - 1 elements a row
     how, got, want = _copied(_values((4, 80), "f4"), (slice(None), slice(2, None)))
     assert how == "rows" and got.tobytes() == want.tobytes()  # aligned alike: the 8-byte row kernel
+
+
+@pytest.mark.parametrize("view", [
+    (slice(None), slice(None, None, 2)),     # the even elements: the low halves
+    (slice(None), slice(1, None, 2)),        # the odd ones: the high halves
+    (slice(None, None, -1), slice(3, 151, 2)),
+])
+def test_every_other_element_gathers_halves_of_words(view):
+    host = _values((5, 150), "f4")
+    how, got, want = _copied(host, view)
+    assert how == "words" and got.tobytes() == want.tobytes()
+    how, got, want = _copied(host, view, (slice(None), slice(1, 1 + want.shape[1])), (want.shape[0], 80))
+    assert how == "words" and got.tobytes() == want.tobytes()  # into rows that start mid-word
+
+
+def test_other_steps_and_wider_elements_keep_the_other_kernels():
+    how, got, want = _copied(_values((5, 150), "i2"), (slice(None), slice(None, None, 2)))
+    assert how == "rows" and got.tobytes() == want.tobytes()
+    how, got, want = _copied(_values((5, 150), "f4"), (slice(None), slice(None, None, 3)))
+    assert how == "rows" and got.tobytes() == want.tobytes()
+    how, got, want = _copied(_values((5, 150), "f8"), (slice(None), slice(1, None)))
+    assert how == "rows" and got.tobytes() == want.tobytes()

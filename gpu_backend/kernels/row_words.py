@@ -15,7 +15,9 @@ same for every word of it, so warps never diverge on it):
   whole, joined by two shifts (little-endian: element e is bits (e mod f) * bits
   of word e // f);
 - the source's inner stride 0 (an expand along the fastest axis): the row's one
-  value, read once, repeated f times into a word (multiplied by 0x..0101).
+  value, read once, repeated f times into a word (multiplied by 0x..0101);
+- 4-byte elements at source stride 2 (a slice `[:, ::2]`, which reads every sector
+  anyway): the same half of two neighbouring aligned words.
 
 Values move as unsigned bits, never as values, so every dtype is exact. Rows are
 indexed over two strided outer axes (grid x and y, no division), and a long row
@@ -37,15 +39,24 @@ MIN_INNER = 64  # shorter rows keep the row kernel: a word path pays its head an
 WORD = np.dtype(np.uint64)
 
 
+LOW32 = np.uint64(0xFFFFFFFF)
+HALF = np.uint64(32)
+
+
 @cuda.jit(device=True)
-def _word(a8: Arr, w: int, mode: int, lo_shift: np.uint64, hi_shift: np.uint64, fill: np.uint64) -> np.uint64:
-    """A destination word as the row's `mode` makes it from source word w: 0 aligned (a8[w]),
-    1 shifted (a8[w] and a8[w + 1] joined), 2 broadcast (`fill`, the row's value repeated)."""
+def _word(a8: Arr, wa: int, k: int, mode: int, lo_shift: np.uint64, hi_shift: np.uint64,
+          fill: np.uint64) -> np.uint64:
+    """Destination word k of a row whose source starts in word wa, as the row's `mode` makes
+    it: 0 aligned (a8[wa + k]), 1 shifted (a8[w] and a8[w + 1] joined), 2 broadcast (`fill`,
+    the row's value repeated), 3 every other 4-byte element (the same half of two words)."""
     if mode == 0:
-        return a8[w]
+        return a8[wa + k]
     if mode == 1:
-        return (a8[w] >> lo_shift) | (a8[w + 1] << hi_shift)
-    return fill
+        return (a8[wa + k] >> lo_shift) | (a8[wa + k + 1] << hi_shift)
+    if mode == 2:
+        return fill
+    w = wa + 2 * k
+    return ((a8[w] >> lo_shift) & LOW32) | ((a8[w + 1] >> lo_shift) << HALF)
 
 
 @cuda.jit
@@ -72,30 +83,30 @@ def row_words(o_e: Arr, o8: Arr, a_e: Arr, a8: Arr, o_off: int, a_off: int,
             if w0 >= w1:
                 continue
             wo = (po + head) // f  # dst's first whole word
-            s = pa + head  # the source element going to its first element
+            s = pa + head * a_in  # the source element going to its first element
             r = s % f
             lo_shift = np.uint64(r * bits)
             hi_shift = np.uint64(64 - r * bits)
-            mode = 2 if a_in == 0 else (0 if r == 0 else 1)
+            mode = 2 if a_in == 0 else (3 if a_in == 2 else (0 if r == 0 else 1))
             wa = s // f
             fill = np.uint64(a_e[pa]) * rep if mode == 2 else np.uint64(0)  # read once a row
             last = w1 - 1
             k = w0 + t
             while k + 3 * bx < w1:
-                v0 = _word(a8, wa + k, mode, lo_shift, hi_shift, fill)
-                v1 = _word(a8, wa + k + bx, mode, lo_shift, hi_shift, fill)
-                v2 = _word(a8, wa + k + 2 * bx, mode, lo_shift, hi_shift, fill)
-                v3 = _word(a8, wa + k + 3 * bx, mode, lo_shift, hi_shift, fill)
+                v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
+                v1 = _word(a8, wa, k + bx, mode, lo_shift, hi_shift, fill)
+                v2 = _word(a8, wa, k + 2 * bx, mode, lo_shift, hi_shift, fill)
+                v3 = _word(a8, wa, k + 3 * bx, mode, lo_shift, hi_shift, fill)
                 o8[wo + k] = v0
                 o8[wo + k + bx] = v1
                 o8[wo + k + 2 * bx] = v2
                 o8[wo + k + 3 * bx] = v3
                 k += 4 * bx
             if k < w1:  # the ragged end: up to four words, all loaded first (indices clamped)
-                v0 = _word(a8, wa + k, mode, lo_shift, hi_shift, fill)
-                v1 = _word(a8, wa + min(k + bx, last), mode, lo_shift, hi_shift, fill)
-                v2 = _word(a8, wa + min(k + 2 * bx, last), mode, lo_shift, hi_shift, fill)
-                v3 = _word(a8, wa + min(k + 3 * bx, last), mode, lo_shift, hi_shift, fill)
+                v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
+                v1 = _word(a8, wa, min(k + bx, last), mode, lo_shift, hi_shift, fill)
+                v2 = _word(a8, wa, min(k + 2 * bx, last), mode, lo_shift, hi_shift, fill)
+                v3 = _word(a8, wa, min(k + 3 * bx, last), mode, lo_shift, hi_shift, fill)
                 o8[wo + k] = v0
                 if k + bx < w1:
                     o8[wo + k + bx] = v1
@@ -130,7 +141,8 @@ def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, sr
     are read (a shifted word reads the whole word holding a row's last element); else None.
     dst's words are whole words inside its rows: its memory is seen to its last whole word."""
     f = 8 // itemsize
-    if itemsize not in (1, 2, 4) or len(shape) > 3 or ds[-1] != 1 or ss[-1] not in (0, 1):
+    gather = itemsize == 4 and ss[-1] == 2  # every other element: mode 3
+    if itemsize not in (1, 2, 4) or len(shape) > 3 or ds[-1] != 1 or (ss[-1] not in (0, 1) and not gather):
         return None
     if shape[-1] < MIN_INNER or (src_n % f and ss[-1]) or prod(shape) == 0:
         return None
