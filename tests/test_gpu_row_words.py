@@ -117,3 +117,11 @@ def test_other_steps_and_wider_elements_keep_the_other_kernels():
     assert how == "rows" and got.tobytes() == want.tobytes()
     how, got, want = _copied(_values((5, 150), "f8"), (slice(None), slice(1, None)))
     assert how == "rows" and got.tobytes() == want.tobytes()
+
+
+def test_the_row_kernel_stores_its_ragged_ends_whole():
+    host = _values((3, 4, 45), "f4")  # rows of 45: four elements a thread, then a ragged end of 13
+    src = upload(host).transpose((1, 0, 2))
+    dst = DeviceBuffer.empty((4, 3, 45), host.dtype)
+    assert _plan(dst, src) == "rows"
+    assert download(dst).tobytes() == np.ascontiguousarray(host.transpose(1, 0, 2)).tobytes()

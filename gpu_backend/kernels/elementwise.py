@@ -50,6 +50,9 @@ from gpu_backend.launches.launch import KeptLaunches, counts, keep_launch, launc
 # is a Python thread, keeps its two small blocks.
 DENSE1_BLOCKS = 1 if SIMULATED else 16
 DENSE2_BLOCKS = 1 if SIMULATED else 1 << 20
+# The row kernel's narrowest rows of threads: short rows (a head's 64 words) take a
+# quarter or half warp each, so that every thread still loads four elements at once.
+ROWS1_LEAST = 8
 
 
 # What elementwise launches for one call, by everything it depends on but the
@@ -152,7 +155,7 @@ def _plan(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], has_sca
     if len(xs) == 1 and len(shape) <= 3 and all(st[-1] == 1 for st in strides):
         (ni, nj, inner), ((o_i, o_j, _), (a_i, a_j, _)) = [1] * (3 - len(shape)) + shape, [
             [0] * (3 - len(shape)) + st for st in strides]
-        bx, by = rows_block(inner)
+        bx, by = rows_block(inner, ROWS1_LEAST)
         by = fitted(nj, by)
         gi = min(ni, max_blocks())
         gj = min(-(-nj // by), max(1, max_blocks() // gi), 65535)

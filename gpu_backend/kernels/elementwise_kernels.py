@@ -220,8 +220,16 @@ def rows1_kernel(fn: Callable) -> Callable:
                 while k + 3 * bx < inner:
                     four(out, po, a, pa, k, bx, c)
                     k += 4 * bx
-                while k < inner:
-                    out[po + k] = fn(a[pa + k], c)
-                    k += bx
+                if k < inner:  # the ragged end: its loads together too, indices clamped to the row
+                    last = inner - 1
+                    v0, v1 = a[pa + k], a[pa + min(k + bx, last)]
+                    v2, v3 = a[pa + min(k + 2 * bx, last)], a[pa + min(k + 3 * bx, last)]
+                    out[po + k] = fn(v0, c)
+                    if k + bx < inner:
+                        out[po + k + bx] = fn(v1, c)
+                    if k + 2 * bx < inner:
+                        out[po + k + 2 * bx] = fn(v2, c)
+                    if k + 3 * bx < inner:
+                        out[po + k + 3 * bx] = fn(v3, c)
 
     return kernel
