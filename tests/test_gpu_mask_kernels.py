@@ -79,7 +79,10 @@ def test_iota_walk_puts_the_axis_in_the_mid_or_inner_place():
 
 
 def test_pad_border_slabs_cover_the_rest_once():
-    for shape, low, inner in [((5, 6, 4), (1, 0, 2), (3, 6, 1)), ((3, 4), (1, 1), (0, 2)), ((2, 2), (0, 0), (2, 2))]:
+    for shape, low, inner in [((5, 6, 4), (1, 0, 2), (3, 6, 1)), ((3, 4), (1, 1), (0, 2)), ((2, 2), (0, 0), (2, 2)),
+                              ((4, 5), (1, 1), (2, 3)), ((2, 3), (1, 1), (0, 1))]:
+        if shape == (4, 5):  # one index each side of the box on both axes: one slab an axis
+            assert len(border(shape, low, inner)) == 2
         count = np.zeros(shape, int)
         for slab in border(shape, low, inner):
             count[slab] += 1
@@ -94,7 +97,7 @@ def test_pad_of_an_empty_and_of_a_strided_operand_in_every_order(dtype):
     x = strided(rng, (4, 3, 6), DTYPES[dtype])
     value = 1 if dtype == "bool" else -3
     for arg, op in [(x, ops.Pad((1, 0, 3), (2, 1, 0), value)), (x[:, :0], ops.Pad((1, 2, 0), (0, 1, 1), value)),
-                    (x, ops.Pad((0, 0, 0), (0, 0, 0), value))]:
+                    (x, ops.Pad((0, 0, 0), (0, 0, 0), value)), (x, ops.Pad((1, 1, 0), (1, 1, 2), value))]:
         want = IMPLS[ops.Pad](op, arg)
         for order in permutations(range(3)):
             _check(GPU_IMPLS[ops.Pad](op, order, upload(arg)), want, order)
