@@ -35,7 +35,7 @@ from gpu_backend.kernels.elementwise_kernels import (
     rows1_kernel,
     walk_geometry,
 )
-from gpu_backend.kernels.row_words import WORD, row_words, words_plan
+from gpu_backend.kernels.row_words import WORD, words_plan
 from gpu_backend.kernels.strides import Arr, coalesce, padded
 from gpu_backend.kernels.transpose import clear_plans as clear_transpose_plans
 from gpu_backend.kernels.transpose import transpose_plan
@@ -319,12 +319,12 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
         if pooled:
             _remember_copy(key, kernel, grid, block, args, f, word.itemsize, len(per_buffer[0]))  # type: ignore[arg-type]
     elif how == "words":
-        _, elem, f, grid, block, consts = plan
+        _, kernel, elem, f, grid, block, consts = plan
         args = (as_words(dd, elem), _whole_words(dd, f), as_words(sd, elem), _whole_words(sd, f),  # type: ignore
                 dst.offset, src.offset, *consts)  # type: ignore[misc]
-        launch(row_words, grid, block, *args)
+        launch(kernel, grid, block, *args)
         if pooled:
-            keep_launch(_ready_words, key, row_words, args, grid, block, lambda: (tuple(values(consts)),))  # type: ignore
+            keep_launch(_ready_words, key, kernel, args, grid, block, lambda: (tuple(values(consts)),))  # type: ignore
     elif how == "tiles":
         _, word, t = plan
         args = (as_words(dd, word), dst.offset, *t.d_args, as_words(sd, word), src.offset,  # type: ignore[attr-defined]

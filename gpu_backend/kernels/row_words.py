@@ -28,6 +28,8 @@ row's ragged end too (its loads clamped to the chunk's last word).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cache
 from math import prod
 
 import numpy as np
@@ -59,61 +61,85 @@ def _word(a8: Arr, wa: int, k: int, mode: int, lo_shift: np.uint64, hi_shift: np
     return ((a8[w] >> lo_shift) & LOW32) | ((a8[w + 1] >> lo_shift) << HALF)
 
 
-@cuda.jit
-def row_words(o_e: Arr, o8: Arr, a_e: Arr, a8: Arr, o_off: int, a_off: int,
-              o_i: int, o_j: int, a_i: int, a_j: int, a_in: int, ni: int, nj: int, inner: int,
-              chunk: int, f: int, bits: int, rep: np.uint64) -> None:
-    """dst row (i, j) = src row (i, j), `inner` elements of `bits` bits, f to a word; o_e, a_e
-    the buffers' memory as unsigned elements, o8, a8 the same memory as 8-byte words."""
-    bx = cuda.blockDim.x
-    t = cuda.threadIdx.x
-    for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
-        for j in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, nj, cuda.gridDim.y * cuda.blockDim.y):
-            po = o_off + i * o_i + j * o_j  # the rows' first elements
-            pa = a_off + i * a_i + j * a_j
-            head = min((f - po % f) % f, inner)  # elements before dst's first whole word
-            words = (inner - head) // f
-            if cuda.blockIdx.z == 0 and t == 0:  # the elements sharing a word with another row
-                for e in range(head):
-                    o_e[po + e] = a_e[pa + e * a_in]
-                for e in range(head + words * f, inner):
-                    o_e[po + e] = a_e[pa + e * a_in]
-            w0 = cuda.blockIdx.z * chunk
-            w1 = min(w0 + chunk, words)
-            if w0 >= w1:
-                continue
-            wo = (po + head) // f  # dst's first whole word
-            s = pa + head * a_in  # the source element going to its first element
-            r = s % f
-            lo_shift = np.uint64(r * bits)
-            hi_shift = np.uint64(64 - r * bits)
-            mode = 2 if a_in == 0 else (3 if a_in == 2 else (0 if r == 0 else 1))
-            wa = s // f
-            fill = np.uint64(a_e[pa]) * rep if mode == 2 else np.uint64(0)  # read once a row
-            last = w1 - 1
-            k = w0 + t
-            while k + 3 * bx < w1:
-                v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
-                v1 = _word(a8, wa, k + bx, mode, lo_shift, hi_shift, fill)
-                v2 = _word(a8, wa, k + 2 * bx, mode, lo_shift, hi_shift, fill)
-                v3 = _word(a8, wa, k + 3 * bx, mode, lo_shift, hi_shift, fill)
-                o8[wo + k] = v0
-                o8[wo + k + bx] = v1
-                o8[wo + k + 2 * bx] = v2
-                o8[wo + k + 3 * bx] = v3
-                k += 4 * bx
-            if k < w1:  # the ragged end: up to four words, all loaded first (indices clamped)
-                v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
-                v1 = _word(a8, wa, min(k + bx, last), mode, lo_shift, hi_shift, fill)
-                v2 = _word(a8, wa, min(k + 2 * bx, last), mode, lo_shift, hi_shift, fill)
-                v3 = _word(a8, wa, min(k + 3 * bx, last), mode, lo_shift, hi_shift, fill)
-                o8[wo + k] = v0
-                if k + bx < w1:
-                    o8[wo + k + bx] = v1
-                if k + 2 * bx < w1:
-                    o8[wo + k + 2 * bx] = v2
-                if k + 3 * bx < w1:
-                    o8[wo + k + 3 * bx] = v3
+@cuda.jit(device=True)
+def _run(o8: Arr, a8: Arr, wo: int, wa: int, k: int, w1: int, bx: int, mode: int, lo_shift: np.uint64,
+         hi_shift: np.uint64, fill: np.uint64) -> None:
+    """Words k, k + bx, ... below w1 of a row (dst's from word wo, src's from word wa), four
+    a round, all four made (their loads issued) before any is stored; the ragged end too."""
+    last = w1 - 1
+    while k + 3 * bx < w1:
+        v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
+        v1 = _word(a8, wa, k + bx, mode, lo_shift, hi_shift, fill)
+        v2 = _word(a8, wa, k + 2 * bx, mode, lo_shift, hi_shift, fill)
+        v3 = _word(a8, wa, k + 3 * bx, mode, lo_shift, hi_shift, fill)
+        o8[wo + k] = v0
+        o8[wo + k + bx] = v1
+        o8[wo + k + 2 * bx] = v2
+        o8[wo + k + 3 * bx] = v3
+        k += 4 * bx
+    if k < w1:  # the ragged end: up to four words, all loaded first (indices clamped)
+        v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
+        v1 = _word(a8, wa, min(k + bx, last), mode, lo_shift, hi_shift, fill)
+        v2 = _word(a8, wa, min(k + 2 * bx, last), mode, lo_shift, hi_shift, fill)
+        v3 = _word(a8, wa, min(k + 3 * bx, last), mode, lo_shift, hi_shift, fill)
+        o8[wo + k] = v0
+        if k + bx < w1:
+            o8[wo + k + bx] = v1
+        if k + 2 * bx < w1:
+            o8[wo + k + 2 * bx] = v2
+        if k + 3 * bx < w1:
+            o8[wo + k + 3 * bx] = v3
+
+
+@cache
+def row_words_kernel(f: int) -> Callable:
+    """The word copy for elements of 64 / f bits (f a constant: its divisions are shifts)."""
+    bits = 64 // f
+    rep = np.uint64(sum(1 << (q * bits) for q in range(f)))  # 1 in every element's lowest bit
+
+    @cuda.jit
+    def row_words(o_e: Arr, o8: Arr, a_e: Arr, a8: Arr, o_off: int, a_off: int,
+                  o_i: int, o_j: int, a_i: int, a_j: int, a_in: int, ni: int, nj: int, inner: int,
+                  chunk: int) -> None:
+        """dst row (i, j) = src row (i, j), `inner` elements; o_e, a_e the buffers' memory as
+        unsigned elements, o8, a8 the same memory as 8-byte words."""
+        bx = cuda.blockDim.x
+        t = cuda.threadIdx.x
+        for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
+            for j in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, nj, cuda.gridDim.y * cuda.blockDim.y):
+                po = o_off + i * o_i + j * o_j  # the rows' first elements
+                pa = a_off + i * a_i + j * a_j
+                head = min((f - po % f) % f, inner)  # elements before dst's first whole word
+                words = (inner - head) // f
+                if cuda.blockIdx.z == 0 and t == 0:  # the elements sharing a word with another row
+                    for e in range(head):
+                        o_e[po + e] = a_e[pa + e * a_in]
+                    for e in range(head + words * f, inner):
+                        o_e[po + e] = a_e[pa + e * a_in]
+                w0 = cuda.blockIdx.z * chunk
+                w1 = min(w0 + chunk, words)
+                if w0 >= w1:
+                    continue
+                wo = (po + head) // f  # dst's first whole word
+                s = pa + head * a_in  # the source element going to its first element
+                r = s % f
+                lo_shift = np.uint64(r * bits)
+                hi_shift = np.uint64(64 - r * bits)
+                mode = 2 if a_in == 0 else (3 if a_in == 2 else (0 if r == 0 else 1))
+                wa = s // f
+                fill = np.uint64(a_e[pa]) * rep if mode == 2 else np.uint64(0)  # read once a row
+                k = w0 + t
+                if mode == 0:  # each call inlined with its mode a constant: loops without the other modes
+                    _run(o8, a8, wo, wa, k, w1, bx, 0, lo_shift, hi_shift, fill)
+                elif mode == 1:
+                    _run(o8, a8, wo, wa, k, w1, bx, 1, lo_shift, hi_shift, fill)
+                elif mode == 2:
+                    _run(o8, a8, wo, wa, k, w1, bx, 2, lo_shift, hi_shift, fill)
+                else:
+                    _run(o8, a8, wo, wa, k, w1, bx, 3, lo_shift, hi_shift, fill)
+
+    return row_words
+
 
 def rows_geometry(ni: int, nj: int, inner: int) -> tuple[tuple[int, int, int], tuple[int, int], int]:
     """A rows kernel's grid, block and chunk (what a block z takes of a row of `inner`): rows
@@ -134,7 +160,7 @@ def words_geometry(ni: int, nj: int, inner: int, f: int) -> tuple[tuple[int, int
 
 
 def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, src_n: int) -> tuple[object, ...] | None:
-    """("words", element word, grid, block, the kernel's constants after the offsets), for a
+    """("words", the kernel, element word, f, grid, block, its constants after the offsets), for a
     copy coalesced to `shape` with strides ds (dst) and ss (src), where this kernel takes it:
     narrow elements, dst rows unit stride, src rows unit stride or broadcast, at most two
     outer axes, rows of MIN_INNER elements or more, src's memory whole words where its words
@@ -149,7 +175,5 @@ def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, sr
     pad = 3 - len(shape)
     (ni, nj, inner), (o_i, o_j, _), (a_i, a_j, a_in) = [[1] * pad + shape, [0] * pad + ds, [0] * pad + ss]
     grid, block, chunk = words_geometry(ni, nj, inner, f)
-    bits = 8 * itemsize
-    rep = np.uint64(sum(1 << (q * bits) for q in range(f)))
-    return ("words", np.dtype(f"u{itemsize}"), f, grid, block,
-            (o_i, o_j, a_i, a_j, a_in, ni, nj, inner, chunk, f, bits, rep))
+    return ("words", row_words_kernel(f), np.dtype(f"u{itemsize}"), f, grid, block,
+            (o_i, o_j, a_i, a_j, a_in, ni, nj, inner, chunk))
