@@ -8,7 +8,9 @@ the general walk over the result's memory order. Shapes and strides travel as
 int tuples, padded to a multiple of four axes so that each kernel compiles
 for few ranks (gpu_backend/kernels/strides.py). A copy (`copy_into`) between buffers
 dense alike is the driver's memcpy; between buffers that keep one innermost
-axis, the elementwise row kernels (as 8-byte words where the rows align);
+axis, the elementwise row kernels (as 8-byte words where the rows align), or
+where they do not align alike, are broadcast along the rows or step by two 4-byte
+elements, gpu_backend/kernels/row_words.py's aligned 8-byte words on both sides;
 between buffers whose fastest axes differ, gpu_backend/kernels/transpose.py's
 shared-memory tile, so both its reads and its writes are coalesced. Between
 pooled Memory, launches are kept ready per layout (`_ready_maps`,
@@ -277,8 +279,9 @@ def _word(b: DeviceBuffer, f: int) -> np.dtype:
 def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     """dst[...] = src, both of one shape and dtype, any strides. Where both
     are one dense run alike, the driver's copy; where both keep one innermost
-    axis, rows are copied (as 8-byte words where they align); otherwise the
-    tiled transpose."""
+    axis, rows are copied (as 8-byte words: the row kernel's where they align,
+    row_words' where they do not, or where src is broadcast along them or steps
+    by two 4-byte elements); otherwise the tiled transpose."""
     dd, sd = dst.data, src.data
     pooled = type(dd) is Memory and type(sd) is Memory  # raw addresses: the driver's copy can take them
     key = (dst.shape, dst.strides, src.shape, src.strides, dd.dtype.itemsize, dst.offset % 8, src.offset % 8,
