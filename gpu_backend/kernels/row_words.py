@@ -41,6 +41,7 @@ MIN_INNER = 64  # shorter rows keep the row kernel: a word path pays its head an
 WORD = np.dtype(np.uint64)
 
 
+U = np.uint64  # indices as unsigned: numba adds no wraparound code (they are element places, never negative)
 LOW32 = np.uint64(0xFFFFFFFF)
 HALF = np.uint64(32)
 
@@ -49,16 +50,16 @@ HALF = np.uint64(32)
 def _word(a8: Arr, wa: int, k: int, mode: int, lo_shift: np.uint64, hi_shift: np.uint64,
           fill: np.uint64) -> np.uint64:
     """Destination word k of a row whose source starts in word wa, as the row's `mode` makes
-    it: 0 aligned (a8[wa + k]), 1 shifted (a8[w] and a8[w + 1] joined), 2 broadcast (`fill`,
+    it: 0 aligned (a8[U(wa + k)]), 1 shifted (a8[U(w)] and a8[U(w + 1)] joined), 2 broadcast (`fill`,
     the row's value repeated), 3 every other 4-byte element (the same half of two words)."""
     if mode == 0:
-        return a8[wa + k]
+        return a8[U(wa + k)]
     if mode == 1:
-        return (a8[wa + k] >> lo_shift) | (a8[wa + k + 1] << hi_shift)
+        return (a8[U(wa + k)] >> lo_shift) | (a8[U(wa + k + 1)] << hi_shift)
     if mode == 2:
         return fill
     w = wa + 2 * k
-    return ((a8[w] >> lo_shift) & LOW32) | ((a8[w + 1] >> lo_shift) << HALF)
+    return ((a8[U(w)] >> lo_shift) & LOW32) | ((a8[U(w + 1)] >> lo_shift) << HALF)
 
 
 @cuda.jit(device=True)
@@ -72,23 +73,23 @@ def _run(o8: Arr, a8: Arr, wo: int, wa: int, k: int, w1: int, bx: int, mode: int
         v1 = _word(a8, wa, k + bx, mode, lo_shift, hi_shift, fill)
         v2 = _word(a8, wa, k + 2 * bx, mode, lo_shift, hi_shift, fill)
         v3 = _word(a8, wa, k + 3 * bx, mode, lo_shift, hi_shift, fill)
-        o8[wo + k] = v0
-        o8[wo + k + bx] = v1
-        o8[wo + k + 2 * bx] = v2
-        o8[wo + k + 3 * bx] = v3
+        o8[U(wo + k)] = v0
+        o8[U(wo + k + bx)] = v1
+        o8[U(wo + k + 2 * bx)] = v2
+        o8[U(wo + k + 3 * bx)] = v3
         k += 4 * bx
     if k < w1:  # the ragged end: up to four words, all loaded first (indices clamped)
         v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
         v1 = _word(a8, wa, min(k + bx, last), mode, lo_shift, hi_shift, fill)
         v2 = _word(a8, wa, min(k + 2 * bx, last), mode, lo_shift, hi_shift, fill)
         v3 = _word(a8, wa, min(k + 3 * bx, last), mode, lo_shift, hi_shift, fill)
-        o8[wo + k] = v0
+        o8[U(wo + k)] = v0
         if k + bx < w1:
-            o8[wo + k + bx] = v1
+            o8[U(wo + k + bx)] = v1
         if k + 2 * bx < w1:
-            o8[wo + k + 2 * bx] = v2
+            o8[U(wo + k + 2 * bx)] = v2
         if k + 3 * bx < w1:
-            o8[wo + k + 3 * bx] = v3
+            o8[U(wo + k + 3 * bx)] = v3
 
 
 @cache
@@ -113,9 +114,9 @@ def row_words_kernel(f: int) -> Callable:
                 words = (inner - head) // f
                 if cuda.blockIdx.z == 0 and t == 0:  # the elements sharing a word with another row
                     for e in range(head):
-                        o_e[po + e] = a_e[pa + e * a_in]
+                        o_e[U(po + e)] = a_e[U(pa + e * a_in)]
                     for e in range(head + words * f, inner):
-                        o_e[po + e] = a_e[pa + e * a_in]
+                        o_e[U(po + e)] = a_e[U(pa + e * a_in)]
                 w0 = cuda.blockIdx.z * chunk
                 w1 = min(w0 + chunk, words)
                 if w0 >= w1:
@@ -127,7 +128,7 @@ def row_words_kernel(f: int) -> Callable:
                 hi_shift = np.uint64(64 - r * bits)
                 mode = 2 if a_in == 0 else (3 if a_in == 2 else (0 if r == 0 else 1))
                 wa = s // f
-                fill = np.uint64(a_e[pa]) * rep if mode == 2 else np.uint64(0)  # read once a row
+                fill = np.uint64(a_e[U(pa)]) * rep if mode == 2 else np.uint64(0)  # read once a row
                 k = w0 + t
                 if mode == 0:  # each call inlined with its mode a constant: loops without the other modes
                     _run(o8, a8, wo, wa, k, w1, bx, 0, lo_shift, hi_shift, fill)
