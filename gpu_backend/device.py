@@ -140,11 +140,11 @@ def fitted(work: int, cap: int = THREADS) -> int:
     return n
 
 
-def rows_block(inner: int) -> tuple[int, int]:
+def rows_block(inner: int, least: int = 32) -> tuple[int, int]:
     """A 2-D block for `rows x inner` loops: x along the inner extent (enough
-    for UNROLL elements a thread, at least a warp on a GPU, at most a block
-    wide), y over rows, THREADS threads in all."""
-    x = 1 if SIMULATED else 32
+    for UNROLL elements a thread, at least `least` threads on a GPU (a warp
+    unless asked), at most a block wide), y over rows, THREADS threads in all."""
+    x = 1 if SIMULATED else least
     while x * UNROLL < inner and x < THREADS:
         x *= 2
     return x, THREADS // x

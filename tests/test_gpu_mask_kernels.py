@@ -1,6 +1,6 @@
 """The gpu kernels of where, iota and pad's border on every layout, bit for bit against
 interp's numpy: operands with gaps, negative steps, permuted axes and broadcast axes,
-results in every memory order, short and long rows (the dense and the walking kernels)."""
+results in every memory order, short and long rows (the dense, row and walking kernels)."""
 
 from itertools import permutations
 
@@ -37,7 +37,7 @@ def test_where_on_strided_broadcast_and_dense_operands_in_every_order(dtype, mon
     walked = []
     real = masks.launch
     monkeypatch.setattr(masks, "launch", lambda k, *a: (walked.append(k), real(k, *a))[1])
-    for shape in [(4, 3, 5), (2, 3, 40)]:
+    for shape in [(4, 3, 5), (2, 3, 40), (2, 2, 84), (1, 1, 150)]:  # long rows: `_where_rows`, a row in chunks
         c = strided(rng, shape, np.dtype(bool))
         x, y = strided(rng, shape, t), strided(rng, shape, t)
         cases = [(c, x, y), (np.ascontiguousarray(c), np.ascontiguousarray(x), np.ascontiguousarray(y)),
@@ -46,7 +46,7 @@ def test_where_on_strided_broadcast_and_dense_operands_in_every_order(dtype, mon
             want = IMPLS[ops.Where](ops.Where(), *args)
             for order in permutations(range(3)):
                 _check(GPU_IMPLS[ops.Where](ops.Where(), order, *[upload(a) for a in args]), want, order)
-    assert {masks._where_dense, masks._where_walk} <= set(walked)  # both kernels ran
+    assert {masks._where_dense, masks._where_walk, masks._where_rows} <= set(walked)  # every kernel ran
 
 
 def _iota_type(dtype: str, extents: tuple[int, ...], order: tuple[int, ...]) -> TensorType:
@@ -54,14 +54,21 @@ def _iota_type(dtype: str, extents: tuple[int, ...], order: tuple[int, ...]) -> 
 
 
 @pytest.mark.parametrize("dtype", ["i32", "f32", "bf16", "i8", "i64"])
-def test_iota_along_every_axis_in_every_order(dtype):
-    for extents in [(3, 1, 5), (2, 37, 4), (70, 3, 2)]:
+def test_iota_along_every_axis_in_every_order(dtype, monkeypatch):
+    launched = []
+    real = masks.launch
+    monkeypatch.setattr(masks, "launch", lambda k, *a: (launched.append(k), real(k, *a))[1])
+    # rows of 96 and 200: integers narrower than 8 bytes as whole words (one row in chunks)
+    for extents in [(3, 1, 5), (2, 37, 4), (70, 3, 2), (2, 3, 96), (1, 1, 200)]:
         for axis in range(3):
             op = ops.Iota(axis)
             for order in permutations(range(3)):
                 t = _iota_type(dtype, extents, order)
                 want = iota_block(op, t, 0, list(extents))
                 _check(PER_DEVICE[ops.Iota](op, order, t, 0, list(extents)), want, order)
+    size = DTYPES[dtype].itemsize
+    words = masks._iota_words_kernel(8 // size, 8 * size) if dtype[0] == "i" and size < 8 else None
+    assert (words in launched) == (words is not None)
 
 
 def test_iota_walk_puts_the_axis_in_the_mid_or_inner_place():
@@ -72,7 +79,10 @@ def test_iota_walk_puts_the_axis_in_the_mid_or_inner_place():
 
 
 def test_pad_border_slabs_cover_the_rest_once():
-    for shape, low, inner in [((5, 6, 4), (1, 0, 2), (3, 6, 1)), ((3, 4), (1, 1), (0, 2)), ((2, 2), (0, 0), (2, 2))]:
+    for shape, low, inner in [((5, 6, 4), (1, 0, 2), (3, 6, 1)), ((3, 4), (1, 1), (0, 2)), ((2, 2), (0, 0), (2, 2)),
+                              ((4, 5), (1, 1), (2, 3)), ((2, 3), (1, 1), (0, 1))]:
+        if shape == (4, 5):  # one index each side of the box on both axes: one slab an axis
+            assert len(border(shape, low, inner)) == 2
         count = np.zeros(shape, int)
         for slab in border(shape, low, inner):
             count[slab] += 1
@@ -87,7 +97,7 @@ def test_pad_of_an_empty_and_of_a_strided_operand_in_every_order(dtype):
     x = strided(rng, (4, 3, 6), DTYPES[dtype])
     value = 1 if dtype == "bool" else -3
     for arg, op in [(x, ops.Pad((1, 0, 3), (2, 1, 0), value)), (x[:, :0], ops.Pad((1, 2, 0), (0, 1, 1), value)),
-                    (x, ops.Pad((0, 0, 0), (0, 0, 0), value))]:
+                    (x, ops.Pad((0, 0, 0), (0, 0, 0), value)), (x, ops.Pad((1, 1, 0), (1, 1, 2), value))]:
         want = IMPLS[ops.Pad](op, arg)
         for order in permutations(range(3)):
             _check(GPU_IMPLS[ops.Pad](op, order, upload(arg)), want, order)

@@ -39,3 +39,15 @@ def test_a_scalar_operand_is_a_kernel_argument(monkeypatch, dtype, value, scalar
         item = want.itemsize
         assert got.strides == ((3 * item, item) if order == (0, 1) else (item, 2 * item))  # dense in `order`
         np.testing.assert_array_equal(got.view(bits), want.view(bits))
+
+
+def test_kernel_scalars_kept_only_where_equal_values_have_equal_bits():
+    from gpu_backend.kernels import scalars
+
+    f32 = np.dtype(np.float32)
+    scalars._kernel_scalars.clear()
+    assert scalars.kernel_scalar(0.5, f32) is scalars.kernel_scalar(0.5, f32)  # kept
+    assert np.signbit(scalars.kernel_scalar(-0.0, f32)) and not np.signbit(scalars.kernel_scalar(0.0, f32))
+    assert np.isnan(scalars.kernel_scalar(float("nan"), f32))
+    assert scalars.kernel_scalar(True, f32) == 1 and scalars.kernel_scalar(300, np.dtype(np.int8)) == 44
+    assert set(scalars._kernel_scalars) == {(float, 0.5, f32), (int, 300, np.dtype(np.int8))}  # no 0, NaN, bool

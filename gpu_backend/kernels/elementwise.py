@@ -8,7 +8,9 @@ the general walk over the result's memory order. Shapes and strides travel as
 int tuples, padded to a multiple of four axes so that each kernel compiles
 for few ranks (gpu_backend/kernels/strides.py). A copy (`copy_into`) between buffers
 dense alike is the driver's memcpy; between buffers that keep one innermost
-axis, the elementwise row kernels (as 8-byte words where the rows align);
+axis, the elementwise row kernels (as 8-byte words where the rows align), or
+where they do not align alike, are broadcast along the rows or step by two 4-byte
+elements, gpu_backend/kernels/row_words.py's aligned 8-byte words on both sides;
 between buffers whose fastest axes differ, gpu_backend/kernels/transpose.py's
 shared-memory tile, so both its reads and its writes are coalesced. Between
 pooled Memory, launches are kept ready per layout (`_ready_maps`,
@@ -35,6 +37,7 @@ from gpu_backend.kernels.elementwise_kernels import (
     rows1_kernel,
     walk_geometry,
 )
+from gpu_backend.kernels.row_words import WORD, words_plan
 from gpu_backend.kernels.strides import Arr, coalesce, padded
 from gpu_backend.kernels.transpose import clear_plans as clear_transpose_plans
 from gpu_backend.kernels.transpose import transpose_plan
@@ -49,6 +52,9 @@ from gpu_backend.launches.launch import KeptLaunches, counts, keep_launch, launc
 # is a Python thread, keeps its two small blocks.
 DENSE1_BLOCKS = 1 if SIMULATED else 16
 DENSE2_BLOCKS = 1 if SIMULATED else 1 << 20
+# The row kernel's narrowest rows of threads: short rows (a head's 64 words) take a
+# quarter or half warp each, so that every thread still loads four elements at once.
+ROWS1_LEAST = 8
 
 
 # What elementwise launches for one call, by everything it depends on but the
@@ -68,6 +74,7 @@ def clear_plans() -> None:
     _ready_maps.clear()
     _copies.clear()
     _ready_copies.clear()
+    _ready_words.clear()
     clear_transpose_plans()
 
 
@@ -150,7 +157,7 @@ def _plan(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], has_sca
     if len(xs) == 1 and len(shape) <= 3 and all(st[-1] == 1 for st in strides):
         (ni, nj, inner), ((o_i, o_j, _), (a_i, a_j, _)) = [1] * (3 - len(shape)) + shape, [
             [0] * (3 - len(shape)) + st for st in strides]
-        bx, by = rows_block(inner)
+        bx, by = rows_block(inner, ROWS1_LEAST)
         by = fitted(nj, by)
         gi = min(ni, max_blocks())
         gj = min(-(-nj // by), max(1, max_blocks() // gi), 65535)
@@ -225,6 +232,9 @@ _copies: dict[tuple[object, ...], tuple[object, ...]] = {}
 # and the kernel parameters after dst's memory and offset and after src's: a
 # repeated copy costs a dict lookup and the launch.
 _ready_copies: KeptLaunches = {}
+# Word copies (gpu_backend/kernels/row_words.py) ready to go again, by the same key: the
+# driver launch, its grid and block, the kernel parameters after the two offsets.
+_ready_words: KeptLaunches = {}
 # A copy between two buffers dense in one memory order (a layout-preserving
 # copy): "memcpy", the driver's cuMemcpyDtoDAsync on the kernels' stream, as
 # torch's copy_ does; "kernel", the dense row copy (benchmarks/kernel_probe.py
@@ -245,12 +255,20 @@ def _copy_plan(dst: DeviceBuffer, src: DeviceBuffer, memcpy: bool) -> tuple[obje
         return ("memcpy", shape[0] * dst.data.dtype.itemsize)
     if fast == len(shape) - 1 or ss[fast] == 0:
         f = _widening(dst, src, shape, ds, ss)
+        words = None if f > 1 else words_plan(shape, ds, ss, dst.data.dtype.itemsize, src.data.size)
+        if words is not None:  # rows that align differently, or a broadcast along them: 8-byte words
+            return words
         if f == 1:  # src broadcast to dst's shape
             return ("rows", 1, _word(dst, 1), dst.shape, dst.strides, src.strides)
         wide = (*shape[:-1], shape[-1] // f)
         return ("rows", f, _word(dst, f), wide, (*(v // f for v in ds[:-1]), 1), (*(v // f for v in ss[:-1]), 1))
     word = _word(dst, 1)
     return ("tiles", word, transpose_plan(word.itemsize, shape, ds, ss, fast))
+
+
+def _whole_words(data: Arr, f: int) -> Arr:
+    """`data` (1-D, f elements a word) as 8-byte words, to its last whole word."""
+    return as_words(data if data.size % f == 0 else data[:data.size // f * f], WORD)
 
 
 def _word(b: DeviceBuffer, f: int) -> np.dtype:
@@ -261,11 +279,24 @@ def _word(b: DeviceBuffer, f: int) -> np.dtype:
 def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     """dst[...] = src, both of one shape and dtype, any strides. Where both
     are one dense run alike, the driver's copy; where both keep one innermost
-    axis, rows are copied (as 8-byte words where they align); otherwise the
-    tiled transpose."""
+    axis, rows are copied (as 8-byte words: the row kernel's where they align,
+    row_words' where they do not, or where src is broadcast along them or steps
+    by two 4-byte elements); otherwise the tiled transpose."""
     dd, sd = dst.data, src.data
     pooled = type(dd) is Memory and type(sd) is Memory  # raw addresses: the driver's copy can take them
-    key = (dst.shape, dst.strides, src.shape, src.strides, dd.dtype.itemsize, dst.offset % 8, src.offset % 8, pooled)
+    key = (dst.shape, dst.strides, src.shape, src.strides, dd.dtype.itemsize, dst.offset % 8, src.offset % 8,
+           dd.size % 8, sd.size % 8, pooled)  # the sizes: whether the memories are whole words
+    ready = _ready_words.get(key)
+    if ready is not None:  # the word copy's kept launch: each memory as elements, then as words
+        direct, grid, block, consts = ready
+        params: list[object] = []
+        for d in (dd, sd):
+            n, size = d.size, d.dtype.itemsize
+            w = n * size // 8
+            params += (0, 0, n, size, d.ptr, n, size, 0, 0, w, 8, d.ptr, w, 8)
+        counts["prepared"] += 1
+        direct(grid, block, (*params, dst.offset, src.offset, *consts))  # type: ignore[operator]
+        return dst
     ready = _ready_copies.get(key)
     if ready is not None:  # launched before: all its parameters but the memory and offsets are kept
         direct, grid, block, f, size, d_args, s_args = ready
@@ -290,6 +321,13 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
         launch(kernel, grid, block, *args)
         if pooled:
             _remember_copy(key, kernel, grid, block, args, f, word.itemsize, len(per_buffer[0]))  # type: ignore[arg-type]
+    elif how == "words":
+        _, kernel, elem, f, grid, block, consts = plan
+        args = (as_words(dd, elem), _whole_words(dd, f), as_words(sd, elem), _whole_words(sd, f),  # type: ignore
+                dst.offset, src.offset, *consts)  # type: ignore[misc]
+        launch(kernel, grid, block, *args)
+        if pooled:
+            keep_launch(_ready_words, key, kernel, args, grid, block, lambda: (tuple(values(consts)),))  # type: ignore
     elif how == "tiles":
         _, word, t = plan
         args = (as_words(dd, word), dst.offset, *t.d_args, as_words(sd, word), src.offset,  # type: ignore[attr-defined]

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 
+import numpy as np
+
 from gpu_backend.device import ITEM_ROWS, UNROLL, cuda
 from gpu_backend.kernels.strides import Arr, Ints, unravel
 
@@ -53,6 +55,12 @@ def walk_geometry(rows: int, mid: int, inner: int, bx: int) -> tuple[tuple[int, 
 # in flight together. (One load, then its store, in turn, leaves the memory
 # system idle for most of each round trip.)
 assert UNROLL == 4, "the elementwise kernels spell out four loads"
+
+# The lean kernels index with unsigned ints: numba wraps a signed index that is negative
+# (three instructions an access: a shift, an and, an add), an unsigned one not. Their
+# indices are element places, never negative (a negative stride's walk starts at its
+# highest place); the cast itself costs nothing.
+U = np.uint64
 
 
 # The one-operand kernels apply `fn(value, scalar)`: `scalar` is a kernel
@@ -151,11 +159,12 @@ def _four(fn: Callable) -> Callable:
     @cuda.jit(device=True)
     def four(out: Arr, po: int, a: Arr, pa: int, k: int, bx: int, c: object) -> None:
         """out[po + k + q bx] = fn(a[pa + k + q bx], c) for q < 4, all four loads first."""
-        v0, v1, v2, v3 = a[pa + k], a[pa + k + bx], a[pa + k + 2 * bx], a[pa + k + 3 * bx]
-        out[po + k] = fn(v0, c)
-        out[po + k + bx] = fn(v1, c)
-        out[po + k + 2 * bx] = fn(v2, c)
-        out[po + k + 3 * bx] = fn(v3, c)
+        p, q = pa + k, po + k  # indices as unsigned (U): no wraparound code for negative ones
+        v0, v1, v2, v3 = a[U(p)], a[U(p + bx)], a[U(p + 2 * bx)], a[U(p + 3 * bx)]
+        out[U(q)] = fn(v0, c)
+        out[U(q + bx)] = fn(v1, c)
+        out[U(q + 2 * bx)] = fn(v2, c)
+        out[U(q + 3 * bx)] = fn(v3, c)
 
     return four
 
@@ -173,7 +182,7 @@ def dense1_kernel(fn: Callable) -> Callable:
             four(out, o_off, a, a_off, i, bx, c)
             i += step
         while i < n:  # the ragged end: what is left of this thread's last four
-            out[o_off + i] = fn(a[a_off + i], c)
+            out[U(o_off + i)] = fn(a[U(a_off + i)], c)
             i += bx
 
     return kernel
@@ -220,8 +229,16 @@ def rows1_kernel(fn: Callable) -> Callable:
                 while k + 3 * bx < inner:
                     four(out, po, a, pa, k, bx, c)
                     k += 4 * bx
-                while k < inner:
-                    out[po + k] = fn(a[pa + k], c)
-                    k += bx
+                if k < inner:  # the ragged end: its loads together too, indices clamped to the row
+                    last = inner - 1
+                    v0, v1 = a[U(pa + k)], a[U(pa + min(k + bx, last))]
+                    v2, v3 = a[U(pa + min(k + 2 * bx, last))], a[U(pa + min(k + 3 * bx, last))]
+                    out[U(po + k)] = fn(v0, c)
+                    if k + bx < inner:
+                        out[U(po + k + bx)] = fn(v1, c)
+                    if k + 2 * bx < inner:
+                        out[U(po + k + 2 * bx)] = fn(v2, c)
+                    if k + 3 * bx < inner:
+                        out[U(po + k + 3 * bx)] = fn(v3, c)
 
     return kernel

@@ -5,13 +5,19 @@ none). gpu_backend/impls.py imports this module last; it registers the ops in GP
 `where` is planned as the elementwise ops are (gpu_backend/kernels/elementwise.py): the
 four buffers' axes coalesced in the result's memory order; where every one is a single
 unit-stride run, a grid-stride loop with four loads of each operand in flight (no index
-arithmetic); otherwise the general walk over [outer..., mid, inner] of the result's
+arithmetic); where they coalesce to rows (long enough) at two outer axes at most, a row
+kernel (`_where_rows`: grid x and y over the rows, z over chunks of a long row; each
+operand's place advanced by its own step along the row, 0 where broadcast along it: no
+division or multiply per element); otherwise the general walk over [outer..., mid, inner] of the result's
 memory order, each operand read through its own strides (broadcast axes at stride 0, any
 layout, negative strides), the outer index unravelled once per work item of many
 elements, never per element. Values move as unsigned words of their size (bfloat16's
 bits as they are). `iota` writes its fresh result in memory order; each element's value
 is the start plus its index along the axis, which is the walk's mid index (or its inner
-index, where the axis is innermost in memory): no division per element either."""
+index, where the axis is innermost in memory): no division per element either. An integer
+iota narrower than 8 bytes whose rows are whole words writes whole 8-byte words (the
+elements' low bits packed, as the cast from i64 wraps): a write-only kernel moves its bytes
+in half as many stores."""
 
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ from gpu_backend.impls import Order, broadcast_shape, impl, per_device
 from gpu_backend.kernels import functions
 from gpu_backend.kernels.elementwise import as_words, elementwise
 from gpu_backend.kernels.elementwise_kernels import _item, walk_geometry
+from gpu_backend.kernels.row_words import rows_geometry
 from gpu_backend.kernels.strides import Arr, Ints, coalesce, padded, unravel
 from gpu_backend.launches.launch import launch
 from interp.masks import iota_block_of
@@ -35,6 +42,7 @@ from refir.ir.types import TensorType
 BOOL = np.dtype(bool)
 # where's dense grid: at most this many times max_blocks() (as elementwise's two-operand kernel)
 WHERE_BLOCKS = 1 if SIMULATED else 1 << 20
+ROWS_MIN = 64  # rows at least this long, at most two outer axes: `_where_rows`; else the walk
 
 
 @impl(ops.Compare)
@@ -98,6 +106,60 @@ def _where_walk(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
                 j += bx
 
 
+U = np.uint64  # an index as unsigned: numba adds no wraparound for negative indices (three instructions a load)
+
+
+@cuda.jit
+def _where_rows(out: Arr, o_off: int, o_i: int, o_j: int,
+                c: Arr, c_off: int, c_i: int, c_j: int, c_in: int,
+                x: Arr, x_off: int, x_i: int, x_j: int, x_in: int,
+                y: Arr, y_off: int, y_i: int, y_j: int, y_in: int,
+                ni: int, nj: int, inner: int, chunk: int) -> None:
+    """At most two outer axes (i on grid x, j on grid y and threadIdx.y), out's rows unit
+    stride, each operand's rows at its own stride (0 where broadcast along them); a row cut
+    into chunks of `chunk` elements over grid z. No division, no multiply per element: each
+    operand's place advances by its own step; twelve loads in flight a thread, the ragged
+    end's too (its indices clamped to the chunk's last element)."""
+    bx = cuda.blockDim.x
+    for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
+        for j in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, nj, cuda.gridDim.y * cuda.blockDim.y):
+            k0 = cuda.blockIdx.z * chunk
+            k1 = min(k0 + chunk, inner)
+            k = k0 + cuda.threadIdx.x
+            po = o_off + i * o_i + j * o_j + k
+            pc = c_off + i * c_i + j * c_j + k * c_in
+            px = x_off + i * x_i + j * x_j + k * x_in
+            py = y_off + i * y_i + j * y_j + k * y_in
+            sc, sx, sy = bx * c_in, bx * x_in, bx * y_in
+            while k + 3 * bx < k1:
+                c0, c1, c2, c3 = c[U(pc)], c[U(pc + sc)], c[U(pc + 2 * sc)], c[U(pc + 3 * sc)]
+                x0, x1, x2, x3 = x[U(px)], x[U(px + sx)], x[U(px + 2 * sx)], x[U(px + 3 * sx)]
+                y0, y1, y2, y3 = y[U(py)], y[U(py + sy)], y[U(py + 2 * sy)], y[U(py + 3 * sy)]
+                out[U(po)] = x0 if c0 else y0
+                out[U(po + bx)] = x1 if c1 else y1
+                out[U(po + 2 * bx)] = x2 if c2 else y2
+                out[U(po + 3 * bx)] = x3 if c3 else y3
+                k += 4 * bx
+                po += 4 * bx
+                pc += 4 * sc
+                px += 4 * sx
+                py += 4 * sy
+            if k < k1:  # the ragged end: the same twelve loads, those past the chunk repeating its last
+                n1 = 1 if k + bx < k1 else 0
+                n2 = 2 if k + 2 * bx < k1 else n1
+                n3 = 3 if k + 3 * bx < k1 else n2
+                c0, c1, c2, c3 = c[U(pc)], c[U(pc + n1 * sc)], c[U(pc + n2 * sc)], c[U(pc + n3 * sc)]
+                x0, x1, x2, x3 = x[U(px)], x[U(px + n1 * sx)], x[U(px + n2 * sx)], x[U(px + n3 * sx)]
+                y0, y1, y2, y3 = y[U(py)], y[U(py + n1 * sy)], y[U(py + n2 * sy)], y[U(py + n3 * sy)]
+                out[U(po)] = x0 if c0 else y0
+                if n1 == 1:
+                    out[U(po + bx)] = x1 if c1 else y1
+                if n2 == 2:
+                    out[U(po + 2 * bx)] = x2 if c2 else y2
+                if n3 == 3:
+                    out[U(po + 3 * bx)] = x3 if c3 else y3
+
+
 def _words(b: DeviceBuffer) -> DeviceBuffer:
     """`b`'s memory as unsigned words of its element size: where moves bits, never values."""
     return DeviceBuffer(as_words(b.data, np.dtype(f"u{b.data.dtype.itemsize}")), b.offset, b.shape, b.strides)
@@ -117,6 +179,14 @@ def where(op: ops.Where, order: Order, cond: DeviceBuffer, x: DeviceBuffer, y: D
         threads = fitted(-(-n // 4))
         blocks = max(1, min(-(-n // (threads * 4)), WHERE_BLOCKS * max_blocks()))
         launch(_where_dense, blocks, threads, *[v for b in views for v in (b.data, b.offset)], n)
+        return out
+    if len(walk) <= 3 and walk[-1] >= ROWS_MIN and strides[0][-1] == 1:
+        pad = 3 - len(walk)
+        (ni, nj, inner), st = [1] * pad + walk, [[0] * pad + st for st in strides]
+        grid, block, chunk = rows_geometry(ni, nj, inner)
+        args = [v for b, (s_i, s_j, s_in) in zip(views, st) for v in (b.data, b.offset, s_i, s_j, s_in)]
+        del args[4]  # out's inner stride: 1
+        launch(_where_rows, grid, block, *args, ni, nj, inner, chunk)
         return out
     walk, strides = [1, *walk], [[0, *st] for st in strides]  # a mid axis, at worst of extent 1
     outer = padded(walk[:-2], 1)
@@ -151,6 +221,52 @@ def _iota_kernel(convert: object) -> object:
     return kernel
 
 
+@cache
+def _iota_words_kernel(f: int, bits: int) -> object:
+    """An integer iota of f elements of `bits` bits a word, written as whole 8-byte words."""
+    mask = (1 << bits) - 1
+
+    @cuda.jit
+    def kernel(o8: Arr, w_off: int, ni: int, nj: int, nw: int, chunk: int, start: int, along_mid: int,
+               along_in: int) -> None:
+        """Word k of row (i, j) (rows of nw words from word w_off, dense): the low bits of
+        start + j along_mid + (k f + q) along_in in its element q, as the cast from i64 wraps."""
+        bx = cuda.blockDim.x
+        for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
+            for j in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, nj,
+                           cuda.gridDim.y * cuda.blockDim.y):
+                k1 = min(cuda.blockIdx.z * chunk + chunk, nw)
+                base = w_off + (i * nj + j) * nw
+                k = cuda.blockIdx.z * chunk + cuda.threadIdx.x
+                value = start + j * along_mid + k * f * along_in  # element 0 of word k
+                step = bx * f * along_in
+                while k < k1:
+                    word = np.uint64(0)
+                    for q in range(f):  # f a constant: unrolled
+                        word |= np.uint64((value + q * along_in) & mask) << np.uint64(q * bits)
+                    o8[U(base + k)] = word
+                    k += bx
+                    value += step
+
+    return kernel
+
+
+def _iota_words(out: DeviceBuffer, rows: int, mid: int, inner: int, start: int, along_mid: int,
+                along_in: int) -> bool:
+    """An integer iota narrower than a word as whole words, where its rows are whole words and
+    long enough (True); else nothing (False)."""
+    size = out.data.dtype.itemsize
+    f = 8 // size
+    if out.dtype.kind not in "iu" or size > 4 or inner % f or out.offset % f or inner < ROWS_MIN:
+        return False
+    data = out.data if out.data.size % f == 0 else out.data[out.offset:out.offset + out.size]  # whole words
+    offset = out.offset if data is out.data else 0
+    grid, block, chunk = rows_geometry(rows, mid, inner // f)
+    launch(_iota_words_kernel(f, 8 * size), grid, block, as_words(data, np.dtype(np.uint64)), offset // f, rows,
+           mid, inner // f, chunk, start, along_mid, along_in)
+    return True
+
+
 def iota_walk(shape: tuple[int, ...], strides: tuple[int, ...], axis: int) -> tuple[tuple[int, int, int], int, int]:
     """A dense buffer's elements in memory order as [rows, mid, inner], and the weights
     of the mid and inner index in an element's index along `axis`: [outer, axis, inner]
@@ -174,6 +290,8 @@ def iota(op: ops.Iota, order: Order, t: TensorType, device: int, extents: list[i
     if out.size == 0:
         return out
     (rows, mid, inner), along_mid, along_in = iota_walk(out.shape, out.strides, op.axis)
+    if _iota_words(out, rows, mid, inner, start, along_mid, along_in):
+        return out
     bx, by = rows_block(inner)
     geometry, items = walk_geometry(rows, mid, inner, bx)
     by = fitted(items, by)

@@ -30,9 +30,28 @@ def _scalar_first(fn: Callable) -> Callable:
     return swapped
 
 
+# kernel_scalar's results by (type, value, dtype): a step repeats its scalars run after
+# run, and the conversion (numpy's errstate, a 0-d array, a view) costs several µs a call.
+# Only values whose equality means equal bits are kept: ints, and floats but 0 and NaN
+# (-0.0 == 0.0, and NaN equals nothing).
+_kernel_scalars: dict[tuple[type, object, np.dtype], np.generic] = {}
+SCALARS_KEPT = 4096
+
+
 def kernel_scalar(value: int | float, dtype: np.dtype) -> np.generic:
     """`value` in the tensor dtype, as the kernel receives it (bfloat16 as its bits)."""
-    return scalar_value(value, dtype).view(storage(dtype))[()]
+    t = type(value)
+    keep = t is int or (t is float and value == value and value != 0)
+    if keep:
+        hit = _kernel_scalars.get((t, value, dtype))
+        if hit is not None:
+            return hit
+    got = scalar_value(value, dtype).view(storage(dtype))[()]
+    if keep:
+        if len(_kernel_scalars) >= SCALARS_KEPT:
+            _kernel_scalars.clear()
+        _kernel_scalars[(t, value, dtype)] = got
+    return got
 
 
 def elementwise_scalar(fn: Callable, out: DeviceBuffer, x: DeviceBuffer, value: int | float,

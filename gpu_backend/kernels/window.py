@@ -37,12 +37,16 @@ def select(op: ops.Select, order: Order, x: DeviceBuffer) -> DeviceBuffer:
 def border(shape: tuple[int, ...], low: tuple[int, ...], inner: tuple[int, ...]) -> list[tuple[slice, ...]]:
     """The elements of `shape` outside the box low[k] <= i_k < low[k] + inner[k], as
     disjoint slabs: for each axis k, the indices before and after the box on k, the
-    box's on the axes before k and every index on those after (empty slabs left out)."""
+    box's on the axes before k and every index on those after (empty slabs left out;
+    a single index on each side of the box one slab, stepping from the first to the last)."""
     slabs = []
     for k, (n, lo, m) in enumerate(zip(shape, low, inner)):
         box = tuple(slice(b, b + e) for b, e in zip(low[:k], inner[:k]))
         rest = (slice(None),) * (len(shape) - k - 1)
-        for part in (slice(0, lo), slice(lo + m, n)):
+        parts = (slice(0, lo), slice(lo + m, n))
+        if lo == 1 and n - m == 2:  # one index either side: both in one slab (one fill, not two)
+            parts = (slice(0, n, n - 1),)
+        for part in parts:
             index = (*box, part, *rest)
             if all(len(range(*s.indices(e))) for s, e in zip(index, shape)):
                 slabs.append(index)

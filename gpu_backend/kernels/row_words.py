@@ -1,0 +1,180 @@
+"""Row copies of elements narrower than 8 bytes whose rows do not align alike,
+moved as 8-byte words on both sides (copy_into's "words" plan, gpu_backend/kernels/elementwise.py).
+
+A row copy between buffers whose rows start at different element offsets modulo
+a word (a slice `[:, 1:-1]`, pad's interior, a reshape of such a slice) cannot
+take the row kernel's 8-byte words: one side would be misaligned, and element by
+element a thread moves 4 bytes a load, too few in flight to fill the memory
+system. Here each destination row is written as whole aligned 8-byte words (its
+first and last elements that share a word with a neighbouring row one by one),
+and each word is made from the source in one of three ways, chosen per row (the
+same for every word of it, so warps never diverge on it):
+
+- the source aligned like the destination: one aligned word load;
+- shifted by r elements: the two aligned source words it straddles, each loaded
+  whole, joined by two shifts (little-endian: element e is bits (e mod f) * bits
+  of word e // f);
+- the source's inner stride 0 (an expand along the fastest axis): the row's one
+  value, read once, repeated f times into a word (multiplied by 0x..0101);
+- 4-byte elements at source stride 2 (a slice `[:, ::2]`, which reads every sector
+  anyway): the same half of two neighbouring aligned words.
+
+Values move as unsigned bits, never as values, so every dtype is exact. Rows are
+indexed over two strided outer axes (grid x and y, no division), and a long row
+is cut into chunks over grid z so that few long rows still fill the GPU. Each
+thread loads four words (eight in the shifted case) before it stores any, the
+row's ragged end too (its loads clamped to the chunk's last word).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from math import prod
+
+import numpy as np
+
+from gpu_backend.device import cuda, fitted, max_blocks, rows_block
+from gpu_backend.kernels.strides import Arr
+
+MIN_INNER = 64  # shorter rows keep the row kernel: a word path pays its head and tail per row
+WORD = np.dtype(np.uint64)
+
+
+U = np.uint64  # indices as unsigned: numba adds no wraparound code (they are element places, never negative)
+LOW32 = np.uint64(0xFFFFFFFF)
+HALF = np.uint64(32)
+
+
+@cuda.jit(device=True)
+def _word(a8: Arr, wa: int, k: int, mode: int, lo_shift: np.uint64, hi_shift: np.uint64,
+          fill: np.uint64) -> np.uint64:
+    """Destination word k of a row whose source starts in word wa, as the row's `mode` makes
+    it: 0 aligned (a8[U(wa + k)]), 1 shifted (a8[U(w)] and a8[U(w + 1)] joined), 2 broadcast (`fill`,
+    the row's value repeated), 3 every other 4-byte element (the same half of two words)."""
+    if mode == 0:
+        return a8[U(wa + k)]
+    if mode == 1:
+        return (a8[U(wa + k)] >> lo_shift) | (a8[U(wa + k + 1)] << hi_shift)
+    if mode == 2:
+        return fill
+    w = wa + 2 * k
+    return ((a8[U(w)] >> lo_shift) & LOW32) | ((a8[U(w + 1)] >> lo_shift) << HALF)
+
+
+@cuda.jit(device=True)
+def _run(o8: Arr, a8: Arr, wo: int, wa: int, k: int, w1: int, bx: int, mode: int, lo_shift: np.uint64,
+         hi_shift: np.uint64, fill: np.uint64) -> None:
+    """Words k, k + bx, ... below w1 of a row (dst's from word wo, src's from word wa), four
+    a round, all four made (their loads issued) before any is stored; the ragged end too."""
+    last = w1 - 1
+    while k + 3 * bx < w1:
+        v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
+        v1 = _word(a8, wa, k + bx, mode, lo_shift, hi_shift, fill)
+        v2 = _word(a8, wa, k + 2 * bx, mode, lo_shift, hi_shift, fill)
+        v3 = _word(a8, wa, k + 3 * bx, mode, lo_shift, hi_shift, fill)
+        o8[U(wo + k)] = v0
+        o8[U(wo + k + bx)] = v1
+        o8[U(wo + k + 2 * bx)] = v2
+        o8[U(wo + k + 3 * bx)] = v3
+        k += 4 * bx
+    if k < w1:  # the ragged end: up to four words, all loaded first (indices clamped)
+        v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
+        v1 = _word(a8, wa, min(k + bx, last), mode, lo_shift, hi_shift, fill)
+        v2 = _word(a8, wa, min(k + 2 * bx, last), mode, lo_shift, hi_shift, fill)
+        v3 = _word(a8, wa, min(k + 3 * bx, last), mode, lo_shift, hi_shift, fill)
+        o8[U(wo + k)] = v0
+        if k + bx < w1:
+            o8[U(wo + k + bx)] = v1
+        if k + 2 * bx < w1:
+            o8[U(wo + k + 2 * bx)] = v2
+        if k + 3 * bx < w1:
+            o8[U(wo + k + 3 * bx)] = v3
+
+
+@cache
+def row_words_kernel(f: int) -> Callable:
+    """The word copy for elements of 64 / f bits (f a constant: its divisions are shifts)."""
+    bits = 64 // f
+    rep = np.uint64(sum(1 << (q * bits) for q in range(f)))  # 1 in every element's lowest bit
+
+    @cuda.jit
+    def row_words(o_e: Arr, o8: Arr, a_e: Arr, a8: Arr, o_off: int, a_off: int,
+                  o_i: int, o_j: int, a_i: int, a_j: int, a_in: int, ni: int, nj: int, inner: int,
+                  chunk: int) -> None:
+        """dst row (i, j) = src row (i, j), `inner` elements; o_e, a_e the buffers' memory as
+        unsigned elements, o8, a8 the same memory as 8-byte words."""
+        bx = cuda.blockDim.x
+        t = cuda.threadIdx.x
+        for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
+            for j in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, nj, cuda.gridDim.y * cuda.blockDim.y):
+                po = o_off + i * o_i + j * o_j  # the rows' first elements
+                pa = a_off + i * a_i + j * a_j
+                head = min((f - po % f) % f, inner)  # elements before dst's first whole word
+                words = (inner - head) // f
+                if cuda.blockIdx.z == 0 and t == 0:  # the elements sharing a word with another row
+                    for e in range(head):
+                        o_e[U(po + e)] = a_e[U(pa + e * a_in)]
+                    for e in range(head + words * f, inner):
+                        o_e[U(po + e)] = a_e[U(pa + e * a_in)]
+                w0 = cuda.blockIdx.z * chunk
+                w1 = min(w0 + chunk, words)
+                if w0 >= w1:
+                    continue
+                wo = (po + head) // f  # dst's first whole word
+                s = pa + head * a_in  # the source element going to its first element
+                r = s % f
+                lo_shift = np.uint64(r * bits)
+                hi_shift = np.uint64(64 - r * bits)
+                mode = 2 if a_in == 0 else (3 if a_in == 2 else (0 if r == 0 else 1))
+                wa = s // f
+                fill = np.uint64(a_e[U(pa)]) * rep if mode == 2 else np.uint64(0)  # read once a row
+                k = w0 + t
+                if mode == 0:  # each call inlined with its mode a constant: loops without the other modes
+                    _run(o8, a8, wo, wa, k, w1, bx, 0, lo_shift, hi_shift, fill)
+                elif mode == 1:
+                    _run(o8, a8, wo, wa, k, w1, bx, 1, lo_shift, hi_shift, fill)
+                elif mode == 2:
+                    _run(o8, a8, wo, wa, k, w1, bx, 2, lo_shift, hi_shift, fill)
+                else:
+                    _run(o8, a8, wo, wa, k, w1, bx, 3, lo_shift, hi_shift, fill)
+
+    return row_words
+
+
+def rows_geometry(ni: int, nj: int, inner: int) -> tuple[tuple[int, int, int], tuple[int, int], int]:
+    """A rows kernel's grid, block and chunk (what a block z takes of a row of `inner`): rows
+    over grid x and y as the row kernels take them, a row cut over z only where rows are
+    fewer than the GPU's blocks; each chunk a whole number of four block widths."""
+    bx, by = rows_block(inner)
+    by = fitted(nj, by)
+    gi = min(ni, max_blocks())
+    gj = min(-(-nj // by), max(1, max_blocks() // gi), 65535)
+    gc = max(1, min(-(-inner // (4 * bx)), max(1, max_blocks() // (gi * gj)), 65535))
+    per = -(-inner // gc)
+    return (gi, gj, gc), (bx, by), -(-per // (4 * bx)) * 4 * bx
+
+
+def words_geometry(ni: int, nj: int, inner: int, f: int) -> tuple[tuple[int, int, int], tuple[int, int], int]:
+    """row_words' rows_geometry: rows of `inner` elements hold at most inner // f + 1 whole words."""
+    return rows_geometry(ni, nj, inner // f + 1)
+
+
+def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, src_n: int) -> tuple[object, ...] | None:
+    """("words", the kernel, element word, f, grid, block, its constants after the offsets), for a
+    copy coalesced to `shape` with strides ds (dst) and ss (src), where this kernel takes it:
+    narrow elements, dst rows unit stride, src rows unit stride or broadcast, at most two
+    outer axes, rows of MIN_INNER elements or more, src's memory whole words where its words
+    are read (a shifted word reads the whole word holding a row's last element); else None.
+    dst's words are whole words inside its rows: its memory is seen to its last whole word."""
+    f = 8 // itemsize
+    gather = itemsize == 4 and ss[-1] == 2  # every other element: mode 3
+    if itemsize not in (1, 2, 4) or len(shape) > 3 or ds[-1] != 1 or (ss[-1] not in (0, 1) and not gather):
+        return None
+    if shape[-1] < MIN_INNER or (src_n % f and ss[-1]) or prod(shape) == 0:
+        return None
+    pad = 3 - len(shape)
+    (ni, nj, inner), (o_i, o_j, _), (a_i, a_j, a_in) = [[1] * pad + shape, [0] * pad + ds, [0] * pad + ss]
+    grid, block, chunk = words_geometry(ni, nj, inner, f)
+    return ("words", row_words_kernel(f), np.dtype(f"u{itemsize}"), f, grid, block,
+            (o_i, o_j, a_i, a_j, a_in, ni, nj, inner, chunk))
