@@ -269,8 +269,15 @@ class NumpyTransport:
                     buffers: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         got = self.inner.communicate(op, src, dst, buffers)
         taken = {id(x) for x in buffers.values()}  # a buffer sent on, or handed to a second receiver, is copied
+        laid: dict[int, np.ndarray] = {}  # a buffer handed to many receivers, laid out once: the rest copy that
         out = {}
         for d, x in got.items():
-            out[d] = x if id(x) not in taken and fresh_in_order(x, dst.order) else materialize(x, dst.order)
+            if id(x) not in taken and fresh_in_order(x, dst.order):
+                out[d] = laid[id(x)] = x
+            else:
+                first = laid.get(id(x))
+                out[d] = materialize(x if first is None else first, dst.order)
+                if first is None:
+                    laid[id(x)] = out[d]
             taken.add(id(x))
         return out

@@ -30,8 +30,15 @@ def empty_in_order(shape: tuple[int, ...], dtype: np.dtype, order: tuple[int, ..
     empty block too has the strides dense_strides gives (numpy would zero them)."""
     if 0 in shape:
         return np.ndarray(shape, dtype, np.empty(0, dtype), strides=dense_strides(shape, order, dtype.itemsize))
-    inverse = np.argsort(order)
+    inverse = _INVERSE.get(order)
+    if inverse is None:
+        if len(_INVERSE) >= 1024:
+            _INVERSE.clear()
+        inverse = _INVERSE[order] = tuple(int(a) for a in np.argsort(order))
     return np.empty([shape[a] for a in order], dtype).transpose(inverse)
+
+
+_INVERSE: dict[tuple[int, ...], tuple[int, ...]] = {}  # a layout's inverse permutation (asked per device and step)
 
 
 def materialize(x: np.ndarray, order: tuple[int, ...]) -> np.ndarray:

@@ -153,13 +153,25 @@ class Mesh:
 
     def axis_of(self, did: str) -> int:
         """The mesh axis a parallel type names: DIDx is the last one."""
-        return self.ndim - 1 - DIDS.index(did)
+        got = self._axes.get(did)
+        return self.ndim - 1 - DIDS.index(did) if got is None else got  # DIDS.index: ValueError for a non-DID
+
+    @cached_property
+    def _axes(self) -> dict[str, int]:
+        """Each DID's mesh axis, and its size, worked out once per mesh (asked per
+        device and step: a mesh of thousands asks thousands of times a step)."""
+        return {did: self.ndim - 1 - i for i, did in enumerate(DIDS)}
+
+    @cached_property
+    def _sizes(self) -> dict[str, int]:
+        return {did: self.shape[a] for did, a in self._axes.items() if 0 <= a}
 
     def has(self, did: str) -> bool:
         return DIDS.index(did) < self.ndim
 
     def size(self, did: str) -> int:
-        return self.shape[self.axis_of(did)]
+        got = self._sizes.get(did)
+        return self.shape[self.axis_of(did)] if got is None else got
 
     @cached_property
     def _coords(self) -> dict[int, tuple[int, ...]]:
@@ -172,7 +184,10 @@ class Mesh:
         return self._coords[device]
 
     def coord(self, device: int, did: str) -> int:
-        return self.coords(device)[self.axis_of(did)]
+        coords = self._coords.get(device)
+        if coords is None:
+            return self.coords(device)[self.axis_of(did)]  # ValueError: not in the mesh
+        return coords[self.axis_of(did)]
 
     def team(self, device: int, dids: Iterable[str]) -> tuple[int, ...]:
         """The devices that share `device`'s coordinates on every mesh axis not in

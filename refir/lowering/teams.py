@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from refir.ir import ops
 from refir.ir.program_cache import by_identity
@@ -23,7 +23,13 @@ class Team:
     receivers: tuple[int, ...]  # who gets a result
 
     def index(self, device: int) -> int:
-        return self.devices.index(device)
+        """The device's place in team order (a dict: asked for every receiver
+        of a team of thousands, a search of the tuple would be quadratic)."""
+        return self._places[device]
+
+    @cached_property
+    def _places(self) -> dict[int, int]:
+        return {d: i for i, d in enumerate(self.devices)}
 
 
 def _along(mesh: Mesh, dids: tuple[str, ...]) -> list[Team]:
@@ -32,7 +38,8 @@ def _along(mesh: Mesh, dids: tuple[str, ...]) -> list[Team]:
 
 
 def _plus(first: tuple[int, ...], more: tuple[int, ...]) -> tuple[int, ...]:
-    return first + tuple(d for d in more if d not in first)
+    seen = set(first)  # a set: a gather onto a mesh of thousands asks once per device
+    return first + tuple(d for d in more if d not in seen)
 
 
 def teams(op: ops.Communication, src: TensorType, dst: TensorType) -> list[Team]:
