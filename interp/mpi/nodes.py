@@ -11,6 +11,11 @@ collective takes the path it would take across nodes, on one machine, where
 tests and benchmarks can run it (docs/switches.md). The rule is read once, at
 import (under the command line, refir.env.check_all has refused a bad value on
 every rank first); `simulated` changes it for a while (benchmarks, tests).
+
+The gpu backend's rank transport has no shared-memory path to rule out: under
+the simulator its wire is MPI's own collectives on every node, and on GPUs
+NCCL picks its own; it picks each rank's GPU by the machine's node
+(gpu_backend/device.py), which a simulated node must not change.
 """
 
 from __future__ import annotations
