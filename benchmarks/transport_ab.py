@@ -27,7 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROW = re.compile(r"(\D+?)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+[\d.]+$")
+# a row of transport_bench's table (an across-nodes row has one more column: over the one-node row)
+ROW = re.compile(r"(\D+?)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+[\d.]+(?:\s+[\d.]+)?$")
 HERE = Path(__file__).resolve().parent
 
 
@@ -91,7 +92,7 @@ def main() -> None:
     sides = {"before": args.before, "after": args.after}
     got, waits = alternated(args.launches, sides, lambda side: launch(side, bench_args, args.ranks))
     print(f"{args.ranks} ranks, {args.launches} launches each; waited for a quiet machine (s): {waits}")
-    print(f"{'row':<32}{'elements':>9}  {'before: ratio (lo-hi), refir ms':<34} after: ratio (lo-hi), refir ms")
+    print(f"{'row':<46}{'elements':>9}  {'before: ratio (lo-hi), refir ms':<34} after: ratio (lo-hi), refir ms")
     for key in got["after"]:
         cells = []
         for name in sides:
@@ -99,7 +100,7 @@ def main() -> None:
             ratios, times = [v[0] for v in values], [v[1] for v in values]
             cells.append(f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) "
                          f"{statistics.median(times):.3f}" if values else "-")
-        print(f"{key[0]:<32}{key[1]:>9}  {cells[0]:<34} {cells[1]}")
+        print(f"{key[0]:<46}{key[1]:>9}  {cells[0]:<34} {cells[1]}")
 
 
 if __name__ == "__main__":

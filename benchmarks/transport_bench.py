@@ -1,6 +1,6 @@
 """refir's MPI transport next to MPI's own collectives, in one run.
 
-    mpiexec -n 4 python -m benchmarks.transport_bench [--sizes 1024,1048576] [--repeats 9] [--no-bounds]
+    mpiexec -n 4 python -m benchmarks.transport_bench [--sizes 1024,1048576] [--repeats 9] [--no-bounds] [--one-node]
     mpiexec -n 4 python -m benchmarks.transport_bench runs    (whole refir.run calls only)
 
 refir never lets MPI reduce (the fold order would be MPI's): an allreduce is,
@@ -19,6 +19,13 @@ blocks took 2-3x Allgather's time here, its Reduce_scatter about
 Reduce_scatter_block's, benchmarks/HISTORY.md, `uneven`; so the even call is the
 stricter or an equal peer), and the odd-sized allreduce (uneven slices)
 next to MPI's Allreduce of the same buffer.
+Each row has a twin, `..., across nodes`: refir's call as it goes where every
+rank is on a node of its own (interp/mpi/nodes.py's rule of
+REFIR_MPI_NODE_RANKS=1, set around its calls: no shared-memory window or result
+slots, MPI's own collectives), its last column its time over the one-node
+row's (the machine's nodes, whatever the launch's REFIR_MPI_NODE_RANKS says);
+the three calls alternate. `--one-node` leaves the twins out (as does a
+checkout without interp/mpi/nodes.py, for benchmarks/transport_ab.py).
 Rank 0 prints a table of times and ratios, then the layout changes alone (every
 rank copying at once, as inside the collectives): what the column-major
 allgather and the all_to_all must add to MPI's collective of contiguous blocks.
@@ -39,6 +46,11 @@ import numpy as np
 from mpi4py import MPI
 
 from interp.mpi.transport import MpiTransport
+
+try:
+    from interp.mpi import nodes
+except ImportError:  # a checkout from before simulated nodes (benchmarks/transport_ab.py runs this file there)
+    nodes = None
 from refir.ir import ops
 from refir.ir.types import Axis, Mesh, TensorType
 
@@ -56,28 +68,43 @@ def timed(fn, repeats: int = 9) -> tuple[float, float]:
     return min(times), float(np.median(times))
 
 
-def timed_pair(ours, theirs, repeats: int) -> tuple[tuple[float, float], tuple[float, float]]:
-    """`timed` of both, their calls alternating: a burst of load from elsewhere
-    on a shared machine falls on both, not on one side of the ratio."""
+def timed_all(fns: list, repeats: int) -> list[tuple[float, float]]:
+    """`timed` of each, their calls alternating: a burst of load from elsewhere
+    on a shared machine falls on all, not on one side of a ratio."""
     comm = MPI.COMM_WORLD
-    times: tuple[list[float], list[float]] = ([], [])
-    ours(), theirs()  # the first call of a plan or a communicator is not timed
+    times: list[list[float]] = [[] for _ in fns]
+    for fn in fns:  # the first call of a plan or a communicator is not timed
+        fn()
     for _ in range(repeats):
-        for fn, out in zip((ours, theirs), times):
+        for fn, out in zip(fns, times):
             comm.Barrier()
             start = time.perf_counter()
             fn()
             comm.Barrier()
             out.append(time.perf_counter() - start)
-    a, b = times
-    return (min(a), float(np.median(a))), (min(b), float(np.median(b)))
+    return [(min(t), float(np.median(t))) for t in times]
 
 
-Row = tuple[str, int, tuple[float, float], tuple[float, float]]
+def timed_pair(ours, theirs, repeats: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    a, b = timed_all([ours, theirs], repeats)
+    return a, b
 
 
-def measure(transport: MpiTransport, mesh: Mesh, elems: int, repeats: int = 9) -> list[Row]:
-    """refir's communication next to the MPI collective that moves the same bytes."""
+def on_nodes(fn, node_ranks: int | None):
+    """`fn` under a node rule: None the machine's nodes, 1 every rank its own."""
+    def call() -> None:
+        with nodes.simulated(node_ranks):
+            fn()
+    return call
+
+
+Pair = tuple[float, float]
+Row = tuple[str, int, Pair, Pair, Pair | None]  # name, elements, refir, MPI; an across-nodes row: the one-node refir
+
+
+def measure(transport: MpiTransport, mesh: Mesh, elems: int, repeats: int = 9, across: bool = True) -> list[Row]:
+    """refir's communication next to the MPI collective that moves the same bytes
+    (and, `across`, refir's as it goes across nodes)."""
     comm = transport.comm
     n, cols = comm.size, 64
     rows_of = elems // cols
@@ -107,11 +134,17 @@ def measure(transport: MpiTransport, mesh: Mesh, elems: int, repeats: int = 9) -
     scattered_cols = TensorType("f32", (Axis(rows_of - 1), Axis(cols - 1, "DIDx")), mesh)
     short_out = np.empty_like(short)
 
-    def row(name: str, op: ops.Communication, src: TensorType, dst: TensorType, x: np.ndarray, theirs) -> Row:
-        return (name, elems, *timed_pair(lambda: transport.communicate(op, src, dst, {comm.rank: x}), theirs,
-                                         repeats))
+    def row(name: str, op: ops.Communication, src: TensorType, dst: TensorType, x: np.ndarray,
+            theirs) -> list[Row]:
+        def ours() -> None:
+            transport.communicate(op, src, dst, {comm.rank: x})
 
-    return [
+        if not across or nodes is None:
+            return [(name, elems, *timed_pair(ours, theirs, repeats), None)]
+        one, apart, mpi = timed_all([on_nodes(ours, None), on_nodes(ours, 1), theirs], repeats)
+        return [(name, elems, one, mpi, None), (f"{name}, across nodes", elems, apart, mpi, one)]
+
+    return [r for rows in [
         row("allreduce", ops.Allreduce("sum", ("DIDx",)), partial, whole, block,
             lambda: comm.Allreduce(block, out, op=MPI.SUM)),
         row("allgather", ops.Allgather(0, "DIDx"), by_rows, gathered, block, lambda: comm.Allgather(block, recv)),
@@ -131,7 +164,7 @@ def measure(transport: MpiTransport, mesh: Mesh, elems: int, repeats: int = 9) -
             short, lambda: comm.Reduce_scatter_block(block, piece, op=MPI.SUM)),
         row("allreduce, odd size", ops.Allreduce("sum", ("DIDx",)), partial_short, whole_short, short,
             lambda: comm.Allreduce(short, short_out, op=MPI.SUM)),
-    ]
+    ] for r in rows]
 
 
 def layout_bounds(elems: int) -> list[tuple[str, tuple[float, float]]]:
@@ -193,6 +226,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="elements per rank, comma-separated (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=9, help="timed calls of each side (default: %(default)s)")
     parser.add_argument("--no-bounds", action="store_true", help="skip the layout changes timed alone")
+    parser.add_argument("--one-node", action="store_true", help="leave out the rows across nodes")
     return parser.parse_args(argv)
 
 
@@ -206,17 +240,19 @@ def main() -> None:
         return
     mesh = Mesh("m", (comm.size,), tuple(range(comm.size)))
     transport = MpiTransport()
-    measure(transport, mesh, 1 << 10)  # warm-up: the first calls of a process pay for imports, caches, communicators
+    # warm-up: the first calls of a process pay for imports, caches, communicators
+    measure(transport, mesh, 1 << 10, across=not args.one_node)
     sizes = [int(n) for n in args.sizes.split(",")]
-    rows = [r for elems in sizes for r in measure(transport, mesh, elems, args.repeats)]
+    rows = [r for elems in sizes for r in measure(transport, mesh, elems, args.repeats, not args.one_node)]
     if comm.rank == 0:
         lines = [f"{comm.size} ranks, float32, ms per call, best and median of {args.repeats}"
                  " (refir's and MPI's calls alternating)", "",
-                 f"{'collective':<31} {'elements':>9} {'refir':>8} {'MPI':>8} {'refir/MPI':>9}"
-                 f" {'median':>8} {'median':>8} {'ratio':>6}"]
-        for name, elems, (a, am), (b, bm) in rows:
-            lines.append(f"{name:<31} {elems:>9} {a * 1e3:>8.3f} {b * 1e3:>8.3f} {a / b:>9.2f}"
-                         f" {am * 1e3:>8.3f} {bm * 1e3:>8.3f} {am / bm:>6.2f}")
+                 f"{'collective':<45} {'elements':>9} {'refir':>8} {'MPI':>8} {'refir/MPI':>9}"
+                 f" {'median':>8} {'median':>8} {'ratio':>6} {'/one node':>9}"]
+        for name, elems, (a, am), (b, bm), one in rows:
+            apart = f" {a / one[0]:>9.2f}" if one else ""  # across nodes over one node, best calls
+            lines.append(f"{name:<45} {elems:>9} {a * 1e3:>8.3f} {b * 1e3:>8.3f} {a / b:>9.2f}"
+                         f" {am * 1e3:>8.3f} {bm * 1e3:>8.3f} {am / bm:>6.2f}{apart}")
         sys.stdout.write("\n".join(lines) + "\n")
     if args.no_bounds:
         return

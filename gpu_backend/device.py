@@ -94,7 +94,7 @@ def use_device(comm: Any = None) -> None:
     from refir.world.mpi_job import barrier
 
     barrier(comm)  # splitting blocks until every rank calls it: first wait, within the timeout
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)  # the machine's node (its GPUs), whatever REFIR_MPI_NODE_RANKS says
     index = node.rank % len(cuda.gpus)
     node.Free()
     cuda.select_device(index)

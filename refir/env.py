@@ -56,6 +56,18 @@ def fault() -> tuple[int, str, str] | None:
     return int(parts[0]), parts[1], parts[2]
 
 
+def node_ranks() -> int | None:
+    """REFIR_MPI_NODE_RANKS=K: every K consecutive world ranks form a simulated
+    node (1: every rank its own); None where unset (the machine's own nodes)."""
+    text = os.environ.get("REFIR_MPI_NODE_RANKS", "").strip()
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise InputError(f"REFIR_MPI_NODE_RANKS={text!r} is not a positive number of ranks "
+                         "(write e.g. REFIR_MPI_NODE_RANKS=1: every rank its own node)")
+    return int(text)
+
+
 def check_all() -> None:
     """Every variable above, and the limits, parsed once: the first bad one raises."""
     from refir.checks.limits import LIMITS
@@ -63,6 +75,7 @@ def check_all() -> None:
     for name in FLAGS:
         flag(name, False)
     seconds("REFIR_MPI_TIMEOUT", 120)
+    node_ranks()
     fault()
     for limit in LIMITS:
         _ = limit.value

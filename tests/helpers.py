@@ -53,23 +53,30 @@ def mpiexec() -> str:
     return str(here) if here.exists() else "mpiexec"
 
 
-def run_mpi(n: int, args: list[str], timeout: float = 120, env: dict[str, str] | None = None,
+# The environment of a job whose subject is the shared-memory path itself (windows, result slots, their
+# stalls and files): the machine's nodes, whatever REFIR_MPI_NODE_RANKS the suite runs under.
+MACHINE_NODES: dict[str, str | None] = {"REFIR_MPI_NODE_RANKS": None}
+
+
+def run_mpi(n: int, args: list[str], timeout: float = 120, env: dict[str, str | None] | None = None,
             cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    """`mpiexec -n N python ARGS`, bounded by MPIEXEC_TIMEOUT and a wall-clock timeout."""
-    full_env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "MPIEXEC_TIMEOUT": str(int(timeout)),
-                "PYTHONUNBUFFERED": "", **(env or {})}
-    full_env.pop("PYTHONUNBUFFERED")
+    """`mpiexec -n N python ARGS`, bounded by MPIEXEC_TIMEOUT and a wall-clock timeout;
+    `env` adds to the environment (a value None removes the variable)."""
+    merged = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "MPIEXEC_TIMEOUT": str(int(timeout)),
+              "PYTHONUNBUFFERED": None, **(env or {})}
+    full_env = {k: v for k, v in merged.items() if v is not None}
     cmd = [mpiexec(), "-n", str(n), sys.executable, *args]
     return run_job(cmd, capture_output=True, text=True, timeout=timeout + 30, env=full_env, cwd=cwd)
 
 
-def assert_stall_ends_the_job(child: str, args: list[str], said: Path, waiting_for: str) -> None:
+def assert_stall_ends_the_job(child: str, args: list[str], said: Path, waiting_for: str,
+                              env: dict[str, str | None] | None = None) -> None:
     """A two-rank `python -c child *args said` whose rank 1 stalls: rank 0 gives
     up after REFIR_MPI_TIMEOUT=2 s waiting for `waiting_for`, writes why into
     `said` (mpiexec may drop a rank's last output when the job aborts) and
-    aborts the job, well before mpiexec's own limit."""
+    aborts the job, well before mpiexec's own limit (`env` adds to the job's)."""
     start = time.monotonic()
-    done = run_mpi(2, ["-c", child, *args, str(said)], timeout=60, env={"REFIR_MPI_TIMEOUT": "2"})
+    done = run_mpi(2, ["-c", child, *args, str(said)], timeout=60, env={"REFIR_MPI_TIMEOUT": "2", **(env or {})})
     took = time.monotonic() - start
     assert done.returncode != 0 and took < 30, (done.returncode, took, done.stdout + done.stderr)
     assert said.read_text().startswith(f"rank 0 gave up after 2 s: rank 0: gave up waiting for {waiting_for}"), \

@@ -10,6 +10,7 @@ from helpers import ROOT, refir_cli, refused, run_mpi
 
 from conformance.cli import add_arguments, check_modes
 from refir import env
+from refir.errors import InputError
 
 PIPELINE = ROOT / "examples" / "pipeline.rir"  # needs a world of 4; N over 2 devices
 DUMP = ROOT / "docs" / "frontends" / "permute_then_scatter.txt"
@@ -84,6 +85,10 @@ def test_explain_json_with_svg_writes_both(capsys, tmp_path):
     ("REFIR_MPI_ALONE", "yes", "REFIR_MPI_ALONE='yes': write REFIR_MPI_ALONE=0"),
     ("REFIR_FAULT", "1:inputs", "REFIR_FAULT='1:inputs': write RANK:STAGE:KIND"),
     ("REFIR_MAX_ELEMENTS", "lots", "REFIR_MAX_ELEMENTS='lots' is not a non-negative integer"),
+    ("REFIR_MPI_NODE_RANKS", "0", "REFIR_MPI_NODE_RANKS='0' is not a positive number of ranks (write e.g. "
+                                  "REFIR_MPI_NODE_RANKS=1: every rank its own node)"),
+    ("REFIR_MPI_NODE_RANKS", "1.5", "REFIR_MPI_NODE_RANKS='1.5' is not a positive number of ranks"),
+    ("REFIR_MPI_NODE_RANKS", "-2", "REFIR_MPI_NODE_RANKS='-2' is not a positive number of ranks"),
 ])
 def test_a_bad_environment_value_is_one_line(capsys, monkeypatch, name, value, message):
     monkeypatch.setenv(name, value)
@@ -93,6 +98,17 @@ def test_a_bad_environment_value_is_one_line(capsys, monkeypatch, name, value, m
 def test_environment_values_parse():
     assert env.seconds("REFIR_" + "NOT_SET_ANYWHERE", 120) == 120
     assert env.flag("REFIR_" + "NOT_SET_ANYWHERE", True) is True
+
+
+def test_the_node_rule_parses(monkeypatch):
+    monkeypatch.delenv("REFIR_MPI_NODE_RANKS", raising=False)
+    assert env.node_ranks() is None
+    for text, k in ((" 1 ", 1), ("2", 2), ("64", 64)):
+        monkeypatch.setenv("REFIR_MPI_NODE_RANKS", text)
+        assert env.node_ranks() == k
+    monkeypatch.setenv("REFIR_MPI_NODE_RANKS", "\u0663")  # a digit to str.isdigit and int(): only ASCII ones are taken
+    with pytest.raises(InputError, match="is not a positive number of ranks"):
+        env.node_ranks()
 
 
 def test_a_bad_mpi_timeout_ends_every_rank_with_one_line():

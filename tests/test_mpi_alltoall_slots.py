@@ -2,13 +2,16 @@
 straight from its sender's buffer into its receiver's result, in shared
 memory), under mpiexec: bits, layouts and dtypes against numpy, held results,
 spmd keeping a slot, a stalled member; and slot files that a dead rank left
-behind, removed by the next job that makes slots."""
+behind, removed by the next job that makes slots. Their subject is the
+shared memory of one node: they run on the machine's nodes (helpers.MACHINE_NODES)
+whatever REFIR_MPI_NODE_RANKS says (tests/test_mpi_nodes.py runs these
+collectives across simulated nodes)."""
 
 import os
 import time
 
 import pytest
-from helpers import assert_stall_ends_the_job, run_mpi
+from helpers import MACHINE_NODES, assert_stall_ends_the_job, run_mpi
 
 SLOTS_CHILD = r"""
 import mmap
@@ -211,7 +214,7 @@ except BaseException:  # a failed check on one rank stops the job at once, not a
 
 @pytest.mark.parametrize("ranks, cores", [(2, "node"), (4, "force"), (4, "node")])
 def test_all_to_all_through_result_slots_keeps_bits_layouts_and_held_results(ranks, cores):
-    done = run_mpi(ranks, ["-c", SLOTS_CHILD, cores], timeout=180)
+    done = run_mpi(ranks, ["-c", SLOTS_CHILD, cores], timeout=180, env=MACHINE_NODES)
     assert done.returncode == 0, done.stdout + done.stderr
     gathered = ranks <= (os.cpu_count() or 1) or cores == "force"
     assert done.stdout.split() == ["agree", "198", "gather", "slots" if gathered else "window"], \
@@ -262,7 +265,7 @@ except RunError as exc:  # told through a file: mpiexec may drop a rank's last o
 
 @pytest.mark.parametrize("where, what", [("round", "every member's result slot"), ("barrier", "a barrier")])
 def test_a_member_stalled_in_a_slot_all_to_all_ends_the_job(where, what, tmp_path):
-    assert_stall_ends_the_job(STALL_CHILD, [where], tmp_path / "said", what)
+    assert_stall_ends_the_job(STALL_CHILD, [where], tmp_path / "said", what, env=MACHINE_NODES)
 
 
 # Slot files in a directory of the test's: in the first job rank 1 stops in the round
@@ -318,7 +321,8 @@ def started(pid: int) -> str:
 def test_slot_files_of_a_rank_that_died_are_removed_by_the_next_job(tmp_path):
     slots, said = tmp_path / "slots", tmp_path / "said"
     slots.mkdir()
-    done = run_mpi(2, ["-c", LEAK_CHILD, "die", str(slots), str(said)], timeout=60, env={"REFIR_MPI_TIMEOUT": "2"})
+    done = run_mpi(2, ["-c", LEAK_CHILD, "die", str(slots), str(said)], timeout=60,
+                   env={"REFIR_MPI_TIMEOUT": "2", **MACHINE_NODES})
     assert done.returncode != 0, done.stdout + done.stderr
     dead = (tmp_path / "said.pid1").read_text()
     left = sorted(os.listdir(slots))
@@ -332,7 +336,7 @@ def test_slot_files_of_a_rank_that_died_are_removed_by_the_next_job(tmp_path):
     reused = f"refir-results-{os.getpid()}-1-abcdefgh"  # this pid, but another start: a dead maker's
     for name in (live, reused, "refir-results-notours", "other"):
         (slots / name).write_bytes(b"")
-    done = run_mpi(2, ["-c", LEAK_CHILD, "live", str(slots), str(said)], timeout=60)
+    done = run_mpi(2, ["-c", LEAK_CHILD, "live", str(slots), str(said)], timeout=60, env=MACHINE_NODES)
     assert done.returncode == 0, done.stdout + done.stderr
     kept = sorted([live, "refir-results-notours", "other"])
     assert f"left {kept}" in done.stdout, done.stdout + done.stderr

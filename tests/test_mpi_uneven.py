@@ -3,10 +3,14 @@
 bits, shapes and strides of every result against the in-process transport's
 exchange (the spec), for six dtypes and four layouts of the source, through
 every path (MPI's own call, the window, result slots, held slots); and a
-member stalled in the reduce_scatter's window ends the job."""
+member stalled in the reduce_scatter's window ends the job (on the machine's
+nodes, whatever REFIR_MPI_NODE_RANKS says: its subject is the window). Under
+REFIR_MPI_NODE_RANKS, where the world spans simulated nodes, every path is
+MPI's own collective (the last run: K=1; tests/test_mpi_nodes.py)."""
 
+import os
 
-from helpers import assert_stall_ends_the_job, run_mpi
+from helpers import MACHINE_NODES, assert_stall_ends_the_job, run_mpi
 
 UNEVEN_CHILD = r"""
 import mmap
@@ -20,6 +24,7 @@ import numpy as np
 from mpi4py import MPI
 
 from interp.collectives import exchange, split
+from interp.mpi import nodes
 from interp.mpi.transport import MpiTransport
 from refir.ir import ops
 from refir.lowering.teams import Team
@@ -32,7 +37,7 @@ team = Team(tuple(range(n)), tuple(range(n)), tuple(range(n)))
 # Slots want a core per member: four ranks on a two-core machine are told the node has enough.
 if sys.argv[1] == "force":
     mock.patch("os.cpu_count", return_value=64).start()
-slots = n <= os.cpu_count()
+slots = n <= os.cpu_count() and (nodes.NODE_RANKS or n) >= n  # where the world is on one (simulated) node
 t = MpiTransport()
 WINDOW, SLOT = 1 << 16, 1 << 18  # shared_windows's bounds: a rank's bytes for the window, a block's for the slots
 RS_WINDOW = 1 << 14  # a reduce_scatter's partial takes the window from this size where members have cores
@@ -184,10 +189,15 @@ def test_uneven_allgather_reduce_scatter_allreduce_keep_the_bits(tmp_path):
     child = tmp_path / "child.py"
     child.write_text(UNEVEN_CHILD)
     runner = "import sys\nfrom mpi4py import MPI\n" + GUARD
-    for n, mode in ((2, "plain"), (4, "plain"), (4, "force")):
-        done = run_mpi(n, ["-c", runner, mode, str(child)], timeout=300)
+    # the last run on four simulated nodes (REFIR_MPI_NODE_RANKS=1): every path MPI's own, past the window's
+    # and the slots' bounds too, which on one node no run takes (tests/test_mpi_nodes.py)
+    for n, mode, node_ranks in ((2, "plain", None), (4, "plain", None), (4, "force", None), (4, "plain", "1")):
+        done = run_mpi(n, ["-c", runner, mode, str(child)], timeout=300,
+                       env={"REFIR_MPI_NODE_RANKS": node_ranks} if node_ranks else None)
         assert done.returncode == 0, done.stdout + done.stderr
-        slots = "slots" if n == 2 or mode == "force" else "window"
+        # the suite may run on simulated nodes
+        one_node = int(node_ranks or os.environ.get("REFIR_MPI_NODE_RANKS") or n) >= n
+        slots = "slots" if (n == 2 or mode == "force") and one_node else "window"
         assert done.stdout.split() == ["agree", "752", slots], done.stdout
 
 
@@ -227,4 +237,4 @@ except RunError as exc:  # told through a file: mpiexec may drop a rank's last o
 
 
 def test_a_member_stalled_in_a_reduce_scatter_through_the_window_ends_the_job(tmp_path):
-    assert_stall_ends_the_job(STALL_CHILD, [], tmp_path / "said", "a barrier")
+    assert_stall_ends_the_job(STALL_CHILD, [], tmp_path / "said", "a barrier", env=MACHINE_NODES)

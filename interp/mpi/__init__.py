@@ -17,6 +17,9 @@ The modules, from the entry point down:
 - `pools`: results and scratch buffers kept between calls.
 - `shared_windows`: a team's shared-memory window and its members' result
   slots, where every member runs on one node.
+- `nodes`: whether a team's members share a node: the machine's, or
+  simulated ones (REFIR_MPI_NODE_RANKS=K: every K world ranks a node), so that
+  the path across nodes runs on one machine too.
 - `host_copy`, `row_runs`: numba copies on the host: a strided array into C
   order (tiled), and runs of rows into dense arrays of their own.
 

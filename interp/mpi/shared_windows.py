@@ -26,6 +26,8 @@ half, and the call after it reuses the first only after everyone passed the
 next call's barrier, so after they finished reading. Every member makes the
 same calls on a team in the same order, so the turns agree. Windows live as
 long as the team's communicator (refir.world.mpi_job.COMMS frees both).
+Whether a team's members share a node (the machine's, or simulated ones under
+REFIR_MPI_NODE_RANKS): interp/mpi/nodes.py.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from collections.abc import Callable
 import numpy as np
 from mpi4py import MPI
 
+from interp.mpi import nodes
 from interp.sentinel import fill_bytes
 from refir.errors import RunError
 from refir.world.mpi_job import COMMS, allgather_obj, barrier, wait
@@ -93,18 +96,9 @@ class SharedSegments:
         self.win.Free()
 
 
-def _one_node(comm: MPI.Comm) -> bool:
-    """Whether every member runs on this node (the same answer on every member)."""
-    barrier(comm)  # every member is here (within the timeout) before the blocking call below
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    one_node = node.size == comm.size
-    node.Free()
-    return one_node
-
-
-def _make(nbytes: int) -> Callable[[MPI.Comm], SharedSegments | None]:
+def _make(nbytes: int, devices: tuple[int, ...]) -> Callable[[MPI.Comm], SharedSegments | None]:
     def make(comm: MPI.Comm) -> SharedSegments | None:
-        return SharedSegments(comm, nbytes) if _one_node(comm) else None
+        return SharedSegments(comm, nbytes) if nodes.one_node(comm, devices) else None
     return make
 
 
@@ -121,7 +115,7 @@ def shared_segments(devices: tuple[int, ...], nbytes: int) -> SharedSegments | N
     if not SHARED_MIN_BYTES <= nbytes <= SHARED_MAX_BYTES:
         return None
     size = 1 << max(nbytes - 1, 1).bit_length()
-    return COMMS.other(f"shared window {size}", devices, _make(size), _free)
+    return COMMS.other(f"shared window {size}{nodes.rule()}", devices, _make(size, devices), _free)
 
 
 # ---- results the other members read or write ---------------------------------------------
@@ -311,9 +305,9 @@ def _peer_slots(path: str, capacity: int) -> list[np.ndarray]:
     return [whole[k * capacity:(k + 1) * capacity] for k in range(RESULT_SLOTS)]
 
 
-def _make_results(capacity: int) -> Callable[[MPI.Comm], SharedResults | None]:
+def _make_results(capacity: int, devices: tuple[int, ...]) -> Callable[[MPI.Comm], SharedResults | None]:
     def make(comm: MPI.Comm) -> SharedResults | None:
-        if not _one_node(comm):
+        if not nodes.one_node(comm, devices):
             return None
         slots, path = [], ""
         try:
@@ -365,4 +359,5 @@ def shared_results(devices: tuple[int, ...], block: int, core_each: bool = True)
     if core_each and len(devices) > (os.cpu_count() or 1):
         return None
     size = 1 << max(nbytes - 1, 1).bit_length()
-    return COMMS.other(f"shared results {size}", devices, _make_results(size), _free_results)
+    return COMMS.other(f"shared results {size}{nodes.rule()}", devices, _make_results(size, devices),
+                       _free_results)
