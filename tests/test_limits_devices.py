@@ -94,3 +94,22 @@ def test_devices_c3_a_run_past_the_old_device_count_is_bounded_by_its_memory(mon
     with pytest.raises(InputError, match=r"memory_c1") as info:
         refir.run(refir.parse(allgather(n)), {"x": np.zeros((2 * n, 4), np.float32)}, backend="spmd")
     assert "devices_c1" not in str(info.value) and "replicated over 2048 devices" in str(info.value)
+
+
+def test_devices_c2_trace_of_a_large_team_shows_its_first_and_last_devices(tmp_path, capsys):
+    """trace lists 12 of 128 devices (a count for the rest) and each one's 127
+    receipts as one line of senders and bytes, not 128 x 127 lines; a small team
+    still lists each receipt."""
+    from helpers import refir_cli
+
+    large, small = tmp_path / "ag128.rir", tmp_path / "ag4.rir"
+    large.write_text(allgather(128))
+    small.write_text(allgather(4))
+    code, out, _ = refir_cli(capsys, "trace", large)
+    assert code == 0
+    assert "116 more devices: --device D shows one" in out
+    assert "from 127 devices (0..4 6..127): 4,064 B in all" in out  # device 5's: 32 B from each other one
+    assert "sent 4064 B to 0..4 6..127" in out
+    assert "from 3: local" not in out and "\n20 " not in out  # device 20 is one of the 116
+    code, out, _ = refir_cli(capsys, "trace", small)
+    assert code == 0 and "from 3: local [6:8, 0:4] (32 B)" in out and "sent 96 B to 1 2 3" in out
