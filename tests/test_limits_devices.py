@@ -113,3 +113,30 @@ def test_devices_c2_trace_of_a_large_team_shows_its_first_and_last_devices(tmp_p
     assert "from 3: local" not in out and "\n20 " not in out  # device 20 is one of the 116
     code, out, _ = refir_cli(capsys, "trace", small)
     assert code == 0 and "from 3: local [6:8, 0:4] (32 B)" in out and "sent 96 B to 1 2 3" in out
+
+
+def test_devices_c2_json_text_is_the_document_one_device_a_line():
+    """check/lower/explain --json: written by the C encoder a line at a time
+    (json.dumps with indent formats in Python: 137 s for 65,536 devices); it loads
+    back to the same document, every device's block on its own line."""
+    import io
+    import json
+
+    from refir.explain.json_text import _Chunks, json_text, write_json
+
+    doc = {"world": 3, "meshes": {"m": {"shape": [3], "devices": list(range(3))}}, "empty": {}, "none": None,
+           "devices": {str(d): {"coords": [d], "ranges": [[d * 2, d * 2 + 2], [0, 4]]} for d in range(40)},
+           "teams": [{"devices": list(range(40)), "senders": list(range(40))}], "name": "é\"", "x": 1.5}
+    text = json_text(doc)
+    assert json.loads(text) == doc
+    lines = text.split("\n")
+    assert ' "devices": {' in lines and '  "7": {"coords": [7], "ranges": [[14, 16], [0, 4]]},' in lines
+    assert f'   "devices": {list(range(40))},' in lines  # a list of numbers: one line, however long
+    assert ' "meshes": {"m": {"shape": [3], "devices": [0, 1, 2]}},' in lines  # small: one line
+    stream = io.StringIO()
+    _Chunks.CHUNK, chunk = 7, _Chunks.CHUNK  # many small writes: the same text
+    try:
+        write_json(doc, stream)
+    finally:
+        _Chunks.CHUNK = chunk
+    assert stream.getvalue() == text + "\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import json.encoder
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 
 def _compact_encoder() -> Callable[[Any], str]:
@@ -34,6 +34,34 @@ def json_text(doc: Any) -> str:
     out: list[str] = []
     _write(doc, 0, out)
     return "".join(out)
+
+
+class _Chunks(list):
+    """A list of text pieces that writes itself to `stream` every CHUNK pieces,
+    so that a document of 25 MB is never held whole as text too."""
+
+    CHUNK = 1 << 14
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__()
+        self.stream = stream
+
+    def append(self, piece: str) -> None:
+        super().append(piece)
+        if len(self) >= self.CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        self.stream.write("".join(self))
+        self.clear()
+
+
+def write_json(doc: Any, stream: IO[str]) -> None:
+    """json_text(doc) and a newline, written to `stream` piece by piece."""
+    out = _Chunks(stream)
+    _write(doc, 0, out)
+    out.append("\n")
+    out.flush()
 
 
 def _write(x: Any, depth: int, out: list[str]) -> None:
