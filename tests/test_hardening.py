@@ -160,7 +160,7 @@ def test_a_mesh_id_of_10_to_the_9(tmp_path, capsys):
     path = program(tmp_path, "mesh m = [0, 1000000000]\nfunc main(x: f32[4]) {\n  return x\n}\n")
     err = refused(capsys, "check", path)
     assert err.startswith(f"error: {path}:1:14: device id 1000000000 needs a world of 1000000001 devices, "
-                          "over refir's limit of 1024 (raise it with REFIR_MAX_DEVICES=N)")
+                          "over refir's limit of 65536 (raise it with REFIR_MAX_DEVICES=N) [devices_c1]")
 
 
 def test_a_world_of_10_to_the_9(tmp_path, capsys):

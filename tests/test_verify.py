@@ -106,6 +106,29 @@ def test_mesh_c2():
     assert "(offending: [-2])" in err.message
 
 
+def test_devices_c1(monkeypatch):
+    """Device ids past REFIR_MAX_DEVICES (65,536) are refused at the id, for every
+    command; so is a world past it, on the command line and in refir.run."""
+    from refir.checks.limits import DEVICES
+
+    assert DEVICES.default == 65536
+    with pytest.raises(InputError) as info:
+        refir.parse("mesh m = [0, 1, 65536]\nfunc main(x: f32[2]) {\n  return x\n}\n", FILE)
+    assert str(info.value) == (f"{FILE}:1:17: device id 65536 needs a world of 65537 devices, over refir's limit of "
+                               "65536 (raise it with REFIR_MAX_DEVICES=N) [devices_c1]")
+    refir.parse("mesh m = [0, 1, 65535]\nfunc main(x: f32[2]) {\n  return x\n}\n", FILE)  # the last id allowed
+    text = prog("x: f32[4@DIDx]", "y: f32[4] = set(x)", "return y")
+    with pytest.raises(InputError, match=r"world= asks for 65537 devices, .*\[devices_c1\]"):
+        refir.run(refir.parse(text), {"x": np.zeros(4, np.float32)}, world=65537)
+    monkeypatch.setenv("REFIR_MAX_DEVICES", "2")  # the limit is read at each check
+    with pytest.raises(InputError, match=r"prog.rir:1:14: device id 2 needs a world of 3 devices"):
+        refir.parse("mesh m = [0, 2]\nfunc main(x: f32[2]) {\n  return x\n}\n", FILE)
+    with pytest.raises(InputError, match=r"world= asks for 3 devices, over refir's limit of 2"):
+        refir.run(refir.parse(text), {"x": np.zeros(4, np.float32)}, world=3)
+    assert refir.run(refir.parse(text), {"x": np.arange(4, dtype=np.float32)}, world=2).outputs["y"].tolist() == \
+        [0, 1, 2, 3]
+
+
 def test_mesh_c3():
     rejects("mesh m = [0]\nmesh m = [1]\nfunc main(x: f32[2]) {\n  return x\n}\n", "mesh_c3", 2, 6,
             "mesh 'm' is declared twice")

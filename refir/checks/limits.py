@@ -19,6 +19,7 @@ class Limit:
     env: str
     default: int
     what: str
+    label: str = ""  # the constraint of docs/spec.md §12.2 a refusal cites
 
     @property
     def value(self) -> int:
@@ -34,11 +35,15 @@ class Limit:
         says what asked for it."""
         if amount > self.value:
             raise InputError(f"{subject} {amount} {self.what}, over refir's limit of {self.value} "
-                             f"(raise it with {self.env}=N)")
+                             f"(raise it with {self.env}=N)" + (f" [{self.label}]" if self.label else ""))
 
 
 ELEMENTS = Limit("REFIR_MAX_ELEMENTS", 1 << 27, "elements")  # per tensor: 1 GiB of f64
-DEVICES = Limit("REFIR_MAX_DEVICES", 1024, "devices")  # device ids 0 .. limit-1
+# Device ids 0 .. limit-1 and every world, for every command (docs/spec.md §12.2, devices_c1):
+# check, lower and explain are linear in the devices; a run is bounded by its memory
+# (RUN_BYTES), the count only because a world's every device is hosted (devices_c3).
+DEVICES_C1 = "devices_c1"
+DEVICES = Limit("REFIR_MAX_DEVICES", 65536, "devices", DEVICES_C1)
 PROGRAM_BYTES = Limit("REFIR_MAX_PROGRAM_BYTES", 64 << 20, "bytes")  # one .rir file
 INPUT_BYTES = Limit("REFIR_MAX_INPUT_BYTES", 8 << 30, "bytes")  # a whole .npz, uncompressed
 # Every device's buffers together, replicas counted per device (refir/checks/footprint.py).

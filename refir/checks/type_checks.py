@@ -3,6 +3,7 @@ written: the parser, the builder and the verifier."""
 
 from __future__ import annotations
 
+from collections import Counter
 from math import prod
 
 from refir.checks.limits import DEVICES
@@ -15,7 +16,8 @@ def check_mesh(mesh: Mesh, loc: Loc) -> None:
     if not 1 <= mesh.ndim <= 3 or 0 in mesh.shape or len(mesh.devices) != prod(mesh.shape):  # mesh_c1
         raise VerifyError(loc, "mesh_c1", f"mesh {mesh.name!r} must be a non-empty 1- to 3-D array")
     if len(set(mesh.devices)) != len(mesh.devices) or min(mesh.devices) < 0:  # mesh_c2
-        bad = sorted({d for d in mesh.devices if mesh.devices.count(d) > 1 or d < 0})
+        seen = Counter(mesh.devices)  # one pass: a mesh may have 65,536 ids
+        bad = sorted(d for d, n in seen.items() if n > 1 or d < 0)
         raise VerifyError(loc, "mesh_c2", f"mesh {mesh.name!r} device ids must be distinct and >= 0 "
                           f"(offending: {bad})")
     top = max(mesh.devices)

@@ -1,15 +1,20 @@
 """`refir lower`: the lowered program, segment by segment, with every buffer's
-local shape and element strides on each device, and every communication's teams."""
+local shape and element strides on each device, and every communication's teams
+(past TEAMS_LISTED, its first and last ones around a count; sets of more than 16
+devices as ranges: a mesh of thousands lists in a few lines)."""
 
 from __future__ import annotations
 
 from math import prod
 
+from refir.explain.device_sets import devices_text
 from refir.ir import ops
 from refir.ir.types import Axis, Bindings, TensorType, axis_block, parts_of, resolved
 from refir.lowering.lower import Lowered, Step
 from refir.lowering.teams import teams
 from refir.text.printer import format_call
+
+TEAMS_LISTED = 8  # past this many teams a communication lists its first and last ones around a count
 
 
 def _local_extent(t: TensorType, a: Axis) -> str:
@@ -61,25 +66,39 @@ def uneven_blocks(t: TensorType) -> str | None:
             sizes = []
             for d in t.mesh.devices:
                 lo, hi = axis_block(t.mesh, a, a.extent, d)
-                size = hi - lo
-                sizes.append(f"{d}:{size}" + (" empty" if size == 0 else " short" if size < full else ""))
-            notes.append(f"axis {i}: {a.extent} over {n} -> device {', '.join(sizes)}")
+                sizes.append((d, hi - lo))
+            if len(sizes) <= TEAMS_LISTED * 4:
+                words = [f"{d}:{size}" + (" empty" if size == 0 else " short" if size < full else "")
+                         for d, size in sizes]
+                notes.append(f"axis {i}: {a.extent} over {n} -> device {', '.join(words)}")
+                continue
+            by_size: dict[int, list[int]] = {}  # a mesh of thousands: the devices of each block size
+            for d, size in sizes:
+                by_size.setdefault(size, []).append(d)
+            words = [f"{size}{' (empty)' if size == 0 else ' (short)' if size < full else ''} on "
+                     f"{devices_text(ds)}" for size, ds in by_size.items()]
+            notes.append(f"axis {i}: {a.extent} over {n} -> blocks of {'; '.join(words)}")
     return "; ".join(notes) or None
 
 
 def format_step(step: Step, lowered: Lowered, bindings: Bindings | None = None) -> list[str]:
     t = resolved(step.type, bindings) if bindings else step.type
     lines = [f"    {step.out}: {t} = {format_call(step.op, step.args)}"]
-    lines.append(f"        {format_buffer(t)} on devices {_devices(t.mesh.devices)}")
+    lines.append(f"        {format_buffer(t)} on devices {devices_text(t.mesh.devices)}")
     blocks = uneven_blocks(t)
     if blocks:
         lines.append(f"        {blocks}")
     if step.is_communication:
         (src,) = step.tensor_args()
-        for team in teams(step.op, lowered.types[src], step.type):
+        every = teams(step.op, lowered.types[src], step.type)
+        shown = every if len(every) <= TEAMS_LISTED else [*every[:TEAMS_LISTED - 1], every[-1]]
+        for k, team in enumerate(shown):
+            if k == TEAMS_LISTED - 1 and len(every) > TEAMS_LISTED:
+                lines.append(f"        ... {len(every) - TEAMS_LISTED} more teams of {len(team.devices)} "
+                             "(explain --json lists every one)")
             role = "" if team.senders == team.receivers == team.devices else (
-                f" senders {_devices(team.senders)} receivers {_devices(team.receivers)}")
-            lines.append(f"        team {_devices(team.devices)}{role}")
+                f" senders {devices_text(team.senders)} receivers {devices_text(team.receivers)}")
+            lines.append(f"        team {devices_text(team.devices)}{role}")
     return lines
 
 
@@ -108,6 +127,3 @@ def format_lowered(lowered: Lowered, bindings: Bindings | None = None) -> str:
     out.append(f"  return {', '.join(returned)}")
     return "\n".join(out)
 
-
-def _devices(ds: tuple[int, ...]) -> str:
-    return "(" + " ".join(map(str, ds)) + ")"

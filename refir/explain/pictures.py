@@ -17,6 +17,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from refir.explain.device_sets import devices_text
 from refir.explain.placement import Block, Placement, Range
 from refir.ir.types import DIDS, Mesh, parts_of
 from refir.text.printer import format_mesh
@@ -39,27 +40,6 @@ def spans(ranges: tuple[Range, ...]) -> str:
 
 def ints(xs: tuple[int, ...] | list[int]) -> str:
     return "[" + ", ".join(map(str, xs)) + "]"
-
-
-def devices_text(ds: tuple[int, ...] | list[int], most: int = 16) -> str:
-    """`(0 1 2 3)`; past `most` devices, an even progression as `0..1023` or
-    `0..240 step 16`, else runs of consecutive ids, and past 8 runs the first and last
-    ones around the count."""
-    if len(ds) <= most:
-        return "(" + " ".join(map(str, ds)) + ")"
-    step = ds[1] - ds[0]
-    if step > 0 and all(b - a == step for a, b in zip(ds, ds[1:])):
-        return f"({ds[0]}..{ds[-1]}{f' step {step}' if step > 1 else ''})"
-    runs: list[list[int]] = []
-    for d in ds:
-        if runs and d == runs[-1][1] + 1:
-            runs[-1][1] = d
-        else:
-            runs.append([d, d])
-    words = [str(a) if a == b else f"{a}..{b}" for a, b in runs]
-    if len(words) > 8:
-        words = [*words[:6], "...", *words[-2:], f"[{len(ds)} devices]"]
-    return "(" + " ".join(words) + ")"
 
 
 def mesh_text(p: Placement) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import sys
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +22,7 @@ from rich.text import Text
 from refir.checks.limits import DEVICES
 from refir.checks.verifier import Checked, verify
 from refir.errors import InputError
+from refir.explain.json_text import write_json
 from refir.explain.pictures import MOVES_LISTED, mesh_listing, value_picture
 from refir.explain.placement import CommFacts, Explained, Placement, explain, placement
 from refir.explain.step_pictures import pattern_lines, step_picture
@@ -169,7 +169,7 @@ def checked_json(checked: Checked, bindings: dict[str, int]) -> dict[str, Any]:
 
 def print_json(doc: Any) -> None:
     if is_printer():
-        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        write_json(doc, sys.stdout)
         sys.stdout.flush()
 
 

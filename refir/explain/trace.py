@@ -19,7 +19,8 @@ from rich.text import Text
 
 from refir.checks.verifier import verify
 from refir.errors import InputError
-from refir.explain.pictures import ints, spans
+from refir.explain.device_sets import devices_text
+from refir.explain.pictures import DEVICE_ROWS, DEVICES_LISTED, ints, spans
 from refir.explain.placement import Explained, Placement, StepFacts, explain, intersect
 from refir.explain.report import check_device, is_printer, make_console, wanted, world_for
 from refir.explain.step_pictures import comm_picture, step_line
@@ -68,15 +69,31 @@ def moved_text(s: StepFacts, src: Placement, device: int) -> str:
             if all(b > a for a, b in own) or not own:
                 local = tuple((a - m0, b - m0) for (a, b), (m0, _) in zip(own, mine))
                 lines.append(f"kept its own {'term: ' if reducing else ''}local {spans(local)}")
-    for tr in s.comm.transfers(device):
-        if tr.receiver == device and mine is not None:
-            local = tuple((a - m0, b - m0) for (a, b), (m0, _) in zip(tr.ranges, mine))
-            what = "a term for " if reducing else ""
-            lines.append(f"from {tr.sender}: {what}local {spans(local)} ({tr.nbytes} B)")
+    got = [tr for tr in s.comm.transfers(device) if tr.receiver == device and mine is not None]
+    what = "a term for " if reducing else ""
+    if len(got) > RECEIPTS_LISTED:  # a team of thousands: who sent, and how much, in one line
+        lines.append(f"from {len(got):,} devices {devices_text([t.sender for t in got])}: {what}"
+                     f"{sum(t.nbytes for t in got):,} B in all")
+    for tr in got if len(got) <= RECEIPTS_LISTED else []:
+        local = tuple((a - m0, b - m0) for (a, b), (m0, _) in zip(tr.ranges, mine or ()))
+        lines.append(f"from {tr.sender}: {what}local {spans(local)} ({tr.nbytes} B)")
     sent = [tr for tr in s.comm.transfers(device) if tr.sender == device]
     if sent:
-        lines.append(f"sent {sum(t.nbytes for t in sent)} B to {' '.join(str(t.receiver) for t in sent)}")
+        lines.append(f"sent {sum(t.nbytes for t in sent)} B to {devices_text([t.receiver for t in sent])[1:-1]}")
     return "\n".join(lines) or "nothing moved"
+
+
+RECEIPTS_LISTED = 16  # past this many receipts a device's moves are one line: its senders and bytes
+
+
+def shown_devices(devices: list[int], table: Table) -> list[int]:
+    """Every device up to DEVICES_LISTED; past it the first 8 and last 4, the
+    table's caption counting the rest (--device D shows any one whole)."""
+    if len(devices) <= DEVICES_LISTED:
+        return devices
+    head, tail = DEVICE_ROWS
+    table.caption = f"{len(devices) - head - tail:,} more devices: --device D shows one"
+    return [*devices[:head], *devices[-tail:]]
 
 
 def step_table(s: StepFacts, src: Placement | None, kept: dict[str, dict[int, np.ndarray]],
@@ -88,7 +105,7 @@ def step_table(s: StepFacts, src: Placement | None, kept: dict[str, dict[int, np
     table.add_column(f"after: {s.step.out}", overflow="fold")
     if s.comm is not None:
         table.add_column("moved", no_wrap=True)
-    for d in devices:
+    for d in shown_devices(devices, table):
         before = [(f"{a}: " if len(args) > 1 else "") + buffer_text(kept[a][d]) for a in args if d in kept.get(a, {})]
         if d not in kept.get(s.step.out, {}) and not before:
             continue
@@ -111,7 +128,7 @@ def trace_pictures(ex: Explained, result: RunResult, device: int | None, value: 
             table.add_column("device", no_wrap=True)
             table.add_column("global block", no_wrap=True)
             table.add_column("buffer", overflow="fold")
-            for d in devices:
+            for d in shown_devices(devices, table):
                 if d in kept.get(p.name, {}):
                     table.add_row(str(d), spans(p.block(d).ranges), buffer_text(kept[p.name][d]))
             out.append(table)

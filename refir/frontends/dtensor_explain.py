@@ -10,7 +10,8 @@ import numpy as np
 
 from refir.checks.verifier import verify
 from refir.errors import InputError
-from refir.explain.lowered_listing import format_lowered
+from refir.explain.device_sets import devices_text
+from refir.explain.lowered_listing import TEAMS_LISTED, format_lowered
 from refir.explain.placement import RULES, nest_rule
 from refir.frontends.dtensor import (
     Placement,
@@ -47,12 +48,16 @@ def received_bytes(step: Step, src: TensorType, shape: tuple[int, ...]) -> dict[
     dst = step.type
     size = dst.np_dtype.itemsize
     out: dict[int, int] = {}
+    senders_of: dict[int, set[int]] = {}  # each receiver's senders, in one pass over the teams
+    if isinstance(step.op, REDUCING):
+        for team in teams(step.op, src, dst):
+            for r in team.receivers:
+                senders_of.setdefault(r, set()).update(team.senders)
     for d in dst.mesh.devices:
         mine = _region(dst, d, shape)
         n = prod(len(r) for r in mine)
         if isinstance(step.op, REDUCING):
-            senders = {s for team in teams(step.op, src, dst) if d in team.receivers for s in team.senders}
-            out[d] = size * n * len(senders - {d})
+            out[d] = size * n * len(senders_of.get(d, set()) - {d})
         else:
             held = _overlap(mine, _region(src, d, shape)) if d in src.mesh else 0
             out[d] = size * (n - held)
@@ -79,8 +84,18 @@ def _moves(lowered: Lowered, shape: tuple[int, ...]) -> list[str]:
         src = lowered.types[name]
         got = received_bytes(step, src, shape)
         total += sum(got.values())
-        groups = " ".join("(" + " ".join(map(str, t.devices)) + ")" for t in teams(step.op, src, step.type))
-        per = "  ".join(f"{d}: {b}" for d, b in got.items())
+        every = teams(step.op, src, step.type)
+        shown = every if len(every) <= TEAMS_LISTED else every[:TEAMS_LISTED - 1]
+        groups = " ".join(devices_text(t.devices) for t in shown)
+        if len(shown) < len(every):
+            groups += f" ... {len(every) - len(shown)} more teams, the last {devices_text(every[-1].devices)}"
+        if len(got) <= 16:
+            per = "  ".join(f"{d}: {b}" for d, b in got.items())
+        else:  # a mesh of thousands: the devices that receive alike, together
+            alike: dict[int, list[int]] = {}
+            for dev, b in got.items():
+                alike.setdefault(b, []).append(dev)
+            per = "  ".join(f"{devices_text(ds)}: {b}" for b, ds in alike.items())
         lines.append(f"  {step.out}: {ops.op_name(step.op)} {_what(step.op)} teams {groups}")
         lines.append(f"      why: {RULES[type(step.op)]}{nest_rule(step.op, src, step.type)}")
         lines.append(f"      received per device  {per}")
@@ -109,7 +124,8 @@ def explain_redistribute(mesh: Mesh, shape: tuple[int, ...], src: tuple[Placemen
     lowered = lower(checked)
     dims = ", ".join(f"mesh dim {i} -> {did_of(mesh, i)}" for i in range(mesh.ndim))
     lines = [
-        f"redistribute {dtype}{list(shape)} on mesh {'x'.join(map(str, mesh.shape))} (devices {nested_devices(mesh)})",
+        f"redistribute {dtype}{list(shape)} on mesh {'x'.join(map(str, mesh.shape))} (devices "
+        f"{nested_devices(mesh) if len(mesh.devices) <= 16 else devices_text(mesh.devices) + ' in mesh order'})",
         f"  from {_placements(src)} = {s}",
         f"  to   {_placements(dst)} = {d}",
         f"  ({dims}; DIDx is the last mesh dimension)",

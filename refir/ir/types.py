@@ -176,7 +176,8 @@ class Mesh:
     @cached_property
     def _coords(self) -> dict[int, tuple[int, ...]]:
         """Every device's coordinates, worked out once per mesh (asked per block, per step)."""
-        return {d: tuple(int(c) for c in np.unravel_index(i, self.shape)) for i, d in enumerate(self.devices)}
+        every = np.unravel_index(np.arange(len(self.devices)), self.shape)  # one call, not one a device
+        return dict(zip(self.devices, zip(*(c.tolist() for c in every))))
 
     def coords(self, device: int) -> tuple[int, ...]:
         if device not in self._coords:

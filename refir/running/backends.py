@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import replace
 
+from refir.checks.limits import DEVICES
 from refir.checks.verifier import Checked
 from refir.errors import InputError, RefirError, RunError
 from refir.ir.program_cache import Memo
@@ -75,6 +76,8 @@ def world_for(checked: Checked, world: int | None, mpi: World | None) -> World:
     if world is not None and (isinstance(world, bool) or not isinstance(world, int) or world < 1):
         raise InputError(f"world={world!r}: a world is a whole number of ranks, at least one "
                          f"(this program needs {devices_needed(checked)})")
+    if world is not None:  # devices_c1 (devices_c3: every device of a world is hosted, holding blocks or not)
+        DEVICES.check(world, "world= asks for")
 
     def work() -> World:
         size = world if world is not None else devices_needed(checked)

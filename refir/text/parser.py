@@ -33,6 +33,7 @@ _TOKEN = re.compile(
 )
 # Only the head is matched by a pattern: the expression is the rest of the line,
 # stripped (a lazy `(.+?)\s*$` backtracks quadratically on long lines).
+_INTEGER = re.compile(r"-?\d+")
 _EXPECT = re.compile(r"#\s*expect:\s*([A-Za-z_][A-Za-z_0-9]*)\s*=")
 _MAX_DIGITS = MAX_DIGITS
 _MAX_LITERAL_DIGITS = 1000  # integer literals wrap into their tensor's dtype, but are not unbounded
@@ -50,20 +51,23 @@ def tokenize(text: str, file: str) -> tuple[list[Token], list[Expect]]:
     tokens: list[Token] = []
     expects: list[Expect] = []
     pos, line, line_start = 0, 1, 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        loc = Loc(file, line, pos - line_start + 1, lines[line - 1])
+    source = lines[0] if lines else ""
+    match, end_at = _TOKEN.match, len(text)
+    while pos < end_at:
+        m = match(text, pos)
         if m is None:
-            raise ParseError(loc, f"unexpected character {text[pos]!r}")
+            raise ParseError(Loc(file, line, pos - line_start + 1, source), f"unexpected character {text[pos]!r}")
         kind = m.lastgroup or ""
         if kind == "nl":
             line, line_start = line + 1, m.end()
+            source = lines[line - 1]
         elif kind == "comment":
             e = _EXPECT.match(m.group())
             if e and m.group()[e.end():].strip():
-                expects.append(Expect(e.group(1), m.group()[e.end():].strip(), loc))
-        elif kind != "ws":
-            tokens.append(Token(kind, m.group(), loc))
+                expects.append(Expect(e.group(1), m.group()[e.end():].strip(),
+                                      Loc(file, line, pos - line_start + 1, source)))
+        elif kind != "ws":  # a place only for what the parser sees (a mesh of 65,536 ids)
+            tokens.append(Token(kind, m.group(), Loc(file, line, pos - line_start + 1, source)))
         pos = m.end()
     # The end of the file is shown just past the last line that has text.
     last = max((i for i, t in enumerate(lines) if t.strip()), default=0)
@@ -113,7 +117,7 @@ class Parser:
 
     def integer(self) -> int:
         t = self.tok
-        if t.kind != "num" or not re.fullmatch(r"-?\d+", t.text):
+        if t.kind != "num" or not _INTEGER.fullmatch(t.text):
             raise ParseError(t.loc, f"expected an integer, found {self.describe()}")
         self.pos += 1
         return _int(t)
@@ -157,14 +161,16 @@ class Parser:
             raise VerifyError(name.loc, "mesh_c3", f"mesh {name.text!r} is declared twice")
         self.meshes[name.text] = make_mesh(name.text, nested, start)
 
-    def nested_ints(self, start: Loc, depth: int = 0) -> object:
+    def nested_ints(self, start: Loc, depth: int = 0, most: int | None = None) -> object:
+        most = DEVICES.value if most is None else most  # read once a mesh: it may have 65,536 ids
         if self.at("["):
             if depth == 3:  # mesh_c1, refused before recursing any deeper
                 raise VerifyError(start, "mesh_c1", "a mesh must be a non-empty 1- to 3-D array")
-            return self.listing(lambda: self.nested_ints(start, depth + 1))
+            return self.listing(lambda: self.nested_ints(start, depth + 1, most))
         device = self.tok
         value = self.integer()
-        DEVICES.check(value + 1, f"{device.loc}: device id {value} needs a world of")
+        if value >= most:  # devices_c1, at the id that asks for too large a world
+            DEVICES.check(value + 1, f"{device.loc}: device id {value} needs a world of")
         return value
 
     def func(self) -> Func:
