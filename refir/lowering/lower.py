@@ -14,6 +14,9 @@ Communications are chosen as nvFuser chooses them (docs/spec.md, "Lowering"):
 | sharded -> sharded, other axis, same mesh              | all_to_all           |
 | partial (reduced sharded axis) -> replicated           | allreduce, or reduce to another mesh |
 | partial -> sharded                                     | reduce_scatter       |
+| replicated -> partial (a declared partial, §3.2)       | local partition      |
+
+An avg partial reduces as a sum, then a local div by the team size.
 
 A resharding that changes several mesh axes becomes a chain of these steps;
 where no rule applies directly (2-D meshes across meshes), the chain goes
@@ -25,6 +28,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from math import prod
 
 from refir.checks.rules_matmul import matmul_axes, promoted
 from refir.checks.verifier import Checked
@@ -183,6 +187,11 @@ class _Lowerer:
             self.same_mesh(cur, d, plan)
         else:
             self.cross_mesh(cur, d, plan)
+        moved = plan[-1][1] if plan else cur
+        new = tuple(k for k in d.partial if k not in moved.partial)
+        if new:  # replicated -> partial: local, last (the moves above carry whole values)
+            plan.append((ops.Partition(d.partial_kind, new),
+                         replace(moved, partial=d.partial, partial_kind=d.partial_kind)))
         if not plan:
             plan.append((ops.Copy(), d))
         reached = plan[-1][1]
@@ -191,33 +200,48 @@ class _Lowerer:
         for i, (op, t) in enumerate(plan):
             last = i == len(plan) - 1
             target = out if last else self.fresh(out, replace(t, layout=None))
-            self.emit(target, op, (Var(name),), d if last else self.types[target], e)
+            args: tuple[Operand, ...] = (Var(name),)
+            if isinstance(op, _Divide):  # avg: the sum's division by the team size
+                op, args = ops.Binary("div"), (Var(name), Lit(float(op.by)))
+            self.emit(target, op, args, d if last else self.types[target], e)
             name = target
 
     def unpartial(self, cur: TensorType, d: TensorType, plan: list) -> TensorType:
-        if not cur.partial:
+        """Reduce the partial mesh axes of `cur` that `d` does not keep partial: an
+        allreduce, a reduce_scatter where d shards on the axis, a reduce onto another
+        mesh. avg reduces as sum, then divides by the reduced team's size (§3.2)."""
+        keep = d.partial if (d.mesh, d.partial_kind) == (cur.mesh, cur.partial_kind) else ()
+        if not [k for k in cur.partial if k not in keep]:
             return cur
-        kind = cur.partial_kind
+        avg = cur.partial_kind == "avg"
+        kind = "sum" if avg else cur.partial_kind
+        team = prod(cur.mesh.size(k) for k in cur.partial if k not in keep)
+
+        def left(axes: tuple[str, ...]) -> dict:
+            return {"partial": axes, "partial_kind": cur.partial_kind if axes else ""}
+
         if cur.mesh != d.mesh:
             if cur.mesh.ndim == 1 and not cur.sharding():
-                t = replace(cur, mesh=d.mesh, partial=(), partial_kind="")
+                t = replace(cur, mesh=d.mesh, **left(()))
                 plan.append((ops.Reduce(kind), t))
-                return t
-            t = replace(cur, partial=(), partial_kind="")
-            plan.append((ops.Allreduce(kind, cur.partial), t))
-            return t
-        by_mesh_axis = {k: i for i, k in d.sharding().items()}
-        scatter = [k for k in cur.partial if k in by_mesh_axis and not cur.axes[by_mesh_axis[k]].shard]
-        rest = tuple(k for k in cur.partial if k not in scatter)
-        if rest:
-            cur = replace(cur, partial=tuple(scatter), partial_kind=kind if scatter else "")
-            plan.append((ops.Allreduce(kind, rest), cur))
-        for k in scatter:
-            j = by_mesh_axis[k]
-            left = tuple(p for p in cur.partial if p != k)
-            cur = replace(cur.with_sharding({**cur.sharding(), j: k}), partial=left,
-                          partial_kind=kind if left else "")
-            plan.append((ops.ReduceScatter(kind, k, j), cur))
+            else:
+                t = replace(cur, **left(()))
+                plan.append((ops.Allreduce(kind, cur.partial), t))
+            cur = t
+        else:
+            by_mesh_axis = {k: i for i, k in d.sharding().items()}
+            scatter = [k for k in cur.partial if k in by_mesh_axis and not cur.axes[by_mesh_axis[k]].shard]
+            rest = tuple(k for k in cur.partial if k not in scatter and k not in keep)
+            if rest:
+                cur = replace(cur, **left(tuple(k for k in cur.partial if k not in rest)))
+                plan.append((ops.Allreduce(kind, rest), cur))
+            for k in scatter:
+                j = by_mesh_axis[k]
+                cur = replace(cur.with_sharding({**cur.sharding(), j: k}),
+                              **left(tuple(p for p in cur.partial if p != k)))
+                plan.append((ops.ReduceScatter(kind, k, j), cur))
+        if avg:
+            plan.append((_Divide(team), cur))
         return cur
 
     def same_mesh(self, cur: TensorType, d: TensorType, plan: list) -> TensorType:
@@ -264,8 +288,16 @@ class _Lowerer:
         return self.same_mesh(moved.with_sharding({}), d, plan)
 
 
+@dataclass(frozen=True)
+class _Divide:
+    """In a resharding's plan: an avg's sum divided by the team size (a local div step)."""
+
+    by: int
+
+
 def _same_placement(a: TensorType, b: TensorType) -> bool:
-    return a.mesh == b.mesh and a.sharding() == b.sharding() and not a.partial and not b.partial
+    return a.mesh == b.mesh and a.sharding() == b.sharding() and (a.partial, a.partial_kind) == (b.partial,
+                                                                                                  b.partial_kind)
 
 
 def lower(checked: Checked) -> Lowered:
