@@ -18,6 +18,7 @@ from refir.checks.inference import INFER, EqnContext
 from refir.ir import ops
 from refir.ir.program import Var
 from refir.ir.types import TensorType
+from refir.text.printer import format_call
 
 LINEAR = ("sum", "avg")  # kinds whose reduction is a (scaled) sum of the terms
 NEGATED = {"sum": "sum", "avg": "avg", "max": "min", "min": "max"}  # -K(x) = NEGATED[K](-x)
@@ -87,8 +88,8 @@ def _consumed(op: object, c: EqnContext) -> tuple[str, tuple[str, ...]] | None:
             if kind not in LINEAR:
                 why = f"{op.name} of {kind}-partials is not the {kind} of their {op.name}"
             elif n_partial < n_operands:
-                why = (f"{kind}-partial {op.name} a value that is not partial {op.name}s it once per "
-                       f"device of the team")
+                why = (f"{op.name} of a {kind}-partial and a value that is not partial {op.name}s that value "
+                       "once per device of the team")
         case ops.Binary(name="mul"):
             if kind in LINEAR and n_partial == 1:
                 return kind, first.partial
@@ -144,5 +145,4 @@ def _set(c: EqnContext, result: TensorType) -> TensorType:
 
 
 def _call(op: object, c: EqnContext) -> str:
-    args = ", ".join(str(a) for a in c.eqn.args)
-    return f"{c.eqn.out} = {ops.op_name(op)}({args})"
+    return f"{c.eqn.out} = {format_call(op, c.eqn.args)}"
