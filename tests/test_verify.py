@@ -500,6 +500,8 @@ def test_partial_c5():
             "changes the pending reduction's kind")
     rejects(prog(PX, "t: f32[4, 3] partial[avg@DIDx] = set(y)", "return t", mesh=M22), "partial_c5", 3, 3,
             "no terms of an avg fold exactly")
+    rejects(prog("x: f32[4, 3] partial[avg@DIDy,DIDx]", "t: f32[4, 3] partial[avg@DIDx] = set(x)", "return t",
+                 mesh=M22), "partial_c5", 3, 3, "an avg reduces over all its axes or none")
     two = "mesh m = [[0, 1], [2, 3]]\nmesh n = [[4, 5], [6, 7]]"
     rejects(prog("y: f32[4, 3] on m", "t: f32[4, 3] on n partial[sum@DIDx] = set(y)", "return t", mesh=two),
             "partial_c5", 4, 3, "a partial target stays on its source's mesh")

@@ -127,9 +127,13 @@ def _set(c: EqnContext, result: TensorType) -> TensorType:
     if c.eqn.type is None:
         return replace(result, partial=x.partial, partial_kind=x.partial_kind)
     d = result
+    name = c.eqn.args[0].name  # type: ignore[union-attr]
+    kept = [k for k in d.partial if k in x.partial]
+    if x.partial_kind == "avg" and kept and len(kept) < len(x.partial):  # partial_c5
+        raise c.fail("partial_c5", f"set of {name}: {x} reduces some of its mesh axes and keeps {', '.join(kept)}: "
+                     "an avg reduces over all its axes or none (what each device held would be no avg's term)")
     if not d.partial:
         return d
-    name = c.eqn.args[0].name  # type: ignore[union-attr]
     if x.partial and x.partial_kind != d.partial_kind:  # partial_c5
         raise c.fail("partial_c5", f"set of {name}: {x} to {partial_text(d)} changes the pending reduction's "
                      f"kind; {insert_hint(name, x)}")

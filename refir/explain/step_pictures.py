@@ -132,8 +132,8 @@ def step_picture(s: StepFacts, device: int | None = None, idle: list[int] | None
 
 
 def _local_rule(s: StepFacts) -> str:
-    if isinstance(s.step.op, ops.KeepBlock):
-        return "why keep_block: " + RULES[ops.KeepBlock]
+    if isinstance(s.step.op, (ops.KeepBlock, ops.Partition)):
+        return f"why {ops.op_name(s.step.op)}: " + RULES[type(s.step.op)]
     if isinstance(s.step.op, ops.Copy):
         return "why copy: same placement, another layout"
     if isinstance(s.step.op, ops.Reshape) and s.placement.type.sharding():

@@ -16,7 +16,7 @@ Communications are chosen as nvFuser chooses them (docs/spec.md, "Lowering"):
 | partial -> sharded                                     | reduce_scatter       |
 | replicated -> partial (a declared partial, §3.2)       | local partition      |
 
-An avg partial reduces as a sum, then a local div by the team size.
+An avg partial is first divided by the team size (a local div): a sum-partial.
 
 A resharding that changes several mesh axes becomes a chain of these steps;
 where no rule applies directly (2-D meshes across meshes), the chain goes
@@ -209,13 +209,15 @@ class _Lowerer:
     def unpartial(self, cur: TensorType, d: TensorType, plan: list) -> TensorType:
         """Reduce the partial mesh axes of `cur` that `d` does not keep partial: an
         allreduce, a reduce_scatter where d shards on the axis, a reduce onto another
-        mesh. avg reduces as sum, then divides by the reduced team's size (§3.2)."""
+        mesh. An avg first divides each term by the team's size (exact: a power of two),
+        which makes it a sum-partial (§3.2); partial_c5 has it reduced over all its axes."""
         keep = d.partial if (d.mesh, d.partial_kind) == (cur.mesh, cur.partial_kind) else ()
         if not [k for k in cur.partial if k not in keep]:
             return cur
-        avg = cur.partial_kind == "avg"
-        kind = "sum" if avg else cur.partial_kind
-        team = prod(cur.mesh.size(k) for k in cur.partial if k not in keep)
+        if cur.partial_kind == "avg":  # each term divided by the team's size: the terms of a sum
+            cur = replace(cur, partial_kind="sum")
+            plan.append((_Divide(prod(cur.mesh.size(k) for k in cur.partial)), cur))
+        kind = cur.partial_kind
 
         def left(axes: tuple[str, ...]) -> dict:
             return {"partial": axes, "partial_kind": cur.partial_kind if axes else ""}
@@ -240,8 +242,6 @@ class _Lowerer:
                 cur = replace(cur.with_sharding({**cur.sharding(), j: k}),
                               **left(tuple(p for p in cur.partial if p != k)))
                 plan.append((ops.ReduceScatter(kind, k, j), cur))
-        if avg:
-            plan.append((_Divide(team), cur))
         return cur
 
     def same_mesh(self, cur: TensorType, d: TensorType, plan: list) -> TensorType:
