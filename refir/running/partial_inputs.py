@@ -15,7 +15,8 @@ input; device k of each team along A (k its place in the team) holds term k:
 - prod: term 0 is X times the other terms, each 1 or -1 (1 for unsigned), so
   the product of the terms is X (the signs square away).
 - max (min): each element's owner (its flat index mod n) holds X, the others
-  the minimum (maximum) of X and a small random value: never above (below) X.
+  the minimum (maximum) of X and a small random value: never above (below) X
+  (a float zero is every term: the sign of zero would depend on the order).
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def partial_term(t: TensorType, x: np.ndarray, k: int, n: int, name: str = "") -
         r = rng.integers(0, 2, x.shape) if x.dtype.kind == "b" else rng.integers(-4, 5, x.shape)
         r = r.astype(x.dtype) if x.dtype.kind != "u" else np.abs(r).astype(x.dtype)
         other = np.minimum(x, r) if t.partial_kind == "max" else np.maximum(x, r)
+        if is_float(x.dtype):  # a zero is every term: max(-0.0, 0.0) would depend on the order
+            other = np.where(x == 0, x, other)
         return np.where(owner, x, other).astype(x.dtype)
 
 
