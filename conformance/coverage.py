@@ -37,6 +37,7 @@ from conformance.report import plain
 from refir.checks.verifier import verify
 from refir.errors import RefirError
 from refir.ir import ops
+from refir.ir.program import Var
 from refir.ir.types import DIDS, DTYPES, PARTIAL_KINDS, Mesh, TensorType
 from refir.lowering.lower import Step, lower
 from refir.text.parser import parse
@@ -116,6 +117,9 @@ class Coverage:
         self.partial |= {(declared[r].partial_kind, "result") for r in func.results if declared[r].partial}
         for step in steps:
             read = [declared[a] for a in step.tensor_args() if a in declared and declared[a].partial]
+            source = step.eqn.args[0] if isinstance(step.eqn.op, ops.Set) and step.eqn.args else None
+            if step.is_communication and isinstance(source, Var) and declared[source.name].partial:
+                read = [declared[source.name]]  # the set's own operand (an avg's is divided first)
             if isinstance(step.op, ops.Partition):
                 self.partial.add((step.op.kind, "<- replicated"))
             elif read and isinstance(step.op, (ops.Allreduce, ops.Reduce)):
