@@ -69,7 +69,7 @@ class PartialTerms:
         held = [self.terms[a.name] for a in e.args if isinstance(a, Var) and a.name in self.terms]
         others = [a for a in e.args if not (isinstance(a, Var) and a.name in self.terms)]
         if not held:  # a reduction or matmul declared partial: its terms are local results
-            self.terms[e.out] = (np.full(r.shape, np.inf), np.zeros(r.shape, bool))
+            self.terms[e.out] = self._local_results(e, r, bounds)
             return b
         (m0, i0) = held[0]
         ints = reduce(np.logical_and, [i for _, i in held] + [self._integral(a, bounds) for a in others])
@@ -97,6 +97,16 @@ class PartialTerms:
         else:
             extra = eps(dtype) * (m + np.abs(r)) + ulp(np.zeros(r.shape), dtype)
         return b + np.where(ints & (m <= exact_limit(dtype)), 0.0, extra)
+
+    def _local_results(self, e: Eqn, r: np.ndarray, bounds: dict[str, np.ndarray]) -> Terms:
+        """A sum over a sharded axis declared partial: its terms are the devices' sums of
+        their blocks, so M is the sum of |x| over the reduced axes; unknown otherwise."""
+        if isinstance(e.op, ops.Reduction) and e.op.kind == "sum" and isinstance(e.args[0], Var):
+            x, bx = np.asarray(self.values[e.args[0].name], np.float64), bounds[e.args[0].name]
+            dims = tuple(e.op.dims)
+            mag = np.sum(np.where(np.isfinite(x), np.abs(x) + bx, np.inf), axis=dims)
+            return mag, np.all(exactly_integer(x, bx), axis=dims)
+        return np.full(r.shape, np.inf), np.zeros(r.shape, bool)
 
     def _value(self, a: object) -> np.ndarray:
         if isinstance(a, Var):
