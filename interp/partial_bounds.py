@@ -72,6 +72,8 @@ class PartialTerms:
             self.terms[e.out] = self._local_results(e, r, bounds)
             return b
         (m0, i0) = held[0]
+        if isinstance(e.op, ops.Matmul):
+            return self._matmul(e, t, b, r, bounds, held[0])
         ints = reduce(np.logical_and, [i for _, i in held] + [self._integral(a, bounds) for a in others])
         match e.op:
             case ops.Permute() | ops.Unsqueeze():
@@ -97,6 +99,21 @@ class PartialTerms:
         else:
             extra = eps(dtype) * (m + np.abs(r)) + ulp(np.zeros(r.shape), dtype)
         return b + np.where(ints & (m <= exact_limit(dtype)), 0.0, extra)
+
+    def _matmul(self, e: Eqn, t: TensorType, b: np.ndarray, r: np.ndarray, bounds: dict[str, np.ndarray],
+                held: Terms) -> np.ndarray:
+        """A partial's terms times an operand that is not partial: M is the matmul of the
+        magnitudes; every product and sum of K terms rounds (on integers within the exact
+        range, nothing does)."""
+        ops_ = [held if isinstance(a, Var) and a.name in self.terms else
+                (self._magnitude(a, bounds), self._integral(a, bounds)) for a in e.args]
+        m = np.matmul(*(np.asarray(x, np.float64) for x, _ in ops_))
+        ints = np.broadcast_to(np.all(ops_[0][1]) & np.all(ops_[1][1]), r.shape)
+        m = np.broadcast_to(np.where(np.isnan(m), np.inf, m), r.shape)
+        self.terms[e.out] = (m, ints)
+        k = np.shape(ops_[0][0])[-1]
+        extra = (k + 1) * eps(t.np_dtype) * m + ulp(np.zeros(r.shape), t.np_dtype)
+        return b + np.where(ints & (m <= exact_limit(t.np_dtype)), 0.0, extra)
 
     def _local_results(self, e: Eqn, r: np.ndarray, bounds: dict[str, np.ndarray]) -> Terms:
         """A sum over a sharded axis declared partial: its terms are the devices' sums of

@@ -481,6 +481,10 @@ def test_partial_c3():
                       ("t = div(y, x)", "div by a sum-partial")]:
         err = rejects(prog(PX, body, "return t", mesh=M22), "partial_c3", 3, 3, why)
         assert err.message.endswith(hint), err.message
+    rejects(prog(PX, "p = permute(x, [1, 0])", "t = matmul(x, p)", "return t", mesh=M22), "partial_c3", 4, 3,
+            "matmul of two sum-partials is not linear")
+    rejects(prog("x: f32[4, 6@DIDy] partial[sum@DIDx], y: f32[6@DIDy, 2]", "t = matmul(x, y)", "return t", mesh=M22),
+            "partial_c3", 3, 3, "a matmul whose contraction is sharded")
     err = rejects(prog(PX, "t = add(z, z)", "return t", mesh=M22), "partial_c3", 3, 3, "add of max-partials")
     assert "t = add(z, z) reads z: f32[4, 3] on m partial[max@DIDx]" in err.message
     rejects(prog(PX, "t = add(x, z)", "return t", mesh=M22), "partial_c3", 3, 3, "partial differently")

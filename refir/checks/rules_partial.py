@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from refir.checks.inference import INFER, EqnContext
+from refir.checks.rules_matmul import promoted
 from refir.ir import ops
 from refir.ir.program import Var
 from refir.ir.types import TensorType
@@ -105,6 +106,13 @@ def _consumed(op: object, c: EqnContext) -> tuple[str, tuple[str, ...]] | None:
             if (op.name, kind) in (("maximum", "max"), ("minimum", "min")):
                 return kind, first.partial
             why = f"{op.name} of a {kind}-partial is not the {kind} of the terms' {op.name}"
+        case ops.Matmul() if len(c.tensors) == 2:
+            a, b = c.tensors
+            if kind in LINEAR and n_partial == 1 and promoted(a, b)[0][-1].shard is None:
+                return kind, first.partial  # each device's term times the other operand
+            why = (f"matmul of two {kind}-partials is not linear" if n_partial == 2 else
+                   "a matmul whose contraction is sharded folds other terms in" if kind in LINEAR else
+                   f"matmul does not commute with the pending {kind}")
         case ops.Unary(name="neg"):
             if kind in NEGATED:
                 return NEGATED[kind], first.partial
