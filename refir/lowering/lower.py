@@ -201,7 +201,7 @@ class _Lowerer:
             last = i == len(plan) - 1
             target = out if last else self.fresh(out, replace(t, layout=None))
             args: tuple[Operand, ...] = (Var(name),)
-            if isinstance(op, _Divide):  # avg: the sum's division by the team size
+            if isinstance(op, _Divide):  # avg: each term divided by the team size
                 op, args = ops.Binary("div"), (Var(name), Lit(float(op.by)))
             self.emit(target, op, args, d if last else self.types[target], e)
             name = target
@@ -220,7 +220,7 @@ class _Lowerer:
         kind = cur.partial_kind
 
         def left(axes: tuple[str, ...]) -> dict:
-            return {"partial": axes, "partial_kind": cur.partial_kind if axes else ""}
+            return {"partial": axes, "partial_kind": kind if axes else ""}
 
         if cur.mesh != d.mesh:
             if cur.mesh.ndim == 1 and not cur.sharding():
@@ -290,7 +290,7 @@ class _Lowerer:
 
 @dataclass(frozen=True)
 class _Divide:
-    """In a resharding's plan: an avg's sum divided by the team size (a local div step)."""
+    """In a resharding's plan: an avg's terms divided by the team size (a local div step)."""
 
     by: int
 
