@@ -74,6 +74,17 @@ class PartialTerms:
         (m0, i0) = held[0]
         if isinstance(e.op, ops.Matmul):
             return self._matmul(e, t, b, r, bounds, held[0])
+        if isinstance(e.op, ops.Reduction):  # each device reduces its term: n terms each
+            dims = tuple(e.op.dims)
+            m, ints = np.sum(m0, axis=dims), np.all(i0, axis=dims)
+            if t.partial_kind == "prod":  # a prod's M is its value's magnitude (term 0 holds it, the rest signs)
+                m = np.abs(r)
+            self.terms[e.out] = (m, ints)
+            n = int(np.prod([np.shape(m0)[d] for d in dims]))
+            extra = (n + 1) * eps(t.np_dtype) * (m + np.abs(r)) + ulp(np.zeros(r.shape), t.np_dtype)
+            if t.partial_kind == "prod":
+                extra = (n + 1) * _team(t, t.partial) * eps(t.np_dtype) * np.abs(r)
+            return b + np.where(ints & (m <= exact_limit(t.np_dtype)), 0.0, extra)
         ints = reduce(np.logical_and, [i for _, i in held] + [self._integral(a, bounds) for a in others])
         match e.op:
             case ops.Permute() | ops.Unsqueeze():
@@ -88,8 +99,8 @@ class PartialTerms:
             case ops.Binary(name="div"):
                 low = self._magnitude(others[0], bounds, low=True)
                 m, ints = np.where(low > 0, m0 / np.where(low > 0, low, 1.0), np.inf), np.zeros((), bool)
-            case _:  # neg; a prod's mul of two prods
-                m = m0
+            case _:  # neg; a prod's mul of two prods (a prod's M is its value's magnitude)
+                m = np.abs(r) if t.partial_kind == "prod" else m0
         m = np.broadcast_to(m, r.shape)
         ints = np.broadcast_to(ints, r.shape)
         self.terms[e.out] = (m, ints)

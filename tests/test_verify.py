@@ -440,11 +440,13 @@ PX = "x: f32[4, 3] partial[sum@DIDx], y: f32[4, 3], z: f32[4, 3] partial[max@DID
 
 def test_partial_types_parse_print_and_infer():
     text = prog(PX, "s = add(x, x)", "t = mul(s, y)", "u = div(t, 2.0)", "v = neg(z)", "w = maximum(z, y)",
-                "q = permute(x, [1, 0])", "r: f32[4@DIDy, 3] = set(u)", "return s, t, u, v, w, q, r", mesh=M22)
+                "q = permute(x, [1, 0])", "r: f32[4@DIDy, 3] = set(u)", "k = sum(x, dims=[1])",
+                "return s, t, u, v, w, q, r, k", mesh=M22)
     checked = refir.verify(refir.parse(text, FILE))
-    kinds = {n: (checked.types[n].partial_kind, checked.types[n].partial) for n in "stuvwqr"}
+    kinds = {n: (checked.types[n].partial_kind, checked.types[n].partial) for n in "stuvwqrk"}
     assert kinds == {"s": ("sum", ("DIDx",)), "t": ("sum", ("DIDx",)), "u": ("sum", ("DIDx",)),
-                     "v": ("min", ("DIDx",)), "w": ("max", ("DIDx",)), "q": ("sum", ("DIDx",)), "r": ("", ())}
+                     "v": ("min", ("DIDx",)), "w": ("max", ("DIDx",)), "q": ("sum", ("DIDx",)), "r": ("", ()),
+                     "k": ("sum", ("DIDx",))}
     assert str(checked.types["s"]) == "f32[4, 3] on m partial[sum@DIDx]"
     again = refir.parse(refir.print_program(refir.parse(text, FILE)), FILE)
     assert again.funcs[0].params[0].type == checked.types["x"]
@@ -481,6 +483,8 @@ def test_partial_c3():
                       ("t = div(y, x)", "div by a sum-partial")]:
         err = rejects(prog(PX, body, "return t", mesh=M22), "partial_c3", 3, 3, why)
         assert err.message.endswith(hint), err.message
+    rejects(prog("x: f32[4, 6@DIDy] partial[sum@DIDx]", "t = sum(x, dims=[1])", "return t", mesh=M22),
+            "partial_c3", 3, 3, "a reduction over a sharded axis of a partial")
     rejects(prog(PX, "p = permute(x, [1, 0])", "t = matmul(x, p)", "return t", mesh=M22), "partial_c3", 4, 3,
             "matmul of two sum-partials is not linear")
     rejects(prog("x: f32[4, 6@DIDy] partial[sum@DIDx], y: f32[6@DIDy, 2]", "t = matmul(x, y)", "return t", mesh=M22),

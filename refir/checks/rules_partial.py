@@ -113,6 +113,14 @@ def _consumed(op: object, c: EqnContext) -> tuple[str, tuple[str, ...]] | None:
             why = (f"matmul of two {kind}-partials is not linear" if n_partial == 2 else
                    "a matmul whose contraction is sharded folds other terms in" if kind in LINEAR else
                    f"matmul does not commute with the pending {kind}")
+        case ops.Reduction(kind=fold, dims=dims) if c.args[0] is not None:
+            sharded = [d for d in dims if 0 <= d < c.args[0].rank and c.args[0].axes[d].shard]
+            if (fold, kind) in (("sum", "sum"), ("sum", "avg"), ("prod", "prod"), ("max", "max"), ("min", "min")):
+                if not sharded:
+                    return kind, first.partial  # each device reduces its term
+                why = "a reduction over a sharded axis of a partial would fold two kinds of terms"
+            else:
+                why = f"{fold} does not commute with the pending {kind}"
         case ops.Unary(name="neg"):
             if kind in NEGATED:
                 return NEGATED[kind], first.partial

@@ -121,6 +121,8 @@ class _Lowerer:
                 kept = tuple(a for i, a in enumerate(x.axes) if i not in dims)
                 partial = tuple(sorted({x.axes[d].shard for d in dims if x.axes[d].shard}))
                 local = TensorType(x.dtype, kept, x.mesh, None, partial, kind if partial else "")
+                if x.partial:  # a partial's terms reduced on each device (partial_c3: no sharded dims)
+                    local = replace(local, partial=x.partial, partial_kind=x.partial_kind)
                 self.compute_then_reshard(e, local, t)
             case ops.Matmul():
                 a, b = (self.types[x.name] for x in e.args)
