@@ -1,7 +1,7 @@
 """`conform --coverage`: what the default run exercises, measured from the
 lowered programs it runs (never from a list kept by hand).
 
-Five tables, each cell reached (✓), allowed by the spec but not reached (✗),
+Six tables, each cell reached (✓), allowed by the spec but not reached (✗),
 or not allowed (blank):
 
 - local ops x operand dtype (a cast's row is its target dtype); whether the
@@ -13,6 +13,8 @@ or not allowed (blank):
 - nests (spec §3.2): each step that adds or drops a mesh axis of an axis
   sharded over several (allgather, all_to_all, reduce_scatter, keep_block) x
   2-D and 3-D meshes, uneven blocks and device ids out of order;
+- partial values (spec §3.3): each kind as an input, read by a local op, reduced to
+  replicated or sharded, made from replicated, returned;
 - data classes: for each op with known error classes (conformance/classes.py),
   the dtypes on which some case's values exposed each class, that is, where a
   backend with that class's wrong implementation fails the run. A local cell
@@ -38,7 +40,8 @@ from conformance.report import plain
 from refir.checks.verifier import verify
 from refir.errors import RefirError
 from refir.ir import ops
-from refir.ir.types import DIDS, DTYPES, Mesh, TensorType, parts_of
+from refir.ir.program import Var
+from refir.ir.types import DIDS, DTYPES, PARTIAL_KINDS, Mesh, TensorType, parts_of
 from refir.lowering.lower import Step, lower
 from refir.text.parser import parse
 
@@ -50,6 +53,7 @@ MESH_COLUMNS = tuple((n, d) for n in (1, 2, 3) for d in DIDS[:n])  # (mesh rank,
 LAYOUT_COLUMNS = ("row-major", "other layout", "1-D mesh", "2-D mesh", "3-D mesh")
 NEST_ROWS = ("allgather", "all_to_all", "reduce_scatter", "keep_block")  # the steps that add or drop a nest's axis
 NEST_COLUMNS = ("2-D mesh", "3-D mesh", "uneven", "ids out of order")
+PARTIAL_COLUMNS = ("input", "local op", "-> replicated", "-> sharded", "<- replicated", "result")
 
 
 def _local_rows() -> list[str]:
@@ -108,7 +112,28 @@ class Coverage:
     layout: set[tuple[str, str]] = field(default_factory=set)  # (op, column)
     classes: set[tuple[str, str, str]] = field(default_factory=set)  # (row, operand dtype, class) exposed
     nests: set[tuple[str, str]] = field(default_factory=set)  # (NEST_ROWS, NEST_COLUMNS)
+    partial: set[tuple[str, str]] = field(default_factory=set)  # (kind, column) of a program's partial values
     programs: int = 0
+
+    def add_partials(self, case: Case, steps: Iterable[Step], types: dict[str, TensorType]) -> None:
+        """Where the program's own partial values (its types, not lowering's) are met."""
+        declared = case.checked.types
+        func = case.checked.func
+        self.partial |= {(p.type.partial_kind, "input") for p in func.params if p.type.partial}
+        self.partial |= {(declared[r].partial_kind, "result") for r in func.results if declared[r].partial}
+        for step in steps:
+            read = [declared[a] for a in step.tensor_args() if a in declared and declared[a].partial]
+            source = step.eqn.args[0] if isinstance(step.eqn.op, ops.Set) and step.eqn.args else None
+            if step.is_communication and isinstance(source, Var) and declared[source.name].partial:
+                read = [declared[source.name]]  # the set's own operand (an avg's is divided first)
+            if isinstance(step.op, ops.Partition):
+                self.partial.add((step.op.kind, "<- replicated"))
+            elif read and isinstance(step.op, (ops.Allreduce, ops.Reduce)):
+                self.partial.add((read[0].partial_kind, "-> replicated"))
+            elif read and isinstance(step.op, ops.ReduceScatter):
+                self.partial.add((read[0].partial_kind, "-> sharded"))
+            elif read and not step.is_communication and not isinstance(step.op, (ops.Copy, ops.KeepBlock)):
+                self.partial.add((read[0].partial_kind, "local op"))
 
     def add(self, step: Step, types: dict[str, TensorType]) -> None:
         args = [types[a] for a in step.tensor_args()]
@@ -145,6 +170,7 @@ class Coverage:
             lowered = lower(case.checked)
             for step in lowered.steps:
                 self.add(step, lowered.types)
+            self.add_partials(case, lowered.steps, lowered.types)
         return self
 
 
@@ -226,6 +252,10 @@ def not_reached(cov: Coverage, cases: int, seed: int) -> list[str]:
         for d in DTYPE_NAMES:
             if (kind, d) not in cov.comm_dtype:
                 out.append(f"{name} of {d}: {_why(cov, cases, seed, dtype=d)}")
+    for kind in PARTIAL_KINDS:
+        for c in PARTIAL_COLUMNS:
+            if _partial_allowed(kind, c) and (kind, c) not in cov.partial:
+                out.append(f"a {kind}-partial, {c}: {_why(cov, cases, seed)}")
     for row in [*_local_rows(), *(_comm_name(k) for k in COMM_ROWS)]:
         for c in LAYOUT_COLUMNS:
             if (row, c) not in cov.layout and _layout_allowed(row, c):
@@ -237,6 +267,10 @@ def not_reached(cov: Coverage, cases: int, seed: int) -> list[str]:
             if (row, c) not in cov.nests:
                 out.append(f"{row} of a nest on {c}: the generator draws no nests; no corpus program has it")
     return out
+
+
+def _partial_allowed(kind: str, column: str) -> bool:
+    return (kind, column) != ("avg", "<- replicated")  # partial_c5: no exact avg terms of a replicated value
 
 
 def _layout_allowed(row: str, column: str) -> bool:
@@ -269,8 +303,11 @@ def render(cov: Coverage, cases: int, seed: int) -> str:
                    NEST_COLUMNS)
     for row in NEST_ROWS:
         nests.add_row(row, *(_mark((row, c) in cov.nests, True) for c in NEST_COLUMNS))
+    partial = _table("partial values (spec §3.3): kind x where the run meets one", PARTIAL_COLUMNS)
+    for kind in PARTIAL_KINDS:
+        partial.add_row(kind, *(_mark((kind, c) in cov.partial, _partial_allowed(kind, c)) for c in PARTIAL_COLUMNS))
     missing = not_reached(cov, cases, seed)
-    parts = [plain(t) for t in (local, mesh, dtypes, layout, nests, class_table(cov))]
+    parts = [plain(t) for t in (local, mesh, dtypes, layout, nests, partial, class_table(cov))]
     head = f"refir conform --coverage: {cov.programs} lowered programs of the default run"
     tail = (f"{len(missing)} allowed cells not reached:\n" + "\n".join(f"  {m}" for m in missing)
             if missing else "every cell the spec allows is reached")

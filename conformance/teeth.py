@@ -73,10 +73,9 @@ def hunt(cases: list[Case], backend: str = "spmd", mutants: list[Mutant] | None 
         if kill.not_run or kill in batch:
             continue
         m = kill.mutant
+        reached = [(case, ref) for case, ref in refs if _reaches(case, m.needs)]  # lowered without the mutant
         with m.inject():
-            for case, ref in refs:
-                if not _reaches(case, m.needs):
-                    continue
+            for case, ref in reached:
                 if m.reference:  # the reference itself is wrong: only the expect lines can tell
                     try:
                         ref = reference_of(case)

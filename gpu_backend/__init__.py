@@ -12,4 +12,4 @@ replayed runs (launches), and refir against torch DTensor on real GPUs
 Op families beyond today's register their impls into impls' table from modules of
 their own, imported here so that the table is whole wherever the backend is used."""
 
-from gpu_backend.kernels import masks, window  # noqa: F401, E402  (comparisons, where, iota; slice, select, pad, cat)
+from gpu_backend.kernels import masks, partition, window  # noqa: F401, E402  (comparisons, where, iota; partition; slice, select, pad, cat)

@@ -29,6 +29,7 @@ from interp import numerics as nx
 from interp.global_eval import eval_global
 from interp.impls import scalar_value
 from interp.numerics import TRANSCENDENTAL_ULPS, Model, eps, exact_limit, exactly_integer, finite_abs, gamma, ulp
+from interp.partial_bounds import PartialTerms
 from refir.checks.verifier import Checked
 from refir.ir import ops
 from refir.ir.program import Lit, Sym, Var
@@ -80,7 +81,10 @@ def propagate(checked: Checked, values: dict[str, np.ndarray], bindings: Binding
     bounds = {p.name: _param_bound(values[p.name], m) for p in func.params}
     own = radius is None
     radius = bounds if own else radius
+    partials = PartialTerms(checked, values, bindings) if not m.exact else None  # CONFORM: terms round
     with np.errstate(all="ignore"):
+        if partials:
+            partials.start()
         for e in func.eqns:
             dtype = checked.types[e.out].np_dtype
             src = _scalar_dtype(e, values, dtype)
@@ -99,6 +103,8 @@ def propagate(checked: Checked, values: dict[str, np.ndarray], bindings: Binding
             r = _f64(values[e.out])
             rr = np.zeros(r.shape) if own else radius[e.out]
             b = BOUNDS[type(e.op)](e.op, Operands(xs, bs, rs, r, rr, dtype, src, m))
+            if partials:
+                b = partials.bound(e, np.broadcast_to(b, r.shape), bounds)
             bounds[e.out] = nx.settle(np.broadcast_to(b, r.shape), r, m.dtype(dtype))
     return bounds
 

@@ -17,6 +17,7 @@ from interp.expand import local_extents
 from interp.impls import compute, reshape_extents, reshape_into
 from interp.liveness import drops
 from interp.masks import iota_block, value_dtype
+from interp.partition import partition_block
 from interp.transport import Transport, own_buffer
 from refir.errors import RefirError, RunError
 from refir.ir import ops
@@ -233,6 +234,8 @@ class NumpyLocal:
             out = slice_block(step, device, args[0], self.types[step.tensor_args()[0]])
         elif isinstance(step.op, ops.Iota):  # its operands are the global extents (lowering)
             out = iota_block(step.op, step.type, device, args)
+        elif isinstance(step.op, ops.Partition):  # the device's term: its buffer or the identity
+            out = partition_block(step.op, step.type, device, args[0])
         elif isinstance(step.op, ops.Reshape):  # to the device's block of the result
             out = reshape_into(args[0], reshape_block(step, device, args))
         else:

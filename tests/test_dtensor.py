@@ -19,6 +19,7 @@ from refir.frontends.dtensor import (
     redistribute_program,
     to_refir,
 )
+from refir.ir import ops
 from refir.lowering.lower import lower
 
 
@@ -60,7 +61,7 @@ def test_translation_round_trips(mesh, placements):
 
 
 @pytest.mark.parametrize("placements, message", [
-    ("P(avg),R", "not 'avg'"), ("S0", "one per mesh dimension"),
+    ("P(mean),R", "not 'mean'"), ("S0", "one per mesh dimension"),
     ("S2,R", "2 dimensions"), ("P,P(max)", "one op"),
 ])
 def test_untranslatable_placements_are_refused(placements, message):
@@ -86,7 +87,7 @@ CASES = [
 def test_redistribute_gives_dtensors_blocks(mesh, src, dst, comms):
     m, s, d = parse_mesh(mesh), parse_placements(src), parse_placements(dst)
     shape = (8, 12)
-    program = redistribute_program(m, shape, s, d)
+    program = redistribute_program(m, shape, s, d, contributions=True)
     lowered = lower(refir.verify(program))
     assert [type(st.op).__name__ for st in lowered.steps if st.is_communication] == comms
     rng = np.random.default_rng(3)
@@ -108,15 +109,46 @@ def test_redistribute_gives_dtensors_blocks(mesh, src, dst, comms):
             np.testing.assert_array_equal(result.shards["y"][dev], want, err_msg=f"device {dev} on {backend}")
 
 
-def test_a_partial_target_is_refused():
-    with pytest.raises(InputError, match="Partial target"):
-        redistribute_program(parse_mesh("4"), (8, 6), parse_placements("R"), parse_placements("P"))
+@pytest.mark.parametrize("mesh, src, dst, comms", [
+    *CASES,
+    ("4", "R", "P", ["Partition"]),  # local: device 0 keeps the value, the others 0
+    ("2x2", "R,S0", "P(max),S0", ["Partition"]),
+    ("2x2", "S0,P", "P,R", ["Allreduce", "Allgather", "Partition"]),  # as DTensor: P->R, S->R, R->P
+    ("2x2", "Partial(avg),R", "R,S1", ["Binary", "Allreduce"]),
+    ("2x2", "P(min),P(min)", "S0,S1", ["ReduceScatter", "ReduceScatter"]),
+])
+def test_redistribute_of_partial_types(mesh, src, dst, comms):
+    """The partial type itself (no contributions): sources' terms from refir.running.partial_inputs;
+    the value must come back on every backend, and every block that is not a term must be DTensor's."""
+    m, s, d = parse_mesh(mesh), parse_placements(src), parse_placements(dst)
+    shape = (8, 12)
+    program = redistribute_program(m, shape, s, d)
+    lowered = lower(refir.verify(program))
+    moves = [type(st.op).__name__ for st in lowered.steps if st.is_communication
+             or isinstance(st.op, (ops.Partition, ops.Binary))]  # an avg's division is a Binary div
+    assert moves == comms
+    value = np.random.default_rng(3).integers(-9, 10, shape).astype(np.float32)
+    dt = to_refir(shape, m, d)
+    for backend in ("global", "spmd", "gpu"):
+        result = refir.run(program, {"x": value}, backend=backend)
+        np.testing.assert_array_equal(result.outputs["y"], value)
+        if backend != "global" and not dt.partial:
+            for dev in m.devices:
+                want = dtensor_block(value, m.shape, d, m.coords(dev))
+                np.testing.assert_array_equal(result.shards["y"][dev], want, err_msg=f"device {dev} on {backend}")
+
+
+def test_an_avg_target_from_replicated_is_refused():
+    with pytest.raises(InputError, match="no terms of an avg fold exactly"):
+        redistribute_program(parse_mesh("4"), (8, 6), parse_placements("R"), parse_placements("Partial(avg)"))
+    with pytest.raises(InputError, match="changes kind only through Replicate"):
+        redistribute_program(parse_mesh("4"), (8, 6), parse_placements("P"), parse_placements("P(max)"))
 
 
 def test_the_redistribute_command_explains_what_moves(capsys):
     assert main(["redistribute", "--mesh", "2x2", "--shape", "8,6", "--from", "S0,P", "--to", "R,S1"]) == 0
     out = capsys.readouterr().out
-    assert "x_parts: f32[2@DIDx, 8@DIDy, 6] on m" in out
+    assert "= f32[8@DIDy, 6] on m partial[sum@DIDx]" in out
     assert "reduce_scatter (sum) over DIDx, scattering axis 1 teams (0 1) (2 3)" in out
     assert "received per device  0: 48  1: 48  2: 48  3: 48" in out  # a [4, 3] f32 block from one peer
     assert "total received: 384 bytes" in out

@@ -18,7 +18,7 @@ def program(case: PeerCase, mesh: Mesh) -> Program:
     free, so that refir's partial path and its allreduce / reduce_scatter run),
     then the op, typed with the target placements."""
     if case.kind != "op":
-        return redistribute_program(mesh, case.shape, case.src, case.dst, case.dtype)
+        return redistribute_program(mesh, case.shape, case.src, case.dst, case.dtype, contributions=True)
     b = builder.Builder()
     b.mesh(nested_devices(mesh), name=mesh.name)
     if case.op in shape_ops.SHAPE_OPS:  # the op where its operands are (see shape_ops), then to the target

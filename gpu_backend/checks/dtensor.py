@@ -102,7 +102,7 @@ def main() -> int:
         y = x.redistribute(tmesh, [placement(p) for p in d])
         theirs = to_numpy(y.to_local())
         whole = to_numpy(y.full_tensor())
-        result = refir.run(redistribute_program(mesh, SHAPE, s, d, dtype), inputs, backend="gpu")
+        result = refir.run(redistribute_program(mesh, SHAPE, s, d, dtype, contributions=True), inputs, backend="gpu")
         ours = result.shards["y"][rank]
         want = local_block(dt, value, rank)
         same = (theirs.shape == ours.shape == want.shape and theirs.dtype == ours.dtype

@@ -8,7 +8,7 @@ from math import prod
 
 from refir.checks.limits import DEVICES
 from refir.errors import Loc, VerifyError
-from refir.ir.types import RESERVED, Mesh, TensorType, shard_text
+from refir.ir.types import DIDS, FLOATS, PARTIAL_KINDS, RESERVED, Mesh, TensorType, shard_text
 
 
 def check_mesh(mesh: Mesh, loc: Loc) -> None:
@@ -55,3 +55,30 @@ def check_type(t: TensorType, loc: Loc) -> None:
         raise VerifyError(
             loc, "type_c5", f"layout {list(t.layout)} is not a permutation of 0..{t.rank - 1}"
         )
+    if t.partial or t.partial_kind:
+        check_partial(t, used, loc)
+
+
+def check_partial(t: TensorType, used: dict[str, int], loc: Loc) -> None:
+    """partial_c1 (kind and mesh axes) and partial_c2 (dtypes, avg's team)."""
+    text = f"partial[{t.partial_kind}@{','.join(t.partial)}]"
+    if t.partial_kind not in PARTIAL_KINDS or not t.partial:  # partial_c1
+        raise VerifyError(loc, "partial_c1", f"{text}: a partial type names a kind ({', '.join(PARTIAL_KINDS)}) "
+                          "and at least one mesh axis")
+    for k in t.partial:
+        if k not in DIDS or not t.mesh.has(k):  # partial_c1
+            raise VerifyError(loc, "partial_c1", f"{text} names {k}, but mesh {t.mesh.name!r} has "
+                              f"{t.mesh.ndim} dimension{'s' * (t.mesh.ndim > 1)}")
+        if k in used:  # partial_c1
+            raise VerifyError(loc, "partial_c1", f"{text}: {k} also shards axis {used[k]}; a mesh axis either "
+                              "shards an axis or holds terms of a partial value")
+    if len(set(t.partial)) != len(t.partial) or list(t.partial) != sorted(t.partial, key=t.mesh.axis_of):
+        raise VerifyError(loc, "partial_c1", f"{text}: name each mesh axis once, in mesh order (DIDz, DIDy, DIDx)")
+    if t.dtype == "bool" and t.partial_kind in ("sum", "prod", "avg"):  # partial_c2
+        raise VerifyError(loc, "partial_c2", f"{text} on bool: a bool partial is max (any) or min (all)")
+    if t.partial_kind == "avg":
+        n = prod(t.mesh.size(k) for k in t.partial)
+        if t.dtype not in FLOATS or n & (n - 1):  # partial_c2
+            raise VerifyError(loc, "partial_c2", f"{text} on {t.dtype} over a team of {n}: avg is exact only "
+                              "for a float dtype over a team whose size is a power of two (the division "
+                              "by it then rounds nothing)")

@@ -16,7 +16,8 @@ from refir.checks import (
     rules_reshape,  # noqa: F401  (reshape's rules)
     rules_window,  # noqa: F401  (slice, select, pad, cat)
 )
-from refir.checks.inference import INFER, EqnContext
+from refir.checks.inference import EqnContext
+from refir.checks.rules_partial import infer
 from refir.checks.rules_reshape import resolved
 from refir.checks.type_checks import check_mesh, check_type
 from refir.errors import Loc, VerifyError
@@ -98,7 +99,7 @@ def verify_func(program: Program, func: Func) -> Checked:
             want = 2 if isinstance(eqn.op, ops.Binary) else 1
             if len(eqn.args) != want:  # op_c2
                 raise ctx.fail("op_c2", f"{eqn.op.name} takes {want} operand(s)")
-        result = INFER[type(eqn.op)](eqn.op, ctx)
+        result = infer(eqn.op, ctx)
         check_type(result, eqn.loc)
         types[eqn.out] = result
         eqns.append(resolved(eqn, result))  # a reshape's -1 as the extent inferred (rules_reshape)

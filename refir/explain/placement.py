@@ -304,6 +304,8 @@ RULES: dict[type, str] = {
     ops.Reduce: "partial -> replicated on another mesh: reduce",
     ops.ReduceScatter: "partial -> sharded on the reduced mesh axis: reduce_scatter",
     ops.KeepBlock: "replicated -> sharded, every device already holds the data: each keeps its block",
+    ops.Partition: "replicated -> partial, nothing moves: for sum and prod the device of coordinate 0 in each "
+                   "team keeps the value and the others hold 0 (1); for max and min every device keeps it (spec §3.3)",
 }
 
 
@@ -322,7 +324,11 @@ def changes(src: TensorType, dst: TensorType) -> tuple[str, ...]:
             out.append(f"axis {i}: {_axis_text(a)} -> {_axis_text(b)}")
     if src.partial != dst.partial:
         gone = [k for k in src.partial if k not in dst.partial]
-        out.append(f"partial {src.partial_kind} over {', '.join(gone)} -> reduced")
+        new = [k for k in dst.partial if k not in src.partial]
+        if gone:
+            out.append(f"partial {src.partial_kind} over {', '.join(gone)} -> reduced")
+        if new:
+            out.append(f"replicated over {', '.join(new)} -> terms of a partial {dst.partial_kind}")
     return tuple(out)
 
 

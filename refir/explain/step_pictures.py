@@ -137,6 +137,8 @@ def _local_rule(s: StepFacts) -> str:
         return "why keep_block: " + RULES[ops.KeepBlock] + (
             " (a nest: its part of the block it holds, cut by the mesh axes it lacks; a resharding no collective "
             "makes directly gathers to a nest's outer part first, then cuts: spec §6)" if nested else "")
+    if isinstance(s.step.op, ops.Partition):
+        return f"why {ops.op_name(s.step.op)}: " + RULES[type(s.step.op)]
     if isinstance(s.step.op, ops.Copy):
         return "why copy: same placement, another layout"
     if isinstance(s.step.op, ops.Reshape) and s.placement.type.sharding():

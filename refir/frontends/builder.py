@@ -19,8 +19,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Literal
 
-from refir.checks.inference import INFER, EqnContext
+from refir.checks.inference import EqnContext
+from refir.checks.rules_partial import infer
 from refir.checks.type_checks import check_mesh, check_type
 from refir.checks.verifier import verify
 from refir.errors import InputError
@@ -48,10 +50,25 @@ from refir.frontends.builder_values import (  # noqa: F401  (the functions are t
 )
 from refir.ir import ops
 from refir.ir.program import Eqn, Func, Lit, Operand, Param, Program, Sym, Var
-from refir.ir.types import DIDS, DTYPES, Axis, Mesh, ShardSpec, TensorType, dids_of
+from refir.ir.types import DIDS, DTYPES, PARTIAL_KINDS, Axis, Mesh, ShardSpec, TensorType, dids_of
 
 OWN.add(__file__)  # errors are placed at the caller's line, outside this module
 _MAX_LITERAL_DIGITS = 1000  # as the parser reads integer literals
+
+PartialSpec = tuple[str, Sequence[str]]  # ("sum", ["DIDx"]): a pending reduction's kind and mesh axes
+
+
+def partial_fields(partial: PartialSpec | None, mesh: Mesh) -> tuple[tuple[str, ...], str]:
+    """A type's (partial, partial_kind) from `("sum", ["DIDx"])`, its mesh axes in mesh order."""
+    if partial is None:
+        return (), ""
+    kind, dids = partial
+    dids = [dids] if isinstance(dids, str) else list(dids)
+    if kind not in PARTIAL_KINDS or any(d not in DIDS for d in dids):
+        raise InputError(f"partial={partial!r}: give (kind, mesh axes): a kind of {', '.join(PARTIAL_KINDS)}, "
+                         "mesh axes of DIDx, DIDy, DIDz")
+    return tuple(sorted(dids, key=lambda d: mesh.axis_of(d) if mesh.has(d) else -1)), kind
+
 
 class Builder:
     """Collects meshes, parameters and equations; `build()` gives the Program."""
@@ -95,30 +112,34 @@ class Builder:
 
     @located
     def type(self, dtype: str, axes: Sequence[AxisSpec | Axis], mesh: Mesh | None = None,
-             layout: Sequence[int] | None = None) -> TensorType:
+             layout: Sequence[int] | None = None, partial: PartialSpec | None = None) -> TensorType:
         """A type on `mesh` (the only mesh if there is one): `type("bf16", ["N@DIDy", 3, "b"])`.
-        `layout` is the memory order, outermost axis first (None: row-major)."""
+        `layout` is the memory order, outermost axis first (None: row-major); `partial`,
+        a pending reduction: `("sum", ["DIDx"])` (docs/spec.md §3.3)."""
         if dtype not in DTYPES:
             raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
-        t = TensorType(dtype, tuple(axis(a) for a in axes), self._mesh(mesh),
-                       tuple(layout) if layout is not None else None)
+        m = self._mesh(mesh)
+        t = TensorType(dtype, tuple(axis(a) for a in axes), m,
+                       tuple(layout) if layout is not None else None, *partial_fields(partial, m))
         check_type(t, caller())
         check_limits(t, str(t))  # the decorator says where
         return t
 
     @located
     def input(self, name: str, dtype: str | TensorType, axes: Sequence[AxisSpec | Axis] | None = None,
-              mesh: Mesh | None = None, layout: Sequence[int] | None = None) -> Value:
-        """A parameter: `input("x", "f32", ["N@DIDx", 4])`, or `input("x", t)` of a TensorType."""
+              mesh: Mesh | None = None, layout: Sequence[int] | None = None,
+              partial: PartialSpec | None = None) -> Value:
+        """A parameter: `input("x", "f32", ["N@DIDx", 4])`, or `input("x", t)` of a TensorType;
+        `partial=("sum", ["DIDx"])` makes it a partial value (each device holds a term)."""
         if isinstance(dtype, TensorType):
-            if axes is not None or mesh is not None or layout is not None:
+            if axes is not None or mesh is not None or layout is not None or partial is not None:
                 raise InputError(f"input {name!r}: give a TensorType or dtype and axes, not both")
             t = dtype
             self._source_type(t)
         elif axes is None:
             raise InputError(f"input {name!r}: say its axes")
         else:
-            t = self.type(dtype, axes, mesh, layout)
+            t = self.type(dtype, axes, mesh, layout, partial)
         self._define(name)
         self.params.append(Param(name, t, caller()))
         self.types[name] = t
@@ -146,20 +167,22 @@ class Builder:
     @located
     def apply(self, op: ops.Op, args: tuple, name: str | None = None, result_type: TensorType | None = None,
               shard: dict[int, ShardSpec] | None = None, mesh: Mesh | None = None,
-              layout: Sequence[int] | None = None, typed: bool = True) -> Value:
+              layout: Sequence[int] | None = None, typed: bool = True,
+              partial: PartialSpec | Literal[False] | None = None) -> Value:
         """Add `name = op(args)`. The result type is inferred, or `result_type`, or the
         inferred one with its `shard`ing (axis -> DIDx/DIDy/DIDz), `mesh` or
-        `layout` replaced. `typed=False` leaves an inferred type out of the program
+        `layout` replaced, or its `partial` (`("sum", ["DIDx"])`; False: reduced, as a set
+        from a partial value does). `typed=False` leaves an inferred type out of the program
         (the text then reads `t3 = relu(t2)`, and the verifier infers it again)."""
         operands = tuple(self._operand(a) for a in args)
         out = name or next(n for n in self._names if n not in self.types)
         here = caller()
         self._define(out)
         declared = result_type
-        restyled = shard is not None or mesh is not None or layout is not None
+        restyled = shard is not None or mesh is not None or layout is not None or partial is not None
         if not typed and (declared is not None or restyled):
             raise InputError(f"{out}: typed=False leaves the type to inference; "
-                             "result_type, shard, mesh and layout declare one")
+                             "result_type, shard, mesh, layout and partial declare one")
         if declared is not None and restyled:
             raise InputError(f"{out}: give result_type, or shard/mesh/layout to change the inferred type, "
                              "not both")
@@ -168,12 +191,12 @@ class Builder:
         if mesh is not None:
             self._known_mesh(mesh)
         if declared is None and restyled:
-            base = INFER[type(op)](op, EqnContext(Eqn(out, None, op, operands, here), self.types))
-            declared = self._restyle(base, shard, mesh, layout)
+            base = infer(op, EqnContext(Eqn(out, None, op, operands, here), self.types))
+            declared = self._restyle(base, shard, mesh, layout, partial)
         eqn = Eqn(out, declared, op, operands, here)
         if declared is not None:
             check_type(declared, here)
-        t = INFER[type(op)](op, EqnContext(eqn, self.types))
+        t = infer(op, EqnContext(eqn, self.types))
         check_type(t, here)
         check_limits(t, f"{out}: {t}")  # every type is written out, and must parse back
         self.eqns.append(replace(eqn, type=t if typed else None))  # by default every type written out
@@ -181,7 +204,7 @@ class Builder:
         return Value(self, out, t)
 
     def _restyle(self, t: TensorType, shard: dict[int, ShardSpec] | None, mesh: Mesh | None,
-                 layout: Sequence[int] | None) -> TensorType:
+                 layout: Sequence[int] | None, partial: PartialSpec | Literal[False] | None = None) -> TensorType:
         if shard is not None:
             bad = [d for k in shard.values() for d in dids_of(k) if d not in DIDS]  # a nest: each of its mesh axes
             if bad:
@@ -189,7 +212,13 @@ class Builder:
             t = t.with_sharding(shard)
         if mesh is not None:
             t = replace(t, mesh=mesh)
-        return replace(t, layout=tuple(layout) if layout is not None else None, partial=(), partial_kind="")
+        t = replace(t, layout=tuple(layout) if layout is not None else None)
+        if partial is False or (partial is None and (shard is not None or mesh is not None)):
+            return replace(t, partial=(), partial_kind="")  # a resharding of a partial value reduces it
+        if partial is not None:
+            t = replace(t, partial=(), partial_kind="")
+            return replace(t, **dict(zip(("partial", "partial_kind"), partial_fields(partial, t.mesh))))
+        return t
 
     def _operand(self, a: object) -> Operand:
         if isinstance(a, Value):
@@ -210,9 +239,6 @@ class Builder:
     def _source_type(self, t: TensorType) -> None:
         """A type given whole: on a mesh of this builder, and of a source program."""
         self._known_mesh(t.mesh)
-        if t.partial:
-            raise InputError(f"{t} is partial: partial types are the lowering's own; declare where "
-                             "the partial results land (a sharding, a mesh) instead")
         check_type(t, caller())
         check_limits(t, str(t))  # the decorator says where
 

@@ -7,13 +7,17 @@ DID[x, y, z][n - 1 - i] (DIDx is the last mesh dimension). So on a 2x2 mesh
 `[Shard(0), Replicate()]` is `f32[8@DIDy, 6]` and `[Replicate(), Shard(1)]` is
 `f32[8, 6@DIDx]` (docs/spec.md, "DTensor placements").
 
-`Partial(op)` maps onto refir's own model of partial values: what a device holds
-after reducing its block of a sharded axis, before the communication that
-completes the reduction. A partial input enters a program as its contributions:
-one more leading axis per partial mesh dimension, of that dimension's size and
-sharded on it, so that device k of that mesh axis holds contribution k; the
-value is the `op`-reduction of the contributions over those leading axes, and
-lowering turns that reduction into the allreduce / reduce_scatter DTensor uses.
+`Partial(op)` is refir's partial type (docs/spec.md §3.3): `[Shard(0), Partial(sum)]`
+on a 2x2 mesh is `f32[8@DIDy, 6] partial[sum@DIDx]`, and `redistribute_program`
+reshards it with one `set`: to Replicate an allreduce, to Shard a reduce_scatter,
+from Replicate to Partial a local partition (refir's terms: the value on the
+team's first device, the identity elsewhere, where DTensor puts x / n on each).
+`Partial(avg)` is a source (float dtypes, a power-of-two team); no exact avg terms
+of a replicated value exist, so it is no target from Replicate.
+
+The older form stays for the peers and gpu checks (`contributions=True`): a
+partial input enters as its contributions, one more leading axis per partial
+mesh dimension, sharded on it, reduced by a `sum`/`max`/... over those axes.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ class Partial:
 
 Placement = Shard | Replicate | Partial
 # DTensor's reduce ops with an exact refir reduction.
-PARTIAL_KINDS = {"sum": "sum", "max": "max", "min": "min", "prod": "prod", "product": "prod"}
+PARTIAL_KINDS = {"sum": "sum", "max": "max", "min": "min", "prod": "prod", "product": "prod", "avg": "avg"}
 _PLACEMENT = re.compile(r"^(?:S(\d+)|Shard\((\d+)\)|R|Replicate\(\)|P|P\((\w+)\)|Partial\((?:\"?(\w*)\"?)\))$")
 
 
@@ -111,7 +115,7 @@ def to_refir(shape: tuple[int, ...], mesh: Mesh, placements: tuple[Placement, ..
             shards[p.dim] = (*shards.get(p.dim, ()), did)
         elif isinstance(p, Partial):
             if p.op not in PARTIAL_KINDS:
-                raise InputError(f"{p}: refir reduces partial values exactly with sum, max, min or prod, "
+                raise InputError(f"{p}: refir reduces partial values exactly with sum, max, min, prod or avg, "
                                  f"not {p.op!r}")
             partial.append(did)
             kinds.add(PARTIAL_KINDS[p.op])
@@ -158,24 +162,34 @@ def local_block(t: TensorType, value: np.ndarray, device: int, contributions: np
 
 
 def redistribute_program(mesh: Mesh, shape: tuple[int, ...], src: tuple[Placement, ...],
-                         dst: tuple[Placement, ...], dtype: str = "f32") -> Program:
-    """`y = redistribute(x)` as a refir program, built with refir.frontends.builder. A partial
-    source enters as its contributions `x_parts` (see contributions_type)."""
+                         dst: tuple[Placement, ...], dtype: str = "f32", contributions: bool = False) -> Program:
+    """`y = redistribute(x)` as a refir program, built with refir.frontends.builder: one
+    `set` from the source's type to the target's, partial ones included. With
+    `contributions`, a partial source enters as its contributions `x_parts` instead
+    (see contributions_type) and the target may not be partial."""
     from refir.frontends.builder import Builder
 
     s, d = to_refir(shape, mesh, src, dtype), to_refir(shape, mesh, dst, dtype)
-    if d.partial:
-        raise InputError(f"redistributing to {', '.join(map(str, dst))}: a Partial target is not a "
-                         "communication (DTensor splits the value locally); refir's targets are Shard and "
-                         "Replicate")
+    if d.partial and contributions:
+        raise InputError(f"redistributing to {', '.join(map(str, dst))}: a Partial target needs the partial type, "
+                         "not contributions")
+    new = [k for k in d.partial if (k not in s.partial or s.partial_kind != d.partial_kind)]
+    if d.partial_kind == "avg" and new:
+        raise InputError(f"redistributing to {', '.join(map(str, dst))}: no terms of an avg fold exactly back to "
+                         "the value in team order (copies of x on every device would round at x + x + x; "
+                         "DTensor's Partial._partition_value partitions sum alone); refir's avg targets come "
+                         "only from avg sources")
+    if s.partial and d.partial and s.partial_kind != d.partial_kind:
+        raise InputError(f"redistributing {', '.join(map(str, src))} to {', '.join(map(str, dst))}: a partial "
+                         "changes kind only through Replicate (redistribute to R first)")
     b = Builder()
     b.mesh(nested_devices(mesh), name=mesh.name)
-    if s.partial:
+    if s.partial and contributions:
         c = contributions_type(s)
         x = b.input("x_parts", dtype, c.axes)
         y = x.reduce(s.partial_kind, dims=range(len(s.partial)), name="y", result_type=d)
     else:
-        x = b.input("x", dtype, s.axes)
+        x = b.input("x", s)
         y = x.set(name="y", result_type=d)
     b.output(y)
     return b.build()

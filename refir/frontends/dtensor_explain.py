@@ -15,7 +15,6 @@ from refir.explain.lowered_listing import TEAMS_LISTED, format_lowered
 from refir.explain.placement import RULES, nest_rule
 from refir.frontends.dtensor import (
     Placement,
-    contributions_type,
     did_of,
     local_block,
     nested_devices,
@@ -79,6 +78,14 @@ def _moves(lowered: Lowered, shape: tuple[int, ...]) -> list[str]:
                 lines.append(f"  {step.out}: {ops.op_name(step.op)}: local, nothing moves" + (
                     " (the fallback: no collective makes this resharding directly, so it gathered to a "
                     "placement each block is cut from, and each device keeps its own: spec §6)" if after else ""))
+            elif isinstance(step.op, ops.Partition):
+                keep = "every device keeps the value" if step.op.kind in ("max", "min") else \
+                    f"the first device of each team along {', '.join(step.op.mesh_axes)} keeps the value, " \
+                    f"the others hold {1 if step.op.kind == 'prod' else 0}"
+                lines.append(f"  {step.out}: partition ({step.op.kind}): local, nothing moves; {keep}")
+            elif isinstance(step.op, ops.Binary):  # an avg's terms divided by the team's size
+                lines.append(f"  {step.out}: {step.op.name} by {step.args[1]}: local, nothing moves "
+                             "(an avg's terms become a sum's)")
             continue
         (name,) = step.tensor_args()
         src = lowered.types[name]
@@ -131,7 +138,11 @@ def explain_redistribute(mesh: Mesh, shape: tuple[int, ...], src: tuple[Placemen
         f"  ({dims}; DIDx is the last mesh dimension)",
     ]
     if s.partial:
-        lines.append(f"  the partial source enters as its contributions x_parts: {contributions_type(s)}")
+        lines.append(f"  the partial source: each device holds a term of the value ({s.partial_kind} over "
+                     f"{', '.join(s.partial)}, refir.running.partial_inputs)")
+    if d.partial:
+        lines.append("  the partial target: refir's terms (docs/spec.md §3.3) differ from DTensor's "
+                     "(Partial._partition_value: x / n on every device, for sum alone); the value is the same")
     lines += ["", "program:", *("  " + x for x in print_program(program).rstrip().split("\n")), ""]
     lines += ["lowered:", *("  " + x for x in format_lowered(lowered).split("\n")), ""]
     lines += _moves(lowered, shape)
@@ -145,27 +156,18 @@ def check_run(program: object, s: TensorType, d: TensorType, shape: tuple[int, .
     from refir.running.runner import run
 
     rng = np.random.default_rng(seed)
-    if s.partial:
-        c = contributions_type(s)
-        parts = rng.integers(-4, 5, [int(a.extent) for a in c.axes]).astype(s.np_dtype)
-        inputs = {"x_parts": parts}
-        value = _fold(s.partial_kind, parts, len(s.partial))
-    else:
-        value = rng.integers(-4, 5, shape).astype(s.np_dtype)
-        inputs = {"x": value}
-    result = run(program, inputs, backend="spmd")
+    value = rng.integers(-4, 5, shape).astype(s.np_dtype)
+    result = run(program, {"x": value}, backend="spmd")
+    shapes = "  ".join(f"{dev}: {list(result.shards['y'][dev].shape)}" for dev in d.mesh.devices)
+    if d.partial:  # refir's terms are not DTensor's: the value they fold to is what must agree
+        same = np.array_equal(result.outputs["y"], value)
+        return [f"run on spmd (seed {seed}): the terms fold back to the value: {'yes' if same else 'NO'}",
+                f"  local shapes  {shapes}"]
     bad = [dev for dev in d.mesh.devices
            if not np.array_equal(result.shards["y"][dev], local_block(d, value, dev))]
-    shapes = "  ".join(f"{dev}: {list(result.shards['y'][dev].shape)}" for dev in d.mesh.devices)
     verdict = "yes" if not bad else f"NO (devices {bad})"
     return [f"run on spmd (seed {seed}): every device's block equals the DTensor block of the value: {verdict}",
             f"  local shapes  {shapes}"]
-
-
-def _fold(kind: str, parts: np.ndarray, n: int) -> np.ndarray:
-    from interp.impls import reduction
-
-    return reduction(ops.Reduction(kind, tuple(range(n))), parts)
 
 
 def redistribute_report(mesh_text: str, shape_text: str, src_text: str, dst_text: str, dtype: str = "f32",

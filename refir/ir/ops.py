@@ -1,7 +1,7 @@
 """Operations: small frozen dataclasses holding only their parameters.
 
 Source ops are what programs are written in. Lowering adds the local data
-movements (`KeepBlock`, `Copy`) and the nine communications.
+movements (`KeepBlock`, `Copy`, `Partition`) and the nine communications.
 """
 
 from __future__ import annotations
@@ -144,6 +144,16 @@ class Copy:
     """A local copy into another layout (or the same one)."""
 
 
+@dataclass(frozen=True)
+class Partition:
+    """A replicated value made partial over `mesh_axes` without moving data (docs/spec.md
+    §3.3): for sum and prod the device of coordinate 0 on each team keeps its buffer and
+    the others hold the kind's identity (0, 1); for max and min every device keeps it."""
+
+    kind: str
+    mesh_axes: tuple[str, ...]
+
+
 # ---- communications (nvFuser's CommunicationType) -----------------------------------
 
 
@@ -210,7 +220,7 @@ Op = (Binary | Unary | Compare | Where | Iota | Cast | Permute | Unsqueeze | Red
 WINDOWS = (Slice, Select, Pad, Cat)
 # Ops whose scalar operands are extents (handed as they are), not values of the tensor's dtype.
 TAKES_EXTENTS = (Expand, Reshape)
-LocalOp = Op | KeepBlock | Copy
+LocalOp = Op | KeepBlock | Copy | Partition
 Communication = (
     Allgather | Gather | Scatter | Broadcast | SendRecv | AllToAll | Allreduce | Reduce | ReduceScatter
 )

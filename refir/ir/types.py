@@ -271,11 +271,18 @@ def shard_text(shard: ShardSpec | None) -> str:
 BROADCAST = Axis(1, None, True)
 
 
+# The kinds a partial value's pending reduction may have (docs/spec.md §3.3). Lowering's
+# own partials (inside a reduction over a sharded axis) may also be band, bor, bxor.
+PARTIAL_KINDS = ("sum", "prod", "max", "min", "avg")
+
+
 @dataclass(frozen=True)
 class TensorType:
     """A global tensor type. `layout` lists logical axes outermost first; None
-    means row-major (for inputs: any strides). `partial` names mesh axes whose
-    devices still hold partial results of `partial_kind` (lowering only)."""
+    means row-major (for inputs: any strides). `partial` names mesh axes (in mesh
+    order) whose devices hold terms of a pending `partial_kind` reduction: the
+    value is that reduction, over each team along them, of the devices' buffers
+    (docs/spec.md §3.3; the text writes ` partial[sum@DIDx]`)."""
 
     dtype: str
     axes: tuple[Axis, ...]

@@ -14,6 +14,9 @@ Communications are chosen as nvFuser chooses them (docs/spec.md, "Lowering"):
 | sharded -> sharded, other axis, same mesh              | all_to_all           |
 | partial (reduced sharded axis) -> replicated           | allreduce, or reduce to another mesh |
 | partial -> sharded                                     | reduce_scatter       |
+| replicated -> partial (a declared partial, §3.3)       | local partition      |
+
+An avg partial is first divided by the team size (a local div): a sum-partial.
 
 A resharding that changes several mesh axes becomes a chain of these steps;
 where no rule applies directly (2-D meshes across meshes), the chain goes
@@ -27,6 +30,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from math import prod
 
 from refir.checks.rules_matmul import matmul_axes, promoted
 from refir.checks.verifier import Checked
@@ -119,6 +123,8 @@ class _Lowerer:
                 kept = tuple(a for i, a in enumerate(x.axes) if i not in dims)
                 partial = tuple(sorted({k for d in dims for k in x.axes[d].dids}))
                 local = TensorType(x.dtype, kept, x.mesh, None, partial, kind if partial else "")
+                if x.partial:  # a partial's terms reduced on each device (partial_c3: no sharded dims)
+                    local = replace(local, partial=x.partial, partial_kind=x.partial_kind)
                 self.compute_then_reshard(e, local, t)
             case ops.Matmul():
                 a, b = (self.types[x.name] for x in e.args)
@@ -185,6 +191,11 @@ class _Lowerer:
             self.same_mesh(cur, d, plan)
         else:
             self.cross_mesh(cur, d, plan)
+        moved = plan[-1][1] if plan else cur
+        new = tuple(k for k in d.partial if k not in moved.partial)
+        if new:  # replicated -> partial: local, last (the moves above carry whole values)
+            plan.append((ops.Partition(d.partial_kind, new),
+                         replace(moved, partial=d.partial, partial_kind=d.partial_kind)))
         if not plan:
             plan.append((ops.Copy(), d))
         reached = plan[-1][1]
@@ -193,31 +204,46 @@ class _Lowerer:
         for i, (op, t) in enumerate(plan):
             last = i == len(plan) - 1
             target = out if last else self.fresh(out, replace(t, layout=None))
-            self.emit(target, op, (Var(name),), d if last else self.types[target], e)
+            args: tuple[Operand, ...] = (Var(name),)
+            if isinstance(op, _Divide):  # avg: each term divided by the team size
+                op, args = ops.Binary("div"), (Var(name), Lit(float(op.by)))
+            self.emit(target, op, args, d if last else self.types[target], e)
             name = target
 
     def unpartial(self, cur: TensorType, d: TensorType, plan: list) -> TensorType:
-        if not cur.partial:
+        """Reduce the partial mesh axes of `cur` that `d` does not keep partial: an
+        allreduce, a reduce_scatter where d shards on the axis, a reduce onto another
+        mesh. An avg first divides each term by the team's size (exact: a power of two),
+        which makes it a sum-partial (§3.3); partial_c5 has it reduced over all its axes."""
+        keep = d.partial if (d.mesh, d.partial_kind) == (cur.mesh, cur.partial_kind) else ()
+        if not [k for k in cur.partial if k not in keep]:
             return cur
+        if cur.partial_kind == "avg":  # each term divided by the team's size: the terms of a sum
+            cur = replace(cur, partial_kind="sum")
+            plan.append((_Divide(prod(cur.mesh.size(k) for k in cur.partial)), cur))
         kind = cur.partial_kind
+
+        def left(axes: tuple[str, ...]) -> dict:
+            return {"partial": axes, "partial_kind": kind if axes else ""}
+
         if cur.mesh != d.mesh:
             if cur.mesh.ndim == 1 and not cur.sharding():
-                t = replace(cur, mesh=d.mesh, partial=(), partial_kind="")
+                t = replace(cur, mesh=d.mesh, **left(()))
                 plan.append((ops.Reduce(kind), t))
-                return t
-            t = replace(cur, partial=(), partial_kind="")
-            plan.append((ops.Allreduce(kind, cur.partial), t))
-            return t
-        scatter = _scatters(cur, d)
-        rest = tuple(k for k in cur.partial if k not in {k for k, _ in scatter})
-        if rest:
-            cur = replace(cur, partial=tuple(k for k, _ in scatter), partial_kind=kind if scatter else "")
-            plan.append((ops.Allreduce(kind, rest), cur))
-        for k, j in scatter:
-            left = tuple(p for p in cur.partial if p != k)
-            cur = replace(cur.with_sharding({**cur.sharding(), j: as_shard((*cur.axes[j].dids, k))}), partial=left,
-                          partial_kind=kind if left else "")
-            plan.append((ops.ReduceScatter(kind, k, j), cur))
+            else:
+                t = replace(cur, **left(()))
+                plan.append((ops.Allreduce(kind, cur.partial), t))
+            cur = t
+        else:
+            scatter = [(k, j) for k, j in _scatters(cur, d) if k not in keep]
+            rest = tuple(k for k in cur.partial if k not in {k for k, _ in scatter} and k not in keep)
+            if rest:
+                cur = replace(cur, **left(tuple(k for k in cur.partial if k not in rest)))
+                plan.append((ops.Allreduce(kind, rest), cur))
+            for k, j in scatter:
+                cur = replace(cur.with_sharding({**cur.sharding(), j: as_shard((*cur.axes[j].dids, k))}),
+                              **left(tuple(p for p in cur.partial if p != k)))
+                plan.append((ops.ReduceScatter(kind, k, j), cur))
         return cur
 
     def same_mesh(self, cur: TensorType, d: TensorType, plan: list) -> TensorType:
@@ -290,8 +316,16 @@ def _scatters(cur: TensorType, d: TensorType) -> list[tuple[str, int]]:
     return [(k, j) for *_, k, j in sorted(out)]
 
 
+@dataclass(frozen=True)
+class _Divide:
+    """In a resharding's plan: an avg's terms divided by the team size (a local div step)."""
+
+    by: int
+
+
 def _same_placement(a: TensorType, b: TensorType) -> bool:
-    return a.mesh == b.mesh and a.sharding() == b.sharding() and not a.partial and not b.partial
+    return a.mesh == b.mesh and a.sharding() == b.sharding() and (a.partial, a.partial_kind) == (b.partial,
+                                                                                                  b.partial_kind)
 
 
 def lower(checked: Checked) -> Lowered:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from interp.impls import fold
 from refir.checks.verifier import Checked
 from refir.errors import MismatchError, RunError
 from refir.ir.program_cache import Memo
@@ -32,8 +33,10 @@ class ResultBlocks:
 
 
 def blocks_of(t: TensorType, shape: tuple[int, ...]) -> ResultBlocks:
+    """A partial value's key ends in the device's place in its team (§3.3): each term
+    is a block of its own, folded into the whole by assemble."""
     index = {d: block_slices(t, d, shape) for d in t.mesh.devices}
-    keys = {d: tuple((s.start, s.stop) for s in i) for d, i in index.items()}
+    keys = {d: tuple((s.start, s.stop) for s in i) + _term(t, d) for d, i in index.items()}
     return ResultBlocks(keys, {d: block_shape(shape, i) for d, i in index.items()}, frozenset(keys.values()))
 
 
@@ -99,12 +102,37 @@ def assemble(t: TensorType, buffers: dict[int, Any], bindings: dict[str, int],
             firsts.append((d, block))
     if len(owner) < len(blocks.every):
         return out  # whole stays None: a block is missing
+    if t.partial:
+        firsts = _folded(t, firsts, blocks)
     if len(firsts) == 1 and firsts[0][1].flags.c_contiguous:
         out.whole = firsts[0][1]
     else:
         out.whole = np.empty(shape, dtype)
         for d, block in firsts:
             out.whole[block_slices(t, d, shape)] = block
+    return out
+
+
+def _term(t: TensorType, d: int) -> tuple:
+    return (t.mesh.team(d, t.partial).index(d),) if t.partial else ()
+
+
+def _folded(t: TensorType, firsts: list[tuple[int, np.ndarray]], blocks: ResultBlocks) -> list[tuple[int, np.ndarray]]:
+    """The terms of each block of a partial value folded in team order (interp.impls.fold:
+    the reduction the value stands for; avg, the sum divided by the team's size)."""
+    terms: dict[tuple, list[tuple[int, int, np.ndarray]]] = {}
+    for d, block in firsts:
+        key = blocks.keys[d]
+        terms.setdefault(key[:-1], []).append((key[-1], d, block))
+    out = []
+    for group in terms.values():
+        group.sort(key=lambda g: g[0])
+        kind = "sum" if t.partial_kind == "avg" else t.partial_kind
+        with np.errstate(all="ignore"):
+            whole = fold(kind, [np.asarray(b) for _, _, b in group])
+            if t.partial_kind == "avg":
+                whole = (whole / whole.dtype.type(len(group))).astype(whole.dtype)
+        out.append((group[0][1], whole))
     return out
 
 

@@ -23,7 +23,7 @@ from refir.checks.limits import DEVICES, MAX_DIGITS, check_static
 from refir.checks.type_checks import check_mesh
 from refir.errors import Loc, ParseError, VerifyError
 from refir.ir.program import Eqn, Expect, Func, Lit, Param, Program, Sym, Var
-from refir.ir.types import BROADCAST, DIDS, DTYPES, Axis, Mesh, TensorType
+from refir.ir.types import BROADCAST, DIDS, DTYPES, PARTIAL_KINDS, Axis, Mesh, TensorType
 from refir.text.op_syntax import build_op
 
 _TOKEN = re.compile(
@@ -223,9 +223,40 @@ class Parser:
         else:  # type_c1
             why = "no mesh is declared" if not self.meshes else "the program declares several meshes"
             raise VerifyError(dt.loc, "type_c1", f"this type needs 'on MESH': {why}")
-        layout = tuple(self.listing(self.integer)) if self.accept("layout") else None
+        layout, partial, kind = None, (), ""
+        while self.at("layout") or self.at("partial"):
+            word = self.next()
+            if word.text == "layout" and layout is None:
+                layout = tuple(self.listing(self.integer))
+            elif word.text == "partial" and not kind:
+                partial, kind = self.partial(mesh)
+            else:
+                raise ParseError(word.loc, f"a type says {word.text!r} once")
         check_static([a.extent for a in axes], str(dt.loc))
-        return TensorType(dt.text, tuple(axes), mesh, layout)
+        return TensorType(dt.text, tuple(axes), mesh, layout, partial, kind)
+
+    def partial(self, mesh: Mesh) -> tuple[tuple[str, ...], str]:
+        """`[KIND@DIDx,DIDy]`: the mesh axes, in mesh order (DIDz, DIDy, DIDx), whose
+        devices hold terms of a pending KIND reduction (docs/spec.md §3.3, partial_c1)."""
+        self.expect("[")
+        kind = self.name("a partial kind (sum, prod, max, min, avg)")
+        if kind.text not in PARTIAL_KINDS:  # partial_c1
+            raise VerifyError(kind.loc, "partial_c1", f"unknown partial kind {kind.text!r} "
+                              f"(known: {', '.join(PARTIAL_KINDS)})")
+        self.expect("@")
+        dids: list[str] = []
+        while True:
+            did = self.name("DIDx, DIDy or DIDz")
+            if did.text not in DIDS:
+                raise ParseError(did.loc, f"expected DIDx, DIDy or DIDz, found {did.text!r}")
+            if did.text in dids:  # partial_c1
+                raise VerifyError(did.loc, "partial_c1", f"{did.text} is named twice in partial[...]")
+            dids.append(did.text)
+            if not self.accept(","):
+                break
+        self.expect("]")
+        known = [d for d in dids if mesh.has(d)]
+        return tuple(sorted(known, key=mesh.axis_of)) + tuple(d for d in dids if d not in known), kind.text
 
     def axis(self) -> Axis:
         t = self.tok

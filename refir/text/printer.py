@@ -46,7 +46,7 @@ def format_call(op: object, args: tuple) -> str:
             parts += [f"value={value!r}"] if (type(value), value) != (int, 0) else []  # -0.0 and 0.0 are printed
         case ops.Cat(axis=axis):
             parts.append(f"axis={axis}")
-        case _ if ops.is_communication(op):
+        case _ if ops.is_communication(op) or isinstance(op, ops.Partition):
             for f in fields(op):  # type: ignore[arg-type]
                 value = getattr(op, f.name)
                 parts.append(f"{f.name}={'[' + ', '.join(value) + ']' if isinstance(value, tuple) else value}")

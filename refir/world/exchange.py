@@ -23,7 +23,7 @@ from refir.checks.verifier import Checked
 from refir.errors import InputError
 from refir.ir.types import block_shape, block_slices, global_shape, memory_order, receive_into, wire_bytes
 from refir.running.prepare import bind_and_check, host_arrays
-from refir.running.shard_inputs import shard_inputs
+from refir.running.shard_inputs import held_by, shard_inputs
 from refir.world.backend_types import Shards
 from refir.world.mpi_job import COMMS, agreed, allgather_obj, as_agreed, bcast_obj, fault, recv_bytes, wait
 from refir.world.ranks import World
@@ -65,6 +65,7 @@ def deliver_inputs(checked: Checked, inputs: dict[str, np.ndarray], bindings: di
         return shards
     comm = COMMS.world()
     reqs: list[MPI.Request] = []
+    terms: dict[tuple[str, int], np.ndarray] = {}
     for p in checked.func.params:
         t = p.type
         shape = global_shape(t, bindings)
@@ -73,7 +74,8 @@ def deliver_inputs(checked: Checked, inputs: dict[str, np.ndarray], bindings: di
                 continue
             index = block_slices(t, k, shape)
             if world.is_root:
-                reqs.append(comm.Isend(wire_bytes(inputs[p.name][index + (Ellipsis,)], t.order), dest=k,
+                held = held_by(t, p.name, inputs[p.name], k, terms)  # a partial input's term
+                reqs.append(comm.Isend(wire_bytes(held[index + (Ellipsis,)], t.order), dest=k,
                                        tag=INPUT_TAG))
             elif k == world.rank:
                 x, buf = receive_into(block_shape(shape, index), t.np_dtype, t.order)
