@@ -15,8 +15,9 @@ from math import prod
 
 import numpy as np
 
+from refir.explain.step_rules import RULES, changes, nest_rule
 from refir.ir import ops
-from refir.ir.types import Axis, TensorType, block_number, block_slices, dense_strides, global_shape, shard_text
+from refir.ir.types import Axis, TensorType, block_number, block_slices, dense_strides, global_shape
 from refir.lowering.lower import Lowered, Step
 from refir.lowering.teams import Team, teams
 from refir.text.printer import format_call
@@ -293,62 +294,6 @@ def _moved(op: ops.Communication, s: Block, r: Block) -> tuple[Range, ...]:
     return s.ranges  # the sender's whole block (a partial term for allreduce and reduce)
 
 
-RULES: dict[type, str] = {
-    ops.Allgather: "sharded -> replicated on the same mesh: allgather",
-    ops.Gather: "sharded -> replicated on another mesh: gather",
-    ops.Scatter: "replicated -> sharded, a receiver lacks the data: scatter from one device",
-    ops.Broadcast: "replicated -> replicated on another mesh: broadcast from the first source device",
-    ops.SendRecv: "sharded -> sharded on the same axis, another mesh: send_recv, block k to block k",
-    ops.AllToAll: "sharded -> sharded on another axis, same mesh: all_to_all",
-    ops.Allreduce: "partial -> replicated: allreduce",
-    ops.Reduce: "partial -> replicated on another mesh: reduce",
-    ops.ReduceScatter: "partial -> sharded on the reduced mesh axis: reduce_scatter",
-    ops.KeepBlock: "replicated -> sharded, every device already holds the data: each keeps its block",
-    ops.Partition: "replicated -> partial, nothing moves: for sum and prod the device of coordinate 0 in each "
-                   "team keeps the value and the others hold 0 (1); for max and min every device keeps it (spec §3.3)",
-}
-
-
-def _axis_text(a: object) -> str:
-    shard = getattr(a, "shard", None)
-    return f"sharded on {shard_text(shard)}" if shard else "whole"
-
-
-def changes(src: TensorType, dst: TensorType) -> tuple[str, ...]:
-    """What differs between two placements of one value, axis by axis."""
-    out = []
-    if src.mesh != dst.mesh:
-        out.append(f"mesh {src.mesh.name} {_ids(src.mesh.devices)} -> mesh {dst.mesh.name} {_ids(dst.mesh.devices)}")
-    for i, (a, b) in enumerate(zip(src.axes, dst.axes)):
-        if a.shard != b.shard:
-            out.append(f"axis {i}: {_axis_text(a)} -> {_axis_text(b)}")
-    if src.partial != dst.partial:
-        gone = [k for k in src.partial if k not in dst.partial]
-        new = [k for k in dst.partial if k not in src.partial]
-        if gone:
-            out.append(f"partial {src.partial_kind} over {', '.join(gone)} -> reduced")
-        if new:
-            out.append(f"replicated over {', '.join(new)} -> terms of a partial {dst.partial_kind}")
-    return tuple(out)
-
-
-def nest_rule(op: ops.Communication, src: TensorType, dst: TensorType) -> str:
-    """What a communication does to a nested axis (spec §6): it drops or adds
-    the nest's innermost mesh axis, within each block of the outer ones."""
-    def nest(t: TensorType, i: int) -> str:
-        return shard_text(t.axes[i].shard) if t.axes[i].shard else "whole"
-
-    match op:
-        case ops.Allgather(axis=i, mesh_axis=k) if src.axes[i].nested:
-            return f"; nested {nest(src, i)} -> {nest(dst, i)}: over its innermost {k}, in each block of the rest"
-        case ops.AllToAll(mesh_axis=k, split_axis=j, concat_axis=i) if src.axes[i].nested or dst.axes[j].nested:
-            return (f"; {k} leaves the inside of axis {i}'s nest ({nest(src, i)} -> {nest(dst, i)}) for the "
-                    f"inside of axis {j}'s ({nest(src, j)} -> {nest(dst, j)})")
-        case ops.ReduceScatter(mesh_axis=k, axis=j) if dst.axes[j].nested:
-            return f"; nested {nest(src, j)} -> {nest(dst, j)}: each block of the outer mesh axes cut over {k}"
-    return ""
-
-
 def comm_facts(op: ops.Communication, src: Placement, dst: Placement) -> CommFacts:
     ts = tuple(teams(op, src.type, dst.type))
     rule = RULES[type(op)] + nest_rule(op, src.type, dst.type)
@@ -400,7 +345,3 @@ def explain(lowered: Lowered, bindings: dict[str, int], world: int) -> Explained
         known[step.out] = here
         out.append(StepFacts(step, segment_of[step.out], here, comm))
     return Explained(lowered, bindings, world, inputs, tuple(out))
-
-
-def _ids(ds: tuple[int, ...]) -> str:
-    return "[" + " ".join(map(str, ds)) + "]"

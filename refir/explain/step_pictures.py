@@ -10,7 +10,8 @@ from rich.table import Table
 from rich.text import Text
 
 from refir.explain.pictures import DEVICES_LISTED, MOVES_LISTED, devices_text, ints, spans, value_picture
-from refir.explain.placement import RULES, CommFacts, StepFacts, nbytes
+from refir.explain.placement import CommFacts, StepFacts, nbytes
+from refir.explain.step_rules import RULES
 from refir.ir import ops
 from refir.text.printer import format_call
 

@@ -12,7 +12,7 @@ from refir.checks.verifier import verify
 from refir.errors import InputError
 from refir.explain.device_sets import devices_text
 from refir.explain.lowered_listing import TEAMS_LISTED, format_lowered
-from refir.explain.placement import RULES, nest_rule
+from refir.explain.step_rules import RULES, nest_rule
 from refir.frontends.dtensor import (
     Placement,
     did_of,
