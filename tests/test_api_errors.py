@@ -103,9 +103,9 @@ def test_refirs_own_builder_calls_are_not_placed_at_refirs_lines(capsys):
     assert capsys.readouterr().err == "error: verify error [type_c6]: axis 0 has a negative extent -4\n"
     b = Builder()
     with pytest.raises(InputError) as info:
-        line = here(); b.mesh(list(range(2000)))  # noqa: E702
-    assert str(info.value).startswith(f"{__file__}:{line}:9: mesh 'm' names device 1999, which needs a world of "
-                                      "2000 devices, over refir's limit")
+        line = here(); b.mesh(list(range(70000)))  # noqa: E702
+    assert str(info.value).startswith(f"{__file__}:{line}:9: mesh 'm' names device 69999, which needs a world of "
+                                      "70000 devices, over refir's limit")
 
 
 # ---- the API ------------------------------------------------------------------------------------

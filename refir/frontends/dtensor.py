@@ -30,7 +30,7 @@ import numpy as np
 
 from refir.errors import InputError
 from refir.ir.program import Program
-from refir.ir.types import DIDS, Axis, Mesh, TensorType, as_shard, block_slices, shard_text
+from refir.ir.types import DIDS, DTYPES, Axis, Mesh, TensorType, as_shard, block_slices, shard_text
 
 
 @dataclass(frozen=True)
@@ -169,6 +169,8 @@ def redistribute_program(mesh: Mesh, shape: tuple[int, ...], src: tuple[Placemen
     (see contributions_type) and the target may not be partial."""
     from refir.frontends.builder import Builder
 
+    if dtype not in DTYPES:  # the source enters as a whole type, which the builder takes as it is
+        raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
     s, d = to_refir(shape, mesh, src, dtype), to_refir(shape, mesh, dst, dtype)
     if d.partial and contributions:
         raise InputError(f"redistributing to {', '.join(map(str, dst))}: a Partial target needs the partial type, "
