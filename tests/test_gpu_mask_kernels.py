@@ -2,7 +2,7 @@
 interp's numpy: operands with gaps, negative steps, permuted axes and broadcast axes,
 results in every memory order, short and long rows (the dense, row and walking kernels)."""
 
-from itertools import permutations
+from itertools import permutations, product
 
 import numpy as np
 import pytest
@@ -41,12 +41,16 @@ def test_where_on_strided_broadcast_and_dense_operands_in_every_order(dtype, mon
         c = strided(rng, shape, np.dtype(bool))
         x, y = strided(rng, shape, t), strided(rng, shape, t)
         cases = [(c, x, y), (np.ascontiguousarray(c), np.ascontiguousarray(x), np.ascontiguousarray(y)),
-                 (c[:1, :, :1], x, y[:, :1]), (c, x[..., :1], y[:1, :1, :1])]
+                 (c[:1, :, :1], x, y[:, :1]), (c, x[..., :1], y[:1, :1, :1]),
+                 (np.ascontiguousarray(c[:1]), np.ascontiguousarray(x), y[:1, :1, :1])]  # an attention mask
         for args in cases:
             want = IMPLS[ops.Where](ops.Where(), *args)
             for order in permutations(range(3)):
                 _check(GPU_IMPLS[ops.Where](ops.Where(), order, *[upload(a) for a in args]), want, order)
-    assert {masks._where_dense, masks._where_walk, masks._where_rows} <= set(walked)  # every kernel ran
+    rows = set(walked) - {masks._where_dense, masks._where_walk}  # the row kernels, made per inner steps
+    assert {masks._where_dense, masks._where_walk} <= set(walked) and masks._where_rows in rows  # every kernel ran
+    made = {key for key in product((-1, 0, 1), repeat=3) if masks.where_rows_kernel(*key) in rows}
+    assert {(-1, -1, -1), (1, 1, 1), (1, 1, 0)} <= made  # any steps; unit; unit with y broadcast
 
 
 def _iota_type(dtype: str, extents: tuple[int, ...], order: tuple[int, ...]) -> TensorType:

@@ -22,8 +22,8 @@ same for every word of it, so warps never diverge on it):
 Values move as unsigned bits, never as values, so every dtype is exact. Rows are
 indexed over two strided outer axes (grid x and y, no division), and a long row
 is cut into chunks over grid z so that few long rows still fill the GPU. Each
-thread loads four words (eight in the shifted case) before it stores any, the
-row's ragged end too (its loads clamped to the chunk's last word).
+thread loads eight words (sixteen in the shifted case) before it stores any, then
+four, the row's ragged end too (its loads clamped to the chunk's last word).
 """
 
 from __future__ import annotations
@@ -65,10 +65,29 @@ def _word(a8: Arr, wa: int, k: int, mode: int, lo_shift: np.uint64, hi_shift: np
 @cuda.jit(device=True)
 def _run(o8: Arr, a8: Arr, wo: int, wa: int, k: int, w1: int, bx: int, mode: int, lo_shift: np.uint64,
          hi_shift: np.uint64, fill: np.uint64) -> None:
-    """Words k, k + bx, ... below w1 of a row (dst's from word wo, src's from word wa), four
-    a round, all four made (their loads issued) before any is stored; the ragged end too."""
+    """Words k, k + bx, ... below w1 of a row (dst's from word wo, src's from word wa), eight
+    a round, all eight made (their loads issued) before any is stored; then at most one
+    round of four, then the ragged end's four (loads clamped) the same way."""
     last = w1 - 1
-    while k + 3 * bx < w1:
+    while k + 7 * bx < w1:  # eight a round: 64 bytes of loads in flight a thread
+        v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
+        v1 = _word(a8, wa, k + bx, mode, lo_shift, hi_shift, fill)
+        v2 = _word(a8, wa, k + 2 * bx, mode, lo_shift, hi_shift, fill)
+        v3 = _word(a8, wa, k + 3 * bx, mode, lo_shift, hi_shift, fill)
+        v4 = _word(a8, wa, k + 4 * bx, mode, lo_shift, hi_shift, fill)
+        v5 = _word(a8, wa, k + 5 * bx, mode, lo_shift, hi_shift, fill)
+        v6 = _word(a8, wa, k + 6 * bx, mode, lo_shift, hi_shift, fill)
+        v7 = _word(a8, wa, k + 7 * bx, mode, lo_shift, hi_shift, fill)
+        o8[U(wo + k)] = v0
+        o8[U(wo + k + bx)] = v1
+        o8[U(wo + k + 2 * bx)] = v2
+        o8[U(wo + k + 3 * bx)] = v3
+        o8[U(wo + k + 4 * bx)] = v4
+        o8[U(wo + k + 5 * bx)] = v5
+        o8[U(wo + k + 6 * bx)] = v6
+        o8[U(wo + k + 7 * bx)] = v7
+        k += 8 * bx
+    if k + 3 * bx < w1:  # then at most one round of four
         v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
         v1 = _word(a8, wa, k + bx, mode, lo_shift, hi_shift, fill)
         v2 = _word(a8, wa, k + 2 * bx, mode, lo_shift, hi_shift, fill)
