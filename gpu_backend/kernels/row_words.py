@@ -6,9 +6,11 @@ a word (a slice `[:, 1:-1]`, pad's interior, a reshape of such a slice) cannot
 take the row kernel's 8-byte words: one side would be misaligned, and element by
 element a thread moves 4 bytes a load, too few in flight to fill the memory
 system. Here each destination row is written as whole aligned 8-byte words (its
-first and last elements that share a word with a neighbouring row one by one),
-and each word is made from the source in one of three ways, chosen per row (the
-same for every word of it, so warps never diverge on it):
+first and last elements that share a word with a neighbouring row element by
+element, one a thread, each loaded before the row's words and stored after them,
+so no warp waits a load's latency on its own), and each word is made from the
+source in one of three ways, chosen per row (the same for every word of it, so
+warps never diverge on it):
 
 - the source aligned like the destination: one aligned word load;
 - shifted by r elements: the two aligned source words it straddles, each loaded
@@ -131,32 +133,44 @@ def row_words_kernel(f: int) -> Callable:
                 pa = a_off + i * a_i + j * a_j
                 head = min((f - po % f) % f, inner)  # elements before dst's first whole word
                 words = (inner - head) // f
-                if cuda.blockIdx.z == 0 and t == 0:  # the elements sharing a word with another row
+                tail0 = head + words * f
+                z0 = cuda.blockIdx.z == 0
+                spread = bx >= f  # the elements sharing a word with another row: one a thread
+                if z0 and not spread and t == 0:  # (blocks narrower than a word: one thread, one by one)
                     for e in range(head):
                         o_e[U(po + e)] = a_e[U(pa + e * a_in)]
-                    for e in range(head + words * f, inner):
+                    for e in range(tail0, inner):
                         o_e[U(po + e)] = a_e[U(pa + e * a_in)]
+                do_h = z0 and spread and t < head  # head element t, tail element bx - 1 - t:
+                do_t = z0 and spread and bx - 1 - t < inner - tail0  # loaded with the row's words
+                eh = t if do_h else 0
+                et = tail0 + bx - 1 - t if do_t else 0
+                hv = a_e[U(pa + eh * a_in)]
+                tv = a_e[U(pa + et * a_in)]
                 w0 = cuda.blockIdx.z * chunk
                 w1 = min(w0 + chunk, words)
-                if w0 >= w1:
-                    continue
-                wo = (po + head) // f  # dst's first whole word
-                s = pa + head * a_in  # the source element going to its first element
-                r = s % f
-                lo_shift = np.uint64(r * bits)
-                hi_shift = np.uint64(64 - r * bits)
-                mode = 2 if a_in == 0 else (3 if a_in == 2 else (0 if r == 0 else 1))
-                wa = s // f
-                fill = np.uint64(a_e[U(pa)]) * rep if mode == 2 else np.uint64(0)  # read once a row
-                k = w0 + t
-                if mode == 0:  # each call inlined with its mode a constant: loops without the other modes
-                    _run(o8, a8, wo, wa, k, w1, bx, 0, lo_shift, hi_shift, fill)
-                elif mode == 1:
-                    _run(o8, a8, wo, wa, k, w1, bx, 1, lo_shift, hi_shift, fill)
-                elif mode == 2:
-                    _run(o8, a8, wo, wa, k, w1, bx, 2, lo_shift, hi_shift, fill)
-                else:
-                    _run(o8, a8, wo, wa, k, w1, bx, 3, lo_shift, hi_shift, fill)
+                if w0 < w1:
+                    wo = (po + head) // f  # dst's first whole word
+                    s = pa + head * a_in  # the source element going to its first element
+                    r = s % f
+                    lo_shift = np.uint64(r * bits)
+                    hi_shift = np.uint64(64 - r * bits)
+                    mode = 2 if a_in == 0 else (3 if a_in == 2 else (0 if r == 0 else 1))
+                    wa = s // f
+                    fill = np.uint64(a_e[U(pa)]) * rep if mode == 2 else np.uint64(0)  # read once a row
+                    k = w0 + t
+                    if mode == 0:  # each call inlined with its mode a constant: loops without the other modes
+                        _run(o8, a8, wo, wa, k, w1, bx, 0, lo_shift, hi_shift, fill)
+                    elif mode == 1:
+                        _run(o8, a8, wo, wa, k, w1, bx, 1, lo_shift, hi_shift, fill)
+                    elif mode == 2:
+                        _run(o8, a8, wo, wa, k, w1, bx, 2, lo_shift, hi_shift, fill)
+                    else:
+                        _run(o8, a8, wo, wa, k, w1, bx, 3, lo_shift, hi_shift, fill)
+                if do_h:  # stored after them: no thread waits on a lone load
+                    o_e[U(po + eh)] = hv
+                if do_t:
+                    o_e[U(po + et)] = tv
 
     return row_words
 
