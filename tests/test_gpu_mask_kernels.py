@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from test_gpu_kernels import strided
 
+from gpu_backend import impls
 from gpu_backend.buffers.buffer import download, upload
-from gpu_backend.impls import GPU_IMPLS, PER_DEVICE
+from gpu_backend.impls import GPU_IMPLS, PER_DEVICE, compute
 from gpu_backend.kernels import masks
 from gpu_backend.kernels.window import border
 from interp.impls import IMPLS
@@ -51,6 +52,22 @@ def test_where_on_strided_broadcast_and_dense_operands_in_every_order(dtype, mon
     assert {masks._where_dense, masks._where_walk} <= set(walked) and masks._where_rows in rows  # every kernel ran
     made = {key for key in product((-1, 0, 1), repeat=3) if masks.where_rows_kernel(*key) in rows}
     assert {(-1, -1, -1), (1, 1, 1), (1, 1, 0)} <= made  # any steps; unit; unit with y broadcast
+
+
+def test_where_uploads_a_python_scalar_once_and_keeps_its_bits(monkeypatch):
+    """where's scalar operand is held on the device by its bits (an upload a call waited for the
+    stream): the same bits upload once, other bits (-0.0 against 0.0, NaN) upload their own."""
+    uploads = []
+    real = impls.to_device
+    monkeypatch.setattr(impls, "to_device", lambda a: (uploads.append(a.copy()), real(a))[1])
+    impls._held_scalar.cache_clear()
+    rng = np.random.default_rng(5)
+    c, x = rng.random((3, 70)) < 0.5, rng.standard_normal((3, 70)).astype(np.float32)
+    for value in [float("-inf"), float("-inf"), -0.0, 0.0, float("nan"), -0.0]:
+        got = download(compute(ops.Where(), (0, 1), [upload(c), upload(x), value]))
+        assert np.array_equal(_bits(got), _bits(IMPLS[ops.Where](ops.Where(), c, x, np.float32(value))))
+    held = [-np.inf, -0.0, 0.0, np.nan]  # each once, in the order first met
+    assert [_bits(u).tolist() for u in uploads] == [_bits(np.float32([v])).tolist() for v in held]
 
 
 def _iota_type(dtype: str, extents: tuple[int, ...], order: tuple[int, ...]) -> TensorType:
