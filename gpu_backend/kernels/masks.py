@@ -118,7 +118,10 @@ def _step(known: int, given: int) -> int:
 @cache
 def where_rows_kernel(kc: int, kx: int, ky: int) -> object:
     """`_where_rows` made for cond's, x's and y's inner strides kc, kx, ky where each is 0 or 1
-    (a constant: their addresses a base and a shared step, fewer registers), -1 where any."""
+    (a constant: their addresses a base and a shared step, fewer registers), -1 where any.
+    Eight elements a round where all three are known (56 registers for f32), four where not
+    (eight took 96 registers there: half the threads an SM for no more loads in flight)."""
+    wide = kc >= 0 and kx >= 0 and ky >= 0
 
     @cuda.jit
     def _where_rows(out: Arr, o_off: int, o_i: int, o_j: int,
@@ -143,7 +146,7 @@ def where_rows_kernel(kc: int, kx: int, ky: int) -> object:
                 px = x_off + i * x_i + j * x_j + k * _step(kx, x_in)
                 py = y_off + i * y_i + j * y_j + k * _step(ky, y_in)
                 sc, sx, sy = bx * _step(kc, c_in), bx * _step(kx, x_in), bx * _step(ky, y_in)
-                while k + 7 * bx < k1:  # eight a round: a broadcast cond and y leave x's loads alone in flight
+                while wide and k + 7 * bx < k1:  # eight a round (a broadcast cond and y: x's alone reach DRAM)
                     c0, c1, c2, c3 = c[U(pc)], c[U(pc + sc)], c[U(pc + 2 * sc)], c[U(pc + 3 * sc)]
                     c4, c5, c6, c7 = c[U(pc + 4 * sc)], c[U(pc + 5 * sc)], c[U(pc + 6 * sc)], c[U(pc + 7 * sc)]
                     x0, x1, x2, x3 = x[U(px)], x[U(px + sx)], x[U(px + 2 * sx)], x[U(px + 3 * sx)]
@@ -163,7 +166,7 @@ def where_rows_kernel(kc: int, kx: int, ky: int) -> object:
                     pc += 8 * sc
                     px += 8 * sx
                     py += 8 * sy
-                if k + 3 * bx < k1:  # then at most one round of four
+                while k + 3 * bx < k1:  # then rounds of four (at most one after rounds of eight)
                     c0, c1, c2, c3 = c[U(pc)], c[U(pc + sc)], c[U(pc + 2 * sc)], c[U(pc + 3 * sc)]
                     x0, x1, x2, x3 = x[U(px)], x[U(px + sx)], x[U(px + 2 * sx)], x[U(px + 3 * sx)]
                     y0, y1, y2, y3 = y[U(py)], y[U(py + sy)], y[U(py + 2 * sy)], y[U(py + 3 * sy)]
