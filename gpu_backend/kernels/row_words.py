@@ -189,8 +189,14 @@ def rows_geometry(ni: int, nj: int, inner: int) -> tuple[tuple[int, int, int], t
 
 
 def words_geometry(ni: int, nj: int, inner: int, f: int) -> tuple[tuple[int, int, int], tuple[int, int], int]:
-    """row_words' rows_geometry: rows of `inner` elements hold at most inner // f + 1 whole words."""
-    return rows_geometry(ni, nj, inner // f + 1)
+    """row_words' rows_geometry: rows of `inner` elements hold at most inner // f + 1 whole words.
+    Where the rows are many (no chunks, one outer axis), a block a row (by rows), not a
+    grid-stride over them: at 72 registers an SM holds three blocks, and max_blocks()'s
+    grid of 7 or 8 rows a block ran 5.3 waves, its last a third full."""
+    (gi, gj, gc), block, chunk = rows_geometry(ni, nj, inner // f + 1)
+    if gi == 1 and gc == 1:
+        gj = min(-(-nj // block[1]), 65535)
+    return (gi, gj, gc), block, chunk
 
 
 def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, src_n: int) -> tuple[object, ...] | None:
