@@ -175,6 +175,14 @@ def row_words_kernel(f: int) -> Callable:
     return row_words
 
 
+def many_rows(nj: int, by: int) -> int:
+    """Grid y for nj rows, by a block, on one outer axis: a block for each by rows (within
+    the grid's limit), not max_blocks()' grid-stride over them: an SM holds 3 to 5 blocks
+    of these kernels (48 to 72 registers), so max_blocks()' 16 an SM ran 3.2 to 5.3 waves
+    of 7 or 8 rows a block, the last wave part full; a call alone waits for it."""
+    return min(-(-nj // by), 65535)
+
+
 def rows_geometry(ni: int, nj: int, inner: int) -> tuple[tuple[int, int, int], tuple[int, int], int]:
     """A rows kernel's grid, block and chunk (what a block z takes of a row of `inner`): rows
     over grid x and y as the row kernels take them, a row cut over z only where rows are
@@ -184,19 +192,15 @@ def rows_geometry(ni: int, nj: int, inner: int) -> tuple[tuple[int, int, int], t
     gi = min(ni, max_blocks())
     gj = min(-(-nj // by), max(1, max_blocks() // gi), 65535)
     gc = max(1, min(-(-inner // (4 * bx)), max(1, max_blocks() // (gi * gj)), 65535))
+    if gi == 1 and gc == 1:  # many rows on one axis: a block for each by rows (many_rows)
+        gj = many_rows(nj, by)
     per = -(-inner // gc)
     return (gi, gj, gc), (bx, by), -(-per // (4 * bx)) * 4 * bx
 
 
 def words_geometry(ni: int, nj: int, inner: int, f: int) -> tuple[tuple[int, int, int], tuple[int, int], int]:
-    """row_words' rows_geometry: rows of `inner` elements hold at most inner // f + 1 whole words.
-    Where the rows are many (no chunks, one outer axis), a block a row (by rows), not a
-    grid-stride over them: at 72 registers an SM holds three blocks, and max_blocks()'s
-    grid of 7 or 8 rows a block ran 5.3 waves, its last a third full."""
-    (gi, gj, gc), block, chunk = rows_geometry(ni, nj, inner // f + 1)
-    if gi == 1 and gc == 1:
-        gj = min(-(-nj // block[1]), 65535)
-    return (gi, gj, gc), block, chunk
+    """row_words' rows_geometry: rows of `inner` elements hold at most inner // f + 1 whole words."""
+    return rows_geometry(ni, nj, inner // f + 1)
 
 
 def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, src_n: int) -> tuple[object, ...] | None:
