@@ -49,6 +49,15 @@ def scalar_buffer(value: int | float, dtype: np.dtype) -> DeviceBuffer:
     return DeviceBuffer.dense(to_device(scalar_value(value, dtype).reshape(1)), ())
 
 
+@lru_cache(maxsize=64)
+def _held_scalar(bits: bytes, dtype: np.dtype) -> DeviceBuffer:
+    """A 0-d device buffer of these bits, uploaded once and kept (an upload waits for the
+    stream: once a call it cost where's attention mask a sync a call). Only `where` takes
+    it: where reads its operands and returns a fresh buffer, so the held one is never
+    written, nor seen outside."""
+    return DeviceBuffer.dense(to_device(np.frombuffer(bits, dtype).copy()), ())
+
+
 @lru_cache(maxsize=1024)
 def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     """np.broadcast_shapes, kept per pair of shapes (it costs µs a call: runs repeat their shapes)."""
@@ -139,7 +148,11 @@ def compute(op: object, order: Order, args: list[Any]) -> DeviceBuffer:
             else:
                 out, fn = DeviceBuffer.empty(x.shape, dtype, order), functions.binary(op.name, dtype)
             return elementwise_scalar(fn, out, x, value, first)
-    values = [a if isinstance(a, DeviceBuffer) else scalar_buffer(a, dtype) for a in args]
+    if isinstance(op, ops.Where):
+        values = [a if isinstance(a, DeviceBuffer) else _held_scalar(scalar_value(a, dtype).tobytes(), dtype)
+                  for a in args]
+    else:
+        values = [a if isinstance(a, DeviceBuffer) else scalar_buffer(a, dtype) for a in args]
     return GPU_IMPLS[type(op)](op, order, *values)
 
 

@@ -2,14 +2,15 @@
 interp's numpy: operands with gaps, negative steps, permuted axes and broadcast axes,
 results in every memory order, short and long rows (the dense, row and walking kernels)."""
 
-from itertools import permutations
+from itertools import permutations, product
 
 import numpy as np
 import pytest
 from test_gpu_kernels import strided
 
+from gpu_backend import impls
 from gpu_backend.buffers.buffer import download, upload
-from gpu_backend.impls import GPU_IMPLS, PER_DEVICE
+from gpu_backend.impls import GPU_IMPLS, PER_DEVICE, compute
 from gpu_backend.kernels import masks
 from gpu_backend.kernels.window import border
 from interp.impls import IMPLS
@@ -41,12 +42,32 @@ def test_where_on_strided_broadcast_and_dense_operands_in_every_order(dtype, mon
         c = strided(rng, shape, np.dtype(bool))
         x, y = strided(rng, shape, t), strided(rng, shape, t)
         cases = [(c, x, y), (np.ascontiguousarray(c), np.ascontiguousarray(x), np.ascontiguousarray(y)),
-                 (c[:1, :, :1], x, y[:, :1]), (c, x[..., :1], y[:1, :1, :1])]
+                 (c[:1, :, :1], x, y[:, :1]), (c, x[..., :1], y[:1, :1, :1]),
+                 (np.ascontiguousarray(c[:1]), np.ascontiguousarray(x), y[:1, :1, :1])]  # an attention mask
         for args in cases:
             want = IMPLS[ops.Where](ops.Where(), *args)
             for order in permutations(range(3)):
                 _check(GPU_IMPLS[ops.Where](ops.Where(), order, *[upload(a) for a in args]), want, order)
-    assert {masks._where_dense, masks._where_walk, masks._where_rows} <= set(walked)  # every kernel ran
+    rows = set(walked) - {masks._where_dense, masks._where_walk}  # the row kernels, made per inner steps
+    assert {masks._where_dense, masks._where_walk} <= set(walked) and masks._where_rows in rows  # every kernel ran
+    made = {key for key in product((-1, 0, 1), repeat=3) if masks.where_rows_kernel(*key) in rows}
+    assert {(-1, -1, -1), (1, 1, 1), (1, 1, 0)} <= made  # any steps; unit; unit with y broadcast
+
+
+def test_where_uploads_a_python_scalar_once_and_keeps_its_bits(monkeypatch):
+    """where's scalar operand is held on the device by its bits (an upload a call waited for the
+    stream): the same bits upload once, other bits (-0.0 against 0.0, NaN) upload their own."""
+    uploads = []
+    real = impls.to_device
+    monkeypatch.setattr(impls, "to_device", lambda a: (uploads.append(a.copy()), real(a))[1])
+    impls._held_scalar.cache_clear()
+    rng = np.random.default_rng(5)
+    c, x = rng.random((3, 70)) < 0.5, rng.standard_normal((3, 70)).astype(np.float32)
+    for value in [float("-inf"), float("-inf"), -0.0, 0.0, float("nan"), -0.0]:
+        got = download(compute(ops.Where(), (0, 1), [upload(c), upload(x), value]))
+        assert np.array_equal(_bits(got), _bits(IMPLS[ops.Where](ops.Where(), c, x, np.float32(value))))
+    held = [-np.inf, -0.0, 0.0, np.nan]  # each once, in the order first met
+    assert [_bits(u).tolist() for u in uploads] == [_bits(np.float32([v])).tolist() for v in held]
 
 
 def _iota_type(dtype: str, extents: tuple[int, ...], order: tuple[int, ...]) -> TensorType:

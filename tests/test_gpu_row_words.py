@@ -88,6 +88,20 @@ def test_one_long_row_is_cut_into_chunks():
     assert how == "words" and got.tobytes() == want.tobytes()
 
 
+def test_many_rows_take_a_block_a_row_not_a_grid_stride():
+    (gi, gj, gc), (_, by), _ = words_geometry(1, 1000, 100, 2)  # max_blocks() would give 2
+    assert (gi, gc) == (1, 1) and gj == -(-1000 // by)
+    (gi, gj, gc), _, _ = words_geometry(3, 1000, 100, 2)  # two outer axes keep the capped grid
+    assert gi * gj * gc <= 2
+    how, got, want = _copied(_values((300, 130), "f4"), (slice(None), slice(1, -1)))
+    assert how == "words" and got.tobytes() == want.tobytes()
+    x = upload(_values((1000, 200), "f4"))[:, :100]  # the row kernel's rows: the same grid
+    kernel, grid, (_, by), _, _ = elementwise._plan(elementwise._same, DeviceBuffer.empty((1000, 100), x.dtype,
+                                                    (0, 1)), (x,), False)
+    assert kernel is elementwise.rows1_kernel(elementwise.ignoring_scalar(elementwise._same))
+    assert grid == (1, -(-1000 // by))
+
+
 def test_short_rows_and_aligned_rows_keep_the_row_kernel():
     how, got, want = _copied(_values((4, MIN_INNER + 1), "f4"), (slice(None), slice(1, None)))
     assert how == "words"

@@ -37,7 +37,7 @@ from gpu_backend.kernels.elementwise_kernels import (
     rows1_kernel,
     walk_geometry,
 )
-from gpu_backend.kernels.row_words import WORD, words_plan
+from gpu_backend.kernels.row_words import WORD, many_rows, words_plan
 from gpu_backend.kernels.strides import Arr, coalesce, padded
 from gpu_backend.kernels.transpose import clear_plans as clear_transpose_plans
 from gpu_backend.kernels.transpose import transpose_plan
@@ -160,7 +160,7 @@ def _plan(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], has_sca
         bx, by = rows_block(inner, ROWS1_LEAST)
         by = fitted(nj, by)
         gi = min(ni, max_blocks())
-        gj = min(-(-nj // by), max(1, max_blocks() // gi), 65535)
+        gj = many_rows(nj, by) if gi == 1 else min(-(-nj // by), max(1, max_blocks() // gi), 65535)
         return rows1_kernel(fn), (gi, gj), (bx, by), ((o_i, o_j), (a_i, a_j)), (ni, nj, inner)
     shape, strides = [1] + shape, [[0] + st for st in strides]  # a mid axis, at worst of extent 1
     outer = padded(shape[:-2], 1)

@@ -1,23 +1,23 @@
-"""The mask ops on device buffers (docs/spec.md §5.9): comparisons (the elementwise
-kernels, to a bool buffer), `where` (kernels of three operands) and `iota` (a kernel of
-none). gpu_backend/impls.py imports this module last; it registers the ops in GPU_IMPLS.
-
-`where` is planned as the elementwise ops are (gpu_backend/kernels/elementwise.py): the
-four buffers' axes coalesced in the result's memory order; where every one is a single
-unit-stride run, a grid-stride loop with four loads of each operand in flight (no index
-arithmetic); where they coalesce to rows (long enough) at two outer axes at most, a row
-kernel (`_where_rows`: grid x and y over the rows, z over chunks of a long row; each
-operand's place advanced by its own step along the row, 0 where broadcast along it: no
-division or multiply per element); otherwise the general walk over [outer..., mid, inner] of the result's
-memory order, each operand read through its own strides (broadcast axes at stride 0, any
-layout, negative strides), the outer index unravelled once per work item of many
-elements, never per element. Values move as unsigned words of their size (bfloat16's
-bits as they are). `iota` writes its fresh result in memory order; each element's value
-is the start plus its index along the axis, which is the walk's mid index (or its inner
-index, where the axis is innermost in memory): no division per element either. An integer
-iota narrower than 8 bytes whose rows are whole words writes whole 8-byte words (the
-elements' low bits packed, as the cast from i64 wraps): a write-only kernel moves its bytes
-in half as many stores."""
+"""The mask ops on device buffers (docs/spec.md §5.9): comparisons (the elementwise kernels, to a
+bool buffer), `where` (kernels of three operands) and `iota` (a kernel of none).
+gpu_backend/impls.py imports this module last; it registers the ops in GPU_IMPLS. `where` is
+planned as the elementwise ops are (gpu_backend/kernels/elementwise.py): the four buffers' axes
+coalesced in the result's memory order; where every one is a single unit-stride run, a grid-
+stride loop with four loads of each operand in flight (no index arithmetic); where they coalesce
+to rows (long enough) at two outer axes at most, a row kernel (`_where_rows`: grid x and y over
+the rows, z over chunks of a long row; each operand's place advanced by its own step along the
+row, 0 where broadcast along it: no division or multiply per element; eight elements of each
+operand in flight a thread; made per operand for steps 0 and 1 as constants,
+`where_rows_kernel`, which an attention mask's where takes: 56 registers where any steps take
+96, so twice the threads an SM); otherwise the general walk over [outer..., mid, inner] of the
+result's memory order, each operand read through its own strides (broadcast axes at stride 0,
+any layout, negative strides), the outer index unravelled once per work item of many elements,
+never per element. Values move as unsigned words of their size (bfloat16's bits as they are).
+`iota` writes its fresh result in memory order; each element's value is the start plus its index
+along the axis, which is the walk's mid index (or its inner index, where the axis is innermost
+in memory): no division per element either. An integer iota narrower than 8 bytes whose rows are
+whole words writes whole 8-byte words (the elements' low bits packed, as the cast from i64
+wraps): a write-only kernel moves its bytes in half as many stores."""
 
 from __future__ import annotations
 
@@ -109,55 +109,95 @@ def _where_walk(out: Arr, o_off: int, o_outer: Ints, o_mid: int, o_in: int,
 U = np.uint64  # an index as unsigned: numba adds no wraparound for negative indices (three instructions a load)
 
 
-@cuda.jit
-def _where_rows(out: Arr, o_off: int, o_i: int, o_j: int,
-                c: Arr, c_off: int, c_i: int, c_j: int, c_in: int,
-                x: Arr, x_off: int, x_i: int, x_j: int, x_in: int,
-                y: Arr, y_off: int, y_i: int, y_j: int, y_in: int,
-                ni: int, nj: int, inner: int, chunk: int) -> None:
-    """At most two outer axes (i on grid x, j on grid y and threadIdx.y), out's rows unit
-    stride, each operand's rows at its own stride (0 where broadcast along them); a row cut
-    into chunks of `chunk` elements over grid z. No division, no multiply per element: each
-    operand's place advances by its own step; twelve loads in flight a thread, the ragged
-    end's too (its indices clamped to the chunk's last element)."""
-    bx = cuda.blockDim.x
-    for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
-        for j in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, nj, cuda.gridDim.y * cuda.blockDim.y):
-            k0 = cuda.blockIdx.z * chunk
-            k1 = min(k0 + chunk, inner)
-            k = k0 + cuda.threadIdx.x
-            po = o_off + i * o_i + j * o_j + k
-            pc = c_off + i * c_i + j * c_j + k * c_in
-            px = x_off + i * x_i + j * x_j + k * x_in
-            py = y_off + i * y_i + j * y_j + k * y_in
-            sc, sx, sy = bx * c_in, bx * x_in, bx * y_in
-            while k + 3 * bx < k1:
-                c0, c1, c2, c3 = c[U(pc)], c[U(pc + sc)], c[U(pc + 2 * sc)], c[U(pc + 3 * sc)]
-                x0, x1, x2, x3 = x[U(px)], x[U(px + sx)], x[U(px + 2 * sx)], x[U(px + 3 * sx)]
-                y0, y1, y2, y3 = y[U(py)], y[U(py + sy)], y[U(py + 2 * sy)], y[U(py + 3 * sy)]
-                out[U(po)] = x0 if c0 else y0
-                out[U(po + bx)] = x1 if c1 else y1
-                out[U(po + 2 * bx)] = x2 if c2 else y2
-                out[U(po + 3 * bx)] = x3 if c3 else y3
-                k += 4 * bx
-                po += 4 * bx
-                pc += 4 * sc
-                px += 4 * sx
-                py += 4 * sy
-            if k < k1:  # the ragged end: the same twelve loads, those past the chunk repeating its last
-                n1 = 1 if k + bx < k1 else 0
-                n2 = 2 if k + 2 * bx < k1 else n1
-                n3 = 3 if k + 3 * bx < k1 else n2
-                c0, c1, c2, c3 = c[U(pc)], c[U(pc + n1 * sc)], c[U(pc + n2 * sc)], c[U(pc + n3 * sc)]
-                x0, x1, x2, x3 = x[U(px)], x[U(px + n1 * sx)], x[U(px + n2 * sx)], x[U(px + n3 * sx)]
-                y0, y1, y2, y3 = y[U(py)], y[U(py + n1 * sy)], y[U(py + n2 * sy)], y[U(py + n3 * sy)]
-                out[U(po)] = x0 if c0 else y0
-                if n1 == 1:
+@cuda.jit(device=True)
+def _step(known: int, given: int) -> int:
+    """An operand's step along the row: `known` where the kernel was made for it (0 or 1), else `given`."""
+    return given if known < 0 else known
+
+
+@cache
+def where_rows_kernel(kc: int, kx: int, ky: int) -> object:
+    """`_where_rows` made for cond's, x's and y's inner strides kc, kx, ky where each is 0 or 1
+    (a constant: their addresses a base and a shared step, fewer registers), -1 where any.
+    Eight elements a round where all three are known (56 registers for f32), four where not
+    (eight took 96 registers there: half the threads an SM for no more loads in flight)."""
+    wide = kc >= 0 and kx >= 0 and ky >= 0
+
+    @cuda.jit
+    def _where_rows(out: Arr, o_off: int, o_i: int, o_j: int,
+                    c: Arr, c_off: int, c_i: int, c_j: int, c_in: int,
+                    x: Arr, x_off: int, x_i: int, x_j: int, x_in: int,
+                    y: Arr, y_off: int, y_i: int, y_j: int, y_in: int,
+                    ni: int, nj: int, inner: int, chunk: int) -> None:
+        """At most two outer axes (i on grid x, j on grid y and threadIdx.y), out's rows unit
+        stride, each operand's rows at its own stride (0 where broadcast along them); a row cut
+        into chunks of `chunk` elements over grid z. No division, no multiply per element: each
+        operand's place advances by its own step; 24 loads in flight a thread (eight of each
+        operand: where cond and y are broadcast, x's eight are the only ones that reach DRAM),
+        then a round of twelve, then the ragged end's twelve (indices clamped to the chunk's last)."""
+        bx = cuda.blockDim.x
+        for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
+            for j in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, nj, cuda.gridDim.y * cuda.blockDim.y):
+                k0 = cuda.blockIdx.z * chunk
+                k1 = min(k0 + chunk, inner)
+                k = k0 + cuda.threadIdx.x
+                po = o_off + i * o_i + j * o_j + k
+                pc = c_off + i * c_i + j * c_j + k * _step(kc, c_in)
+                px = x_off + i * x_i + j * x_j + k * _step(kx, x_in)
+                py = y_off + i * y_i + j * y_j + k * _step(ky, y_in)
+                sc, sx, sy = bx * _step(kc, c_in), bx * _step(kx, x_in), bx * _step(ky, y_in)
+                while wide and k + 7 * bx < k1:  # eight a round (a broadcast cond and y: x's alone reach DRAM)
+                    c0, c1, c2, c3 = c[U(pc)], c[U(pc + sc)], c[U(pc + 2 * sc)], c[U(pc + 3 * sc)]
+                    c4, c5, c6, c7 = c[U(pc + 4 * sc)], c[U(pc + 5 * sc)], c[U(pc + 6 * sc)], c[U(pc + 7 * sc)]
+                    x0, x1, x2, x3 = x[U(px)], x[U(px + sx)], x[U(px + 2 * sx)], x[U(px + 3 * sx)]
+                    x4, x5, x6, x7 = x[U(px + 4 * sx)], x[U(px + 5 * sx)], x[U(px + 6 * sx)], x[U(px + 7 * sx)]
+                    y0, y1, y2, y3 = y[U(py)], y[U(py + sy)], y[U(py + 2 * sy)], y[U(py + 3 * sy)]
+                    y4, y5, y6, y7 = y[U(py + 4 * sy)], y[U(py + 5 * sy)], y[U(py + 6 * sy)], y[U(py + 7 * sy)]
+                    out[U(po)] = x0 if c0 else y0
                     out[U(po + bx)] = x1 if c1 else y1
-                if n2 == 2:
                     out[U(po + 2 * bx)] = x2 if c2 else y2
-                if n3 == 3:
                     out[U(po + 3 * bx)] = x3 if c3 else y3
+                    out[U(po + 4 * bx)] = x4 if c4 else y4
+                    out[U(po + 5 * bx)] = x5 if c5 else y5
+                    out[U(po + 6 * bx)] = x6 if c6 else y6
+                    out[U(po + 7 * bx)] = x7 if c7 else y7
+                    k += 8 * bx
+                    po += 8 * bx
+                    pc += 8 * sc
+                    px += 8 * sx
+                    py += 8 * sy
+                while k + 3 * bx < k1:  # then rounds of four (at most one after rounds of eight)
+                    c0, c1, c2, c3 = c[U(pc)], c[U(pc + sc)], c[U(pc + 2 * sc)], c[U(pc + 3 * sc)]
+                    x0, x1, x2, x3 = x[U(px)], x[U(px + sx)], x[U(px + 2 * sx)], x[U(px + 3 * sx)]
+                    y0, y1, y2, y3 = y[U(py)], y[U(py + sy)], y[U(py + 2 * sy)], y[U(py + 3 * sy)]
+                    out[U(po)] = x0 if c0 else y0
+                    out[U(po + bx)] = x1 if c1 else y1
+                    out[U(po + 2 * bx)] = x2 if c2 else y2
+                    out[U(po + 3 * bx)] = x3 if c3 else y3
+                    k += 4 * bx
+                    po += 4 * bx
+                    pc += 4 * sc
+                    px += 4 * sx
+                    py += 4 * sy
+                if k < k1:  # the ragged end: the same twelve loads, those past the chunk repeating its last
+                    n1 = 1 if k + bx < k1 else 0
+                    n2 = 2 if k + 2 * bx < k1 else n1
+                    n3 = 3 if k + 3 * bx < k1 else n2
+                    c0, c1, c2, c3 = c[U(pc)], c[U(pc + n1 * sc)], c[U(pc + n2 * sc)], c[U(pc + n3 * sc)]
+                    x0, x1, x2, x3 = x[U(px)], x[U(px + n1 * sx)], x[U(px + n2 * sx)], x[U(px + n3 * sx)]
+                    y0, y1, y2, y3 = y[U(py)], y[U(py + n1 * sy)], y[U(py + n2 * sy)], y[U(py + n3 * sy)]
+                    out[U(po)] = x0 if c0 else y0
+                    if n1 == 1:
+                        out[U(po + bx)] = x1 if c1 else y1
+                    if n2 == 2:
+                        out[U(po + 2 * bx)] = x2 if c2 else y2
+                    if n3 == 3:
+                        out[U(po + 3 * bx)] = x3 if c3 else y3
+
+    return _where_rows
+
+
+_where_rows = where_rows_kernel(-1, -1, -1)  # any inner strides
 
 
 def _words(b: DeviceBuffer) -> DeviceBuffer:
@@ -186,7 +226,8 @@ def where(op: ops.Where, order: Order, cond: DeviceBuffer, x: DeviceBuffer, y: D
         grid, block, chunk = rows_geometry(ni, nj, inner)
         args = [v for b, (s_i, s_j, s_in) in zip(views, st) for v in (b.data, b.offset, s_i, s_j, s_in)]
         del args[4]  # out's inner stride: 1
-        launch(_where_rows, grid, block, *args, ni, nj, inner, chunk)
+        known = [s_in if s_in in (0, 1) else -1 for _, _, s_in in st[1:]]
+        launch(where_rows_kernel(*known), grid, block, *args, ni, nj, inner, chunk)
         return out
     walk, strides = [1, *walk], [[0, *st] for st in strides]  # a mid axis, at worst of extent 1
     outer = padded(walk[:-2], 1)

@@ -6,9 +6,11 @@ a word (a slice `[:, 1:-1]`, pad's interior, a reshape of such a slice) cannot
 take the row kernel's 8-byte words: one side would be misaligned, and element by
 element a thread moves 4 bytes a load, too few in flight to fill the memory
 system. Here each destination row is written as whole aligned 8-byte words (its
-first and last elements that share a word with a neighbouring row one by one),
-and each word is made from the source in one of three ways, chosen per row (the
-same for every word of it, so warps never diverge on it):
+first and last elements that share a word with a neighbouring row element by
+element, one a thread, each loaded before the row's words and stored after them,
+so no warp waits a load's latency on its own), and each word is made from the
+source in one of three ways, chosen per row (the same for every word of it, so
+warps never diverge on it):
 
 - the source aligned like the destination: one aligned word load;
 - shifted by r elements: the two aligned source words it straddles, each loaded
@@ -22,8 +24,8 @@ same for every word of it, so warps never diverge on it):
 Values move as unsigned bits, never as values, so every dtype is exact. Rows are
 indexed over two strided outer axes (grid x and y, no division), and a long row
 is cut into chunks over grid z so that few long rows still fill the GPU. Each
-thread loads four words (eight in the shifted case) before it stores any, the
-row's ragged end too (its loads clamped to the chunk's last word).
+thread loads eight words (sixteen in the shifted case) before it stores any, then
+four, the row's ragged end too (its loads clamped to the chunk's last word).
 """
 
 from __future__ import annotations
@@ -65,10 +67,29 @@ def _word(a8: Arr, wa: int, k: int, mode: int, lo_shift: np.uint64, hi_shift: np
 @cuda.jit(device=True)
 def _run(o8: Arr, a8: Arr, wo: int, wa: int, k: int, w1: int, bx: int, mode: int, lo_shift: np.uint64,
          hi_shift: np.uint64, fill: np.uint64) -> None:
-    """Words k, k + bx, ... below w1 of a row (dst's from word wo, src's from word wa), four
-    a round, all four made (their loads issued) before any is stored; the ragged end too."""
+    """Words k, k + bx, ... below w1 of a row (dst's from word wo, src's from word wa), eight
+    a round, all eight made (their loads issued) before any is stored; then at most one
+    round of four, then the ragged end's four (loads clamped) the same way."""
     last = w1 - 1
-    while k + 3 * bx < w1:
+    while k + 7 * bx < w1:  # eight a round: 64 bytes of loads in flight a thread
+        v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
+        v1 = _word(a8, wa, k + bx, mode, lo_shift, hi_shift, fill)
+        v2 = _word(a8, wa, k + 2 * bx, mode, lo_shift, hi_shift, fill)
+        v3 = _word(a8, wa, k + 3 * bx, mode, lo_shift, hi_shift, fill)
+        v4 = _word(a8, wa, k + 4 * bx, mode, lo_shift, hi_shift, fill)
+        v5 = _word(a8, wa, k + 5 * bx, mode, lo_shift, hi_shift, fill)
+        v6 = _word(a8, wa, k + 6 * bx, mode, lo_shift, hi_shift, fill)
+        v7 = _word(a8, wa, k + 7 * bx, mode, lo_shift, hi_shift, fill)
+        o8[U(wo + k)] = v0
+        o8[U(wo + k + bx)] = v1
+        o8[U(wo + k + 2 * bx)] = v2
+        o8[U(wo + k + 3 * bx)] = v3
+        o8[U(wo + k + 4 * bx)] = v4
+        o8[U(wo + k + 5 * bx)] = v5
+        o8[U(wo + k + 6 * bx)] = v6
+        o8[U(wo + k + 7 * bx)] = v7
+        k += 8 * bx
+    if k + 3 * bx < w1:  # then at most one round of four
         v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
         v1 = _word(a8, wa, k + bx, mode, lo_shift, hi_shift, fill)
         v2 = _word(a8, wa, k + 2 * bx, mode, lo_shift, hi_shift, fill)
@@ -112,34 +133,54 @@ def row_words_kernel(f: int) -> Callable:
                 pa = a_off + i * a_i + j * a_j
                 head = min((f - po % f) % f, inner)  # elements before dst's first whole word
                 words = (inner - head) // f
-                if cuda.blockIdx.z == 0 and t == 0:  # the elements sharing a word with another row
+                tail0 = head + words * f
+                z0 = cuda.blockIdx.z == 0
+                spread = bx >= f  # the elements sharing a word with another row: one a thread
+                if z0 and not spread and t == 0:  # (blocks narrower than a word: one thread, one by one)
                     for e in range(head):
                         o_e[U(po + e)] = a_e[U(pa + e * a_in)]
-                    for e in range(head + words * f, inner):
+                    for e in range(tail0, inner):
                         o_e[U(po + e)] = a_e[U(pa + e * a_in)]
+                do_h = z0 and spread and t < head  # head element t, tail element bx - 1 - t:
+                do_t = z0 and spread and bx - 1 - t < inner - tail0  # loaded with the row's words
+                eh = t if do_h else 0
+                et = tail0 + bx - 1 - t if do_t else 0
+                hv = a_e[U(pa + eh * a_in)]
+                tv = a_e[U(pa + et * a_in)]
                 w0 = cuda.blockIdx.z * chunk
                 w1 = min(w0 + chunk, words)
-                if w0 >= w1:
-                    continue
-                wo = (po + head) // f  # dst's first whole word
-                s = pa + head * a_in  # the source element going to its first element
-                r = s % f
-                lo_shift = np.uint64(r * bits)
-                hi_shift = np.uint64(64 - r * bits)
-                mode = 2 if a_in == 0 else (3 if a_in == 2 else (0 if r == 0 else 1))
-                wa = s // f
-                fill = np.uint64(a_e[U(pa)]) * rep if mode == 2 else np.uint64(0)  # read once a row
-                k = w0 + t
-                if mode == 0:  # each call inlined with its mode a constant: loops without the other modes
-                    _run(o8, a8, wo, wa, k, w1, bx, 0, lo_shift, hi_shift, fill)
-                elif mode == 1:
-                    _run(o8, a8, wo, wa, k, w1, bx, 1, lo_shift, hi_shift, fill)
-                elif mode == 2:
-                    _run(o8, a8, wo, wa, k, w1, bx, 2, lo_shift, hi_shift, fill)
-                else:
-                    _run(o8, a8, wo, wa, k, w1, bx, 3, lo_shift, hi_shift, fill)
+                if w0 < w1:
+                    wo = (po + head) // f  # dst's first whole word
+                    s = pa + head * a_in  # the source element going to its first element
+                    r = s % f
+                    lo_shift = np.uint64(r * bits)
+                    hi_shift = np.uint64(64 - r * bits)
+                    mode = 2 if a_in == 0 else (3 if a_in == 2 else (0 if r == 0 else 1))
+                    wa = s // f
+                    fill = np.uint64(a_e[U(pa)]) * rep if mode == 2 else np.uint64(0)  # read once a row
+                    k = w0 + t
+                    if mode == 0:  # each call inlined with its mode a constant: loops without the other modes
+                        _run(o8, a8, wo, wa, k, w1, bx, 0, lo_shift, hi_shift, fill)
+                    elif mode == 1:
+                        _run(o8, a8, wo, wa, k, w1, bx, 1, lo_shift, hi_shift, fill)
+                    elif mode == 2:
+                        _run(o8, a8, wo, wa, k, w1, bx, 2, lo_shift, hi_shift, fill)
+                    else:
+                        _run(o8, a8, wo, wa, k, w1, bx, 3, lo_shift, hi_shift, fill)
+                if do_h:  # stored after them: no thread waits on a lone load
+                    o_e[U(po + eh)] = hv
+                if do_t:
+                    o_e[U(po + et)] = tv
 
     return row_words
+
+
+def many_rows(nj: int, by: int) -> int:
+    """Grid y for nj rows, by a block, on one outer axis: a block for each by rows (within
+    the grid's limit), not max_blocks()' grid-stride over them: an SM holds 3 to 5 blocks
+    of these kernels (48 to 72 registers), so max_blocks()' 16 an SM ran 3.2 to 5.3 waves
+    of 7 or 8 rows a block, the last wave part full; a call alone waits for it."""
+    return min(-(-nj // by), 65535)
 
 
 def rows_geometry(ni: int, nj: int, inner: int) -> tuple[tuple[int, int, int], tuple[int, int], int]:
@@ -151,6 +192,8 @@ def rows_geometry(ni: int, nj: int, inner: int) -> tuple[tuple[int, int, int], t
     gi = min(ni, max_blocks())
     gj = min(-(-nj // by), max(1, max_blocks() // gi), 65535)
     gc = max(1, min(-(-inner // (4 * bx)), max(1, max_blocks() // (gi * gj)), 65535))
+    if gi == 1 and gc == 1:  # many rows on one axis: a block for each by rows (many_rows)
+        gj = many_rows(nj, by)
     per = -(-inner // gc)
     return (gi, gj, gc), (bx, by), -(-per // (4 * bx)) * 4 * bx
 
