@@ -40,18 +40,7 @@ def allgather_front_padding() -> Iterator[None]:
         slots = [np.flip(_padded(np.flip(b, axis), axis, c), axis) for b in blocks]  # zeros, then the block
         return np.concatenate(slots, axis=axis)[(slice(None),) * axis + (slice(0, extent),)]
 
-    def local(op: Any, team: Team, x: dict, src: TensorType, dst: TensorType, xp: Any) -> Any:
-        whole = gathered([x[s] for s in team.senders], op.axis, dst.axes[op.axis].extent)
-        return {r: whole for r in team.receivers}
-
-    def remote(t: Any, op: Any, team: Team, x: np.ndarray, src: TensorType, dst: TensorType) -> np.ndarray:
-        shapes = [local_shape(src, {}, d) for d in team.devices]
-        return gathered(t.allgather(t.team_comm(team.devices), x, op.axis, shapes), op.axis, dst.axes[op.axis].extent)
-
-    mpi = mpi_rules()
-    with mock.patch.dict(interp.collectives.EXCHANGES, {ops.Allgather: local}), \
-            mock.patch.dict(mpi, {ops.Allgather: remote} if mpi else {}):
-        yield
+    yield from _allgathered_by(gathered)
 
 
 @mutant("an uneven allgather unpads its slots with np.array_split's sizes (5 over 4: 2, 1, 1, 1), not the "
@@ -63,18 +52,7 @@ def allgather_array_split() -> Iterator[None]:
         slots = [_padded(b, axis, c)[(slice(None),) * axis + (slice(0, s),)] for b, s in zip(blocks, sizes)]
         return np.concatenate(slots, axis=axis)
 
-    def local(op: Any, team: Team, x: dict, src: TensorType, dst: TensorType, xp: Any) -> Any:
-        whole = gathered([x[s] for s in team.senders], op.axis, dst.axes[op.axis].extent)
-        return {r: whole for r in team.receivers}
-
-    def remote(t: Any, op: Any, team: Team, x: np.ndarray, src: TensorType, dst: TensorType) -> np.ndarray:
-        shapes = [local_shape(src, {}, d) for d in team.devices]
-        return gathered(t.allgather(t.team_comm(team.devices), x, op.axis, shapes), op.axis, dst.axes[op.axis].extent)
-
-    mpi = mpi_rules()
-    with mock.patch.dict(interp.collectives.EXCHANGES, {ops.Allgather: local}), \
-            mock.patch.dict(mpi, {ops.Allgather: remote} if mpi else {}):
-        yield
+    yield from _allgathered_by(gathered)
 
 
 def _own_size_offsets(x: np.ndarray, n: int, axis: int) -> list[np.ndarray]:
@@ -151,4 +129,20 @@ def all_to_all_array_split() -> Iterator[None]:
 @mutant("a segment recovers a sharded symbol from its local block as local size x mesh size", by="values")
 def extent_from_local_block() -> Iterator[None]:
     with sharded_symbols_from_blocks(lambda t, axis, n: n * parts_of(t.mesh, axis)):
+        yield
+
+def _allgathered_by(gathered: Any) -> Iterator[None]:
+    """Every allgather, in one process and over MPI, joined by `gathered(blocks, axis, extent)`."""
+
+    def local(op: Any, team: Team, x: dict, src: TensorType, dst: TensorType, xp: Any) -> Any:
+        whole = gathered([x[s] for s in team.senders], op.axis, dst.axes[op.axis].extent)
+        return {r: whole for r in team.receivers}
+
+    def remote(t: Any, op: Any, team: Team, x: np.ndarray, src: TensorType, dst: TensorType) -> np.ndarray:
+        shapes = [local_shape(src, {}, d) for d in team.devices]
+        return gathered(t.allgather(t.team_comm(team.devices), x, op.axis, shapes), op.axis, dst.axes[op.axis].extent)
+
+    mpi = mpi_rules()
+    with mock.patch.dict(interp.collectives.EXCHANGES, {ops.Allgather: local}), \
+            mock.patch.dict(mpi, {ops.Allgather: remote} if mpi else {}):
         yield
