@@ -56,13 +56,14 @@ class Importer(OpMapper):
         self.local_types: dict[str, tuple[list[Ax], tuple]] = {}  # helper values: axes, mesh
         self.comm_kinds: dict[str, str] = {}  # out -> the communication nvFuser printed for it
         self.pads: dict[str, tuple[str, tuple[int, ...]]] = {}  # a pad's result -> its operand, low widths
+        self.partials: dict[str, tuple[str, tuple[str, ...]]] = {}  # pending terms: kind, mesh axes (nvfuser_partial)
 
     # ---- TensorViews and their types ----------------------------------------------------
 
     def learn(self, ref: TVRef) -> None:
         """Record a printing of a TensorView: its first full printing fixes the
         axes; every other must agree, extent for extent."""
-        axes = logical_axes(ref, self.dump.splits, ref.name in self.static)
+        axes = logical_axes(ref, self.dump.splits, ref.name in self.static, self.dump.split_from)
         if ref.name not in self.refs:
             self.refs[ref.name] = ref
             self.axes[ref.name] = axes
@@ -119,6 +120,7 @@ class Importer(OpMapper):
             if ref.name:
                 self.learn(ref)
         self.infer_meshes()
+        self.find_partials()
         defined = {s.out.name: s for s in d.statements}
         for dst, src in self.links.items():
             for n in (dst, src):
@@ -169,7 +171,8 @@ class Importer(OpMapper):
         """An operand pasted without its name is the one known TensorView whose
         logical extents the result carries (nvFuser prints a result's domains with
         its producer's extents)."""
-        want = [x.extent for x in logical_axes(s.out, self.dump.splits, s.out.name in self.static)]
+        want = [x.extent for x in logical_axes(s.out, self.dump.splits, s.out.name in self.static,
+                                                   self.dump.split_from)]
         hits = [n for n, axes in self.axes.items()
                 if n != s.out.name and [x.extent for x in kept(axes)] == want]
         if len(hits) != 1:
@@ -235,9 +238,10 @@ class Importer(OpMapper):
             layout = None
         else:
             axes, mesh, layout = kept(self.axes[name]), self.refs[name].mesh, self.layouts.get(name)
-        dims = ", ".join("b" if a.broadcast else self.extent(a) + (f"@{a.shard}" if a.shard else "") for a in axes)
+        dims = ", ".join("b" if a.broadcast else self.extent(a) + _at(a.shard) for a in axes)
         text = f"{self.dtype(name)}[{dims}] on {self.mesh_names[mesh]}"
-        return text + (f" layout[{', '.join(map(str, layout))}]" if layout else "")
+        text += f" layout[{', '.join(map(str, layout))}]" if layout else ""
+        return text + (self.partial_text(name) if name not in self.local_types else "")
 
     def note_joined_symbols(self) -> None:
         """Say which of nvFuser's symbols the ops made one extent."""
@@ -309,6 +313,13 @@ class Importer(OpMapper):
             if want not in ours:
                 self.notes.append(f"nvFuser lowered {out} to {kind}; refir lowers it to "
                                   f"{', '.join(ours) or 'no communication'}")
+
+
+def _at(shard: str | tuple[str, ...] | None) -> str:
+    """`@DIDx`, a nest's `@(DIDy,DIDx)`, or nothing."""
+    if not shard:
+        return ""
+    return f"@{shard}" if isinstance(shard, str) else f"@({','.join(shard)})"
 
 
 def _nest(flat: list[int], shape: tuple[int, ...]) -> str:

@@ -15,10 +15,11 @@ class Ax:
     """A logical axis of an imported TensorView (reduced ones included)."""
 
     extent: int | str
-    shard: str | None
+    shard: str | tuple[str, ...] | None  # a mesh axis, or a nest of them, outermost first
     broadcast: bool
     reduced: bool
     number: int  # nvFuser's IterDomain number, for permutation order
+    terms: bool = False  # reduced, but its device domains iterate: each device holds a term (a partial)
 
 
 class EqualityClasses:
@@ -57,18 +58,28 @@ def _outer_of(d: Domain) -> bool:
     return d.kind in "ir" and (d.device is not None or d.ptype == STREAM)
 
 
-def split_partners(doms: list[Domain], splits: dict[int, object], static: bool) -> dict[int, int]:
+def split_partners(doms: list[Domain], splits: dict[int, object], static: bool,
+                   split_from: dict[int, tuple[int, int]] | None = None) -> dict[int, int]:
     """outer position -> inner position of the loop splits printed in one TensorView.
-    An inner `ceilDiv(E, n)` (or one an `Outer split:` line made) pairs with the
-    device or stream domain of extent n just before it, or with the one numbered
-    one below it (nvFuser makes a split's outer and inner domains one after the
-    other, and may print the device one first: `ideviceIdx.x11{2}, iS2{2}, iS12{4}`).
+    An inner domain an `Outer split:` line made pairs with that line's outer
+    domain; an inner `ceilDiv(E, n)` pairs with the device or stream domain of
+    extent n just before it, or with the one numbered one below it (nvFuser makes
+    a split's outer and inner domains one after the other, and may print the
+    device one first: `ideviceIdx.x11{2}, iS2{2}, iS12{4}`).
     With `static`, a static inner numbered one above a device or stream domain of
     static extent pairs too (`ideviceIdx.x7{2}, iS8{3}` is an axis of 6): the
     reading the importer tries where the plain one does not fit (nvfuser_ops)."""
     pairs: dict[int, int] = {}
     taken: set[int] = set()
+    numbered = {d.number: i for i, d in enumerate(doms)}
     for j, inner in enumerate(doms):
+        k = numbered.get((split_from or {}).get(inner.number, (-1, -1))[0])
+        if k is not None and k not in taken and j not in taken and _outer_of(doms[k]):
+            pairs[k] = j
+            taken |= {k, j}
+    for j, inner in enumerate(doms):
+        if j in taken:
+            continue
         extent = inner.extent
         if not isinstance(extent, tuple) and inner.number in splits and j > 0:
             extent = ("ceilDiv", splits[inner.number], doms[j - 1].extent)
@@ -89,34 +100,96 @@ def split_partners(doms: list[Domain], splits: dict[int, object], static: bool) 
     return pairs
 
 
-def logical_axes(ref: TVRef, splits: dict[int, object] | None = None, static: bool = False) -> list[Ax]:
+def nest_of(doms: list[Domain], i: int, j: int, splits: dict[int, object],
+            split_from: dict[int, tuple[int, int]], taken: set[int]) -> tuple[list[int], object]:
+    """The outer domains of the splits that made doms[j], outermost split first
+    (doms[i] is the last), and the logical extent they split. A split of a split
+    is a nest (docs/spec.md §3.2): nvFuser splits the logical axis by |DIDy|, then
+    its inner part by |DIDx|, so the inner domain's extent reads
+    `ceilDiv(ceilDiv(E, |DIDy|), |DIDx|)`, or `Outer split:` lines chain. Found
+    outer domains join `taken`."""
+    d, chain = doms[j], [i]
+    if d.number in split_from:  # the transforms are printed: follow them
+        numbered = {x.number: k for k, x in enumerate(doms)}
+        cur, whole = d.number, splits[d.number]
+        while split_from[cur][1] in split_from:
+            cur = split_from[cur][1]
+            k = numbered.get(split_from[cur][0])
+            if k is None or k in taken or not _outer_of(doms[k]):
+                shown = doms[k].text if k is not None else f"the domain numbered {split_from[cur][0]}"
+                raise ParseError(doms[chain[0]].loc, f"cannot map {doms[chain[0]].text!r}: it splits the inner part "
+                                 f"of an outer split whose outer part, {shown}, is not a device domain of "
+                                 "this TensorView; refir nests device splits only")
+            chain.insert(0, k)
+            taken.add(k)
+            whole = splits[cur]
+        return chain, whole
+    whole = d.extent[1] if isinstance(d.extent, tuple) else splits.get(d.number)
+    while isinstance(whole, tuple):
+        n, first = whole[2], doms[chain[0]]
+        k = next((k for k, o in enumerate(doms) if k not in taken and k != j and _outer_of(o) and o.extent == n
+                  and (k == chain[0] - 1 or o.number + 2 == first.number)), None)
+        if k is None:
+            raise ParseError(d.loc, f"cannot map {d.text!r}: a split of a split of {_text(whole[1])}, and no "
+                             f"device domain of extent {n} is printed before {first.text} to nest it with")
+        chain.insert(0, k)
+        taken.add(k)
+        whole = whole[1]
+    return chain, whole
+
+
+def _text(e: object) -> str:
+    return f"ceilDiv({_text(e[1])}, {e[2]})" if isinstance(e, tuple) else str(e)
+
+
+def _nest_axis(doms: list[Domain], chain: list[int], j: int, whole: int | str) -> Ax:
+    """One logical axis from its nest of outer splits (`chain`) and inner domain."""
+    d, outers = doms[j], [doms[k] for k in chain]
+    devices = [o.device for o in outers if o.device]
+    if devices and any(o.device is None for o in outers[:outers.index(next(o for o in outers if o.device))]):
+        raise ParseError(d.loc, f"cannot map {d.text!r}: a device split inside a stream split interleaves the "
+                         "devices' blocks; refir shards contiguous blocks")
+    if len(set(devices)) != len(devices):
+        raise ParseError(d.loc, f"cannot map {d.text!r}: one axis split twice over the same mesh axis "
+                         f"({', '.join(o.text for o in outers)})")
+    shard = None if not devices else devices[0] if len(devices) == 1 else tuple(devices)
+    reduced = "r" in [d.kind, *(o.kind for o in outers)]
+    # `ideviceIdx.x22{2}rf, rS23{4}rf`: an rFactor's device domain that the
+    # reduction leaves as an iteration: each device holds its own term.
+    terms = reduced and d.kind == "r" and all(o.kind == "i" for o in outers if o.device)
+    return Ax(whole, shard, False, reduced, d.number, terms)
+
+
+def logical_axes(ref: TVRef, splits: dict[int, object] | None = None, static: bool = False,
+                 split_from: dict[int, tuple[int, int]] | None = None) -> list[Ax]:
     """The printed domains as logical axes: a device (or stream) domain of extent n
     and the `ceilDiv(E, n)` it splits off are one axis E, sharded on that device
     axis (a stream axis changes when work runs, not what it computes: the axis is
-    E, unsharded); so is a device domain and one that an `Outer split:` line made.
-    The axis stands where the inner domain is printed (nvFuser moves device
-    domains outermost in the loop domain)."""
+    E, unsharded); so is a device domain and one that an `Outer split:` line made,
+    and a nest of them (`nest_of`). The axis stands where the inner domain is
+    printed (nvFuser moves device domains outermost in the loop domain)."""
     doms = list(ref.domains)
+    splits, split_from = splits or {}, split_from or {}
     for d in doms:
         if d.kind not in "irb" or (d.ptype not in ("S", "US", STREAM) and not d.device):
             raise ParseError(d.loc, f"cannot map IterDomain {d.text!r}: refir knows serial (S), "
                              "device (deviceIdx.x/y/z), stream, reduction and broadcast domains, not parallel "
                              f"type {d.ptype!r}")
-    pairs = split_partners(doms, splits or {}, static)
-    inner_of = {j: i for i, j in pairs.items()}
+    pairs = split_partners(doms, splits, static, split_from)
+    taken = set(pairs)
+    nests = {j: nest_of(doms, i, j, splits, split_from, taken) for i, j in pairs.items()}
     out: list[Ax] = []
     for j, d in enumerate(doms):
-        if j in pairs:
+        if j in taken:
             continue
-        if j in inner_of:
-            outer = doms[inner_of[j]]
-            whole = d.extent[1] if isinstance(d.extent, tuple) else (splits or {}).get(d.number)
+        if j in nests:
+            chain, whole = nests[j]
             if whole is None:
+                outer = doms[chain[-1]]
                 assert isinstance(d.extent, int) and isinstance(outer.extent, int)
                 whole = d.extent * outer.extent
-            if isinstance(whole, tuple):
-                raise ParseError(d.loc, f"cannot map {d.text!r}: nested splits")
-            out.append(Ax(whole, outer.device, False, "r" in (d.kind, outer.kind), d.number))
+            assert isinstance(whole, (int, str))
+            out.append(_nest_axis(doms, chain, j, whole))
             continue
         nxt = doms[j + 1] if j + 1 < len(doms) else None
         if isinstance(d.extent, tuple):

@@ -84,3 +84,7 @@ class Dump:
     # `Outer split: iS0{6} by factor 2 -> ideviceIdx.x4{2}, iS5{3}` (printTransforms):
     # the number of the inner domain -> the extent of the split logical domain.
     splits: dict[int, Extent] = field(default_factory=dict)
+    # ... and the numbers of its outer and split domains (4 -> (3, 2) for
+    # `Outer split: iS2{3} by factor 2 -> ideviceIdx.x3{2}, iS4{2}`): a chain of
+    # them is a nest, one axis split over several mesh axes (nvfuser_axes).
+    split_from: dict[int, tuple[int, int]] = field(default_factory=dict)

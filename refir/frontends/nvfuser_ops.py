@@ -13,6 +13,7 @@ from refir.errors import Loc, ParseError
 from refir.frontends.nvfuser_axes import Ax, EqualityClasses, flags_of, kept
 from refir.frontends.nvfuser_dump import Call, Scalar, Statement, TVRef
 from refir.frontends.nvfuser_masks import MaskMapper
+from refir.frontends.nvfuser_partial import REDUCE_KINDS, REDUCING_COMMS, PartialMapper
 from refir.frontends.nvfuser_window import WINDOW_OPS, WindowMapper
 from refir.ir.types import Axis, Mesh, TensorType
 
@@ -26,15 +27,14 @@ UNARY = {"neg": "neg", "abs": "abs", "fabs": "abs", "exp": "exp", "log": "log", 
          "tanh": "tanh", "erf": "erf", "sigmoid": "sigmoid", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos"}
 # Comparisons (printed as calls or infix, nvfuser_parse.INFIX), to bool; where; iota/arange.
 COMPARISONS = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
-REDUCE_OPS = {"add": "sum", "sum": "sum", "mul": "prod", "max": "max", "fmax": "max", "min": "min", "fmin": "min"}
+REDUCE_OPS = REDUCE_KINDS
 COMM_NAMES = {"Allgather": "allgather", "Gather": "gather", "Scatter": "scatter", "Broadcast": "broadcast",
               "SendRecv": "send_recv", "AllToAll": "all_to_all", "Allreduce": "allreduce", "Reduce": "reduce",
               "ReduceScatter": "reduce_scatter"}
-REDUCING_COMMS = ("Allreduce", "Reduce", "ReduceScatter")
 MOVING_COMMS = ("Allgather", "Gather", "Scatter", "Broadcast", "SendRecv", "AllToAll")
 
 
-class OpMapper(WindowMapper, MaskMapper):
+class OpMapper(WindowMapper, MaskMapper, PartialMapper):
     """Maps one statement after another onto equations (see the module doc)."""
 
     file: str
@@ -65,6 +65,7 @@ class OpMapper(WindowMapper, MaskMapper):
         args = self._resolve_args(s)
         tensors = [a for a in args if isinstance(a, TVRef)]
         op = call.op
+        self.check_partial_use(out, op, tensors, call.loc)
         if op == "bullet":
             self.notes.append(f"{call.loc}: a markdown bullet stands where an infix operator was "
                               f"(a leading +, - or * becomes a bullet); read as {self.bullet!r}")
@@ -186,12 +187,18 @@ class OpMapper(WindowMapper, MaskMapper):
     def reduction(self, out: str, kind: str, x: TVRef, call: Call, comment: list[str]) -> None:
         axes = self.axes[out]
         src = kept(self.axes[x.name])
+        if x.name in self.partials and len(axes) > len(src):
+            self.reduce_terms(out, kind, x, call, comment)
+            return
         if len(axes) != len(src):
             raise ParseError(call.loc, f"{out} has {len(axes)} axes (reduced ones included), "
                              f"{x.name} has {len(src)}")
         self._unify(axes, src, call.loc, f"{out} = {kind}({x.name})")
         self.dtypes.join(x.name, out, call.loc, f"the dtype of {out}")
         dims = [i for i, a in enumerate(axes) if a.reduced]
+        if x.name in self.partials and out not in self.partials:
+            raise ParseError(call.loc, f"{out} = {kind}({x.name}) reduces axes {dims} of the partial value {x.name} "
+                             "and leaves its device terms pending, but prints no iterating device domain of them")
         self.eqns.append((out, f"{kind}({x.name}, dims=[{', '.join(map(str, dims))}])", comment))
 
     def permute(self, out: str, x: TVRef, call: Call, comment: list[str]) -> None:
@@ -326,6 +333,9 @@ class OpMapper(WindowMapper, MaskMapper):
             self.eqns.append((out, f"matmul({x.name}, {wt})", ["linear = x @ w^T"]))
             return
         bias = tensors[2]
+        if out in self.partials:
+            raise ParseError(call.loc, f"cannot map linear with a bias writing {out} as a partial value: the bias "
+                             "would be added once per device (nvFuser adds it after the reduction)")
         self._unify(kept(self.axes[bias.name]), wa[:1], call.loc, where)
         mm, bb = f"{out}_mm", f"{bias.name}_b"
         lead = len(xa) - 1
@@ -350,14 +360,8 @@ class OpMapper(WindowMapper, MaskMapper):
         op = op.split("::")[-1].lower()
         if op not in REDUCE_OPS:
             raise ParseError(call.loc, f"cannot map reduction op {op!r} of a {kind}")
-        if not any(a.reduced for a in self.axes[out]) and any(a.reduced and a.shard for a in self.axes[x.name]):
-            # The input is printed as partial sums (a reduced device axis: an rFactor of the
-            # contraction); refir's value of it is already summed, and lowering puts the
-            # allreduce there.
+        if x.name in self.partials:  # its terms (nvfuser_partial): the reduction is a set
             self.set_like(out, x, call.loc)
-            self.comm_kinds[x.name] = self.comm_kinds.pop(out)
-            self.notes.append(f"{call.loc}: {kind} of {x.name}, printed as partial sums over a device axis: "
-                              f"refir's {x.name} is the sum, lowered with its own {kind}; {out} = set({x.name})")
             self.eqns.append((out, f"set({x.name})", comment + [f"nvFuser lowered this to {kind}"]))
             return
         if not any(a.reduced for a in self.axes[out]):

@@ -50,10 +50,11 @@ class DumpParser(TensorViewReader):
                 while self.tok.text not in ("-", "eof") and self.tok.kind != "eof":
                     self.next()
                 if self.accept("-") and self.accept(">"):
-                    self.domain()
+                    outer = self.domain()
                     self.expect(",")
                     inner = self.domain()
                     d.splits[inner.number] = whole.extent
+                    d.split_from[inner.number] = (outer.number, whole.number)
             elif t.text == "Communication" and self.peek().kind in ("num", "punct") and self._comm_ahead():
                 d.statements.append(self.communication(max(d.segments, 1)))
                 section = ""
