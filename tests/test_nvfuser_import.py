@@ -29,14 +29,18 @@ def seed(path: Path) -> str:
     return path.read_text()
 
 
-def agree_everywhere(program: refir.Program, seed_value: int = 1) -> dict[str, np.ndarray]:
+def agree_everywhere(program: refir.Program, seed_value: int = 1, bindings: dict[str, int] | None = None,
+                     shards: dict | None = None) -> dict[str, np.ndarray]:
     """Run on global, spmd and gpu (the simulator): every backend gives the global
-    values, and every device buffer has its type's layout."""
+    values, and every device buffer has its type's layout. `bindings` fix symbols;
+    `shards`, when given, receives spmd's device buffers of every result."""
     checked = refir.verify(program)
-    inputs = draw_inputs(checked, default_bindings(checked), seed_value)
+    inputs = draw_inputs(checked, {**default_bindings(checked), **(bindings or {})}, seed_value)
     want = refir.run(program, inputs, backend="global").outputs
     for backend in ("spmd", "gpu"):
         got = refir.run(program, inputs, backend=backend)
+        if shards is not None and backend == "spmd":
+            shards.update(got.shards)
         for name, value in want.items():
             np.testing.assert_array_equal(got.outputs[name], value, err_msg=f"{name} on {backend}")
             for d, buf in got.shards[name].items():

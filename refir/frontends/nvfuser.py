@@ -81,6 +81,22 @@ class Importer(OpMapper):
         if ref.dtype:
             self.dtypes.fix(ref.name, ref.dtype, ref.loc, f"the dtype of {ref.name}")
 
+    def note_nests(self) -> None:
+        """A nest of symbolic extent is refir's nested rule only where nvFuser's
+        padded inner splits cut the same blocks (nvfuser_axes.split_block)."""
+        seen: dict[tuple, list[str]] = {}
+        for name, axes in self.axes.items():
+            for a in axes:
+                if a.parts and isinstance(a.extent, str):
+                    seen.setdefault((self.extent(a), a.parts, a.shard), []).append(name)
+        for (extent, parts, shard), names in seen.items():
+            names = sorted(names, key=lambda n: (len(n), n))
+            outer = "*".join(map(str, parts[:-1]))
+            self.notes.append(f"{', '.join(names)}: the axis {extent} is split by {', '.join(map(str, parts))} in "
+                              f"turn (a nest, @({','.join(shard)})); refir cuts each block by its own length, "
+                              f"nvFuser by the padded ceilDiv one: the same blocks where {outer} divides {extent} "
+                              "(docs/spec.md §3.2)")
+
     def same_extent(self, a: Ax, b: Ax, loc: Loc, where: str) -> None:
         if a.broadcast or b.broadcast:
             return
@@ -276,6 +292,7 @@ class Importer(OpMapper):
         self.mesh_names = {m: ("m" if len(meshes) == 1 else f"m{i}") for i, m in enumerate(meshes)}
         body = [f"  {o}: {self.type_text(o)} = {self.extents_in(call)}" for o, call, _ in order]  # types add notes
         self.note_joined_symbols()
+        self.note_nests()
         head = [f"func main({', '.join(f'{p}: {self.type_text(p)}' for p in params)}) {{"]
         lines = []
         for m, name in self.mesh_names.items():

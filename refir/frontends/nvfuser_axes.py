@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import product
 
 from refir.errors import Loc, ParseError
 from refir.frontends.nvfuser_dump import Call, Domain, TVRef
+from refir.ir.blocks import nested_block
 
 
 @dataclass
@@ -20,6 +22,7 @@ class Ax:
     reduced: bool
     number: int  # nvFuser's IterDomain number, for permutation order
     terms: bool = False  # reduced, but its device domains iterate: each device holds a term (a partial)
+    parts: tuple[int, ...] = ()  # a nest's device counts, outermost first
 
 
 class EqualityClasses:
@@ -130,7 +133,7 @@ def nest_of(doms: list[Domain], i: int, j: int, splits: dict[int, object],
         k = next((k for k, o in enumerate(doms) if k not in taken and k != j and _outer_of(o) and o.extent == n
                   and (k == chain[0] - 1 or o.number + 2 == first.number)), None)
         if k is None:
-            raise ParseError(d.loc, f"cannot map {d.text!r}: a split of a split of {_text(whole[1])}, and no "
+            raise ParseError(d.loc, f"cannot map {d.text!r}: its extent {_text(d.extent)} splits a split, and no "
                              f"device domain of extent {n} is printed before {first.text} to nest it with")
         chain.insert(0, k)
         taken.add(k)
@@ -153,11 +156,36 @@ def _nest_axis(doms: list[Domain], chain: list[int], j: int, whole: int | str) -
         raise ParseError(d.loc, f"cannot map {d.text!r}: one axis split twice over the same mesh axis "
                          f"({', '.join(o.text for o in outers)})")
     shard = None if not devices else devices[0] if len(devices) == 1 else tuple(devices)
+    parts = tuple(o.extent for o in outers if o.device)
+    if len(devices) > 1 and isinstance(whole, int) and all(isinstance(n, int) for n in parts):
+        differ = next((ks for ks in product(*map(range, parts))
+                       if split_block(whole, parts, ks) != nested_block(whole, parts, ks)), None)
+        if differ is not None:
+            theirs, ours = split_block(whole, parts, differ), nested_block(whole, parts, differ)
+            raise ParseError(d.loc, f"cannot map {d.text!r}: nvFuser's outer splits of {whole} by "
+                             f"{', '.join(map(str, parts))} give the device at {differ} rows "
+                             f"{theirs[0]}:{theirs[1]}, refir's nest @({','.join(devices)}) rows {ours[0]}:{ours[1]} "
+                             "(an inner split cuts the padded ceilDiv block, refir the block itself, docs/spec.md "
+                             "§3.2); they agree where every split but the innermost divides evenly")
     reduced = "r" in [d.kind, *(o.kind for o in outers)]
     # `ideviceIdx.x22{2}rf, rS23{4}rf`: an rFactor's device domain that the
     # reduction leaves as an iteration: each device holds its own term.
     terms = reduced and d.kind == "r" and all(o.kind == "i" for o in outers if o.device)
-    return Ax(whole, shard, False, reduced, d.number, terms)
+    return Ax(whole, shard, False, reduced, d.number, terms, parts if len(devices) > 1 else ())
+
+
+def split_block(extent: int, parts: tuple[int, ...], ks: tuple[int, ...]) -> tuple[int, int]:
+    """[start, stop) of the device at coordinates `ks` under nvFuser's outer splits
+    of an axis of `extent` by `parts`, outermost first: each split cuts the padded
+    extent of the domain before it into ceilDiv parts, and the predicates of the
+    splits that do not divide (and the logical extent) mask what lies past the
+    end of each split domain."""
+    start, size, limit = 0, extent, extent
+    for n, k in zip(parts, ks):
+        limit = min(limit, start + size)
+        size = -(-size // n)
+        start += k * size
+    return min(start, limit), min(start + size, limit)
 
 
 def logical_axes(ref: TVRef, splits: dict[int, object] | None = None, static: bool = False,

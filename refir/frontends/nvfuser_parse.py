@@ -17,7 +17,7 @@ import math
 
 from refir.errors import ParseError
 from refir.frontends.nvfuser_dump import NV_DTYPES, Call, Dump, Scalar, Statement, TVRef
-from refir.frontends.nvfuser_tensorview import TV_NAME, TensorViewReader
+from refir.frontends.nvfuser_tensorview import DOMAIN_NAME, TV_NAME, TensorViewReader
 from refir.frontends.nvfuser_tokens import Tok
 
 # Host-IR statements that allocate or wait: no values of their own.
@@ -44,7 +44,8 @@ class DumpParser(TensorViewReader):
             elif t.text in ("%", "{", "}", "---", "----") or t.text.startswith("kernel"):
                 section = "" if t.text in ("%", "{") else section
                 self.next()
-            elif t.text == "Outer" and self.peek().text == "split" and self.peek(2).text == ":":
+            elif (t.text == "Outer" and self.peek().text == "split" and self.peek(2).text == ":"
+                  and DOMAIN_NAME.match(self.peek(3).text)):  # not prose that names the form
                 self.i += 3
                 whole = self.domain()
                 while self.tok.text not in ("-", "eof") and self.tok.kind != "eof":
