@@ -202,6 +202,20 @@ def test_the_imported_partial_lowers_and_explains_as_allreduce(tmp_path, capsys)
     assert "allreduce" in capsys.readouterr().out
 
 
+def test_terms_that_nothing_reduces_are_returned_as_a_partial_value():
+    text = text_of("partial_matmul")
+    text = text[:text.index("T3_g_float[iS7{i0}, iS8{i4}, rdeviceIdx.x16{2}] (DeviceMesh{0 1})\n   = reduction")]
+    text = text.replace("Outputs:\n  T3_g_float[iS7{i0}, iS8{i4}, rdeviceIdx.x16{2}]",
+                        "Outputs:\n  T2_l_float[iS4{i0}, iS5{i4}, ideviceIdx.x14{2}rf, rS15{( ceilDiv(i1, 2) )}rf]")
+    imported = import_nvfuser(text + "} // %kernel_math\n", "terms.txt")
+    assert imported.program.funcs[0].results == ("T2",)
+    assert typed(imported)["T2"] == "f32[i0, i4] on m partial[sum@DIDx]"
+    assert communications(imported.program) == []
+    values = agree_everywhere(imported.program, bindings={"i1": 5})  # a partial result is returned folded
+    x, w = (values[f"in:{n}"].astype(np.float64) for n in ("T0", "T1"))
+    np.testing.assert_allclose(values["T2"], x @ w, rtol=1e-6)
+
+
 PM = text_of("partial_matmul")
 RELU = ("T4_g_float[iS17{i0}, iS18{i4}] (DeviceMesh{0 1})\n   = relu(T2_l_float[iS4{i0}, iS5{i4}, "
         "ideviceIdx.x14{2}rf, rS15{( ceilDiv(i1, 2) )}rf] (DeviceMesh{0 1}));\n")
@@ -213,6 +227,7 @@ RELU = ("T4_g_float[iS17{i0}, iS18{i4}] (DeviceMesh{0 1})\n   = relu(T2_l_float[
      "(line 14) leaves sum terms"),
     (PM.replace("iS8{i4}, rdeviceIdx.x16{2}]", "rS8{i4}, rdeviceIdx.x16{2}]"), 18,
      "reduces the device terms of T2 and other axes at once"),
+    (text_of("partial_linear_bias"), 6, "cannot map linear with a bias writing T2 as a partial value"),
 ])
 def test_partials_the_importer_cannot_map_are_refused_in_one_line(text, line, why):
     with pytest.raises(ParseError) as e:
