@@ -89,8 +89,11 @@ def test_a_static_nest_read_from_its_transforms_in_host_ir():
 def test_a_static_nest_without_its_transforms_is_refused_not_misread():
     text = text_of("nest_host_ir_static")
     bare = text[:text.index(f"T0_g_float[ ideviceIdx.y2{{2}}, ideviceIdx.x4{{2}}, iS5{{2}}, iS1{{3}} ] {MESH}\n")]
-    with pytest.raises(ParseError, match="3 axes against 4"):
+    with pytest.raises(ParseError) as e:
         import_nvfuser(bare, "bare.txt")
+    assert e.value.loc.line == 8 and e.value.message.startswith("T1 = set(T0): 3 axes against 4 (T0's "
+                                                                "ideviceIdx.y2{2}, ideviceIdx.x4{2}, iS5{2} may be one "
+                                                                "axis split twice: a static nest is read from")
 
 
 def test_a_nest_over_the_three_axes_of_a_3d_mesh():
@@ -105,6 +108,23 @@ def test_a_nest_over_the_three_axes_of_a_3d_mesh():
     assert blocks(imported.program, "T0", 12) == [(0, 2), (2, 3), (3, 5), (5, 6), (6, 8), (8, 9), (9, 11), (11, 12)]
     values = agree_everywhere(imported.program, bindings={"i0": 12, "i1": 3})
     np.testing.assert_allclose(values["T2"], values["in:T0"].astype(np.float64).sum(1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("domains, want", [
+    # the device domains moved outermost (nvFuser's reorderParallelizedToFront), paired by IterDomain number
+    ("ideviceIdx.y2{2}, ideviceIdx.x4{2}, iS0{3}, iS5{( ceilDiv(( ceilDiv(i1, 2) ), 2) )}",
+     "f32[3, i1@(DIDy,DIDx)] on m"),
+    # split over DIDx first, then DIDy: the order of the splits, not the mesh's
+    ("iS0{3}, ideviceIdx.x2{2}, ideviceIdx.y4{2}, iS5{( ceilDiv(( ceilDiv(i1, 2) ), 2) )}",
+     "f32[3, i1@(DIDx,DIDy)] on m"),
+])
+def test_a_nest_follows_the_order_of_its_splits(domains, want):
+    text = (f"T0_g_float[ {domains} ] {MESH}\n"
+            f"T1_g_float[ iS6{{3}}, iS7{{i1}} ] {MESH} = Set( T0_g_float[ {domains} ] {MESH} )")
+    imported = import_nvfuser(text, "order.txt")
+    assert str(imported.program.funcs[0].params[0].type) == want
+    values = agree_everywhere(imported.program, bindings={"i1": 10})
+    np.testing.assert_array_equal(values["T1"], values["in:T0"])
 
 
 def one_set(domains: str) -> str:

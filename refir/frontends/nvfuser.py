@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from refir.errors import InputError, Loc, ParseError
-from refir.frontends.nvfuser_axes import Ax, EqualityClasses, kept, logical_axes
+from refir.frontends.nvfuser_axes import Ax, EqualityClasses, kept, logical_axes, static_nest_hint
 from refir.frontends.nvfuser_dump import Call, Domain, Scalar, Statement, TVRef
 from refir.frontends.nvfuser_forms import one_copy, read_splits, stream_note, stream_views
 from refir.frontends.nvfuser_ops import COMM_NAMES, OpMapper, short
@@ -161,9 +161,12 @@ class Importer(OpMapper):
             try:
                 self.statement(s)
             except ParseError as e:  # nvfuser_forms.read_splits may read its TensorViews' splits otherwise
-                e.tensorviews = [r.name for r in [s.out, *self.operands(s)] if isinstance(r, TVRef) and r.name]
-                e.statement_index = i
-                raise
+                names = [r.name for r in [s.out, *self.operands(s)] if isinstance(r, TVRef) and r.name]
+                hint = next((h for n in names for h in [static_nest_hint(self.refs[n], self.dump.split_from)] if h), "")
+                if hint and hint not in e.message:
+                    e = ParseError(e.loc, e.message + hint)
+                e.tensorviews, e.statement_index = names, i
+                raise e from None
         for dst, src in self.links.items():
             self.set_like(dst, self.refs[src], self.refs[dst].loc)
             self.eqns.insert(self._after(src), (dst, f"set({src})", [f"{self.link(dst, src)}: "

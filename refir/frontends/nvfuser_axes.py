@@ -231,6 +231,20 @@ def logical_axes(ref: TVRef, splits: dict[int, object] | None = None, static: bo
     return out
 
 
+def static_nest_hint(ref: TVRef, split_from: dict[int, tuple[int, int]]) -> str:
+    """What to print where a statement does not fit and `ref` may be a static nest
+    printed without its transforms (`ideviceIdx.y2{2}, ideviceIdx.x4{2}, iS5{2}`:
+    two outer splits of one axis read the same as two axes)."""
+    doms = ref.domains
+    for a, b, c in zip(doms, doms[1:], doms[2:]):
+        if (a.device and b.device and isinstance(a.extent, int) and isinstance(b.extent, int)
+                and isinstance(c.extent, int) and c.ptype == "S" and a.number + 2 == b.number == c.number - 1
+                and c.number not in split_from):
+            return (f" ({ref.name}'s {a.text}{{{a.extent}}}, {b.text}{{{b.extent}}}, {c.text}{{{c.extent}}} may be one "
+                    "axis split twice: a static nest is read from its `Outer split:` lines, which this printout lacks)")
+    return ""
+
+
 STREAM = "streamIdx"
 
 
