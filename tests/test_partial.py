@@ -153,3 +153,17 @@ def test_the_mutant_that_takes_a_term_for_the_value_is_killed():
     assert cases
     (kill,) = hunt(cases, mutants=[m for m in MUTANTS if m.name == "partial_as_reduced"], backends=("spmd",))
     assert kill.killed, kill
+
+
+def test_partial_mesh_axes_are_one_order_however_named():
+    # a matmul over K@(DIDy,DIDx) declared partial over DIDx,DIDy is the type it infers: no copy
+    text = ("mesh m = [[0, 1], [2, 3]]\n"
+            "func main(a: f32[3, 8@(DIDy,DIDx)], w: f32[8@(DIDy,DIDx), 5]) {\n"
+            "  p: f32[3, 5] on m partial[sum@DIDx,DIDy] = matmul(a, w)\n"
+            "  return p\n}\n")
+    from refir.checks.verifier import verify
+    from refir.lowering.lower import lower
+    from refir.text.parser import parse
+    checked = verify(parse(text))
+    assert str(checked.types["p"]).endswith("partial[sum@DIDy,DIDx]")
+    assert [type(s.op).__name__ for s in lower(checked).steps] == ["Matmul"]

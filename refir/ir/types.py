@@ -279,8 +279,8 @@ PARTIAL_KINDS = ("sum", "prod", "max", "min", "avg")
 @dataclass(frozen=True)
 class TensorType:
     """A global tensor type. `layout` lists logical axes outermost first; None
-    means row-major (for inputs: any strides). `partial` names mesh axes (in mesh
-    order) whose devices hold terms of a pending `partial_kind` reduction: the
+    means row-major (for inputs: any strides). `partial` names mesh axes (kept in mesh
+    order, outermost first) whose devices hold terms of a pending `partial_kind` reduction: the
     value is that reduction, over each team along them, of the devices' buffers
     (docs/spec.md §3.3; the text writes ` partial[sum@DIDx]`)."""
 
@@ -290,6 +290,13 @@ class TensorType:
     layout: tuple[int, ...] | None = None
     partial: tuple[str, ...] = ()
     partial_kind: str = ""
+
+    def __post_init__(self) -> None:
+        # One order for the same pending reduction, however it was named or inferred (a
+        # matmul over K@(DIDy,DIDx) and a declared partial[sum@DIDx,DIDy] are one type):
+        # the mesh's axes outermost first. Names the mesh lacks are left for partial_c1.
+        if len(self.partial) > 1 and all(k in DIDS and self.mesh.has(k) for k in self.partial):
+            object.__setattr__(self, "partial", tuple(sorted(self.partial, key=self.mesh.axis_of)))
 
     @property
     def rank(self) -> int:
