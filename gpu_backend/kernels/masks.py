@@ -4,7 +4,8 @@ gpu_backend/impls.py imports this module last; it registers the ops in GPU_IMPLS
 planned as the elementwise ops are (gpu_backend/kernels/elementwise.py): the four buffers' axes
 coalesced in the result's memory order; where every one is a single unit-stride run, a grid-
 stride loop with four loads of each operand in flight (no index arithmetic); where they coalesce
-to rows (long enough) at two outer axes at most, a row kernel (`_where_rows`: grid x and y over
+to rows (long enough) at two outer axes at most, where every row is whole 8-byte words alike,
+gpu_backend/kernels/where_words.py's word kernel; otherwise a row kernel (`_where_rows`: grid x and y over
 the rows, z over chunks of a long row; each operand's place advanced by its own step along the
 row, 0 where broadcast along it: no division or multiply per element; eight elements of each
 operand in flight a thread; made per operand for steps 0 and 1 as constants,
@@ -34,6 +35,7 @@ from gpu_backend.kernels.elementwise import as_words, elementwise
 from gpu_backend.kernels.elementwise_kernels import _item, walk_geometry
 from gpu_backend.kernels.row_words import rows_geometry
 from gpu_backend.kernels.strides import Arr, Ints, coalesce, padded, unravel
+from gpu_backend.kernels.where_words import where_words_launch
 from gpu_backend.launches.launch import launch
 from interp.masks import iota_block_of
 from refir.ir import ops
@@ -43,6 +45,7 @@ BOOL = np.dtype(bool)
 # where's dense grid: at most this many times max_blocks() (as elementwise's two-operand kernel)
 WHERE_BLOCKS = 1 if SIMULATED else 1 << 20
 ROWS_MIN = 64  # rows at least this long, at most two outer axes: `_where_rows`; else the walk
+WHERE_WORDS = True  # rows of whole words alike as 8-byte words (where_words.py); False: `_where_rows` (kernel_probe)
 
 
 @impl(ops.Compare)
@@ -219,6 +222,10 @@ def where(op: ops.Where, order: Order, cond: DeviceBuffer, x: DeviceBuffer, y: D
         threads = fitted(-(-n // 4))
         blocks = max(1, min(-(-n // (threads * 4)), WHERE_BLOCKS * max_blocks()))
         launch(_where_dense, blocks, threads, *[v for b in views for v in (b.data, b.offset)], n)
+        return out
+    words = where_words_launch(views, walk, strides) if WHERE_WORDS else None
+    if words is not None:  # rows of whole words alike: 8-byte words (gpu_backend/kernels/where_words.py)
+        launch(words[0], words[1], words[2], *words[3])
         return out
     if len(walk) <= 3 and walk[-1] >= ROWS_MIN and strides[0][-1] == 1:
         pad = 3 - len(walk)
