@@ -162,3 +162,39 @@ def test_pad_of_an_empty_and_of_a_strided_operand_in_every_order(dtype):
         want = IMPLS[ops.Pad](op, arg)
         for order in permutations(range(3)):
             _check(GPU_IMPLS[ops.Pad](op, order, upload(arg)), want, order)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "i8"])
+def test_pad_writes_its_rows_ends_with_the_interior_copy(dtype, monkeypatch):
+    """Rows of narrow elements along the last axis: one row_words launch writes the interior
+    and the border either side of each row (frames one a thread, or wider than the block one
+    by one), the fills only the other axes' slabs; a frame wider than FRAME_MAX, or short rows,
+    copy and fill as before; every case bit for bit, from aligned, shifted and strided operands."""
+    from gpu_backend.kernels import window, window_kernels
+
+    rng = np.random.default_rng(9)
+    t = DTYPES[dtype]
+    framed, fills = [], []
+    real_launch, real_fill = window_kernels.launch, window.fill_view
+    monkeypatch.setattr(window_kernels, "launch", lambda k, *a: (framed.append(k), real_launch(k, *a))[1])
+    monkeypatch.setattr(window, "fill_view", lambda v, value: (fills.append(v.shape), real_fill(v, value))[1])
+    base = (rng.standard_normal((3, 5, 144)) * 40).astype(t)  # each operand's span whole 8-byte words
+    cases = [(base[0, :, :72], (1, 1), (1, 1), True), (base[:, :, 1:73], (0, 2, 3), (1, 0, 5), True),
+             (base[:2, ::2, 3:107], (1, 0, 8), (0, 1, 7), True), (base[0, :, :72], (0, 0), (2, 0), False),
+             (base[0, :, :72], (1, 9), (1, 1), False), (base[0, :, :40], (1, 1), (1, 1), False)]
+    for x, low, high, one_launch in cases:
+        op = ops.Pad(low, high, -2)
+        framed.clear()
+        fills.clear()
+        want = IMPLS[ops.Pad](op, x)
+        order = tuple(range(x.ndim))
+        _check(GPU_IMPLS[ops.Pad](op, order, upload(x)), want, order)
+        assert len(framed) == (1 if one_launch else 0), (low, high)
+        if one_launch:  # the fills: the slabs of every axis but the last
+            assert len(fills) == len(border(want.shape, low, x.shape, x.ndim - 1))
+    monkeypatch.setattr(window, "FRAMED", False)
+    framed.clear()
+    x = base[0, :, :72]
+    _check(GPU_IMPLS[ops.Pad](ops.Pad((1, 1), (1, 1), -2), (0, 1), upload(x)),
+           IMPLS[ops.Pad](ops.Pad((1, 1), (1, 1), -2), x), (0, 1))
+    assert framed == []

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 from math import prod
+from typing import Any
 
 import numpy as np
 
@@ -113,6 +114,15 @@ def _run(o8: Arr, a8: Arr, wo: int, wa: int, k: int, w1: int, bx: int, mode: int
             o8[U(wo + k + 3 * bx)] = v3
 
 
+@cuda.jit(device=True)
+def _framed(a_e: Arr, pa: int, e: int, a_in: int, inner: int, fill: Any) -> Any:
+    """Element e of a dst row: the src row's where 0 <= e < inner, else the frame's `fill`
+    (its load made either way, at the row's first element: one branch-free select)."""
+    inside = 0 <= e < inner
+    v = a_e[U(pa + (e if inside else 0) * a_in)]
+    return v if inside else fill
+
+
 @cache
 def row_words_kernel(f: int) -> Callable:
     """The word copy for elements of 64 / f bits (f a constant: its divisions are shifts)."""
@@ -122,9 +132,10 @@ def row_words_kernel(f: int) -> Callable:
     @cuda.jit
     def row_words(o_e: Arr, o8: Arr, a_e: Arr, a8: Arr, o_off: int, a_off: int,
                   o_i: int, o_j: int, a_i: int, a_j: int, a_in: int, ni: int, nj: int, inner: int,
-                  chunk: int) -> None:
+                  chunk: int, lo: int, hi: int, fill: Any) -> None:
         """dst row (i, j) = src row (i, j), `inner` elements; o_e, a_e the buffers' memory as
-        unsigned elements, o8, a8 the same memory as 8-byte words."""
+        unsigned elements, o8, a8 the same memory as 8-byte words. With a frame (pad's): the
+        lo elements before each dst row and the hi after it set to `fill` (an element's bits)."""
         bx = cuda.blockDim.x
         t = cuda.threadIdx.x
         for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
@@ -134,19 +145,21 @@ def row_words_kernel(f: int) -> Callable:
                 head = min((f - po % f) % f, inner)  # elements before dst's first whole word
                 words = (inner - head) // f
                 tail0 = head + words * f
+                nh = lo + head  # element by element: the frame's and the row's before the words,
+                nt = inner + hi - tail0  # and after them
                 z0 = cuda.blockIdx.z == 0
-                spread = bx >= f  # the elements sharing a word with another row: one a thread
-                if z0 and not spread and t == 0:  # (blocks narrower than a word: one thread, one by one)
-                    for e in range(head):
-                        o_e[U(po + e)] = a_e[U(pa + e * a_in)]
-                    for e in range(tail0, inner):
-                        o_e[U(po + e)] = a_e[U(pa + e * a_in)]
-                do_h = z0 and spread and t < head  # head element t, tail element bx - 1 - t:
-                do_t = z0 and spread and bx - 1 - t < inner - tail0  # loaded with the row's words
-                eh = t if do_h else 0
+                spread = bx >= nh and bx >= nt  # the elements sharing a word with another row: one a thread
+                if z0 and not spread and t == 0:  # (blocks narrower than them: one thread, one by one)
+                    for e in range(-lo, head):
+                        o_e[U(po + e)] = _framed(a_e, pa, e, a_in, inner, fill)
+                    for e in range(tail0, inner + hi):
+                        o_e[U(po + e)] = _framed(a_e, pa, e, a_in, inner, fill)
+                do_h = z0 and spread and t < nh  # head element t - lo, tail element tail0 + bx - 1 - t:
+                do_t = z0 and spread and bx - 1 - t < nt  # loaded with the row's words
+                eh = t - lo if do_h else 0
                 et = tail0 + bx - 1 - t if do_t else 0
-                hv = a_e[U(pa + eh * a_in)]
-                tv = a_e[U(pa + et * a_in)]
+                hv = _framed(a_e, pa, eh, a_in, inner, fill)
+                tv = _framed(a_e, pa, et, a_in, inner, fill)
                 w0 = cuda.blockIdx.z * chunk
                 w1 = min(w0 + chunk, words)
                 if w0 < w1:
@@ -157,16 +170,16 @@ def row_words_kernel(f: int) -> Callable:
                     hi_shift = np.uint64(64 - r * bits)
                     mode = 2 if a_in == 0 else (3 if a_in == 2 else (0 if r == 0 else 1))
                     wa = s // f
-                    fill = np.uint64(a_e[U(pa)]) * rep if mode == 2 else np.uint64(0)  # read once a row
+                    repeated = np.uint64(a_e[U(pa)]) * rep if mode == 2 else np.uint64(0)  # read once a row
                     k = w0 + t
                     if mode == 0:  # each call inlined with its mode a constant: loops without the other modes
-                        _run(o8, a8, wo, wa, k, w1, bx, 0, lo_shift, hi_shift, fill)
+                        _run(o8, a8, wo, wa, k, w1, bx, 0, lo_shift, hi_shift, repeated)
                     elif mode == 1:
-                        _run(o8, a8, wo, wa, k, w1, bx, 1, lo_shift, hi_shift, fill)
+                        _run(o8, a8, wo, wa, k, w1, bx, 1, lo_shift, hi_shift, repeated)
                     elif mode == 2:
-                        _run(o8, a8, wo, wa, k, w1, bx, 2, lo_shift, hi_shift, fill)
+                        _run(o8, a8, wo, wa, k, w1, bx, 2, lo_shift, hi_shift, repeated)
                     else:
-                        _run(o8, a8, wo, wa, k, w1, bx, 3, lo_shift, hi_shift, fill)
+                        _run(o8, a8, wo, wa, k, w1, bx, 3, lo_shift, hi_shift, repeated)
                 if do_h:  # stored after them: no thread waits on a lone load
                     o_e[U(po + eh)] = hv
                 if do_t:
@@ -203,13 +216,15 @@ def words_geometry(ni: int, nj: int, inner: int, f: int) -> tuple[tuple[int, int
     return rows_geometry(ni, nj, inner // f + 1)
 
 
-def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, src_n: int) -> tuple[object, ...] | None:
+def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, src_n: int,
+               frame: tuple[int, int, int] = (0, 0, 0)) -> tuple[object, ...] | None:
     """("words", the kernel, element word, f, grid, block, its constants after the offsets), for a
     copy coalesced to `shape` with strides ds (dst) and ss (src), where this kernel takes it:
     narrow elements, dst rows unit stride, src rows unit stride or broadcast, at most two
     outer axes, rows of MIN_INNER elements or more, src's memory whole words where its words
     are read (a shifted word reads the whole word holding a row's last element); else None.
-    dst's words are whole words inside its rows: its memory is seen to its last whole word."""
+    dst's words are whole words inside its rows: its memory is seen to its last whole word.
+    `frame`: (lo, hi, fill bits): each dst row's lo elements before and hi after set to fill."""
     f = 8 // itemsize
     gather = itemsize == 4 and ss[-1] == 2  # every other element: mode 3
     if itemsize not in (1, 2, 4) or len(shape) > 3 or ds[-1] != 1 or (ss[-1] not in (0, 1) and not gather):
@@ -219,5 +234,7 @@ def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, sr
     pad = 3 - len(shape)
     (ni, nj, inner), (o_i, o_j, _), (a_i, a_j, a_in) = [[1] * pad + shape, [0] * pad + ds, [0] * pad + ss]
     grid, block, chunk = words_geometry(ni, nj, inner, f)
-    return ("words", row_words_kernel(f), np.dtype(f"u{itemsize}"), f, grid, block,
-            (o_i, o_j, a_i, a_j, a_in, ni, nj, inner, chunk))
+    elem = np.dtype(f"u{itemsize}")
+    lo, hi, fill = frame
+    return ("words", row_words_kernel(f), elem, f, grid, block,
+            (o_i, o_j, a_i, a_j, a_in, ni, nj, inner, chunk, lo, hi, elem.type(fill)))
