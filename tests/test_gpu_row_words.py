@@ -42,6 +42,23 @@ def _copied(host: np.ndarray, view: tuple, dst_index: tuple | None = None, dst_s
     return how, download(big)[dst_index], want
 
 
+# The word copy's variants (row_words' knobs, which benchmarks/kernel_probe.py `words` times): the defaults,
+# rounds of four, shifted 4-byte elements loaded each, and a register cap (a no-op under the simulator).
+VARIANTS = [{}, {"WORDS_WIDE": False}, {"WORDS_PAIRS": True}, {"WORDS_PAIRS": True, "WORDS_WIDE": False},
+            {"WORDS_MIN_BLOCKS": 6}]
+
+
+@pytest.fixture(params=VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "defaults")
+def variant(request, monkeypatch):
+    from gpu_backend.kernels import row_words
+
+    for k, x in request.param.items():
+        monkeypatch.setattr(row_words, k, x)
+    elementwise.clear_plans()
+    yield request.param
+    elementwise.clear_plans()
+
+
 @pytest.mark.parametrize("dtype", ["f4", "i2", "u1", "f2"])
 @pytest.mark.parametrize("view", [
     (slice(None), slice(1, -1)),        # shifted by one element, rows of even stride
@@ -49,15 +66,21 @@ def _copied(host: np.ndarray, view: tuple, dst_index: tuple | None = None, dst_s
     (slice(None, None, -1), slice(1, -2)),  # rows walked backwards
     (slice(1, None, 2), slice(5, 77)),
 ])
-def test_shifted_rows_copy_bit_for_bit(dtype, view):
+def test_shifted_rows_copy_bit_for_bit(dtype, view, variant):
     how, got, want = _copied(_values((5, 80), dtype), view)
     assert how == "words"
     assert got.tobytes() == want.tobytes()
 
 
-def test_rows_of_odd_stride_change_alignment_row_by_row():
+def test_rows_of_odd_stride_change_alignment_row_by_row(variant):
     host = _values((6, 83), "f4")  # row stride 83: every other row starts mid-word
     how, got, want = _copied(host.reshape(-1)[:6 * 83].reshape(6, 83), (slice(None), slice(0, 82)))
+    assert how == "words" and got.tobytes() == want.tobytes()
+
+
+def test_long_shifted_rows_take_rounds_of_eight_four_and_a_ragged_end(variant):
+    host = _values((3, 1204), "f4")  # 601 words a row: many rounds of each size at the simulator's 8 threads
+    how, got, want = _copied(host, (slice(None), slice(1, 1203)))
     assert how == "words" and got.tobytes() == want.tobytes()
 
 

@@ -25,7 +25,8 @@ Values move as unsigned bits, never as values, so every dtype is exact. Rows are
 indexed over two strided outer axes (grid x and y, no division), and a long row
 is cut into chunks over grid z so that few long rows still fill the GPU. Each
 thread loads eight words (sixteen in the shifted case) before it stores any, then
-four, the row's ragged end too (its loads clamped to the chunk's last word).
+four, the row's ragged end too (its loads clamped to the chunk's last word); WORDS_WIDE
+and WORDS_MIN_BLOCKS choose rounds of four and a register cap instead (kernel_probe).
 """
 
 from __future__ import annotations
@@ -37,10 +38,15 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend.device import cuda, fitted, max_blocks, rows_block
+from gpu_backend.device import cuda, fitted, jit_options, max_blocks, rows_block
 from gpu_backend.kernels.strides import Arr
 
 MIN_INNER = 64  # shorter rows keep the row kernel: a word path pays its head and tail per row
+# The word copy's variants (benchmarks/kernel_probe.py `words` compares them): eight words a round
+# (else four), and blocks an SM asked of the compiler (0: none; 4, 6, 8 cap registers at 64, 42, 32).
+WORDS_WIDE = True
+WORDS_MIN_BLOCKS = 0
+WORDS_PAIRS = False  # 4-byte elements of shifted rows loaded each (mode 4); False: two words joined (mode 1)
 WORD = np.dtype(np.uint64)
 
 
@@ -50,68 +56,77 @@ HALF = np.uint64(32)
 
 
 @cuda.jit(device=True)
-def _word(a8: Arr, wa: int, k: int, mode: int, lo_shift: np.uint64, hi_shift: np.uint64,
+def _word(a8: Arr, a_e: Arr, wa: int, s: int, k: int, mode: int, lo_shift: np.uint64, hi_shift: np.uint64,
           fill: np.uint64) -> np.uint64:
-    """Destination word k of a row whose source starts in word wa, as the row's `mode` makes
-    it: 0 aligned (a8[U(wa + k)]), 1 shifted (a8[U(w)] and a8[U(w + 1)] joined), 2 broadcast (`fill`,
-    the row's value repeated), 3 every other 4-byte element (the same half of two words)."""
+    """Destination word k of a row whose source starts in word wa (its first element: element s),
+    as the row's `mode` makes it: 0 aligned (a8[U(wa + k)]), 1 shifted (a8[U(w)] and a8[U(w + 1)]
+    joined), 2 broadcast (`fill`, the row's value repeated), 3 every other 4-byte element (the
+    same half of two words), 4 shifted 4-byte elements: the word's two elements loaded each
+    (a_e[s + 2 k], a_e[s + 2 k + 1]: half the registers and bytes of mode 1's two words)."""
     if mode == 0:
         return a8[U(wa + k)]
     if mode == 1:
         return (a8[U(wa + k)] >> lo_shift) | (a8[U(wa + k + 1)] << hi_shift)
     if mode == 2:
         return fill
+    if mode == 4:
+        return np.uint64(a_e[U(s + 2 * k)]) | (np.uint64(a_e[U(s + 2 * k + 1)]) << HALF)
     w = wa + 2 * k
     return ((a8[U(w)] >> lo_shift) & LOW32) | ((a8[U(w + 1)] >> lo_shift) << HALF)
 
 
 @cuda.jit(device=True)
-def _run(o8: Arr, a8: Arr, wo: int, wa: int, k: int, w1: int, bx: int, mode: int, lo_shift: np.uint64,
-         hi_shift: np.uint64, fill: np.uint64) -> None:
-    """Words k, k + bx, ... below w1 of a row (dst's from word wo, src's from word wa), eight
-    a round, all eight made (their loads issued) before any is stored; then at most one
-    round of four, then the ragged end's four (loads clamped) the same way."""
+def _four(a8: Arr, a_e: Arr, wa: int, s: int, k: int, bx: int, last: int, ragged: bool, mode: int,
+          lo_shift: np.uint64, hi_shift: np.uint64, fill: np.uint64) -> tuple[np.uint64, np.uint64, np.uint64,
+                                                                              np.uint64]:
+    """Words k, k + bx, k + 2 bx, k + 3 bx of a row (`ragged`: those past `last` read as `last`)."""
+    k1, k2, k3 = k + bx, k + 2 * bx, k + 3 * bx
+    if ragged:
+        k1, k2, k3 = min(k1, last), min(k2, last), min(k3, last)
+    return (_word(a8, a_e, wa, s, k, mode, lo_shift, hi_shift, fill),
+            _word(a8, a_e, wa, s, k1, mode, lo_shift, hi_shift, fill),
+            _word(a8, a_e, wa, s, k2, mode, lo_shift, hi_shift, fill),
+            _word(a8, a_e, wa, s, k3, mode, lo_shift, hi_shift, fill))
+
+
+@cuda.jit(device=True)
+def _put(o8: Arr, wo: int, k: int, bx: int, w1: int, ragged: bool,
+         v: tuple[np.uint64, np.uint64, np.uint64, np.uint64]) -> None:
+    """Store `_four`'s words (`ragged`: only those below w1)."""
+    o8[U(wo + k)] = v[0]
+    if not ragged or k + bx < w1:
+        o8[U(wo + k + bx)] = v[1]
+    if not ragged or k + 2 * bx < w1:
+        o8[U(wo + k + 2 * bx)] = v[2]
+    if not ragged or k + 3 * bx < w1:
+        o8[U(wo + k + 3 * bx)] = v[3]
+
+
+@cuda.jit(device=True)
+def _run(o8: Arr, a8: Arr, a_e: Arr, wo: int, wa: int, s: int, k: int, w1: int, bx: int, wide: bool, mode: int,
+         lo_shift: np.uint64, hi_shift: np.uint64, fill: np.uint64) -> None:
+    """Words k, k + bx, ... below w1 of a row (dst's from word wo, src's from word wa): with
+    `wide`, eight a round, all eight made (their loads issued) before any is stored; then
+    rounds of four (at most two after rounds of eight), the ragged end's loads clamped to
+    the last word. (`_four` and `_put` are inlined, `wide`, `ragged` and `mode` constants at
+    each call: the rounds compile to the straight loads and stores written out before.)"""
     last = w1 - 1
-    while k + 7 * bx < w1:  # eight a round: 64 bytes of loads in flight a thread
-        v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
-        v1 = _word(a8, wa, k + bx, mode, lo_shift, hi_shift, fill)
-        v2 = _word(a8, wa, k + 2 * bx, mode, lo_shift, hi_shift, fill)
-        v3 = _word(a8, wa, k + 3 * bx, mode, lo_shift, hi_shift, fill)
-        v4 = _word(a8, wa, k + 4 * bx, mode, lo_shift, hi_shift, fill)
-        v5 = _word(a8, wa, k + 5 * bx, mode, lo_shift, hi_shift, fill)
-        v6 = _word(a8, wa, k + 6 * bx, mode, lo_shift, hi_shift, fill)
-        v7 = _word(a8, wa, k + 7 * bx, mode, lo_shift, hi_shift, fill)
-        o8[U(wo + k)] = v0
-        o8[U(wo + k + bx)] = v1
-        o8[U(wo + k + 2 * bx)] = v2
-        o8[U(wo + k + 3 * bx)] = v3
-        o8[U(wo + k + 4 * bx)] = v4
-        o8[U(wo + k + 5 * bx)] = v5
-        o8[U(wo + k + 6 * bx)] = v6
-        o8[U(wo + k + 7 * bx)] = v7
-        k += 8 * bx
-    if k + 3 * bx < w1:  # then at most one round of four
-        v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
-        v1 = _word(a8, wa, k + bx, mode, lo_shift, hi_shift, fill)
-        v2 = _word(a8, wa, k + 2 * bx, mode, lo_shift, hi_shift, fill)
-        v3 = _word(a8, wa, k + 3 * bx, mode, lo_shift, hi_shift, fill)
-        o8[U(wo + k)] = v0
-        o8[U(wo + k + bx)] = v1
-        o8[U(wo + k + 2 * bx)] = v2
-        o8[U(wo + k + 3 * bx)] = v3
-        k += 4 * bx
+    if wide:
+        while k + 7 * bx < w1:  # eight a round: 64 bytes of loads in flight a thread
+            v = _four(a8, a_e, wa, s, k, bx, last, False, mode, lo_shift, hi_shift, fill)
+            u = _four(a8, a_e, wa, s, k + 4 * bx, bx, last, False, mode, lo_shift, hi_shift, fill)
+            _put(o8, wo, k, bx, w1, False, v)
+            _put(o8, wo, k + 4 * bx, bx, w1, False, u)
+            k += 8 * bx
+        if k + 3 * bx < w1:  # then at most one round of four
+            _put(o8, wo, k, bx, w1, False, _four(a8, a_e, wa, s, k, bx, last, False, mode, lo_shift, hi_shift, fill))
+            k += 4 * bx
+    else:
+        while k + 3 * bx < w1:  # rounds of four
+            _put(o8, wo, k, bx, w1, False, _four(a8, a_e, wa, s, k, bx, last, False, mode, lo_shift, hi_shift, fill))
+            k += 4 * bx
     if k < w1:  # the ragged end: up to four words, all loaded first (indices clamped)
-        v0 = _word(a8, wa, k, mode, lo_shift, hi_shift, fill)
-        v1 = _word(a8, wa, min(k + bx, last), mode, lo_shift, hi_shift, fill)
-        v2 = _word(a8, wa, min(k + 2 * bx, last), mode, lo_shift, hi_shift, fill)
-        v3 = _word(a8, wa, min(k + 3 * bx, last), mode, lo_shift, hi_shift, fill)
-        o8[U(wo + k)] = v0
-        if k + bx < w1:
-            o8[U(wo + k + bx)] = v1
-        if k + 2 * bx < w1:
-            o8[U(wo + k + 2 * bx)] = v2
-        if k + 3 * bx < w1:
-            o8[U(wo + k + 3 * bx)] = v3
+        _put(o8, wo, k, bx, w1, True, _four(a8, a_e, wa, s, k, bx, last, True, mode, lo_shift, hi_shift, fill))
 
 
 @cuda.jit(device=True)
@@ -124,12 +139,16 @@ def _framed(a_e: Arr, pa: int, e: int, a_in: int, inner: int, fill: Any) -> Any:
 
 
 @cache
-def row_words_kernel(f: int) -> Callable:
-    """The word copy for elements of 64 / f bits (f a constant: its divisions are shifts)."""
+def row_words_kernel(f: int, wide: bool = True, min_blocks: int = 0, pairs: bool = False) -> Callable:
+    """The word copy for elements of 64 / f bits (f a constant: its divisions are shifts);
+    `wide`: eight words a round (else four: fewer registers, more threads an SM); `min_blocks`:
+    blocks of THREADS an SM asked of the compiler (launch bounds: registers capped), 0 none;
+    `pairs` (f 2 only): shifted rows by their elements (mode 4), not by two words a word."""
+    pairs = pairs and f == 2
     bits = 64 // f
     rep = np.uint64(sum(1 << (q * bits) for q in range(f)))  # 1 in every element's lowest bit
 
-    @cuda.jit
+    @cuda.jit(**jit_options(min_blocks))
     def row_words(o_e: Arr, o8: Arr, a_e: Arr, a8: Arr, o_off: int, a_off: int,
                   o_i: int, o_j: int, a_i: int, a_j: int, a_in: int, ni: int, nj: int, inner: int,
                   chunk: int, lo: int, hi: int, fill: Any) -> None:
@@ -173,13 +192,15 @@ def row_words_kernel(f: int) -> Callable:
                     repeated = np.uint64(a_e[U(pa)]) * rep if mode == 2 else np.uint64(0)  # read once a row
                     k = w0 + t
                     if mode == 0:  # each call inlined with its mode a constant: loops without the other modes
-                        _run(o8, a8, wo, wa, k, w1, bx, 0, lo_shift, hi_shift, repeated)
+                        _run(o8, a8, a_e, wo, wa, s, k, w1, bx, wide, 0, lo_shift, hi_shift, repeated)
+                    elif mode == 1 and pairs:  # 4-byte elements: each loaded, not two words a word
+                        _run(o8, a8, a_e, wo, wa, s, k, w1, bx, wide, 4, lo_shift, hi_shift, repeated)
                     elif mode == 1:
-                        _run(o8, a8, wo, wa, k, w1, bx, 1, lo_shift, hi_shift, repeated)
+                        _run(o8, a8, a_e, wo, wa, s, k, w1, bx, wide, 1, lo_shift, hi_shift, repeated)
                     elif mode == 2:
-                        _run(o8, a8, wo, wa, k, w1, bx, 2, lo_shift, hi_shift, repeated)
+                        _run(o8, a8, a_e, wo, wa, s, k, w1, bx, wide, 2, lo_shift, hi_shift, repeated)
                     else:
-                        _run(o8, a8, wo, wa, k, w1, bx, 3, lo_shift, hi_shift, repeated)
+                        _run(o8, a8, a_e, wo, wa, s, k, w1, bx, wide, 3, lo_shift, hi_shift, repeated)
                 if do_h:  # stored after them: no thread waits on a lone load
                     o_e[U(po + eh)] = hv
                 if do_t:
@@ -236,5 +257,5 @@ def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, sr
     grid, block, chunk = words_geometry(ni, nj, inner, f)
     elem = np.dtype(f"u{itemsize}")
     lo, hi, fill = frame
-    return ("words", row_words_kernel(f), elem, f, grid, block,
+    return ("words", row_words_kernel(f, WORDS_WIDE, WORDS_MIN_BLOCKS, WORDS_PAIRS), elem, f, grid, block,
             (o_i, o_j, a_i, a_j, a_in, ni, nj, inner, chunk, lo, hi, elem.type(fill)))
