@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from functools import cache
 from math import prod
+from typing import Any
 
 import numpy as np
 
@@ -118,6 +119,29 @@ def _step(known: int, given: int) -> int:
     return given if known < 0 else known
 
 
+@cuda.jit(device=True)
+def _picks(c: Arr, x: Arr, y: Arr, pc: int, px: int, py: int, sc: int, sx: int, sy: int, n1: int, n2: int,
+           n3: int) -> tuple[Any, Any, Any, Any]:
+    """Four elements of a row, x's where cond's else y's: element q read at each operand's place
+    plus n_q of its steps (q, where the round is whole: constants; the ragged end's repeat its last)."""
+    c0, c1, c2, c3 = c[U(pc)], c[U(pc + n1 * sc)], c[U(pc + n2 * sc)], c[U(pc + n3 * sc)]
+    x0, x1, x2, x3 = x[U(px)], x[U(px + n1 * sx)], x[U(px + n2 * sx)], x[U(px + n3 * sx)]
+    y0, y1, y2, y3 = y[U(py)], y[U(py + n1 * sy)], y[U(py + n2 * sy)], y[U(py + n3 * sy)]
+    return (x0 if c0 else y0, x1 if c1 else y1, x2 if c2 else y2, x3 if c3 else y3)
+
+
+@cuda.jit(device=True)
+def _put(out: Arr, po: int, bx: int, n1: int, n2: int, n3: int, v: tuple[Any, Any, Any, Any]) -> None:
+    """Store `_picks`' four at po, po + bx, ...: element q only where n_q is q (not repeated)."""
+    out[U(po)] = v[0]
+    if n1 == 1:
+        out[U(po + bx)] = v[1]
+    if n2 == 2:
+        out[U(po + 2 * bx)] = v[2]
+    if n3 == 3:
+        out[U(po + 3 * bx)] = v[3]
+
+
 @cache
 def where_rows_kernel(kc: int, kx: int, ky: int) -> object:
     """`_where_rows` made for cond's, x's and y's inner strides kc, kx, ky where each is 0 or 1
@@ -150,33 +174,17 @@ def where_rows_kernel(kc: int, kx: int, ky: int) -> object:
                 py = y_off + i * y_i + j * y_j + k * _step(ky, y_in)
                 sc, sx, sy = bx * _step(kc, c_in), bx * _step(kx, x_in), bx * _step(ky, y_in)
                 while wide and k + 7 * bx < k1:  # eight a round (a broadcast cond and y: x's alone reach DRAM)
-                    c0, c1, c2, c3 = c[U(pc)], c[U(pc + sc)], c[U(pc + 2 * sc)], c[U(pc + 3 * sc)]
-                    c4, c5, c6, c7 = c[U(pc + 4 * sc)], c[U(pc + 5 * sc)], c[U(pc + 6 * sc)], c[U(pc + 7 * sc)]
-                    x0, x1, x2, x3 = x[U(px)], x[U(px + sx)], x[U(px + 2 * sx)], x[U(px + 3 * sx)]
-                    x4, x5, x6, x7 = x[U(px + 4 * sx)], x[U(px + 5 * sx)], x[U(px + 6 * sx)], x[U(px + 7 * sx)]
-                    y0, y1, y2, y3 = y[U(py)], y[U(py + sy)], y[U(py + 2 * sy)], y[U(py + 3 * sy)]
-                    y4, y5, y6, y7 = y[U(py + 4 * sy)], y[U(py + 5 * sy)], y[U(py + 6 * sy)], y[U(py + 7 * sy)]
-                    out[U(po)] = x0 if c0 else y0
-                    out[U(po + bx)] = x1 if c1 else y1
-                    out[U(po + 2 * bx)] = x2 if c2 else y2
-                    out[U(po + 3 * bx)] = x3 if c3 else y3
-                    out[U(po + 4 * bx)] = x4 if c4 else y4
-                    out[U(po + 5 * bx)] = x5 if c5 else y5
-                    out[U(po + 6 * bx)] = x6 if c6 else y6
-                    out[U(po + 7 * bx)] = x7 if c7 else y7
+                    v = _picks(c, x, y, pc, px, py, sc, sx, sy, 1, 2, 3)
+                    u = _picks(c, x, y, pc + 4 * sc, px + 4 * sx, py + 4 * sy, sc, sx, sy, 1, 2, 3)
+                    _put(out, po, bx, 1, 2, 3, v)
+                    _put(out, po + 4 * bx, bx, 1, 2, 3, u)
                     k += 8 * bx
                     po += 8 * bx
                     pc += 8 * sc
                     px += 8 * sx
                     py += 8 * sy
                 while k + 3 * bx < k1:  # then rounds of four (at most one after rounds of eight)
-                    c0, c1, c2, c3 = c[U(pc)], c[U(pc + sc)], c[U(pc + 2 * sc)], c[U(pc + 3 * sc)]
-                    x0, x1, x2, x3 = x[U(px)], x[U(px + sx)], x[U(px + 2 * sx)], x[U(px + 3 * sx)]
-                    y0, y1, y2, y3 = y[U(py)], y[U(py + sy)], y[U(py + 2 * sy)], y[U(py + 3 * sy)]
-                    out[U(po)] = x0 if c0 else y0
-                    out[U(po + bx)] = x1 if c1 else y1
-                    out[U(po + 2 * bx)] = x2 if c2 else y2
-                    out[U(po + 3 * bx)] = x3 if c3 else y3
+                    _put(out, po, bx, 1, 2, 3, _picks(c, x, y, pc, px, py, sc, sx, sy, 1, 2, 3))
                     k += 4 * bx
                     po += 4 * bx
                     pc += 4 * sc
@@ -186,16 +194,7 @@ def where_rows_kernel(kc: int, kx: int, ky: int) -> object:
                     n1 = 1 if k + bx < k1 else 0
                     n2 = 2 if k + 2 * bx < k1 else n1
                     n3 = 3 if k + 3 * bx < k1 else n2
-                    c0, c1, c2, c3 = c[U(pc)], c[U(pc + n1 * sc)], c[U(pc + n2 * sc)], c[U(pc + n3 * sc)]
-                    x0, x1, x2, x3 = x[U(px)], x[U(px + n1 * sx)], x[U(px + n2 * sx)], x[U(px + n3 * sx)]
-                    y0, y1, y2, y3 = y[U(py)], y[U(py + n1 * sy)], y[U(py + n2 * sy)], y[U(py + n3 * sy)]
-                    out[U(po)] = x0 if c0 else y0
-                    if n1 == 1:
-                        out[U(po + bx)] = x1 if c1 else y1
-                    if n2 == 2:
-                        out[U(po + 2 * bx)] = x2 if c2 else y2
-                    if n3 == 3:
-                        out[U(po + 3 * bx)] = x3 if c3 else y3
+                    _put(out, po, bx, n1, n2, n3, _picks(c, x, y, pc, px, py, sc, sx, sy, n1, n2, n3))
 
     return _where_rows
 
