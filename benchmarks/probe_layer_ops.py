@@ -11,7 +11,8 @@ bytes it counts, one call and piped, then the kernels' registers:
   (launch bounds: blocks an SM, registers capped); pad also window.FRAMED (its border
   along the rows written by the interior's copy, or by fills after it);
 - where mask: masks.WHERE_WORDS (8-byte words, or the element row kernel);
-- reshape heads: elementwise.ROWS1_LEAST (the row kernel's narrowest rows of threads);
+- reshape heads: elementwise.ROWS1_LEAST (the row kernel's narrowest rows of threads) and
+  ROWS1_SWAP (its outer axes swapped: a block's rows neighbours in the source);
 - reshape column-major: the tiled transpose's side, rows, walk and grid;
 - the matmuls of different ranks: refir (cuBLAS) against torch.
 """
@@ -36,7 +37,8 @@ VARIANTS: dict[str, list[tuple[Any, dict[str, Any]]]] = {
     "reshape [:, 1:-1]": [(row_words, v) for v in WORDS[:3]],
     "pad 1": [(row_words, v) for v in WORDS] + [(window, {"FRAMED": False})],
     "where mask": [(masks, {}), (masks, {"WHERE_WORDS": False})],
-    "reshape heads": [(elementwise, {"ROWS1_LEAST": least}) for least in (8, 16, 32, 4)],
+    "reshape heads": [(elementwise, {"ROWS1_LEAST": least, "ROWS1_SWAP": swap}) for least, swap in
+                      [(8, False), (16, False), (32, False), (4, False), (8, True), (16, True), (32, True)]],
     "reshape column-major": [(transpose, {"TRANSPOSE_SIDE": s, "TRANSPOSE_ROWS": r, "TRANSPOSE_WALK": w,
                                           "TRANSPOSE_BLOCKS": b})
                              for s, r, w, b in [(32, 4, 0, 1), (64, 4, 0, 1), (64, 8, 0, 1), (32, 8, 0, 1),

@@ -166,3 +166,21 @@ def test_the_row_kernel_stores_its_ragged_ends_whole():
     dst = DeviceBuffer.empty((4, 3, 45), host.dtype)
     assert _plan(dst, src) == "rows"
     assert download(dst).tobytes() == np.ascontiguousarray(host.transpose(1, 0, 2)).tobytes()
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_a_heads_reshape_copies_alike_with_its_outer_axes_in_either_order(swap, monkeypatch):
+    """elementwise.ROWS1_SWAP (a kernel_probe variant): the row kernel's two outer axes swapped where the
+    source's inner one is the farther apart; the same bits, the plan's axes as asked."""
+    monkeypatch.setattr(elementwise, "ROWS1_SWAP", swap)
+    host = _values((4, 6, 8), "f4")  # [H, S, D] -> [S, H, D]: rows of D from H places
+    src = upload(host).transpose((1, 0, 2))
+    dst = DeviceBuffer.empty((6, 4, 8), np.dtype("f4"))
+    elementwise.clear_plans()
+    copy_into(dst, src)
+    assert download(dst).tobytes() == np.ascontiguousarray(host.transpose(1, 0, 2)).tobytes()
+    (plan,) = elementwise._plans.values()
+    kernel, grid, block, per_buffer, tail = plan
+    assert tail[:2] == ((4, 6) if swap else (6, 4))  # (ni, nj): heads outer when swapped
+    assert per_buffer[1] == ((24, 4) if swap else (4, 24))  # the source's (i, j) strides in words
+    elementwise.clear_plans()

@@ -55,6 +55,11 @@ DENSE2_BLOCKS = 1 if SIMULATED else 1 << 20
 # The row kernel's narrowest rows of threads: short rows (a head's 64 words) take a
 # quarter or half warp each, so that every thread still loads four elements at once.
 ROWS1_LEAST = 8
+# The row kernel's two outer axes as the result's memory order has them (a block's rows next to each
+# other in the result: a heads reshape reads them from H places); True: swapped where the source's
+# inner one is the farther apart, so a block reads neighbouring rows and writes them apart
+# (benchmarks/kernel_probe.py `layer` compares).
+ROWS1_SWAP = False
 
 
 # What elementwise launches for one call, by everything it depends on but the
@@ -157,6 +162,8 @@ def _plan(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], has_sca
     if len(xs) == 1 and len(shape) <= 3 and all(st[-1] == 1 for st in strides):
         (ni, nj, inner), ((o_i, o_j, _), (a_i, a_j, _)) = [1] * (3 - len(shape)) + shape, [
             [0] * (3 - len(shape)) + st for st in strides]
+        if ROWS1_SWAP and ni > 1 and abs(a_j) > abs(a_i):  # a block's rows next to each other in the source
+            ni, nj, o_i, o_j, a_i, a_j = nj, ni, o_j, o_i, a_j, a_i
         bx, by = rows_block(inner, ROWS1_LEAST)
         by = fitted(nj, by)
         gi = min(ni, max_blocks())
