@@ -121,6 +121,7 @@ def fake_blas() -> gemm.Cublas:
     blas.handle, blas.algo = (lambda: 7), 99
     blas.scalars = {c: (np.ones(1, c), np.zeros(1, c)) for c in "fd"}
     blas.compute_type = lambda char: 68 if char == "f" else 70
+    blas.gemm_batched = lambda *args: None  # cupy's wrapper (a cupy without one: no batched call)
     return blas
 
 
@@ -145,6 +146,8 @@ def test_batched_arguments_follow_the_2d_calls_per_matrix():
     assert gemm.batched_call(blas, (1000, (count, m, n), (n, n, 1)), a0, bd, "f") is None  # results overlap
     assert gemm.batched_call(blas, (3000 + 4 * n, (count, m, n), (m * n, n, 1)), a0, bd, "f") is None  # c overlaps b
     assert gemm.batched_call(blas, c, (2000, (m, k), (k, 1)), bd, "f") is None  # not 3-D
+    blas.gemm_batched = None  # a cupy without cublasGemmStridedBatchedEx's wrapper
+    assert gemm.batched_call(blas, c, a0, bd, "f") is None
 
 
 class FakeCupy:

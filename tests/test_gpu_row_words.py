@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpu_backend.buffers.buffer import DeviceBuffer, download, upload
-from gpu_backend.device import max_blocks
+from gpu_backend.device import SIMULATED, max_blocks
 from gpu_backend.kernels import elementwise
 from gpu_backend.kernels.elementwise import copy_into
 from gpu_backend.kernels.row_words import MIN_INNER, words_geometry
@@ -67,6 +67,8 @@ def variant(request, monkeypatch):
     (slice(1, None, 2), slice(5, 77)),
 ])
 def test_shifted_rows_copy_bit_for_bit(dtype, view, variant):
+    if variant and dtype != "f4" and not SIMULATED:
+        pytest.skip("each variant compiles per element width: f4's alone on a GPU (the kernels stage's time)")
     how, got, want = _copied(_values((5, 80), dtype), view)
     assert how == "words"
     assert got.tobytes() == want.tobytes()

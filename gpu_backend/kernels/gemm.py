@@ -42,7 +42,8 @@ class Cublas:
         from cupy_backends.cuda.libs import cublas
 
         self.gemm_ex = cublas.gemmEx  # cupy's wrapper: sets the handle's stream to cupy's current one, as cupy's call
-        self.gemm_batched = cublas.gemmStridedBatchedEx  # the same, for a batch at constant strides (0: broadcast)
+        # the same for a batch at constant strides (0: broadcast); None in a cupy without it (then cupy's matmul)
+        self.gemm_batched = getattr(cublas, "gemmStridedBatchedEx", None)
         self.handle = cupy.cuda.device.get_cublas_handle
         self.linalg = linalg
         self.types = {"f": runtime.CUDA_R_32F, "d": runtime.CUDA_R_64F}
@@ -153,6 +154,8 @@ def batched_call(blas: Cublas, c: tuple[int, tuple, tuple], a: tuple[int, tuple,
     batch stride 0 where an operand is broadcast; None where a matrix is not as cuBLAS
     takes it (gemm_call's rules per matrix), a batch stride is negative, or c overlaps
     an operand. Kept per operands, as gemm_call's."""
+    if getattr(blas, "gemm_batched", None) is None:
+        return None
     compute = blas.compute_type(char)
     key = ("batched", c, a, b, char, compute)
     got = _calls.get(key, False)
