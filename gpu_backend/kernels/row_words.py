@@ -70,7 +70,8 @@ def _word(a8: Arr, a_e: Arr, wa: int, s: int, k: int, mode: int, lo_shift: np.ui
     if mode == 2:
         return fill
     if mode == 4:
-        return np.uint64(a_e[U(s + 2 * k)]) | (np.uint64(a_e[U(s + 2 * k + 1)]) << HALF)
+        e = U(s + 2 * k)  # one index for both: their addresses a base and base + 4
+        return np.uint64(a_e[e]) | (np.uint64(a_e[e + U(1)]) << HALF)
     w = wa + 2 * k
     return ((a8[U(w)] >> lo_shift) & LOW32) | ((a8[U(w + 1)] >> lo_shift) << HALF)
 
