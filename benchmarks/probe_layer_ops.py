@@ -6,9 +6,10 @@ Each row is benchmarks/gpu_layer_ops.py's case (the same operands, its values ch
 against torch's under every variant before it is timed), as % of a device copy of the
 bytes it counts, one call and piped, then the kernels' registers:
 
-- slice [:, 1:-1], reshape [:, 1:-1] -> 1-D, pad: row_words' WORDS_WIDE (eight words a
-  round or four), WORDS_PAIRS (shifted f32 rows by their 4-byte elements), WORDS_MIN_BLOCKS
-  (launch bounds: blocks an SM, registers capped); pad also window.FRAMED (its border
+- slice [:, 1:-1], reshape [:, 1:-1] -> 1-D, pad: row_words' WORDS_MIN_BLOCKS (launch
+  bounds: four blocks an SM, 64 registers, or none: 72), WORDS_WIDE (eight words a round or
+  four), WORDS_PAIRS (shifted f32 rows by their 4-byte elements), WORDS_BY_STEP (a kernel per
+  source stride, or one for all: 80 registers, as before); pad also window.FRAMED (its border
   along the rows written by the interior's copy, or by fills after it);
 - where mask: masks.WHERE_WORDS (8-byte words, or the element row kernel);
 - reshape heads: elementwise.ROWS1_LEAST (the row kernel's narrowest rows of threads) and
@@ -28,8 +29,9 @@ from benchmarks.gpu_timing import NONE, median_time, say
 from gpu_backend.device import cuda
 from gpu_backend.kernels import elementwise, masks, matmul_ranks, row_words, transpose, window
 
-WORDS = [{}, {"WORDS_WIDE": False}, {"WORDS_PAIRS": True}, {"WORDS_PAIRS": True, "WORDS_WIDE": False},
-         {"WORDS_MIN_BLOCKS": 4}]  # each a kernel compiled (seconds each): the stage's 240 s
+# each a kernel compiled (seconds each: the stage's 240 s); the last: the one kernel of every stride, as before
+WORDS = [{}, {"WORDS_MIN_BLOCKS": 0}, {"WORDS_WIDE": False, "WORDS_MIN_BLOCKS": 0},
+         {"WORDS_PAIRS": True, "WORDS_MIN_BLOCKS": 0}, {"WORDS_BY_STEP": False}]
 # (module, knob values) variants per row, by the start of the row's name; the first: the defaults
 VARIANTS: dict[str, list[tuple[Any, dict[str, Any]]]] = {
     "slice [:, 1:-1]": [(row_words, v) for v in WORDS],
@@ -70,10 +72,10 @@ def layer_section(torch: Any, n: int, knobs: Callable[..., Any], row: Callable[.
             except Exception as e:  # noqa: BLE001  (a variant that fails is said; the others still run)
                 say(f"  {label}: {type(e).__name__}: {e}")
     cuda.synchronize()
-    for wide, blocks, pairs in [(True, 0, False), (False, 0, False), (True, 0, True), (False, 0, True),
-                                (True, 4, False)]:
-        say(f"  regs row_words f32 wide {wide} min blocks {blocks} pairs {pairs}: "
-            f"{regs(row_words.row_words_kernel(2, wide, blocks, pairs))}")
+    for wide, blocks, pairs, step in [(True, 4, False, 1), (True, 0, False, 1), (False, 0, False, 1),
+                                      (True, 0, True, 1), (True, 0, False, -1)]:
+        say(f"  regs row_words f32 wide {wide} min blocks {blocks} pairs {pairs} step {step}: "
+            f"{regs(row_words.row_words_kernel(2, wide, blocks, pairs, step))}")
     from gpu_backend.kernels.where_words import where_words_kernel
 
     say(f"  regs where_words f32 (mask, x, scalar): {regs(where_words_kernel(2, 1, 1, 0))}, "

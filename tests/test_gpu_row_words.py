@@ -43,9 +43,10 @@ def _copied(host: np.ndarray, view: tuple, dst_index: tuple | None = None, dst_s
 
 
 # The word copy's variants (row_words' knobs, which benchmarks/kernel_probe.py `words` times): the defaults,
-# rounds of four, shifted 4-byte elements loaded each, and a register cap (a no-op under the simulator).
+# rounds of four, shifted 4-byte elements loaded each, one kernel for every source stride (the launch
+# bounds are a no-op under the simulator).
 VARIANTS = [{}, {"WORDS_WIDE": False}, {"WORDS_PAIRS": True}, {"WORDS_PAIRS": True, "WORDS_WIDE": False},
-            {"WORDS_MIN_BLOCKS": 6}]
+            {"WORDS_BY_STEP": False, "WORDS_MIN_BLOCKS": 0}]
 
 
 @pytest.fixture(params=VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "defaults")

@@ -25,8 +25,9 @@ Values move as unsigned bits, never as values, so every dtype is exact. Rows are
 indexed over two strided outer axes (grid x and y, no division), and a long row
 is cut into chunks over grid z so that few long rows still fill the GPU. Each
 thread loads eight words (sixteen in the shifted case) before it stores any, then
-four, the row's ragged end too (its loads clamped to the chunk's last word); WORDS_WIDE
-and WORDS_MIN_BLOCKS choose rounds of four and a register cap instead (kernel_probe).
+four, the row's ragged end too (its loads clamped to the chunk's last word). A kernel is
+made per source inner stride (its modes only), for unit strides with launch bounds of
+four blocks an SM (64 registers); WORDS_* choose the other variants (kernel_probe).
 """
 
 from __future__ import annotations
@@ -42,10 +43,15 @@ from gpu_backend.device import cuda, fitted, jit_options, max_blocks, rows_block
 from gpu_backend.kernels.strides import Arr
 
 MIN_INNER = 64  # shorter rows keep the row kernel: a word path pays its head and tail per row
-# The word copy's variants (benchmarks/kernel_probe.py `words` compares them): eight words a round
-# (else four), and blocks an SM asked of the compiler (0: none; 4, 6, 8 cap registers at 64, 42, 32).
+# The word copy's variants (benchmarks/kernel_probe.py `layer` compares them; benchmarks/kernel_regs.py
+# gives their registers for sm_90 without a GPU): eight words a round (else four); a kernel per source
+# inner stride (else one for all: 80 registers for f32, three blocks an SM, where the unit stride's
+# alone takes 72); for unit-stride sources (shifted and aligned rows), blocks of THREADS an SM asked of
+# the compiler (launch bounds: 4 caps them at 64 registers with nothing spilled for every element
+# width, four blocks an SM, a third more bytes in flight; the gather's step 2 would spill: uncapped).
 WORDS_WIDE = True
-WORDS_MIN_BLOCKS = 0
+WORDS_BY_STEP = True
+WORDS_MIN_BLOCKS = 4
 WORDS_PAIRS = False  # 4-byte elements of shifted rows loaded each (mode 4); False: two words joined (mode 1)
 WORD = np.dtype(np.uint64)
 
@@ -140,11 +146,14 @@ def _framed(a_e: Arr, pa: int, e: int, a_in: int, inner: int, fill: Any) -> Any:
 
 
 @cache
-def row_words_kernel(f: int, wide: bool = True, min_blocks: int = 0, pairs: bool = False) -> Callable:
+def row_words_kernel(f: int, wide: bool = True, min_blocks: int = 0, pairs: bool = False,
+                     step: int = -1) -> Callable:
     """The word copy for elements of 64 / f bits (f a constant: its divisions are shifts);
     `wide`: eight words a round (else four: fewer registers, more threads an SM); `min_blocks`:
     blocks of THREADS an SM asked of the compiler (launch bounds: registers capped), 0 none;
-    `pairs` (f 2 only): shifted rows by their elements (mode 4), not by two words a word."""
+    `pairs` (f 2 only): shifted rows by their elements (mode 4), not by two words a word;
+    `step`: the source's inner stride (0, 1 or 2) where the kernel is made for it (a constant:
+    only its modes compiled, mode 1's 16 loads of a round no longer beside mode 3's), -1 any."""
     pairs = pairs and f == 2
     bits = 64 // f
     rep = np.uint64(sum(1 << (q * bits) for q in range(f)))  # 1 in every element's lowest bit
@@ -188,7 +197,8 @@ def row_words_kernel(f: int, wide: bool = True, min_blocks: int = 0, pairs: bool
                     r = s % f
                     lo_shift = np.uint64(r * bits)
                     hi_shift = np.uint64(64 - r * bits)
-                    mode = 2 if a_in == 0 else (3 if a_in == 2 else (0 if r == 0 else 1))
+                    at = a_in if step < 0 else step  # the inner stride, a constant where made for one
+                    mode = 2 if at == 0 else (3 if at == 2 else (0 if r == 0 else 1))
                     wa = s // f
                     repeated = np.uint64(a_e[U(pa)]) * rep if mode == 2 else np.uint64(0)  # read once a row
                     k = w0 + t
@@ -258,5 +268,7 @@ def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, sr
     grid, block, chunk = words_geometry(ni, nj, inner, f)
     elem = np.dtype(f"u{itemsize}")
     lo, hi, fill = frame
-    return ("words", row_words_kernel(f, WORDS_WIDE, WORDS_MIN_BLOCKS, WORDS_PAIRS), elem, f, grid, block,
+    blocks = WORDS_MIN_BLOCKS if a_in == 1 and WORDS_BY_STEP else 0
+    kernel = row_words_kernel(f, WORDS_WIDE, blocks, WORDS_PAIRS, a_in if WORDS_BY_STEP else -1)
+    return ("words", kernel, elem, f, grid, block,
             (o_i, o_j, a_i, a_j, a_in, ni, nj, inner, chunk, lo, hi, elem.type(fill)))
