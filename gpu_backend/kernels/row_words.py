@@ -68,7 +68,8 @@ def _word(a8: Arr, a_e: Arr, wa: int, s: int, k: int, mode: int, lo_shift: np.ui
     as the row's `mode` makes it: 0 aligned (a8[U(wa + k)]), 1 shifted (a8[U(w)] and a8[U(w + 1)]
     joined), 2 broadcast (`fill`, the row's value repeated), 3 every other 4-byte element (the
     same half of two words), 4 shifted 4-byte elements: the word's two elements loaded each
-    (a_e[s + 2 k], a_e[s + 2 k + 1]: half the registers and bytes of mode 1's two words)."""
+    (a_e[s + 2 k], a_e[s + 2 k + 1]: each source byte loaded once, not twice as in mode 1;
+    ptxas gives the kernel as many registers, 72 for f32: kernel_probe times both)."""
     if mode == 0:
         return a8[U(wa + k)]
     if mode == 1:
@@ -113,9 +114,9 @@ def _put(o8: Arr, wo: int, k: int, bx: int, w1: int, ragged: bool,
 def _run(o8: Arr, a8: Arr, a_e: Arr, wo: int, wa: int, s: int, k: int, w1: int, bx: int, wide: bool, mode: int,
          lo_shift: np.uint64, hi_shift: np.uint64, fill: np.uint64) -> None:
     """Words k, k + bx, ... below w1 of a row (dst's from word wo, src's from word wa): with
-    `wide`, eight a round, all eight made (their loads issued) before any is stored; then
-    rounds of four (at most two after rounds of eight), the ragged end's loads clamped to
-    the last word. (`_four` and `_put` are inlined, `wide`, `ragged` and `mode` constants at
+    `wide`, eight a round, all eight made (their loads issued) before any is stored, then at
+    most one round of four (without `wide`, rounds of four), then the ragged end's four, its
+    loads clamped to the last word. (`_four` and `_put` are inlined, `wide`, `ragged` and `mode` constants at
     each call: the rounds compile to the straight loads and stores written out before.)"""
     last = w1 - 1
     if wide:
