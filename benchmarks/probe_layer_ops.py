@@ -12,8 +12,9 @@ bytes it counts, one call and piped, then the kernels' registers:
   source stride, or one for all: 80 registers, as before); pad also window.FRAMED (its border
   along the rows written by the interior's copy, or by fills after it);
 - where mask: masks.WHERE_WORDS (8-byte words, or the element row kernel);
-- reshape heads: elementwise.ROWS1_LEAST (the row kernel's narrowest rows of threads) and
-  ROWS1_SWAP (its outer axes swapped: a block's rows neighbours in the source);
+- reshape heads: elementwise.ROWS1_LEAST (the row kernel's narrowest rows of threads),
+  ROWS1_SWAP (its outer axes swapped: a block's rows neighbours in the source) and
+  ROWS1_MIN_BLOCKS (launch bounds: 6 or 8 blocks an SM, against 5 at 48 registers, some spilled);
 - reshape column-major: the tiled transpose's side, rows, walk and grid;
 - the matmuls of different ranks: refir (cuBLAS) against torch.
 """
@@ -38,8 +39,9 @@ VARIANTS: dict[str, list[tuple[Any, dict[str, Any]]]] = {
     "reshape [:, 1:-1]": [(row_words, v) for v in WORDS[:3]],
     "pad 1": [(row_words, v) for v in WORDS] + [(window, {"FRAMED": False})],
     "where mask": [(masks, {}), (masks, {"WHERE_WORDS": False})],
-    "reshape heads": [(elementwise, {"ROWS1_LEAST": least, "ROWS1_SWAP": swap}) for least, swap in
-                      [(8, False), (16, False), (32, False), (4, False), (8, True), (16, True), (32, True)]],
+    "reshape heads": [(elementwise, {"ROWS1_LEAST": least, "ROWS1_SWAP": swap, "ROWS1_MIN_BLOCKS": blocks})
+                      for least, swap, blocks in [(8, False, 0), (16, False, 0), (32, False, 0), (8, True, 0),
+                                                  (16, True, 0), (8, False, 6), (8, False, 8), (8, True, 8)]],
     "reshape column-major": [(transpose, {"TRANSPOSE_SIDE": s, "TRANSPOSE_ROWS": r, "TRANSPOSE_WALK": w,
                                           "TRANSPOSE_BLOCKS": b})
                              for s, r, w, b in [(64, 2, 0, 1), (32, 4, 0, 1), (64, 4, 0, 1), (64, 8, 0, 1),
@@ -76,7 +78,12 @@ def layer_section(torch: Any, n: int, knobs: Callable[..., Any], row: Callable[.
                                       (True, 0, True, 1), (True, 0, False, -1)]:
         say(f"  regs row_words f32 wide {wide} min blocks {blocks} pairs {pairs} step {step}: "
             f"{regs(row_words.row_words_kernel(2, wide, blocks, pairs, step))}")
+    from gpu_backend.kernels.elementwise_kernels import ignoring_scalar, rows1_kernel
     from gpu_backend.kernels.where_words import where_words_kernel
+
+    copy = ignoring_scalar(elementwise._same)
+    say("  regs row kernel copy, launch bounds 0, 6, 8: "
+        + ", ".join(regs(rows1_kernel(copy, blocks)) for blocks in (0, 6, 8)))
 
     say(f"  regs where_words f32 (mask, x, scalar): {regs(where_words_kernel(2, 1, 1, 0))}, "
         f"where rows: {regs(masks.where_rows_kernel(1, 1, 0))}")

@@ -60,6 +60,7 @@ ROWS1_LEAST = 8
 # inner one is the farther apart, so a block reads neighbouring rows and writes them apart
 # (benchmarks/kernel_probe.py `layer` compares).
 ROWS1_SWAP = False
+ROWS1_MIN_BLOCKS = 0  # the row kernel's launch bounds (blocks an SM; 0 none: 48 registers, five blocks)
 
 
 # What elementwise launches for one call, by everything it depends on but the
@@ -168,7 +169,7 @@ def _plan(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], has_sca
         by = fitted(nj, by)
         gi = min(ni, max_blocks())
         gj = many_rows(nj, by) if gi == 1 else min(-(-nj // by), max(1, max_blocks() // gi), 65535)
-        return rows1_kernel(fn), (gi, gj), (bx, by), ((o_i, o_j), (a_i, a_j)), (ni, nj, inner)
+        return rows1_kernel(fn, ROWS1_MIN_BLOCKS), (gi, gj), (bx, by), ((o_i, o_j), (a_i, a_j)), (ni, nj, inner)
     shape, strides = [1] + shape, [[0] + st for st in strides]  # a mid axis, at worst of extent 1
     outer = padded(shape[:-2], 1)
     bx, by = rows_block(shape[-1])
