@@ -1,6 +1,8 @@
 """The ops of transformer layers (issue 27) next to torch and the copy ceiling
 (`python -m benchmarks.gpu_bench layer-ops`): comparisons, where, iota, slice,
-select, pad, cat, reshapes that copy, expand, tanh erf sigmoid rsqrt sin cos.
+select, pad, cat, reshapes that copy, expand, tanh erf sigmoid rsqrt sin cos;
+and matmuls of operands of different ranks (a linear of a 3-D input, one GEMM
+over its rows; a 2-D operand broadcast over a batch, a strided batched GEMM).
 
 Each row calls refir's op as a run's step does (gpu_backend.impls.compute or the
 per-device iota, its result allocated from the pool, laid out row-major) and
@@ -10,7 +12,7 @@ Bytes counted: what the op must read and write (both operands, the result; a
 broadcast operand once), but a step along the innermost axis reads every
 32-byte sector of its operand, so its whole operand counts. Every row checks its
 values: refir's and torch's against interp's numpy (exact rows bit for bit, the
-unary ops within 1e-5) at sizes up to CHECK_ELEMS, and refir's against torch's
+unary ops within 1e-5, the matmuls 1e-4) at sizes up to CHECK_ELEMS, and refir's against torch's
 on the device at every size.
 
 Under the simulator (`NUMBA_ENABLE_CUDASIM=1`, tests/test_benchmarks_layer_ops.py)
@@ -63,6 +65,7 @@ class Case:
     peer: Callable[..., Any] | None  # (torch, *tensors) -> torch's result; None: no such op in torch
     exact: bool = True
     note: str = ""  # what torch's column runs, where it is not plainly the same op
+    rtol: float = 1e-5  # where not exact: the relative tolerance of the check
 
 
 def cases(n: int) -> list[Case]:
@@ -110,6 +113,16 @@ def cases(n: int) -> list[Case]:
              lambda t, x: x.expand(r, c).contiguous()),
         Case(f"expand [1,{c}] -> [{r},{c}]", 4 * n + 4 * c, ops.Expand(), (Input((1, c)), r, c), 2,
              lambda t, x: x.expand(r, c).contiguous()),
+    ]
+    k = s  # a linear of [b, s, k] by [k, k] (1 GiB: [1024, 512, 512] @ [512, 512]); fp32 sums of k products
+    mm = ops.Matmul()
+    rows += [
+        Case(f"linear [{b},{s},{k}] @ [{k},{k}]", 8 * n + 4 * k * k, mm, (Input((b, s, k)), Input((k, k))), 3,
+             lambda t, x, w: t.matmul(x, w), exact=False, rtol=1e-4,
+             note="compute-bound: GB/s of its operands; the torch ratio is what counts (one GEMM over b*s rows)"),
+        Case(f"matmul [{s},{k}] @ [{b},{k},{k}]", 8 * n + 4 * s * k, mm, (Input((s, k)), Input((b, k, k))), 3,
+             lambda t, x, w: t.matmul(x, w), exact=False, rtol=1e-4,
+             note="compute-bound: a strided batched GEMM, the 2-D operand at batch stride 0"),
     ]
     for name in UNARY:  # torch has each under the same name
         rows.append(Case(f"{name} f32", 8 * n, ops.Unary(name), (Input((n,)),), 1,
@@ -200,30 +213,30 @@ def want(p: Prepared) -> np.ndarray:
     return np.asarray(interp.compute(p.case.op, args, F32))
 
 
-def agree(got: np.ndarray, expected: np.ndarray, exact: bool) -> bool:
+def agree(got: np.ndarray, expected: np.ndarray, exact: bool, rtol: float = 1e-5) -> bool:
     if got.shape != expected.shape or got.dtype != expected.dtype:
         return False
     if exact:
         return bool(np.array_equal(np.ascontiguousarray(got).view(f"u{got.itemsize}"),
                                    np.ascontiguousarray(expected).view(f"u{got.itemsize}")))
-    return bool(np.allclose(got, expected, rtol=1e-5, atol=1e-6, equal_nan=True))
+    return bool(np.allclose(got, expected, rtol=rtol, atol=1e-6, equal_nan=True))
 
 
 def check(p: Prepared, torch: Any, n: int) -> None:
     """refir's result (and torch's) against numpy where n <= CHECK_ELEMS, refir's against
     torch's on the device at every size; an AssertionError names the row."""
     cuda.synchronize()  # device-wide: torch's stream made the operands, refir's kernels read them
-    ours, exact, name = p.ours(), p.case.exact, p.case.name
+    ours, exact, name, rtol = p.ours(), p.case.exact, p.case.name, p.case.rtol
     theirs = p.theirs() if p.theirs is not None else None
     cuda.synchronize()  # and torch reads refir's result
     if n <= CHECK_ELEMS:
         expected = want(p)
-        assert agree(download(ours), expected, exact), f"{name}: refir differs from numpy"
+        assert agree(download(ours), expected, exact, rtol), f"{name}: refir differs from numpy"
         if theirs is not None:
-            assert agree(theirs.cpu().numpy(), expected, exact), f"{name}: torch differs from numpy"
+            assert agree(theirs.cpu().numpy(), expected, exact, rtol), f"{name}: torch differs from numpy"
     if theirs is not None and not SIMULATED:  # refir's result seen by torch (shared memory)
         mine = torch.as_tensor(ours.data, device="cuda").as_strided(ours.shape, ours.strides, ours.offset)
-        same = mine.equal(theirs) if exact else mine.allclose(theirs, rtol=1e-5, atol=1e-6, equal_nan=True)
+        same = mine.equal(theirs) if exact else mine.allclose(theirs, rtol=rtol, atol=1e-6, equal_nan=True)
         assert bool(same), f"{name}: refir differs from torch"
 
 

@@ -1,7 +1,8 @@
 """Kernel variants side by side on one GPU, to choose launch geometry (issue 10).
 
-    python -m benchmarks.kernel_probe [host] [permutes] [reductions] [elementwise] [copies]
-                                  (one GPU; GPU_BENCH_MIB: the size, default 1024; no section named: the last three)
+    python -m benchmarks.kernel_probe [host] [permutes] [reductions] [elementwise] [copies] [layer]
+                                  (one GPU; GPU_BENCH_MIB: the size, default 1024; no section named: the first three
+                                  after host)
 
 For the permutes, reductions, elementwise ops and casts of benchmarks/gpu_ops.py
 it prints, per variant of the knobs in gpu_backend/kernels/elementwise.py, transpose.py and reduce.py,
@@ -9,6 +10,8 @@ the time of one call (then a synchronize) and of ten back to back ("piped"),
 as % of a device-to-device copy of the same bytes, and the compiled kernels'
 registers per thread. First it splits one call into its host part (until
 the function returns) and the wait for the GPU, to find the per-call overhead.
+`layer`: issue 27's rows below 90% of the copy under their kernels' variants
+(benchmarks/probe_layer_ops.py).
 """
 
 from __future__ import annotations
@@ -114,7 +117,7 @@ def main() -> int:
             _bare(n, _buffer(torch, torch.rand(n, device="cuda"), (n,)), ceil[4 * n])
     picked = set(sys.argv[1:]) or {"permutes", "reductions", "elementwise"}
     for name, section in [("permutes", _permutes), ("reductions", _reductions), ("elementwise", _elementwise),
-                          ("copies", _copies)]:
+                          ("copies", _copies), ("layer", _layer)]:
         if name in picked:
             with guarded(name):
                 section(torch, n, f32, ceil)
@@ -311,6 +314,12 @@ def _elementwise(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> N
     say(f"  torch add {100 * ceil[12 * n] / t_add:.0f}%, torch cast {100 * ceil[6 * n] / t_cast:.0f}%")
     half = elementwise_kernels.dense1_kernel(elementwise_kernels.ignoring_scalar(cast(f32, np.dtype(np.float16))))
     say(f"  regs dense add {regs(elementwise_kernels.dense2_kernel(binary('add', f32)))}, cast {regs(half)}")
+
+
+def _layer(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
+    from benchmarks.probe_layer_ops import layer_section
+
+    layer_section(torch, n, knobs, row, regs)
 
 
 def tiled(dst: DeviceBuffer, src: DeviceBuffer) -> bool:

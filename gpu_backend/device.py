@@ -140,6 +140,12 @@ def fitted(work: int, cap: int = THREADS) -> int:
     return n
 
 
+def jit_options(min_blocks: int) -> dict[str, Any]:
+    """cuda.jit's options for a kernel of THREADS-thread blocks asked to fit `min_blocks` an SM
+    (launch bounds: the compiler caps its registers to fit); none for 0 or the simulator."""
+    return {} if SIMULATED or not min_blocks else {"launch_bounds": (THREADS, min_blocks)}
+
+
 def rows_block(inner: int, least: int = 32) -> tuple[int, int]:
     """A 2-D block for `rows x inner` loops: x along the inner extent (enough
     for UNROLL elements a thread, at least `least` threads on a GPU (a warp

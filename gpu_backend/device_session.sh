@@ -13,7 +13,8 @@
 #   examples         every shared example on gpu in one process, against spmd
 #   mpi-examples     every example that fits the GPUs, under mpiexec (NCCL)
 #   mpi-collectives  the nine communications with random layouts, through NCCL (COLL_CASES=N: the first N only)
-#   kernels          tests/test_gpu_kernels.py, test_gpu_mask_kernels.py and test_gpu_row_words.py, the in-process collective tests,
+#   kernels          tests/test_gpu_kernels.py, test_gpu_mask_kernels.py, test_gpu_row_words.py and test_gpu_matmul_route.py
+#                    (matmuls of different ranks through cuBLAS), the in-process collective tests,
 #                    tests/test_gpu_replay.py
 #   tests            pytest -v on $TESTS (files or node ids) alone, e.g. a failing kernels test again
 #   cli              `python -m refir run ... --backend gpu` under mpiexec
@@ -129,7 +130,8 @@ stage examples 120 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_ex
 stage mpi-examples 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_examples.py'
 stage mpi-collectives 120 bash -c 'ranks "$NGPU" -m mpi4py tests/test_gpu_collectives.py $COLL_CASES'
 stage kernels 420 "$PY" -m pytest -q -p no:cacheprovider -rfE $WORKERS tests/test_gpu_kernels.py \
-  tests/test_gpu_mask_kernels.py tests/test_gpu_row_words.py tests/test_gpu_collectives.py tests/test_gpu_replay.py -k "not under_mpi"
+  tests/test_gpu_mask_kernels.py tests/test_gpu_row_words.py tests/test_gpu_matmul_route.py tests/test_gpu_collectives.py \
+  tests/test_gpu_replay.py -k "not under_mpi"
 stage cli 90 bash -c cli
 stage tests 420 bash -c '"$PY" -m pytest -v -p no:cacheprovider -rfE --tb=short $WORKERS -k "not under_mpi" $TESTS'
 stage conform 330 "$PY" -m refir conform --backend gpu --cases 40 --seed 3

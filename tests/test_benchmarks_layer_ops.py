@@ -108,3 +108,25 @@ def test_a_failing_row_is_said_and_the_others_still_run(capsys, monkeypatch):
     assert "FAILED 256 elements: pad 1 on each side: refir differs from numpy" in out
     assert "FAILED 256 elements: cat axis 0 of two: RuntimeError: no cat today" in out
     assert sum(line.startswith(("tanh f32 ", "where ", "iota ")) for line in out) == 5  # the rest ran
+
+
+def test_the_probes_variants_name_the_slow_rows_and_keep_their_values():
+    """kernel_probe `layer` (benchmarks/probe_layer_ops.py): every variant names a row of the
+    bench, and under each one the row's values still agree with numpy (the simulator's run of
+    what the GPU run times)."""
+    from benchmarks.kernel_probe import knobs
+    from benchmarks.probe_layer_ops import VARIANTS
+
+    names = [c.name for c in cases(N)]
+    assert all(any(n.startswith(start) for n in names) for start in VARIANTS)
+    torch = _torch()
+    made = Operands(torch, seed=2)
+    tried = 0
+    for case in cases(N):
+        variants = next((v for start, v in VARIANTS.items() if case.name.startswith(start)), [])
+        p = prepare(case, made) if variants else None
+        for module, values in variants:
+            with knobs(module, **values):
+                check(p, torch, N)
+                tried += 1
+    assert tried == sum(len(v) for v in VARIANTS.values())

@@ -12,6 +12,7 @@ from gpu_backend import impls
 from gpu_backend.buffers.buffer import download, upload
 from gpu_backend.impls import GPU_IMPLS, PER_DEVICE, compute
 from gpu_backend.kernels import masks
+from gpu_backend.kernels.where_words import where_words_kernel
 from gpu_backend.kernels.window import border
 from interp.impls import IMPLS
 from interp.masks import iota_block
@@ -31,8 +32,10 @@ def _check(out, want: np.ndarray, order: tuple[int, ...]) -> None:
     assert got.shape == want.shape and np.array_equal(_bits(got), _bits(want))
 
 
+@pytest.mark.parametrize("words", [True, False])
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "i8", "f64", "bool"])
-def test_where_on_strided_broadcast_and_dense_operands_in_every_order(dtype, monkeypatch):
+def test_where_on_strided_broadcast_and_dense_operands_in_every_order(dtype, words, monkeypatch):
+    monkeypatch.setattr(masks, "WHERE_WORDS", words)
     rng = np.random.default_rng(3)
     t = DTYPES[dtype]
     walked = []
@@ -51,7 +54,44 @@ def test_where_on_strided_broadcast_and_dense_operands_in_every_order(dtype, mon
     rows = set(walked) - {masks._where_dense, masks._where_walk}  # the row kernels, made per inner steps
     assert {masks._where_dense, masks._where_walk} <= set(walked) and masks._where_rows in rows  # every kernel ran
     made = {key for key in product((-1, 0, 1), repeat=3) if masks.where_rows_kernel(*key) in rows}
-    assert {(-1, -1, -1), (1, 1, 1), (1, 1, 0)} <= made  # any steps; unit; unit with y broadcast
+    f = 8 // DTYPES[dtype].itemsize
+    worded = {key for key in product((0, 1), repeat=3) if f > 1 and where_words_kernel(f, *key) in rows}
+    if words and f > 1:  # rows of whole words: the word kernel, unit steps and broadcasts along the rows
+        assert (1, 1, 0) in worded and (-1, -1, -1) in made  # (the dedicated test below: the rest)
+    else:
+        assert {(-1, -1, -1), (1, 1, 1), (1, 1, 0)} <= made and not worded  # any steps; unit; y broadcast
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "i8"])
+def test_where_as_words_takes_rows_of_whole_words_alike_and_only_those(dtype, monkeypatch):
+    """The word kernel: each operand read along the rows or broadcast along them (its row's
+    value repeated into words), a long row in chunks; rows starting off a word, or not whole
+    words, keep the element kernel; the values bit for bit in every case."""
+    rng = np.random.default_rng(8)
+    t = DTYPES[dtype]
+    f = 8 // t.itemsize
+    launched = []
+    real = masks.launch
+    monkeypatch.setattr(masks, "launch", lambda k, *a: (launched.append(k), real(k, *a))[1])
+
+    def made(*shape):
+        return (rng.standard_normal(shape) * 50).astype(t)
+
+    c, x, y = rng.random((3, 2, 96)) < 0.5, made(3, 2, 96), made(3, 2, 104)[:, :, :96]  # y: rows with gaps
+    odd = made(3, 2, 97)  # rows at an odd stride: every other one starts off a word
+    cases = [((c, x, y), (1, 1, 1)), ((c[:, :, :1], x, y[:1, :1, :1]), (0, 1, 0)),
+             ((c, x[:, :, :1], y), (1, 0, 1)), ((c[:1], x, made(1, 1, 1)), (1, 1, 0)),
+             ((rng.random((1, 1, 640)) < 0.5, made(1, 1, 640), made(1, 1, 1)), (1, 1, 0)),  # one row, in chunks
+             ((c, odd[:, :, :96], y), None),  # x's rows start off a word
+             ((c[:, :, :93], x[:, :, :93], y[:, :, :93]), None)]  # not whole words
+    for args, key in cases:
+        launched.clear()
+        want = IMPLS[ops.Where](ops.Where(), *args)
+        _check(GPU_IMPLS[ops.Where](ops.Where(), (0, 1, 2), *[upload(a) for a in args]), want, (0, 1, 2))
+        if key is None:
+            assert not any(k is where_words_kernel(f, *q) for k in launched for q in product((0, 1), repeat=3))
+        else:
+            assert launched == [where_words_kernel(f, *key)]
 
 
 def test_where_uploads_a_python_scalar_once_and_keeps_its_bits(monkeypatch):
@@ -122,3 +162,39 @@ def test_pad_of_an_empty_and_of_a_strided_operand_in_every_order(dtype):
         want = IMPLS[ops.Pad](op, arg)
         for order in permutations(range(3)):
             _check(GPU_IMPLS[ops.Pad](op, order, upload(arg)), want, order)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "i8"])
+def test_pad_writes_its_rows_ends_with_the_interior_copy(dtype, monkeypatch):
+    """Rows of narrow elements along the last axis: one row_words launch writes the interior
+    and the border either side of each row (frames one a thread, or wider than the block one
+    by one), the fills only the other axes' slabs; a frame wider than FRAME_MAX, or short rows,
+    copy and fill as before; every case bit for bit, from aligned, shifted and strided operands."""
+    from gpu_backend.kernels import window, window_kernels
+
+    rng = np.random.default_rng(9)
+    t = DTYPES[dtype]
+    framed, fills = [], []
+    real_launch, real_fill = window_kernels.launch, window.fill_view
+    monkeypatch.setattr(window_kernels, "launch", lambda k, *a: (framed.append(k), real_launch(k, *a))[1])
+    monkeypatch.setattr(window, "fill_view", lambda v, value: (fills.append(v.shape), real_fill(v, value))[1])
+    base = (rng.standard_normal((3, 5, 144)) * 40).astype(t)  # each operand's span whole 8-byte words
+    cases = [(base[0, :, :72], (1, 1), (1, 1), True), (base[:, :, 1:73], (0, 2, 3), (1, 0, 5), True),
+             (base[:2, ::2, 3:107], (1, 0, 8), (0, 1, 7), True), (base[0, :, :72], (0, 0), (2, 0), False),
+             (base[0, :, :72], (1, 9), (1, 1), False), (base[0, :, :40], (1, 1), (1, 1), False)]
+    for x, low, high, one_launch in cases:
+        op = ops.Pad(low, high, -2)
+        framed.clear()
+        fills.clear()
+        want = IMPLS[ops.Pad](op, x)
+        order = tuple(range(x.ndim))
+        _check(GPU_IMPLS[ops.Pad](op, order, upload(x)), want, order)
+        assert len(framed) == (1 if one_launch else 0), (low, high)
+        if one_launch:  # the fills: the slabs of every axis but the last
+            assert len(fills) == len(border(want.shape, low, x.shape, x.ndim - 1))
+    monkeypatch.setattr(window, "FRAMED", False)
+    framed.clear()
+    x = base[0, :, :72]
+    _check(GPU_IMPLS[ops.Pad](ops.Pad((1, 1), (1, 1), -2), (0, 1), upload(x)),
+           IMPLS[ops.Pad](ops.Pad((1, 1), (1, 1), -2), x), (0, 1))
+    assert framed == []

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpu_backend.buffers.buffer import DeviceBuffer, download, upload
-from gpu_backend.device import max_blocks
+from gpu_backend.device import SIMULATED, max_blocks
 from gpu_backend.kernels import elementwise
 from gpu_backend.kernels.elementwise import copy_into
 from gpu_backend.kernels.row_words import MIN_INNER, words_geometry
@@ -42,6 +42,24 @@ def _copied(host: np.ndarray, view: tuple, dst_index: tuple | None = None, dst_s
     return how, download(big)[dst_index], want
 
 
+# The word copy's variants (row_words' knobs, which benchmarks/kernel_probe.py `words` times): the defaults,
+# rounds of four, shifted 4-byte elements loaded each, one kernel for every source stride (the launch
+# bounds are a no-op under the simulator).
+VARIANTS = [{}, {"WORDS_WIDE": False}, {"WORDS_PAIRS": True}, {"WORDS_PAIRS": True, "WORDS_WIDE": False},
+            {"WORDS_BY_STEP": False, "WORDS_MIN_BLOCKS": 0}]
+
+
+@pytest.fixture(params=VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "defaults")
+def variant(request, monkeypatch):
+    from gpu_backend.kernels import row_words
+
+    for k, x in request.param.items():
+        monkeypatch.setattr(row_words, k, x)
+    elementwise.clear_plans()
+    yield request.param
+    elementwise.clear_plans()
+
+
 @pytest.mark.parametrize("dtype", ["f4", "i2", "u1", "f2"])
 @pytest.mark.parametrize("view", [
     (slice(None), slice(1, -1)),        # shifted by one element, rows of even stride
@@ -49,15 +67,23 @@ def _copied(host: np.ndarray, view: tuple, dst_index: tuple | None = None, dst_s
     (slice(None, None, -1), slice(1, -2)),  # rows walked backwards
     (slice(1, None, 2), slice(5, 77)),
 ])
-def test_shifted_rows_copy_bit_for_bit(dtype, view):
+def test_shifted_rows_copy_bit_for_bit(dtype, view, variant):
+    if variant and dtype != "f4" and not SIMULATED:
+        pytest.skip("each variant compiles per element width: f4's alone on a GPU (the kernels stage's time)")
     how, got, want = _copied(_values((5, 80), dtype), view)
     assert how == "words"
     assert got.tobytes() == want.tobytes()
 
 
-def test_rows_of_odd_stride_change_alignment_row_by_row():
+def test_rows_of_odd_stride_change_alignment_row_by_row(variant):
     host = _values((6, 83), "f4")  # row stride 83: every other row starts mid-word
     how, got, want = _copied(host.reshape(-1)[:6 * 83].reshape(6, 83), (slice(None), slice(0, 82)))
+    assert how == "words" and got.tobytes() == want.tobytes()
+
+
+def test_long_shifted_rows_take_rounds_of_eight_four_and_a_ragged_end(variant):
+    host = _values((3, 1204), "f4")  # 601 words a row: many rounds of each size at the simulator's 8 threads
+    how, got, want = _copied(host, (slice(None), slice(1, 1203)))
     assert how == "words" and got.tobytes() == want.tobytes()
 
 
@@ -143,3 +169,21 @@ def test_the_row_kernel_stores_its_ragged_ends_whole():
     dst = DeviceBuffer.empty((4, 3, 45), host.dtype)
     assert _plan(dst, src) == "rows"
     assert download(dst).tobytes() == np.ascontiguousarray(host.transpose(1, 0, 2)).tobytes()
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_a_heads_reshape_copies_alike_with_its_outer_axes_in_either_order(swap, monkeypatch):
+    """elementwise.ROWS1_SWAP (a kernel_probe variant): the row kernel's two outer axes swapped where the
+    source's inner one is the farther apart; the same bits, the plan's axes as asked."""
+    monkeypatch.setattr(elementwise, "ROWS1_SWAP", swap)
+    host = _values((4, 6, 8), "f4")  # [H, S, D] -> [S, H, D]: rows of D from H places
+    src = upload(host).transpose((1, 0, 2))
+    dst = DeviceBuffer.empty((6, 4, 8), np.dtype("f4"))
+    elementwise.clear_plans()
+    copy_into(dst, src)
+    assert download(dst).tobytes() == np.ascontiguousarray(host.transpose(1, 0, 2)).tobytes()
+    (plan,) = elementwise._plans.values()
+    kernel, grid, block, per_buffer, tail = plan
+    assert tail[:2] == ((4, 6) if swap else (6, 4))  # (ni, nj): heads outer when swapped
+    assert per_buffer[1] == ((24, 4) if swap else (4, 24))  # the source's (i, j) strides in words
+    elementwise.clear_plans()

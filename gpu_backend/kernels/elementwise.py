@@ -55,6 +55,12 @@ DENSE2_BLOCKS = 1 if SIMULATED else 1 << 20
 # The row kernel's narrowest rows of threads: short rows (a head's 64 words) take a
 # quarter or half warp each, so that every thread still loads four elements at once.
 ROWS1_LEAST = 8
+# The row kernel's two outer axes as the result's memory order has them (a block's rows next to each
+# other in the result: a heads reshape reads them from H places); True: swapped where the source's
+# inner one is the farther apart, so a block reads neighbouring rows and writes them apart
+# (benchmarks/kernel_probe.py `layer` compares).
+ROWS1_SWAP = False
+ROWS1_MIN_BLOCKS = 0  # the row kernel's launch bounds (blocks an SM; 0 none: 48 registers, five blocks)
 
 
 # What elementwise launches for one call, by everything it depends on but the
@@ -157,11 +163,13 @@ def _plan(fn: Callable, out: DeviceBuffer, xs: tuple[DeviceBuffer, ...], has_sca
     if len(xs) == 1 and len(shape) <= 3 and all(st[-1] == 1 for st in strides):
         (ni, nj, inner), ((o_i, o_j, _), (a_i, a_j, _)) = [1] * (3 - len(shape)) + shape, [
             [0] * (3 - len(shape)) + st for st in strides]
+        if ROWS1_SWAP and ni > 1 and abs(a_j) > abs(a_i):  # a block's rows next to each other in the source
+            ni, nj, o_i, o_j, a_i, a_j = nj, ni, o_j, o_i, a_j, a_i
         bx, by = rows_block(inner, ROWS1_LEAST)
         by = fitted(nj, by)
         gi = min(ni, max_blocks())
         gj = many_rows(nj, by) if gi == 1 else min(-(-nj // by), max(1, max_blocks() // gi), 65535)
-        return rows1_kernel(fn), (gi, gj), (bx, by), ((o_i, o_j), (a_i, a_j)), (ni, nj, inner)
+        return rows1_kernel(fn, ROWS1_MIN_BLOCKS), (gi, gj), (bx, by), ((o_i, o_j), (a_i, a_j)), (ni, nj, inner)
     shape, strides = [1] + shape, [[0] + st for st in strides]  # a mid axis, at worst of extent 1
     outer = padded(shape[:-2], 1)
     bx, by = rows_block(shape[-1])

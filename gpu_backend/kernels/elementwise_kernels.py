@@ -22,7 +22,7 @@ from functools import cache
 
 import numpy as np
 
-from gpu_backend.device import ITEM_ROWS, UNROLL, cuda
+from gpu_backend.device import ITEM_ROWS, UNROLL, cuda, jit_options
 from gpu_backend.kernels.strides import Arr, Ints, unravel
 
 # The walk: [outer..., mid, inner] in the result's memory order. A work item is
@@ -210,14 +210,21 @@ def dense2_kernel(fn: Callable) -> Callable:
     return kernel
 
 
-@cache
-def rows1_kernel(fn: Callable) -> Callable:
+def rows1_kernel(fn: Callable, min_blocks: int = 0) -> Callable:
     """Unit-stride rows at two strided outer axes (i, j): a permute that keeps
     the innermost axis. Blocks stride over i on x and over j on y, threads
-    along the row four elements apart: no division anywhere."""
+    along the row four elements apart: no division anywhere. `min_blocks`:
+    blocks of THREADS an SM asked of the compiler (launch bounds), 0 none
+    (48 registers for a copy, five blocks an SM; 6 and 8 spill 44-80 bytes:
+    benchmarks/kernel_probe.py `layer` times them)."""
+    return _rows1(fn, min_blocks)
+
+
+@cache
+def _rows1(fn: Callable, min_blocks: int) -> Callable:
     four = _four(fn)
 
-    @cuda.jit
+    @cuda.jit(**jit_options(min_blocks))
     def kernel(out: Arr, o_off: int, o_i: int, o_j: int, a: Arr, a_off: int, a_i: int, a_j: int,
                ni: int, nj: int, inner: int, c: object) -> None:
         bx = cuda.blockDim.x

@@ -17,6 +17,12 @@ out exactly as cupy does, and answers None wherever cupy would do anything
 else (a copy, a temporary result, a 1 x 1 result, a batch, a setting it
 does not mirror); matmul.py then keeps cupy's matmul. Made this way the call
 costs a few µs of host time instead of cupy's 20-70.
+
+`batched_call` makes the strided batched form of the same call
+(cublasGemmStridedBatchedEx: each operand's matrices at one batch stride, 0
+for an operand broadcast over the batch), for matmuls of operands of
+different ranks (gpu_backend/kernels/matmul_ranks.py) whose batch axes
+coalesce to one: the same transpositions and leading dimensions per matrix.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ class Cublas:
         from cupy_backends.cuda.libs import cublas
 
         self.gemm_ex = cublas.gemmEx  # cupy's wrapper: sets the handle's stream to cupy's current one, as cupy's call
+        # the same for a batch at constant strides (0: broadcast); None in a cupy without it (then cupy's matmul)
+        self.gemm_batched = getattr(cublas, "gemmStridedBatchedEx", None)
         self.handle = cupy.cuda.device.get_cublas_handle
         self.linalg = linalg
         self.types = {"f": runtime.CUDA_R_32F, "d": runtime.CUDA_R_64F}
@@ -137,3 +145,48 @@ def _arguments(blas: Cublas, c: tuple[int, tuple, tuple], a: tuple[int, tuple, t
     dtype = blas.types[char]
     return (transb[0], transa[0], n, m, k, one.ctypes.data, ba, dtype, transb[1],
             aa, dtype, transa[1], zero.ctypes.data, ca, dtype, n, compute, blas.algo)
+
+
+def batched_call(blas: Cublas, c: tuple[int, tuple, tuple], a: tuple[int, tuple, tuple],
+                 b: tuple[int, tuple, tuple], char: str) -> tuple[Any, ...] | None:
+    """The arguments of cublasGemmStridedBatchedEx for c[i] = a[i] @ b[i], each operand
+    (address of element [0, 0, 0], shape [batch, rows, cols], strides in elements), a
+    batch stride 0 where an operand is broadcast; None where a matrix is not as cuBLAS
+    takes it (gemm_call's rules per matrix), a batch stride is negative, or c overlaps
+    an operand. Kept per operands, as gemm_call's."""
+    if getattr(blas, "gemm_batched", None) is None:
+        return None
+    compute = blas.compute_type(char)
+    key = ("batched", c, a, b, char, compute)
+    got = _calls.get(key, False)
+    if got is False:
+        if len(_calls) >= CALLS_KEPT:
+            _calls.clear()
+        got = _calls[key] = _batched_arguments(blas, c, a, b, char, compute)
+    return None if got is None else (blas.handle(), *got)
+
+
+def _batched_arguments(blas: Cublas, c: tuple[int, tuple, tuple], a: tuple[int, tuple, tuple],
+                       b: tuple[int, tuple, tuple], char: str, compute: int | None) -> tuple[Any, ...] | None:
+    (ca, cs, cst), (aa, ash, ast), (ba, bsh, bst) = c, a, b
+    if len(ash) != 3 or len(bsh) != 3 or len(cs) != 3 or char not in blas.types or compute is None:
+        return None
+    count, (m, k), n = cs[0], ash[1:], bsh[2]
+    if count * m * n * k == 0 or min(cst[0], ast[0], bst[0]) < 0 or cst[0] < m * n:
+        return None
+    if not contiguous(cs[1:], cst[1:], fortran=False):
+        return None
+    transa = _operand((k, m), (ast[2], ast[1]), 0, k)
+    transb = _operand(bsh[1:], bst[1:], 1, k)
+    if transa is None or transb is None:
+        return None
+    size = np.dtype(char).itemsize
+    out = _span(ca, cs, cst, size)
+    for address, shape, strides in ((aa, ash, ast), (ba, bsh, bst)):
+        low, high = _span(address, shape, strides, size)
+        if low < out[1] and out[0] < high:
+            return None
+    one, zero = blas.scalars[char]
+    dtype = blas.types[char]
+    return (transb[0], transa[0], n, m, k, one.ctypes.data, ba, dtype, transb[1], bst[0],
+            aa, dtype, transa[1], ast[0], zero.ctypes.data, ca, dtype, n, cst[0], count, compute, blas.algo)

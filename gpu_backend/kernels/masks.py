@@ -4,7 +4,8 @@ gpu_backend/impls.py imports this module last; it registers the ops in GPU_IMPLS
 planned as the elementwise ops are (gpu_backend/kernels/elementwise.py): the four buffers' axes
 coalesced in the result's memory order; where every one is a single unit-stride run, a grid-
 stride loop with four loads of each operand in flight (no index arithmetic); where they coalesce
-to rows (long enough) at two outer axes at most, a row kernel (`_where_rows`: grid x and y over
+to rows (long enough) at two outer axes at most, where every row is whole 8-byte words alike,
+gpu_backend/kernels/where_words.py's word kernel; otherwise a row kernel (`_where_rows`: grid x and y over
 the rows, z over chunks of a long row; each operand's place advanced by its own step along the
 row, 0 where broadcast along it: no division or multiply per element; eight elements of each
 operand in flight a thread; made per operand for steps 0 and 1 as constants,
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from functools import cache
 from math import prod
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +36,7 @@ from gpu_backend.kernels.elementwise import as_words, elementwise
 from gpu_backend.kernels.elementwise_kernels import _item, walk_geometry
 from gpu_backend.kernels.row_words import rows_geometry
 from gpu_backend.kernels.strides import Arr, Ints, coalesce, padded, unravel
+from gpu_backend.kernels.where_words import where_words_launch
 from gpu_backend.launches.launch import launch
 from interp.masks import iota_block_of
 from refir.ir import ops
@@ -43,6 +46,7 @@ BOOL = np.dtype(bool)
 # where's dense grid: at most this many times max_blocks() (as elementwise's two-operand kernel)
 WHERE_BLOCKS = 1 if SIMULATED else 1 << 20
 ROWS_MIN = 64  # rows at least this long, at most two outer axes: `_where_rows`; else the walk
+WHERE_WORDS = True  # rows of whole words alike as 8-byte words (where_words.py); False: `_where_rows` (kernel_probe)
 
 
 @impl(ops.Compare)
@@ -115,6 +119,29 @@ def _step(known: int, given: int) -> int:
     return given if known < 0 else known
 
 
+@cuda.jit(device=True)
+def _picks(c: Arr, x: Arr, y: Arr, pc: int, px: int, py: int, sc: int, sx: int, sy: int, n1: int, n2: int,
+           n3: int) -> tuple[Any, Any, Any, Any]:
+    """Four elements of a row, x's where cond's else y's: element q read at each operand's place
+    plus n_q of its steps (q, where the round is whole: constants; the ragged end's repeat its last)."""
+    c0, c1, c2, c3 = c[U(pc)], c[U(pc + n1 * sc)], c[U(pc + n2 * sc)], c[U(pc + n3 * sc)]
+    x0, x1, x2, x3 = x[U(px)], x[U(px + n1 * sx)], x[U(px + n2 * sx)], x[U(px + n3 * sx)]
+    y0, y1, y2, y3 = y[U(py)], y[U(py + n1 * sy)], y[U(py + n2 * sy)], y[U(py + n3 * sy)]
+    return (x0 if c0 else y0, x1 if c1 else y1, x2 if c2 else y2, x3 if c3 else y3)
+
+
+@cuda.jit(device=True)
+def _put(out: Arr, po: int, bx: int, n1: int, n2: int, n3: int, v: tuple[Any, Any, Any, Any]) -> None:
+    """Store `_picks`' four at po, po + bx, ...: element q only where n_q is q (not repeated)."""
+    out[U(po)] = v[0]
+    if n1 == 1:
+        out[U(po + bx)] = v[1]
+    if n2 == 2:
+        out[U(po + 2 * bx)] = v[2]
+    if n3 == 3:
+        out[U(po + 3 * bx)] = v[3]
+
+
 @cache
 def where_rows_kernel(kc: int, kx: int, ky: int) -> object:
     """`_where_rows` made for cond's, x's and y's inner strides kc, kx, ky where each is 0 or 1
@@ -147,33 +174,17 @@ def where_rows_kernel(kc: int, kx: int, ky: int) -> object:
                 py = y_off + i * y_i + j * y_j + k * _step(ky, y_in)
                 sc, sx, sy = bx * _step(kc, c_in), bx * _step(kx, x_in), bx * _step(ky, y_in)
                 while wide and k + 7 * bx < k1:  # eight a round (a broadcast cond and y: x's alone reach DRAM)
-                    c0, c1, c2, c3 = c[U(pc)], c[U(pc + sc)], c[U(pc + 2 * sc)], c[U(pc + 3 * sc)]
-                    c4, c5, c6, c7 = c[U(pc + 4 * sc)], c[U(pc + 5 * sc)], c[U(pc + 6 * sc)], c[U(pc + 7 * sc)]
-                    x0, x1, x2, x3 = x[U(px)], x[U(px + sx)], x[U(px + 2 * sx)], x[U(px + 3 * sx)]
-                    x4, x5, x6, x7 = x[U(px + 4 * sx)], x[U(px + 5 * sx)], x[U(px + 6 * sx)], x[U(px + 7 * sx)]
-                    y0, y1, y2, y3 = y[U(py)], y[U(py + sy)], y[U(py + 2 * sy)], y[U(py + 3 * sy)]
-                    y4, y5, y6, y7 = y[U(py + 4 * sy)], y[U(py + 5 * sy)], y[U(py + 6 * sy)], y[U(py + 7 * sy)]
-                    out[U(po)] = x0 if c0 else y0
-                    out[U(po + bx)] = x1 if c1 else y1
-                    out[U(po + 2 * bx)] = x2 if c2 else y2
-                    out[U(po + 3 * bx)] = x3 if c3 else y3
-                    out[U(po + 4 * bx)] = x4 if c4 else y4
-                    out[U(po + 5 * bx)] = x5 if c5 else y5
-                    out[U(po + 6 * bx)] = x6 if c6 else y6
-                    out[U(po + 7 * bx)] = x7 if c7 else y7
+                    v = _picks(c, x, y, pc, px, py, sc, sx, sy, 1, 2, 3)
+                    u = _picks(c, x, y, pc + 4 * sc, px + 4 * sx, py + 4 * sy, sc, sx, sy, 1, 2, 3)
+                    _put(out, po, bx, 1, 2, 3, v)
+                    _put(out, po + 4 * bx, bx, 1, 2, 3, u)
                     k += 8 * bx
                     po += 8 * bx
                     pc += 8 * sc
                     px += 8 * sx
                     py += 8 * sy
                 while k + 3 * bx < k1:  # then rounds of four (at most one after rounds of eight)
-                    c0, c1, c2, c3 = c[U(pc)], c[U(pc + sc)], c[U(pc + 2 * sc)], c[U(pc + 3 * sc)]
-                    x0, x1, x2, x3 = x[U(px)], x[U(px + sx)], x[U(px + 2 * sx)], x[U(px + 3 * sx)]
-                    y0, y1, y2, y3 = y[U(py)], y[U(py + sy)], y[U(py + 2 * sy)], y[U(py + 3 * sy)]
-                    out[U(po)] = x0 if c0 else y0
-                    out[U(po + bx)] = x1 if c1 else y1
-                    out[U(po + 2 * bx)] = x2 if c2 else y2
-                    out[U(po + 3 * bx)] = x3 if c3 else y3
+                    _put(out, po, bx, 1, 2, 3, _picks(c, x, y, pc, px, py, sc, sx, sy, 1, 2, 3))
                     k += 4 * bx
                     po += 4 * bx
                     pc += 4 * sc
@@ -183,16 +194,7 @@ def where_rows_kernel(kc: int, kx: int, ky: int) -> object:
                     n1 = 1 if k + bx < k1 else 0
                     n2 = 2 if k + 2 * bx < k1 else n1
                     n3 = 3 if k + 3 * bx < k1 else n2
-                    c0, c1, c2, c3 = c[U(pc)], c[U(pc + n1 * sc)], c[U(pc + n2 * sc)], c[U(pc + n3 * sc)]
-                    x0, x1, x2, x3 = x[U(px)], x[U(px + n1 * sx)], x[U(px + n2 * sx)], x[U(px + n3 * sx)]
-                    y0, y1, y2, y3 = y[U(py)], y[U(py + n1 * sy)], y[U(py + n2 * sy)], y[U(py + n3 * sy)]
-                    out[U(po)] = x0 if c0 else y0
-                    if n1 == 1:
-                        out[U(po + bx)] = x1 if c1 else y1
-                    if n2 == 2:
-                        out[U(po + 2 * bx)] = x2 if c2 else y2
-                    if n3 == 3:
-                        out[U(po + 3 * bx)] = x3 if c3 else y3
+                    _put(out, po, bx, n1, n2, n3, _picks(c, x, y, pc, px, py, sc, sx, sy, n1, n2, n3))
 
     return _where_rows
 
@@ -219,6 +221,10 @@ def where(op: ops.Where, order: Order, cond: DeviceBuffer, x: DeviceBuffer, y: D
         threads = fitted(-(-n // 4))
         blocks = max(1, min(-(-n // (threads * 4)), WHERE_BLOCKS * max_blocks()))
         launch(_where_dense, blocks, threads, *[v for b in views for v in (b.data, b.offset)], n)
+        return out
+    words = where_words_launch(views, walk, strides) if WHERE_WORDS else None
+    if words is not None:  # rows of whole words alike: 8-byte words (gpu_backend/kernels/where_words.py)
+        launch(words[0], words[1], words[2], *words[3])
         return out
     if len(walk) <= 3 and walk[-1] >= ROWS_MIN and strides[0][-1] == 1:
         pad = 3 - len(walk)

@@ -10,10 +10,12 @@ from __future__ import annotations
 from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.impls import Order, impl, laid_out_view
 from gpu_backend.kernels.elementwise import copy_into
-from gpu_backend.kernels.window_kernels import fill_view
+from gpu_backend.kernels.window_kernels import copy_framed, fill_view
 from interp.impls import scalar_value
 from refir.errors import RunError
 from refir.ir import ops
+
+FRAMED = True  # pad's border along the rows written by the interior's copy (copy_framed); False: by fills
 
 
 @impl(ops.Slice)
@@ -34,13 +36,16 @@ def select(op: ops.Select, order: Order, x: DeviceBuffer) -> DeviceBuffer:
     return laid_out_view(view, order)
 
 
-def border(shape: tuple[int, ...], low: tuple[int, ...], inner: tuple[int, ...]) -> list[tuple[slice, ...]]:
+def border(shape: tuple[int, ...], low: tuple[int, ...], inner: tuple[int, ...],
+           axes: int | None = None) -> list[tuple[slice, ...]]:
     """The elements of `shape` outside the box low[k] <= i_k < low[k] + inner[k], as
     disjoint slabs: for each axis k, the indices before and after the box on k, the
     box's on the axes before k and every index on those after (empty slabs left out;
-    a single index on each side of the box one slab, stepping from the first to the last)."""
+    a single index on each side of the box one slab, stepping from the first to the last).
+    `axes`: only the slabs of the first `axes` axes (the last axis's are the box's rows'
+    ends, which pad's framed copy writes)."""
     slabs = []
-    for k, (n, lo, m) in enumerate(zip(shape, low, inner)):
+    for k, (n, lo, m) in enumerate(list(zip(shape, low, inner))[:axes]):
         box = tuple(slice(b, b + e) for b, e in zip(low[:k], inner[:k]))
         rest = (slice(None),) * (len(shape) - k - 1)
         parts = (slice(0, lo), slice(lo + m, n))
@@ -57,10 +62,16 @@ def border(shape: tuple[int, ...], low: tuple[int, ...], inner: tuple[int, ...])
 def pad(op: ops.Pad, order: Order, x: DeviceBuffer) -> DeviceBuffer:
     shape = tuple(n + lo + hi for n, lo, hi in zip(x.shape, op.low, op.high))
     out = DeviceBuffer.empty(shape, x.dtype, order)
-    if x.size:
-        copy_into(out[tuple(slice(lo, lo + n) for n, lo in zip(x.shape, op.low))], x)
     value = scalar_value(op.value, x.dtype)
-    for slab in border(shape, op.low, x.shape):
+    slabs = border(shape, op.low, x.shape)
+    if x.size:
+        interior = out[tuple(slice(lo, lo + n) for n, lo in zip(x.shape, op.low))]
+        lo, hi = op.low[-1], op.high[-1]
+        if FRAMED and lo + hi and copy_framed(interior, x, lo, hi, value):  # the last axis's border with it
+            slabs = border(shape, op.low, x.shape, x.ndim - 1)
+        else:
+            copy_into(interior, x)
+    for slab in slabs:
         fill_view(out[slab], value)
     return out
 

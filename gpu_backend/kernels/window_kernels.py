@@ -2,7 +2,11 @@
 are views, cat and pad's interior are copies (gpu_backend/kernels/elementwise.py
 copy_into, which takes any strides); pad fills only its border with the constant
 (`fill_view`: each border slab a strided view, written once through the
-elementwise kernels), so every element of its result is written once."""
+elementwise kernels), so every element of its result is written once. Where its
+rows are narrow elements along the result's last axis, pad's interior copy writes
+the border along that axis too (`copy_framed`: row_words' kernel with a frame), so
+the elements either side of each row, which share a word and a 32-byte sector with
+it, are written with it, not by a second kernel of 4-byte stores two a row."""
 
 from __future__ import annotations
 
@@ -12,7 +16,13 @@ import numpy as np
 
 from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.device import cuda
-from gpu_backend.kernels.elementwise import as_words, elementwise
+from gpu_backend.kernels import row_words
+from gpu_backend.kernels.elementwise import _whole_words, as_words, elementwise
+from gpu_backend.kernels.row_words import words_plan
+from gpu_backend.kernels.strides import coalesce
+from gpu_backend.launches.launch import launch
+
+FRAME_MAX = 8  # pad's frame along the rows: at most this many elements a side (one a thread at the row's ends)
 
 
 @cuda.jit(device=True)
@@ -32,3 +42,41 @@ def fill_view(out: DeviceBuffer, value: np.ndarray) -> DeviceBuffer:
     target = DeviceBuffer(words, out.offset, out.shape, out.strides)
     elementwise(_constant, target, DeviceBuffer(words, out.offset, out.shape, (0,) * out.ndim), scalar=bits)
     return out
+
+
+def copy_framed(dst: DeviceBuffer, src: DeviceBuffer, lo: int, hi: int, value: np.ndarray) -> bool:
+    """dst[...] = src, and the lo elements before and hi after each of dst's rows (along its
+    last axis, unit stride) set to the 0-d `value`'s bits, in one row_words launch (True);
+    False, nothing done, where that kernel does not take the copy (wide elements, short
+    rows, more than two outer axes, a frame wider than FRAME_MAX)."""
+    if dst.size == 0 or dst.strides[-1] != 1 or max(lo, hi) > FRAME_MAX or dst.data.dtype.itemsize > 4:
+        return False
+    dd, sd = dst.data, src.data
+    word = np.dtype(f"u{dd.dtype.itemsize}")
+    bits = int(np.asarray(value).reshape(1).view(word)[0])
+    key = (dst.shape, dst.strides, src.shape, src.strides, word.itemsize, dst.offset % 8, src.offset % 8,
+           dd.size % 8, sd.size % 8, lo, hi, bits, row_words.WORDS_WIDE, row_words.WORDS_MIN_BLOCKS,
+           row_words.WORDS_PAIRS)  # what the plan depends on, as copy_into's key (and the word copy's knobs)
+    plan = _framed_plans.get(key, False)
+    if plan is False:
+        if len(_framed_plans) >= 1024:
+            _framed_plans.clear()
+        plan = _framed_plans[key] = _framed_plan(dst, src, lo, hi, bits)
+    if plan is None:
+        return False
+    _, kernel, elem, f, grid, block, consts = plan
+    launch(kernel, grid, block, as_words(dd, elem), _whole_words(dd, f), as_words(sd, elem), _whole_words(sd, f),
+           dst.offset, src.offset, *consts)
+    return True
+
+
+_framed_plans: dict[tuple[object, ...], tuple[object, ...] | None] = {}  # copy_framed's, by layout and frame
+
+
+def _framed_plan(dst: DeviceBuffer, src: DeviceBuffer, lo: int, hi: int, bits: int) -> tuple[object, ...] | None:
+    """row_words' plan for copy_framed: the outer axes coalesced, the rows (last axis) kept apart."""
+    outer, (ds, ss) = coalesce(dst.shape[:-1], [dst.strides[:-1], src.strides[:-1]], dst.strides[:-1])
+    if not dst.shape[:-1]:
+        outer, ds, ss = [], [], []
+    return words_plan([*outer, dst.shape[-1]], [*ds, 1], [*ss, src.strides[-1]], dst.data.dtype.itemsize,
+                      src.data.size, (lo, hi, bits))
