@@ -46,12 +46,12 @@ MIN_INNER = 64  # shorter rows keep the row kernel: a word path pays its head an
 # The word copy's variants (benchmarks/kernel_probe.py `layer` compares them; benchmarks/kernel_regs.py
 # gives their registers for sm_90 without a GPU): eight words a round (else four); a kernel per source
 # inner stride (else one for all: 80 registers for f32, three blocks an SM, where the unit stride's
-# alone takes 72); for unit-stride sources (shifted and aligned rows), blocks of THREADS an SM asked of
-# the compiler (launch bounds: 4 caps them at 64 registers with nothing spilled for every element
-# width, four blocks an SM, a third more bytes in flight; the gather's step 2 would spill: uncapped).
+# alone takes 72); for unit-stride sources, blocks an SM asked of the compiler (launch bounds; 0 none).
+# Measured on the H200 (RESULTS.md, ninth session): launch bounds of 4 (64 registers, four blocks an SM)
+# ran slice [:, 1:-1] at 77.9% of the copy, none (72 registers) at 85.7%; pad 74.6% against 81.4%.
 WORDS_WIDE = True
 WORDS_BY_STEP = True
-WORDS_MIN_BLOCKS = 4
+WORDS_MIN_BLOCKS = 0
 WORDS_PAIRS = False  # 4-byte elements of shifted rows loaded each (mode 4); False: two words joined (mode 1)
 WORD = np.dtype(np.uint64)
 
