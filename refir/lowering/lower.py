@@ -23,6 +23,9 @@ where no rule applies directly (2-D meshes across meshes), the chain goes
 through a replicated copy. On an axis cut over a nest of mesh axes (spec
 §3.2) each step adds or drops the nest's innermost mesh axis; what no step
 does directly gathers down to the nests' common outer part, then keeps blocks.
+An interleaved source (§3.4) is first gathered down to contiguous blocks (each
+allgather places the members' runs); an interleaved target is reached from
+its contiguous part by a local keep_block of runs.
 """
 
 from __future__ import annotations
@@ -175,10 +178,10 @@ class _Lowerer:
         if not isinstance(a, Var):
             return a
         x = self.types[a.name]
-        want = {i: k for i, k in t.sharding().items() if not x.axes[i].broadcast}
-        if x.sharding() == want:
+        want = {i: k for i, k in t.placements().items() if not x.axes[i].broadcast}
+        if x.placements() == want:
             return a
-        name = self.fresh(a.name, replace(x.with_sharding(want), layout=None))
+        name = self.fresh(a.name, replace(x.with_placements(want), layout=None))
         self.emit(name, ops.KeepBlock(), (a,), self.types[name], e)
         return Var(name)
 
@@ -186,6 +189,14 @@ class _Lowerer:
 
     def reshard(self, src: str, s: TensorType, out: str, d: TensorType, e: Eqn) -> None:
         plan: list[tuple[object, TensorType]] = []
+        if (s.interleaved() or d.interleaved()) and not _same_placement(s, d):
+            # §3.4: gather the interleaved mesh axes of the source (each allgather
+            # places the members' runs), reshard the contiguous rest as below, keep
+            # the runs of the target's interleaved mesh axes locally.
+            s = self.gather_interleaved(s, plan)
+            final, d = d, contiguous_part(d)
+        else:
+            final = d
         cur = self.unpartial(s, d, plan)
         if cur.mesh == d.mesh:
             self.same_mesh(cur, d, plan)
@@ -196,6 +207,10 @@ class _Lowerer:
         if new:  # replicated -> partial: local, last (the moves above carry whole values)
             plan.append((ops.Partition(d.partial_kind, new),
                          replace(moved, partial=d.partial, partial_kind=d.partial_kind)))
+        if final is not d:
+            if not plan or not _same_placement(plan[-1][1], final):
+                plan.append((ops.KeepBlock(), final))
+            d = final
         if not plan:
             plan.append((ops.Copy(), d))
         reached = plan[-1][1]
@@ -209,6 +224,16 @@ class _Lowerer:
                 op, args = ops.Binary("div"), (Var(name), Lit(float(op.by)))
             self.emit(target, op, args, d if last else self.types[target], e)
             name = target
+
+    def gather_interleaved(self, cur: TensorType, plan: list) -> TensorType:
+        """An allgather per mesh axis, innermost first, until no axis of `cur` is
+        interleaved (each drops the innermost mesh axis of its nest, §3.4)."""
+        for i, a in enumerate(cur.axes):
+            while cur.axes[i].split:
+                ms = cur.axes[i].dids
+                cur = cur.with_sharding({**cur.sharding(), i: as_shard(ms[:-1])})
+                plan.append((ops.Allgather(i, ms[-1]), cur))
+        return cur
 
     def unpartial(self, cur: TensorType, d: TensorType, plan: list) -> TensorType:
         """Reduce the partial mesh axes of `cur` that `d` does not keep partial: an
@@ -324,8 +349,20 @@ class _Divide:
 
 
 def _same_placement(a: TensorType, b: TensorType) -> bool:
-    return a.mesh == b.mesh and a.sharding() == b.sharding() and (a.partial, a.partial_kind) == (b.partial,
-                                                                                                  b.partial_kind)
+    return a.mesh == b.mesh and a.placements() == b.placements() and (a.partial, a.partial_kind) == (b.partial,
+                                                                                                     b.partial_kind)
+
+
+def contiguous_part(t: TensorType) -> TensorType:
+    """`t` with each interleaved axis cut only by the mesh axes before its first
+    split factor (§3.4): a keep_block cuts the rest, locally, by runs."""
+    sharding = {}
+    for i, a in enumerate(t.axes):
+        if a.shard:
+            factors = a.split or (1,) * len(a.dids)
+            first = next((j for j, f in enumerate(factors) if f > 1), len(factors))
+            sharding[i] = as_shard(a.dids[:first])
+    return t.with_sharding(sharding)
 
 
 def lower(checked: Checked) -> Lowered:
