@@ -39,7 +39,7 @@ from refir.checks.rules_matmul import matmul_axes, promoted
 from refir.checks.verifier import Checked
 from refir.ir import ops
 from refir.ir.program import Eqn, Func, Lit, Operand, Sym, Var
-from refir.ir.types import TensorType, as_shard
+from refir.ir.types import TensorType, as_shard, entries_of
 from refir.lowering.window import lower_window
 
 
@@ -189,14 +189,17 @@ class _Lowerer:
 
     def reshard(self, src: str, s: TensorType, out: str, d: TensorType, e: Eqn) -> None:
         plan: list[tuple[object, TensorType]] = []
+        final = d
         if (s.interleaved() or d.interleaved()) and not _same_placement(s, d):
+            if s.mesh == d.mesh and (not s.partial or (s.partial, s.partial_kind) == (d.partial, d.partial_kind)):
+                self.gather_to_prefix(s, d, plan)
+                self.emit_plan(src, out, d, plan, e)
+                return
             # §3.4: gather the interleaved mesh axes of the source (each allgather
             # places the members' runs), reshard the contiguous rest as below, keep
             # the runs of the target's interleaved mesh axes locally.
             s = self.gather_interleaved(s, plan)
-            final, d = d, contiguous_part(d)
-        else:
-            final = d
+            d = contiguous_part(d)
         cur = self.unpartial(s, d, plan)
         if cur.mesh == d.mesh:
             self.same_mesh(cur, d, plan)
@@ -208,9 +211,30 @@ class _Lowerer:
             plan.append((ops.Partition(d.partial_kind, new),
                          replace(moved, partial=d.partial, partial_kind=d.partial_kind)))
         if final is not d:
-            if not plan or not _same_placement(plan[-1][1], final):
+            if plan and isinstance(plan[-1][0], ops.KeepBlock):  # one cut, from what the last one cut
+                plan[-1] = (ops.KeepBlock(), final)
+            elif not plan or not _same_placement(plan[-1][1], final):
                 plan.append((ops.KeepBlock(), final))
             d = final
+        self.emit_plan(src, out, d, plan, e)
+
+    def gather_to_prefix(self, s: TensorType, d: TensorType, plan: list) -> None:
+        """Same mesh, an interleaved axis on either side (§3.4), s not partial or
+        partial as d: an allgather per mesh axis, innermost first, until each
+        axis's mesh axes and split factors begin d's, then a keep_block of runs
+        cuts the rest; a partition last where d is partial and s not."""
+        cur, moved = s, replace(d, partial=s.partial, partial_kind=s.partial_kind)
+        for i in range(cur.rank):
+            while (ms := entries_of(cur.axes[i])) and entries_of(d.axes[i])[:len(ms)] != ms:
+                cur = cur.with_sharding({**cur.sharding(), i: as_shard(cur.axes[i].dids[:-1])})
+                plan.append((ops.Allgather(i, ms[-1][0]), cur))
+        if not _same_placement(cur, moved):
+            plan.append((ops.KeepBlock(), moved))
+        if d.partial != s.partial:  # replicated -> partial: local, last
+            plan.append((ops.Partition(d.partial_kind, d.partial), d))
+
+    def emit_plan(self, src: str, out: str, d: TensorType, plan: list, e: Eqn) -> None:
+        """The plan's steps, src to out, each intermediate row-major, the last of d's layout."""
         if not plan:
             plan.append((ops.Copy(), d))
         reached = plan[-1][1]
