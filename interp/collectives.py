@@ -18,8 +18,9 @@ import numpy as np
 from interp import sentinel
 from interp.impls import fold
 from refir.ir import ops
+from refir.ir.blocks import gathered_order, gathered_split
 from refir.ir.tables import registrar
-from refir.ir.types import TensorType, block, block_number, gathered_order, gathered_split
+from refir.ir.types import TensorType, block, block_number
 from refir.lowering.teams import Team
 
 Blocks = dict[int, np.ndarray]

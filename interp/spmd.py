@@ -22,19 +22,19 @@ from interp.partition import partition_block
 from interp.transport import Transport, own_buffer
 from refir.errors import RefirError, RunError
 from refir.ir import ops
+from refir.ir.blocks import inner_runs
 from refir.ir.program import Lit, Sym, Var
 from refir.ir.program_cache import Memo
 from refir.ir.types import (
     SHARD_C1,
     SHARD_C2,
     Bindings,
+    Runs,
     TensorType,
     as_dtype,
-    Runs,
     dense_strides,
     entries_of,
     inner_block,
-    inner_runs,
     local_shape,
     materialize,
     resolved,

@@ -21,6 +21,7 @@ from refir.frontends.builder_checks import axis as axis_spec
 from refir.frontends.dtensor import Replicate, Shard, StridedShard, from_refir, parse_mesh, parse_placements, to_refir
 from refir.frontends.dtensor_explain import explain_redistribute
 from refir.ir import ops
+from refir.ir.blocks import cut_runs, gathered_order, inner_runs
 from refir.ir.types import (
     Axis,
     Mesh,
@@ -29,9 +30,6 @@ from refir.ir.types import (
     axis_runs,
     block,
     block_index,
-    cut_runs,
-    gathered_order,
-    inner_runs,
     local_shape,
 )
 from refir.lowering.lower import lower
@@ -216,7 +214,8 @@ def test_what_an_interleaved_axis_allows():
     assert str(checked.types["m"]) == "f32[12@DIDx:2, 4] on g"
     assert str(checked.types["p"]) == "f32[3, 12@DIDx:2] on g"
     steps = lower(checked).steps
-    assert [s.op for s in steps if s.out.startswith("s")] == [ops.Reduction("sum", (0,)), ops.Allreduce("sum", ("DIDx",))]
+    assert [s.op for s in steps if s.out.startswith("s")] == [ops.Reduction("sum", (0,)),
+                                                             ops.Allreduce("sum", ("DIDx",))]
     assert steps[0].type.partial == () and next(s for s in steps if s.out == "s~1").type.partial == ("DIDx",)
 
 
@@ -253,7 +252,8 @@ def test_partial_and_other_mesh_reshardings():
     assert step_ops("6, 13@DIDx:2", "6, 13@DIDx:2] partial[sum@DIDy") == [ops.Partition("sum", ("DIDy",))]
     assert step_ops("6, 13@DIDx:2] partial[sum@DIDy", "6@DIDy, 13@DIDx:2") == [
         ops.Allgather(1, "DIDx"), ops.ReduceScatter("sum", "DIDy", 0), ops.KeepBlock()]
-    cross = step_ops("11@DIDx:2, 5] on g layout[0, 1", "11@(DIDy,DIDx:2), 5] on h layout[0, 1", "[3, 1, 2]", "mesh h = [[0, 1], [2, 3]]\n")
+    cross = step_ops("11@DIDx:2, 5] on g layout[0, 1", "11@(DIDy,DIDx:2), 5] on h layout[0, 1", "[3, 1, 2]",
+                     "mesh h = [[0, 1], [2, 3]]\n")
     assert [type(op) for op in cross] == [ops.Allgather, ops.Broadcast, ops.KeepBlock]
     assert step_ops("7@DIDx:2, 3", "7@DIDx:2, 3") == [ops.Copy()]
 
@@ -303,7 +303,8 @@ def test_the_dtensor_peer_compares_strided_shard_results_and_reshards():
     cases = [PeerCase(**{**base, "kind": "op", "op": "reshape", "root": (2,), "dims": (0,), "shape": (15,),
                          "params": (3, 5), "src": (Shard(1),), "dst": (Shard(0),)}),
              PeerCase(**{**base, "src": (StridedShard(0, 2), Shard(0)), "dst": (Replicate(), Shard(1))}),
-             PeerCase(**{**base, "shape": (7, 3), "src": (Replicate(), Shard(1)), "dst": (StridedShard(0, 2), Shard(0))}),
+             PeerCase(**{**base, "shape": (7, 3), "src": (Replicate(), Shard(1)),
+                         "dst": (StridedShard(0, 2), Shard(0))}),
              PeerCase(**{**base, "root": (4,), "dims": (0,), "shape": (7, 3), "src": (StridedShard(0, 3),),
                          "dst": (Shard(0),)})]
     got = dtensor_peer.run(cases[0])

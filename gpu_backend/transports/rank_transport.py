@@ -39,8 +39,9 @@ from interp.collectives import block_index
 from interp.mpi.transport import MpiTransport
 from interp.transport import rank_part
 from refir.ir import ops
+from refir.ir.blocks import gathered_order, gathered_split
 from refir.ir.tables import registrar
-from refir.ir.types import TensorType, axis_first, block, block_size, gathered_order, gathered_split, local_shape
+from refir.ir.types import TensorType, axis_first, block, block_size, local_shape
 from refir.lowering.teams import Team
 from refir.world.mpi_job import fault
 

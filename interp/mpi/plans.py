@@ -51,9 +51,10 @@ from interp.mpi.shared_windows import (
 from interp.sentinel import fill
 from interp.transport import HANDED_OUT
 from refir.ir import ops
+from refir.ir.blocks import gathered_order, gathered_split
 from refir.ir.program_cache import by_identity
 from refir.ir.tables import registrar
-from refir.ir.types import TensorType, block, block_size, gathered_order, gathered_split
+from refir.ir.types import TensorType, block, block_size
 from refir.lowering.teams import Team
 from refir.world.mpi_job import barrier, wait
 

@@ -69,7 +69,8 @@ def elementwise_result(c: EqnContext, tensors: list[TensorType], typed: list[Ten
         for i, (a, r) in enumerate(zip(t.axes, declared.axes)):
             if a.shard and (a.shard, a.split) != (r.shard, r.split):  # elementwise_c5
                 raise c.fail("elementwise_c5", f"an operand has axis {i} sharded on {shard_text(a.shard, a.split)} "
-                             f"but the result has it {'on ' + shard_text(r.shard, r.split) if r.shard else 'replicated'}; "
+                             "but the result has it "
+                             f"{'on ' + shard_text(r.shard, r.split) if r.shard else 'replicated'}; "
                              "reshard with set")
     return declared
 

@@ -9,10 +9,12 @@ refir.ir.types re-exports every name here.
 from __future__ import annotations
 
 from math import prod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 if TYPE_CHECKING:
-    from refir.ir.types import Axis, Mesh
+    from refir.ir.types import Axis, Mesh, TensorType
 
 
 def block(extent: int, parts: int, k: int) -> tuple[int, int]:
@@ -183,3 +185,44 @@ def gathered_order(sizes: list[int], split: int) -> tuple[tuple[int, int, int], 
 def gathered_split(src: Axis) -> int:
     """The split factor of the mesh axis an allgather of `src` drops (its innermost)."""
     return entries_of(src)[-1][1] if src.shard else 1
+
+
+def resplit(a: Axis, shard: str | tuple[str, ...] | None) -> tuple[int, ...]:
+    """The split factors axis `a` keeps when its mesh axes become `shard`: those of
+    the mesh axes both begin with, 1 for every other (a collective adds or drops
+    a nest's innermost mesh axis; the ones outside it keep their factors)."""
+    old, new = entries_of(a), (() if not shard else (shard,) if isinstance(shard, str) else shard)
+    out = []
+    for i, d in enumerate(new):
+        if i < len(old) and old[i][0] == d and all(o[0] == n for o, n in zip(old[:i], new[:i])):
+            out.append(old[i][1])
+        else:
+            out.append(1)
+    return tuple(out)
+
+
+def block_index(t: TensorType, device: int, shape: tuple[int, ...]) -> tuple[Any, ...]:
+    """Which part of an array of global `shape` the device holds, as an index that
+    reads and writes it: block_slices, or (an interleaved axis, §3.4) np.ix_ of
+    every axis's global indices in buffer order."""
+    if not t.interleaved():  # types.block_slices
+        return tuple(slice(*axis_block(t.mesh, a, n, device)) if a.shard else slice(None)
+                     for a, n in zip(t.axes, shape))
+    return np.ix_(*(axis_indices(t, i, n, device) for i, n in enumerate(shape)))
+
+
+def axis_indices(t: TensorType, i: int, extent: int, device: int) -> np.ndarray:
+    """The global indices of axis i that `device` holds, in its buffer's order."""
+    a = t.axes[i]
+    if not a.shard:
+        return np.arange(extent)
+    runs = axis_runs(t.mesh, a, extent, device)
+    return np.concatenate([np.arange(*r) for r in runs]) if runs else np.arange(0)
+
+
+def shard_text(shard: str | tuple[str, ...] | None, split: tuple[int, ...] = ()) -> str:
+    """`DIDx`, or a nest `(DIDy,DIDx)`, as the text format writes it; a split
+    factor other than 1 follows its mesh axis (`DIDx:3`, `(DIDy:2,DIDx)`)."""
+    dids = () if not shard else (shard,) if isinstance(shard, str) else shard
+    names = [d if f == 1 else f"{d}:{f}" for d, f in zip(dids, split or (1,) * len(dids))]
+    return f"({','.join(names)})" if isinstance(shard, tuple) else (names[0] if names else str(shard))

@@ -20,17 +20,16 @@ from refir.ir.blocks import (  # noqa: F401  (re-exported: every module imports 
     axis_length,
     axis_runs,
     block,
+    block_index,
     block_number,
     block_size,
-    cut_runs,
     entries_of,
-    gathered_order,
-    gathered_split,
     inner_block,
-    inner_runs,
     nested_block,
     parts_of,
+    resplit,
     runs_length,
+    shard_text,
 )
 from refir.ir.layouts import (  # noqa: F401  (re-exported: every module imports them from here)
     axis_first,
@@ -237,9 +236,8 @@ ShardSpec = str | tuple[str, ...]  # one mesh axis, or a nest of several, outerm
 class Axis:
     """One logical axis: an extent, maybe sharded on a mesh axis or on a nest of
     mesh axes (a tuple, outermost first: `E@(DIDy,DIDx)`, spec §3.2), or `b`.
-    A nest of one mesh axis is that axis: `Axis(5, ("DIDx",)) == Axis(5, "DIDx")`.
-    `split` gives each mesh axis of the nest its split factor (spec §3.4,
-    `E@DIDx:3`), () where every one is 1 (a contiguous axis)."""
+    A nest of one mesh axis is that axis: `Axis(5, ("DIDx",)) == Axis(5, "DIDx")`. `split`: each
+    mesh axis's split factor (§3.4, `E@DIDx:3`), () where every one is 1 (a contiguous axis)."""
 
     extent: Extent
     shard: ShardSpec | None = None
@@ -281,28 +279,6 @@ def dids_of(shard: ShardSpec | None) -> tuple[str, ...]:
 def as_shard(dids: tuple[str, ...]) -> ShardSpec | None:
     """The shard of mesh axes `dids` (outermost first): None, one name, or a nest."""
     return None if not dids else dids[0] if len(dids) == 1 else dids
-
-
-def shard_text(shard: ShardSpec | None, split: tuple[int, ...] = ()) -> str:
-    """`DIDx`, or a nest `(DIDy,DIDx)`, as the text format writes it; a split
-    factor other than 1 follows its mesh axis (`DIDx:3`, `(DIDy:2,DIDx)`)."""
-    factors = split or (1,) * len(dids_of(shard))
-    names = [d if f == 1 else f"{d}:{f}" for d, f in zip(dids_of(shard), factors)]
-    return f"({','.join(names)})" if isinstance(shard, tuple) else (names[0] if names else str(shard))
-
-
-def resplit(a: Axis, shard: ShardSpec | None) -> tuple[int, ...]:
-    """The split factors axis `a` keeps when its mesh axes become `shard`: those of
-    the mesh axes both begin with, 1 for every other (a collective adds or drops
-    a nest's innermost mesh axis; the ones outside it keep their factors)."""
-    old, new = entries_of(a), dids_of(shard)
-    out = []
-    for i, d in enumerate(new):
-        if i < len(old) and old[i][0] == d and all(o[0] == n for o, n in zip(old[:i], new[:i])):
-            out.append(old[i][1])
-        else:
-            out.append(1)
-    return tuple(out)
 
 
 BROADCAST = Axis(1, None, True)
@@ -353,9 +329,7 @@ class TensorType:
         return {i: a.dids for i, a in enumerate(self.axes) if a.shard}
 
     def placements(self) -> dict[int, tuple[ShardSpec, tuple[int, ...]]]:
-        """Tensor axis -> (its mesh axes, their split factors), for the sharded axes:
-        what two types must agree on to place an axis alike (sharding() names only
-        the mesh axes)."""
+        """Tensor axis -> (its mesh axes, their split factors), for the sharded axes."""
         return {i: (a.shard, a.split) for i, a in enumerate(self.axes) if a.shard}
 
     def interleaved(self) -> bool:
@@ -370,9 +344,8 @@ class TensorType:
 
     def with_placements(self, placements: Mapping[int, tuple[ShardSpec, tuple[int, ...]]]) -> TensorType:
         """The axes placed as `placements` (TensorType.placements) says, the rest whole."""
-        axes = tuple(replace(a, shard=placements[i][0], split=placements[i][1]) if i in placements
-                     else replace(a, shard=None, split=()) for i, a in enumerate(self.axes))
-        return replace(self, axes=axes)
+        return replace(self, axes=tuple(replace(a, shard=placements.get(i, (None, ()))[0], split=placements.get(
+            i, (None, ()))[1]) for i, a in enumerate(self.axes)))
 
     def __str__(self) -> str:
         text = f"{self.dtype}[{', '.join(map(str, self.axes))}] on {self.mesh.name}"
@@ -408,24 +381,6 @@ def block_slices(t: TensorType, device: int, shape: tuple[int, ...]) -> tuple[sl
     return tuple(slice(*axis_block(t.mesh, a, n, device)) if a.shard else slice(None) for a, n in zip(t.axes, shape))
 
 
-def block_index(t: TensorType, device: int, shape: tuple[int, ...]) -> tuple[Any, ...]:
-    """Which part of an array of global `shape` the device holds, as an index that
-    reads and writes it: block_slices, or (an interleaved axis, §3.4) np.ix_ of
-    every axis's global indices in buffer order."""
-    if not t.interleaved():
-        return block_slices(t, device, shape)
-    return np.ix_(*(axis_indices(t, i, n, device) for i, n in enumerate(shape)))
-
-
-def axis_indices(t: TensorType, i: int, extent: int, device: int) -> np.ndarray:
-    """The global indices of axis i that `device` holds, in its buffer's order."""
-    a = t.axes[i]
-    if not a.shard:
-        return np.arange(extent)
-    runs = axis_runs(t.mesh, a, extent, device)
-    return np.concatenate([np.arange(*r) for r in runs]) if runs else np.arange(0)
-
-
 def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, ...]:
     """The shape of `index` (block_slices) in an array of `shape`."""
     return tuple(len(range(*s.indices(n))) if isinstance(s, slice) else s.size
@@ -434,9 +389,8 @@ def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, 
 
 def divides(t: TensorType, bindings: Bindings) -> bool:
     """Whether every sharded axis of `t` cuts into equal blocks."""
-    return all(extent_value(a.extent, bindings) % parts_of(t.mesh, a) == 0 for a in t.axes if a.shard and not a.split) \
-        and all(len({axis_length(t.mesh, a, extent_value(a.extent, bindings), d) for d in t.mesh.devices}) == 1
-                for a in t.axes if a.split)
+    return all(len({axis_length(t.mesh, a, extent_value(a.extent, bindings), d) for d in t.mesh.devices}) == 1
+               if a.split else extent_value(a.extent, bindings) % parts_of(t.mesh, a) == 0 for a in t.axes if a.shard)
 
 
 def resolved(t: TensorType, bindings: Bindings) -> TensorType:

@@ -23,9 +23,7 @@ where no rule applies directly (2-D meshes across meshes), the chain goes
 through a replicated copy. On an axis cut over a nest of mesh axes (spec
 §3.2) each step adds or drops the nest's innermost mesh axis; what no step
 does directly gathers down to the nests' common outer part, then keeps blocks.
-An interleaved source (§3.4) is first gathered down to contiguous blocks (each
-allgather places the members' runs); an interleaved target is reached from
-its contiguous part by a local keep_block of runs.
+Interleaved types (§3.4): refir.lowering.interleaved.
 """
 
 from __future__ import annotations
@@ -39,7 +37,14 @@ from refir.checks.rules_matmul import matmul_axes, promoted
 from refir.checks.verifier import Checked
 from refir.ir import ops
 from refir.ir.program import Eqn, Func, Lit, Operand, Sym, Var
-from refir.ir.types import TensorType, as_shard, entries_of
+from refir.ir.types import TensorType, as_shard
+from refir.lowering.interleaved import (
+    contiguous_part,
+    gather_interleaved,
+    gather_to_prefix,
+    keep_runs_last,
+    same_placement,
+)
 from refir.lowering.window import lower_window
 
 
@@ -165,7 +170,7 @@ class _Lowerer:
         return name
 
     def compute_then_reshard(self, e: Eqn, local: TensorType, t: TensorType) -> None:
-        if _same_placement(local, t):
+        if same_placement(local, t):
             self.emit(e.out, e.op, e.args, t, e)
         else:
             name = self.fresh(e.out, local)
@@ -190,16 +195,11 @@ class _Lowerer:
     def reshard(self, src: str, s: TensorType, out: str, d: TensorType, e: Eqn) -> None:
         plan: list[tuple[object, TensorType]] = []
         final = d
-        if (s.interleaved() or d.interleaved()) and not _same_placement(s, d):
+        if (s.interleaved() or d.interleaved()) and not same_placement(s, d):  # §3.4: lowering.interleaved
             if s.mesh == d.mesh and (not s.partial or (s.partial, s.partial_kind) == (d.partial, d.partial_kind)):
-                self.gather_to_prefix(s, d, plan)
-                self.emit_plan(src, out, d, plan, e)
-                return
-            # §3.4: gather the interleaved mesh axes of the source (each allgather
-            # places the members' runs), reshard the contiguous rest as below, keep
-            # the runs of the target's interleaved mesh axes locally.
-            s = self.gather_interleaved(s, plan)
-            d = contiguous_part(d)
+                gather_to_prefix(s, d, plan)
+                return self.emit_plan(src, out, d, plan, e)
+            s, d = gather_interleaved(s, plan), contiguous_part(d)
         cur = self.unpartial(s, d, plan)
         if cur.mesh == d.mesh:
             self.same_mesh(cur, d, plan)
@@ -211,34 +211,15 @@ class _Lowerer:
             plan.append((ops.Partition(d.partial_kind, new),
                          replace(moved, partial=d.partial, partial_kind=d.partial_kind)))
         if final is not d:
-            if plan and isinstance(plan[-1][0], ops.KeepBlock):  # one cut, from what the last one cut
-                plan[-1] = (ops.KeepBlock(), final)
-            elif not plan or not _same_placement(plan[-1][1], final):
-                plan.append((ops.KeepBlock(), final))
-            d = final
+            d = keep_runs_last(plan, final)
         self.emit_plan(src, out, d, plan, e)
-
-    def gather_to_prefix(self, s: TensorType, d: TensorType, plan: list) -> None:
-        """Same mesh, an interleaved axis on either side (§3.4), s not partial or
-        partial as d: an allgather per mesh axis, innermost first, until each
-        axis's mesh axes and split factors begin d's, then a keep_block of runs
-        cuts the rest; a partition last where d is partial and s not."""
-        cur, moved = s, replace(d, partial=s.partial, partial_kind=s.partial_kind)
-        for i in range(cur.rank):
-            while (ms := entries_of(cur.axes[i])) and entries_of(d.axes[i])[:len(ms)] != ms:
-                cur = cur.with_sharding({**cur.sharding(), i: as_shard(cur.axes[i].dids[:-1])})
-                plan.append((ops.Allgather(i, ms[-1][0]), cur))
-        if not _same_placement(cur, moved):
-            plan.append((ops.KeepBlock(), moved))
-        if d.partial != s.partial:  # replicated -> partial: local, last
-            plan.append((ops.Partition(d.partial_kind, d.partial), d))
 
     def emit_plan(self, src: str, out: str, d: TensorType, plan: list, e: Eqn) -> None:
         """The plan's steps, src to out, each intermediate row-major, the last of d's layout."""
         if not plan:
             plan.append((ops.Copy(), d))
         reached = plan[-1][1]
-        assert _same_placement(reached, d), f"lowering {e.out}: the chain reaches {reached}, not {d}"
+        assert same_placement(reached, d), f"lowering {e.out}: the chain reaches {reached}, not {d}"
         name = src
         for i, (op, t) in enumerate(plan):
             last = i == len(plan) - 1
@@ -248,16 +229,6 @@ class _Lowerer:
                 op, args = ops.Binary("div"), (Var(name), Lit(float(op.by)))
             self.emit(target, op, args, d if last else self.types[target], e)
             name = target
-
-    def gather_interleaved(self, cur: TensorType, plan: list) -> TensorType:
-        """An allgather per mesh axis, innermost first, until no axis of `cur` is
-        interleaved (each drops the innermost mesh axis of its nest, §3.4)."""
-        for i, a in enumerate(cur.axes):
-            while cur.axes[i].split:
-                ms = cur.axes[i].dids
-                cur = cur.with_sharding({**cur.sharding(), i: as_shard(ms[:-1])})
-                plan.append((ops.Allgather(i, ms[-1]), cur))
-        return cur
 
     def unpartial(self, cur: TensorType, d: TensorType, plan: list) -> TensorType:
         """Reduce the partial mesh axes of `cur` that `d` does not keep partial: an
@@ -372,21 +343,6 @@ class _Divide:
     by: int
 
 
-def _same_placement(a: TensorType, b: TensorType) -> bool:
-    return a.mesh == b.mesh and a.placements() == b.placements() and (a.partial, a.partial_kind) == (b.partial,
-                                                                                                     b.partial_kind)
-
-
-def contiguous_part(t: TensorType) -> TensorType:
-    """`t` with each interleaved axis cut only by the mesh axes before its first
-    split factor (§3.4): a keep_block cuts the rest, locally, by runs."""
-    sharding = {}
-    for i, a in enumerate(t.axes):
-        if a.shard:
-            factors = a.split or (1,) * len(a.dids)
-            first = next((j for j, f in enumerate(factors) if f > 1), len(factors))
-            sharding[i] = as_shard(a.dids[:first])
-    return t.with_sharding(sharding)
 
 
 def lower(checked: Checked) -> Lowered:
