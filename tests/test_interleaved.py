@@ -350,3 +350,33 @@ def test_interleaved_corpus_under_mpiexec(name, backend):
     job = run_mpi(4, ["-m", "refir", "run", str(CORPUS / name), "--backend", backend], timeout=300)
     assert job.returncode == 0, job.stderr[-2000:]
     assert "expect lines hold" in job.stdout
+
+
+# ---- nvFuser's inner split --------------------------------------------------------------
+
+INNER_SPLIT = """T0_g[ iS0{8}, iS1{3} ] (DeviceMesh{0 1})
+T1_g[ iS2{( ceilDiv(8, 2) )}, ideviceIdx.x3{2}, iS4{3} ] (DeviceMesh{0 1}) = Set( T0_g[ iS0{8}, iS1{3} ] )
+T2_g[ iS5{( ceilDiv(8, 2) )}, ideviceIdx.x6{2}, iS7{3} ] (DeviceMesh{0 1}) = add(T1_g[ iS2{( ceilDiv(8, 2) )}, \
+ideviceIdx.x3{2}, iS4{3} ], T1_g[ iS2{( ceilDiv(8, 2) )}, ideviceIdx.x3{2}, iS4{3} ])
+"""
+
+
+def test_an_nvfuser_inner_split_whose_factor_divides_is_interleaved():
+    """8 rows split inner by 2 devices: device k holds rows 2i + k, which is 8@DIDx:4."""
+    from refir.frontends.nvfuser import import_nvfuser
+
+    imported = import_nvfuser(INNER_SPLIT, "inner.txt")
+    assert "T1: f32[8@DIDx:4, 3] on m = set(T0)" in imported.text
+    assert "T2: f32[8@DIDx:4, 3] on m = add(T1, T1)" in imported.text
+    checked = refir.verify(imported.program)
+    t = checked.types["T2"]
+    assert [rows(t.mesh, t.axes[0], 8, d) for d in (0, 1)] == [[0, 2, 4, 6], [1, 3, 5, 7]]  # nvFuser's i*d + k
+    x = np.arange(24, dtype=np.float32).reshape(8, 3)
+    for backend in ("global", "spmd", "gpu"):
+        got = refir.run(imported.program, {"T0": x}, backend=backend)
+        assert np.array_equal(got.outputs["T2"], 2 * x)
+        if backend != "global":
+            assert np.array_equal(got.shards["T2"][1], 2 * x[1::2])
+    ragged = INNER_SPLIT.replace("iS0{8}", "iS0{9}").replace("ceilDiv(8, 2)", "ceilDiv(9, 2)")
+    with pytest.raises(refir.errors.ParseError, match="only where d divides a static extent"):
+        import_nvfuser(ragged, "ragged.txt")

@@ -235,7 +235,8 @@ class Importer(OpMapper):
             layout = None
         else:
             axes, mesh, layout = kept(self.axes[name]), self.refs[name].mesh, self.layouts.get(name)
-        dims = ", ".join("b" if a.broadcast else self.extent(a) + (f"@{a.shard}" if a.shard else "") for a in axes)
+        dims = ", ".join("b" if a.broadcast else self.extent(a) + (f"@{a.shard}" if a.shard else "")
+                         + (f":{a.split}" if a.shard and a.split > 1 else "") for a in axes)
         text = f"{self.dtype(name)}[{dims}] on {self.mesh_names[mesh]}"
         return text + (f" layout[{', '.join(map(str, layout))}]" if layout else "")
 
