@@ -380,3 +380,26 @@ def test_an_nvfuser_inner_split_whose_factor_divides_is_interleaved():
     ragged = INNER_SPLIT.replace("iS0{8}", "iS0{9}").replace("ceilDiv(8, 2)", "ceilDiv(9, 2)")
     with pytest.raises(refir.errors.ParseError, match="only where d divides a static extent"):
         import_nvfuser(ragged, "ragged.txt")
+
+
+PLACED = [("7, 5", "g", ""), ("7@DIDx, 5", "g", ""), ("7@DIDx:2, 5", "g", ""), ("7@(DIDy:2,DIDx), 5", "g", ""),
+          ("7@(DIDy,DIDx:3), 5", "g", ""), ("7@DIDy:3, 5@DIDx", "g", ""), ("7@(DIDx:2,DIDy), 5", "g", ""),
+          ("7, 5", "g", " partial[sum@DIDy]"), ("7@DIDx:2, 5", "g", " partial[sum@DIDy]")]
+OTHER_MESH = [("7@DIDx:2, 5", "h", ""), ("7@DIDx, 5", "h", ""), ("7, 5", "h", "")]
+
+
+@pytest.mark.parametrize("src", PLACED, ids=lambda p: p[0] + p[2])
+def test_every_pair_of_placements_reshards_exactly(src):
+    """From each placement to each (interleaved, nested, partial, replicated, another mesh): the
+    value, and every device's buffer is its rows of it (block_index)."""
+    x = np.arange(35, dtype=np.float32).reshape(7, 5)
+    for dst in PLACED + OTHER_MESH:
+        text = (f"mesh g = [[2, 0], [3, 1]]\nmesh h = [4, 1, 5]\nfunc main(x: f32[{src[0]}] on g{src[2]}) {{\n"
+                f"  y: f32[{dst[0]}] on {dst[1]}{dst[2]} = set(x)\n  return y\n}}\n")
+        program = refir.parse(text)
+        t = refir.verify(program).types["y"]
+        got = refir.run(program, {"x": x}, backend="spmd")
+        assert np.array_equal(got.outputs["y"], x), (src, dst)
+        if not t.partial:
+            for d in t.mesh.devices:
+                assert np.array_equal(got.shards["y"][d], x[block_index(t, d, x.shape)]), (src, dst, d)
