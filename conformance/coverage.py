@@ -41,7 +41,7 @@ from refir.checks.verifier import verify
 from refir.errors import RefirError
 from refir.ir import ops
 from refir.ir.program import Var
-from refir.ir.types import DIDS, DTYPES, PARTIAL_KINDS, Mesh, TensorType, parts_of
+from refir.ir.types import DIDS, DTYPES, PARTIAL_KINDS, Mesh, TensorType, axis_length, parts_of
 from refir.lowering.lower import Step, lower
 from refir.text.parser import parse
 
@@ -53,6 +53,8 @@ MESH_COLUMNS = tuple((n, d) for n in (1, 2, 3) for d in DIDS[:n])  # (mesh rank,
 LAYOUT_COLUMNS = ("row-major", "other layout", "1-D mesh", "2-D mesh", "3-D mesh")
 NEST_ROWS = ("allgather", "all_to_all", "reduce_scatter", "keep_block")  # the steps that add or drop a nest's axis
 NEST_COLUMNS = ("2-D mesh", "3-D mesh", "uneven", "ids out of order")
+INTERLEAVE_ROWS = ("allgather", "keep_block")  # the steps that drop or cut an interleaved axis's mesh axis (§3.4)
+INTERLEAVE_COLUMNS = ("1-D mesh", "in a nest", "uneven", "symbolic")
 PARTIAL_COLUMNS = ("input", "local op", "-> replicated", "-> sharded", "<- replicated", "result")
 
 
@@ -112,6 +114,7 @@ class Coverage:
     layout: set[tuple[str, str]] = field(default_factory=set)  # (op, column)
     classes: set[tuple[str, str, str]] = field(default_factory=set)  # (row, operand dtype, class) exposed
     nests: set[tuple[str, str]] = field(default_factory=set)  # (NEST_ROWS, NEST_COLUMNS)
+    interleaved: set[tuple[str, str]] = field(default_factory=set)  # (INTERLEAVE_ROWS, INTERLEAVE_COLUMNS)
     partial: set[tuple[str, str]] = field(default_factory=set)  # (kind, column) of a program's partial values
     programs: int = 0
 
@@ -158,6 +161,14 @@ class Coverage:
             uneven = any(not isinstance(a.extent, int) or a.extent % parts_of(step.type.mesh, a) for a in nested)
             self.nests |= {(label, c) for c, on in ((f"{step.type.mesh.ndim}-D mesh", True), ("uneven", uneven),
                                                     ("ids out of order", _permuted(step.type.mesh))) if on}
+        strided = [a for a in (src if label == "allgather" else step.type).axes if a.split]
+        if strided and label in INTERLEAVE_ROWS:
+            mesh = step.type.mesh if label == "keep_block" else src.mesh
+            self.interleaved |= {(label, c) for c, on in (
+                ("1-D mesh", mesh.ndim == 1), ("in a nest", any(a.nested for a in strided)),
+                ("uneven", any(isinstance(a.extent, int) and len({axis_length(mesh, a, a.extent, d)
+                                                                   for d in mesh.devices}) > 1 for a in strided)),
+                ("symbolic", any(isinstance(a.extent, str) for a in strided))) if on}
 
     def measure(self, cases: Iterable[Case]) -> Coverage:
         seen: set[int] = set()
@@ -266,6 +277,10 @@ def not_reached(cov: Coverage, cases: int, seed: int) -> list[str]:
         for c in NEST_COLUMNS:
             if (row, c) not in cov.nests:
                 out.append(f"{row} of a nest on {c}: the generator draws no nests; no corpus program has it")
+    for row in INTERLEAVE_ROWS:
+        for c in INTERLEAVE_COLUMNS:
+            if (row, c) not in cov.interleaved:
+                out.append(f"{row} of an interleaved axis, {c}: the generator draws none; no corpus program has it")
     return out
 
 
@@ -303,11 +318,15 @@ def render(cov: Coverage, cases: int, seed: int) -> str:
                    NEST_COLUMNS)
     for row in NEST_ROWS:
         nests.add_row(row, *(_mark((row, c) in cov.nests, True) for c in NEST_COLUMNS))
+    interleaved = _table("interleaved axes (spec §3.4): the steps that drop or cut a mesh axis with a split factor",
+                         INTERLEAVE_COLUMNS)
+    for row in INTERLEAVE_ROWS:
+        interleaved.add_row(row, *(_mark((row, c) in cov.interleaved, True) for c in INTERLEAVE_COLUMNS))
     partial = _table("partial values (spec §3.3): kind x where the run meets one", PARTIAL_COLUMNS)
     for kind in PARTIAL_KINDS:
         partial.add_row(kind, *(_mark((kind, c) in cov.partial, _partial_allowed(kind, c)) for c in PARTIAL_COLUMNS))
     missing = not_reached(cov, cases, seed)
-    parts = [plain(t) for t in (local, mesh, dtypes, layout, nests, partial, class_table(cov))]
+    parts = [plain(t) for t in (local, mesh, dtypes, layout, nests, interleaved, partial, class_table(cov))]
     head = f"refir conform --coverage: {cov.programs} lowered programs of the default run"
     tail = (f"{len(missing)} allowed cells not reached:\n" + "\n".join(f"  {m}" for m in missing)
             if missing else "every cell the spec allows is reached")

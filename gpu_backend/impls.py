@@ -24,6 +24,7 @@ from gpu_backend.kernels.matmul_ranks import matmul_any
 from gpu_backend.kernels.reduce import reduce_into
 from gpu_backend.kernels.reshape import reshape_buffer
 from gpu_backend.kernels.scalars import elementwise_scalar
+from gpu_backend.transports.device_arrays import DeviceArrays
 from interp.expand import local_extents
 from interp.impls import reshape_extents, scalar_value
 from interp.spmd import reshape_block, slice_block
@@ -163,8 +164,9 @@ class GpuLocal:
         self.types = types
 
     def __call__(self, step: Step, device: int, args: list[Any]) -> DeviceBuffer:
-        if isinstance(step.op, ops.KeepBlock):  # the device's own block, as a view
-            args = [slice_block(step, device, args[0], self.types[step.tensor_args()[0]])]
+        if isinstance(step.op, ops.KeepBlock):  # the device's own block, as a view (runs: joined on the device)
+            args = [slice_block(step, device, args[0], self.types[step.tensor_args()[0]],
+                                DeviceArrays(step.type.order).concatenate)]
         if isinstance(step.op, ops.Reshape):  # its scalars are extents: the device's block's
             return laid_out_view(reshape_buffer(args[0], reshape_block(step, device, args)), step.type.order)
         if isinstance(step.op, ops.Expand):  # the extents of this device's block

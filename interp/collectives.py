@@ -18,6 +18,7 @@ import numpy as np
 from interp import sentinel
 from interp.impls import fold
 from refir.ir import ops
+from refir.ir.blocks import gathered_order, gathered_split
 from refir.ir.tables import registrar
 from refir.ir.types import TensorType, block, block_number
 from refir.lowering.teams import Team
@@ -72,9 +73,24 @@ NUMPY = NumpyArrays()
 @rule(ops.Allgather, ops.Gather)
 def _gather(op: ops.Allgather | ops.Gather, team: Team, x: Blocks, src: TensorType, dst: TensorType,
             xp: Arrays) -> Blocks:
-    """Every receiver gets the senders' blocks joined (a gather's team has one receiver)."""
-    whole = xp.concatenate([x[s] for s in team.senders], op.axis)
+    """Every receiver gets the senders' blocks joined (a gather's team has one receiver);
+    over an interleaved mesh axis, the senders' runs each at its place (§3.4)."""
+    split = gathered_split(src.axes[op.axis]) if isinstance(op, ops.Allgather) else 1
+    if split == 1:
+        whole = xp.concatenate([x[s] for s in team.senders], op.axis)
+    else:
+        whole = interleaved_join([x[s] for s in team.senders], split, op.axis, xp)
     return {r: whole for r in team.receivers}
+
+
+def interleaved_join(blocks: list[Any], split: int, axis: int, xp: Arrays) -> Any:
+    """The members' buffers (team order) of an axis cut with split factor `split`,
+    gathered: their pieces in the order of the list they were cut from
+    (blocks.gathered_order); every transport's allgather ends here."""
+    sizes = [b.shape[axis] for b in blocks]
+    lead = (slice(None),) * axis
+    return xp.concatenate([blocks[k][(*lead, slice(start, stop))]
+                           for k, start, stop in gathered_order(sizes, split)] or [blocks[0]], axis)
 
 
 @rule(ops.Scatter)

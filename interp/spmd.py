@@ -9,6 +9,7 @@ step, device and operand shapes: `step_facts`). The loop is shared by every back
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -21,15 +22,18 @@ from interp.partition import partition_block
 from interp.transport import Transport, own_buffer
 from refir.errors import RefirError, RunError
 from refir.ir import ops
+from refir.ir.blocks import inner_runs
 from refir.ir.program import Lit, Sym, Var
 from refir.ir.program_cache import Memo
 from refir.ir.types import (
     SHARD_C1,
     SHARD_C2,
     Bindings,
+    Runs,
     TensorType,
     as_dtype,
     dense_strides,
+    entries_of,
     inner_block,
     local_shape,
     materialize,
@@ -203,16 +207,31 @@ def _what(step: Step, exc: Exception, kind: str = "") -> str:
 # ---- the numpy backend ----------------------------------------------------------------
 
 
-def slice_block(step: Step, device: int, x: Any, src: TensorType) -> Any:
+def slice_block(step: Step, device: int, x: Any, src: TensorType,
+                join: Callable[[list[Any], int], Any] = np.concatenate) -> Any:
     """The device's block along every axis the result cuts further than `src`
-    (whose nest begins the result's: blocks.inner_block)."""
-    index = []
+    (whose nest begins the result's: blocks.inner_block). An interleaved cut
+    (§3.4) keeps several runs of an axis: `join` puts them side by side."""
+    index: list[slice] = []
+    cuts: list[tuple[int, Runs]] = []
     for i, a in enumerate(step.type.axes):
-        if len(a.dids) > len(src.axes[i].dids):
-            index.append(slice(*inner_block(step.type.mesh, src.axes[i], a, x.shape[i], device)))
+        have = src.axes[i]
+        if len(a.dids) > len(have.dids) and not (a.split or have.split):
+            index.append(slice(*inner_block(step.type.mesh, have, a, x.shape[i], device)))
+        elif entries_of(a) != entries_of(have):
+            runs = inner_runs(step.type.mesh, have, a, x.shape[i], device)
+            if len(runs) == 1:
+                index.append(slice(*runs[0]))
+            else:
+                index.append(slice(None))
+                cuts.append((i, runs))
         else:
             index.append(slice(None))
-    return x[tuple(index)]
+    out = x[tuple(index)]
+    for i, runs in cuts:
+        whole = (slice(None),) * i
+        out = join([out[(*whole, slice(*r))] for r in runs], i) if runs else out[(*whole, slice(0, 0))]
+    return out
 
 
 def reshape_block(step: Step, device: int, args: list[Any]) -> tuple[int, ...]:

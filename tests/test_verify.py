@@ -174,6 +174,29 @@ def test_type_c7():
         check_type(TensorType("f32", (Axis(5, ("DIDx", "DIDx")),), Mesh("g", (2, 2), (0, 1, 2, 3))), Loc(FILE, 1, 1))
 
 
+def test_type_c8():
+    """A split factor is 2 or more (spec §3.4); one built in Python gives one >= 1 per mesh axis."""
+    rejects(prog("x: f32[12@DIDx:1]", "return x"), "type_c8", 2, 26, "split factor 1")
+    rejects(prog("x: f32[5@(DIDy:0,DIDx)]", "return x", mesh=MESH2), "type_c8", 2, 26, "split factor 0")
+    with pytest.raises(VerifyError, match=r"\[type_c8\].*one integer >= 1 per mesh axis"):
+        check_type(TensorType("f32", (Axis(5, ("DIDy", "DIDx"), split=(0, 2)),), Mesh("g", (2, 2), (0, 1, 2, 3))),
+                   Loc(FILE, 1, 1))
+
+
+def test_interleave_c1():
+    """An op needing one block per device refuses an interleaved axis, naming the set (spec §3.4)."""
+    rejects(prog("x: f32[12@DIDx:2, 3]", "y = reshape(x, [36])", "return y"), "interleave_c1", 3, 3,
+            "insert `set` of x to f32[12@DIDx, 3] on m (contiguous blocks) first")
+    rejects(prog("x: f32[12@DIDx:2, 3]", "y = slice(x, axes=[0], starts=[1], stops=[5], steps=[1])", "return y"),
+            "interleave_c1", 3, 3, "slice needs axis 0 of x as one block per device")
+    rejects(prog("x: f32[4, 12@DIDx:2], w: f32[12@DIDx:2, 5]", "y = matmul(x, w)", "return y"),
+            "interleave_c1", 3, 3, "matmul needs axis 1 of x")
+    rejects(prog("x: f32[12, 3]", "y: i32[12@DIDx:2] = iota(axis=0)", "return y"), "interleave_c1", 3, 3,
+            "declare it i32[12@DIDx] on m")
+    refir.verify(refir.parse(prog("x: f32[12@DIDx:2, 3]", "y = slice(x, axes=[1], starts=[1], stops=[3], steps=[1])",
+                                  "return y"), FILE))  # another axis's window is its own business
+
+
 def test_type_c2_and_c3_on_a_nest():
     """Every mesh axis of a nest is the mesh's (type_c2), and shards one tensor axis only (type_c3)."""
     rejects(prog("x: f32[5@(DIDy,DIDz)]", "return x", mesh=MESH2), "type_c2", 2, 11, "sharded on DIDz")

@@ -11,6 +11,7 @@
     mpi_sentinel   an MPI allgather bug only the receive-buffer sentinel shows
     numeric        the arithmetic the global reference itself shares (the expect lines judge it)
     partial        a partial value consumed as if it were reduced (spec §3.3)
+    interleaved    interleaved blocks (spec §3.4): a split factor off by one
 
 Each family imports the registry only and registers its mutants on import;
 importing this package imports every family, in the order of the table.
@@ -22,7 +23,7 @@ from conformance.mutants.registry import MUTANTS, Mutant, mutant
 # isort: off
 from conformance.mutants import communication, local, uneven  # noqa: E402, F401
 from conformance.mutants import data, hidden, join, masks, mpi_sentinel, numeric, reshape, window  # noqa: E402, F401
-from conformance.mutants import nested, partial  # noqa: E402, F401
+from conformance.mutants import interleaved, nested, partial  # noqa: E402, F401
 # isort: on
 
 __all__ = ["MUTANTS", "Mutant", "mutant"]

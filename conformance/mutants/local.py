@@ -102,7 +102,8 @@ def slice_wrong_mesh_axis() -> Iterator[None]:
     def slice_block(step: Step, device: int, x: np.ndarray, src: TensorType) -> np.ndarray:
         t, right = step.type, original(step, device, x, src)
         # a nest cut further is left alone (its swapped nest would not begin with the operand's)
-        if t.mesh.ndim < 2 or any(a.nested and src.axes[i].shard for i, a in enumerate(t.axes)):
+        # and an interleaved cut (§3.4), whose runs are no block of the other mesh axis either
+        if t.mesh.ndim < 2 or t.interleaved() or any(a.nested and src.axes[i].shard for i, a in enumerate(t.axes)):
             return right
         swapped = {i: as_shard(tuple(OTHER[d] for d in ks)) for i, ks in t.nests().items()}
         wrong = original(replace(step, type=t.with_sharding(swapped)), device, x, src)

@@ -18,7 +18,7 @@ import numpy as np
 
 from conformance.peers import shape_ops
 from conformance.peers.spec import NAMES, Block, Blocks, PeerCase, PeerResult, expected, group_inputs
-from refir.frontends.dtensor import Partial, Placement, Shard, local_block, to_refir
+from refir.frontends.dtensor import Partial, Placement, Shard, StridedShard, local_block, to_refir
 from refir.ir.types import BF16
 
 NAME = "dtensor"
@@ -92,6 +92,10 @@ def placement(p: Placement) -> Any:
     from torch.distributed.tensor import Replicate as TReplicate
     from torch.distributed.tensor import Shard as TShard
 
+    if isinstance(p, StridedShard):
+        from torch.distributed.tensor.placement_types import _StridedShard
+
+        return _StridedShard(p.dim, split_factor=p.split_factor)
     return TShard(p.dim) if isinstance(p, Shard) else TPartial(p.op) if isinstance(p, Partial) else TReplicate()
 
 
@@ -128,7 +132,10 @@ def _operand(lm: Any, case: PeerCase, mesh: Any, name: str, shape: tuple[int, ..
 
     tps = [placement(p) for p in ps]
     if not any(isinstance(p, Partial) for p in ps):
-        return distribute_tensor(lm.rank_map(lambda r: to_torch(data[group_of[r]][name])), mesh, tps)
+        # a _StridedShard of uneven blocks: cut on each rank (every rank holds the value), as
+        # torch 2.13 scatters only even strided blocks
+        local = {"src_data_rank": None} if any(isinstance(p, StridedShard) for p in ps) else {}
+        return distribute_tensor(lm.rank_map(lambda r: to_torch(data[group_of[r]][name])), mesh, tps, **local)
     groups = case.groups()
 
     def mine(r: int) -> Any:
@@ -171,13 +178,13 @@ def shaped(case: PeerCase) -> Callable[..., Any]:
 
 
 def _from_torch(p: Any) -> Placement | None:
-    """refir's placement for DTensor's, or None where refir has none (yet): DTensor
-    gives a reshape that merges a sharded inner axis `_StridedShard` (interleaved
-    blocks, issue 29), which reads as a Shard here but is not one."""
+    """refir's placement for DTensor's: DTensor gives a reshape that merges a sharded
+    inner axis `_StridedShard` (interleaved blocks), refir's interleaved axis (§3.4);
+    it is checked before Shard, which it reads as."""
     from refir.frontends.dtensor import Replicate
 
-    if type(p).__name__ == "_StridedShard":
-        return None
+    if type(p).__name__ == "_StridedShard":  # refir's interleaved axis (§3.4)
+        return StridedShard(p.dim, p.split_factor) if p.split_factor > 1 else Shard(p.dim)
     if p.is_shard():
         return Shard(p.dim)
     if p.is_partial():

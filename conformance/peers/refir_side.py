@@ -4,11 +4,11 @@ every rank's block (its offset from refir's block rule, spec §3.1)."""
 from __future__ import annotations
 
 from conformance.peers import shape_ops
-from conformance.peers.spec import Block, Blocks, PeerCase, group_inputs, result_type
+from conformance.peers.spec import Block, Blocks, PeerCase, block_offset, group_inputs, result_type
 from refir.frontends import builder
 from refir.frontends.dtensor import Placement, Replicate, Shard, nested_devices, redistribute_program, to_refir
 from refir.ir.program import Program
-from refir.ir.types import Mesh, block_slices
+from refir.ir.types import Mesh
 
 
 def program(case: PeerCase, mesh: Mesh) -> Program:
@@ -76,7 +76,7 @@ def run(case: PeerCase) -> Blocks:
         t = result_type(case, mesh)
         for r in group:
             local = result.shards["y"][r]
-            offset = tuple(s.indices(n)[0] for s, n in zip(block_slices(t, r, case.shape), case.shape))
+            offset = block_offset(t, r, case.shape)
             out[r] = Block(offset, local)
     return out
 

@@ -25,8 +25,8 @@ import numpy as np
 
 from conformance.generate import Chooser
 from conformance.peers import shape_ops
-from refir.frontends.dtensor import Partial, Placement, Replicate, Shard, contributions_type, to_refir
-from refir.ir.types import DTYPES, Mesh, TensorType, block_slices
+from refir.frontends.dtensor import Partial, Placement, Replicate, Shard, StridedShard, contributions_type, to_refir
+from refir.ir.types import DTYPES, Mesh, TensorType, block_index, block_slices
 
 NAMES = ("a", "b", "c")
 ROOTS = {1: ((2,), (4,), (3,), (8,), (5,), (6,), (7,)),
@@ -115,6 +115,7 @@ class PeerCase:
 
 def _pl(ps: tuple[Placement, ...]) -> str:
     return "[" + ",".join("R" if isinstance(p, Replicate) else f"S{p.dim}" if isinstance(p, Shard)
+                          else f"_S({p.dim},{p.split_factor})" if isinstance(p, StridedShard)
                           else f"P({p.op})" for p in ps) + "]"
 
 
@@ -309,5 +310,12 @@ def expected(case: PeerCase) -> Blocks:
 
 
 def block_of(t: TensorType, value: np.ndarray, device: int) -> Block:
-    index = block_slices(t, device, value.shape)
-    return Block(tuple(s.indices(n)[0] for s, n in zip(index, value.shape)), value[index])
+    """The device's block; of an interleaved axis (§3.4) its runs joined."""
+    return Block(block_offset(t, device, value.shape), value[block_index(t, device, value.shape)])
+
+
+def block_offset(t: TensorType, device: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Where the device's block starts; of an interleaved axis, where its first run does."""
+    if t.interleaved():
+        return tuple(int(i.ravel()[0]) if i.size else 0 for i in block_index(t, device, shape))
+    return tuple(s.indices(n)[0] for s, n in zip(block_slices(t, device, shape), shape))

@@ -39,6 +39,7 @@ from interp.collectives import block_index
 from interp.mpi.transport import MpiTransport
 from interp.transport import rank_part
 from refir.ir import ops
+from refir.ir.blocks import gathered_order, gathered_split
 from refir.ir.tables import registrar
 from refir.ir.types import TensorType, axis_first, block, block_size, local_shape
 from refir.lowering.teams import Team
@@ -137,10 +138,16 @@ def _allgather(t: RankTransport, op: ops.Allgather, team: Team, x: Buf, src: Ten
     # are contiguous and in order, so all the padding lies past E (spec §3.1).
     n, order = len(team.devices), axis_first(x.ndim, op.axis)
     extent = local_shape(dst, {}, t.rank)[op.axis]  # the block the team shares: whole, or a nest's outer part
-    c = block_size(extent, n, 0)
+    split = gathered_split(src.axes[op.axis])
+    sizes = [local_shape(src, {}, d)[op.axis] for d in team.devices] if split > 1 else []
+    c = max(sizes) if sizes else block_size(extent, n, 0)  # interleaved: member 0's runs may pass ceil(E/n)
     send = padded(x, op.axis, c, order)
     whole = received(scaled(send.shape, op.axis, n), x.dtype, order)
     t.wire.allgather(team.devices, send, whole)
+    if split > 1:  # §3.4: each member's runs to their places, from its padded slot
+        return DeviceArrays(order).concatenate(
+            [whole.take(op.axis, k * c + lo, k * c + hi) for k, lo, hi in gathered_order(sizes, split)] or
+            [whole.take(op.axis, 0, 0)], op.axis)
     return whole if n * c == extent else whole.take(op.axis, 0, extent)
 
 

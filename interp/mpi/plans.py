@@ -51,6 +51,7 @@ from interp.mpi.shared_windows import (
 from interp.sentinel import fill
 from interp.transport import HANDED_OUT
 from refir.ir import ops
+from refir.ir.blocks import gathered_order, gathered_split
 from refir.ir.program_cache import by_identity
 from refir.ir.tables import registrar
 from refir.ir.types import TensorType, block, block_size
@@ -109,7 +110,19 @@ def _allgather_plan(op: ops.Allgather, src: TensorType, team: Team, rank: int) -
                 wait(comm.Iallgatherv(MPI.IN_PLACE, [whole, counts, at, MPI.BYTE]), "an allgather")
         return handed_out(whole, back)
 
-    return run
+    split = gathered_split(src.axes[axis])
+    if split == 1:
+        return run
+    gathered = run
+
+    def interleaved(comm: MPI.Comm, x: np.ndarray) -> np.ndarray:
+        """The members' blocks gathered in team order, then their runs put in place (§3.4)."""
+        whole, lead = gathered(comm, x), (slice(None),) * axis
+        at = [sum(lengths[:k]) for k in range(len(lengths))]
+        pieces = [whole[(*lead, slice(at[k] + lo, at[k] + hi))] for k, lo, hi in gathered_order(lengths, split)]
+        return np.concatenate(pieces, axis) if pieces else whole
+
+    return interleaved
 
 
 # Above this many bytes an allreduce moves slices rather than whole partials.

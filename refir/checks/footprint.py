@@ -32,7 +32,7 @@ from refir.checks.verifier import Checked
 from refir.errors import InputError
 from refir.ir import ops
 from refir.ir.program import Var
-from refir.ir.types import Bindings, Mesh, TensorType, global_shape, local_shape
+from refir.ir.types import Bindings, Mesh, TensorType, entries_of, global_shape, local_shape
 from refir.lowering.lower import Lowered, Step
 from refir.text.printer import format_eqn
 
@@ -90,6 +90,13 @@ def _coords(mesh: Mesh) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     return np.array(mesh.devices, np.int64), tuple(np.unravel_index(index, mesh.shape))
 
 
+def _block_length(length: np.ndarray, parts: int, k: np.ndarray) -> np.ndarray:
+    """blocks.block's length, on every device at once."""
+    size = -(-length // parts)
+    start = np.minimum(k * size, length)
+    return np.minimum(start + size, length) - start
+
+
 def elements(t: TensorType, bindings: Bindings, width: int) -> Vec:
     """Each device's block of `t`, in elements (0 off its mesh): §3.1's blocks exactly."""
     ids, coords = _coords(t.mesh)
@@ -97,11 +104,14 @@ def elements(t: TensorType, bindings: Bindings, width: int) -> Vec:
     for a, n in zip(t.axes, global_shape(t, bindings)):
         if a.shard:  # blocks.nested_block, on every device at once: each mesh axis of the nest cuts the last cut
             length = np.full(len(ids), n, np.int64)
-            for did in a.dids:
+            for did, sf in entries_of(a):
                 k = t.mesh.axis_of(did)
-                size = -(-length // t.mesh.shape[k])
-                start = np.minimum(coords[k] * size, length)
-                length = np.minimum(start + size, length) - start
+                # an interleaved cut (§3.4): the device's block of each of sf pieces (sf 1: one block)
+                kept = np.zeros(len(ids), np.int64)
+                for j in range(sf):
+                    piece = _block_length(length, sf, np.full(len(ids), j, np.int64))
+                    kept += _block_length(piece, t.mesh.shape[k], coords[k])
+                length = kept
             count *= length
         else:
             count *= n

@@ -37,7 +37,7 @@ def same_extent(a: Axis, b: Axis) -> bool:
 
 
 def placement_text(a: Axis) -> str:
-    return f"sharded on {shard_text(a.shard)}" if a.shard else "replicated"
+    return f"sharded on {shard_text(a.shard, a.split)}" if a.shard else "replicated"
 
 
 def extents_text(t: TensorType) -> str:
@@ -56,7 +56,7 @@ def keep_sharding(inferred: TensorType, c: EqnContext) -> TensorType:
     if declared is None:
         return inferred
     same_shape(declared, inferred, c)
-    if declared.mesh != inferred.mesh or declared.sharding() != inferred.sharding():  # result_c2
+    if declared.mesh != inferred.mesh or declared.placements() != inferred.placements():  # result_c2
         raise c.fail("result_c2", f"{ops.op_name(c.eqn.op)} gives {inferred}, declared {declared}; "
                      "a resharding needs an explicit set")
     return declared

@@ -50,10 +50,12 @@ def elementwise_result(c: EqnContext, tensors: list[TensorType], typed: list[Ten
             if a.extent != column[0].extent:  # elementwise_c3
                 raise c.fail("elementwise_c3", f"axis {i} has extents {column[0].extent} and "
                              f"{a.extent}; only b axes broadcast")
-        shards = {a.shard for a in column if a.shard}
+        shards = {(a.shard, a.split) for a in column if a.shard}  # split factors too (§3.4)
         if len(shards) > 1:  # elementwise_c5
-            raise c.fail("elementwise_c5", f"axis {i} is sharded on {' and '.join(sorted(map(shard_text, shards)))}")
-        axes.append(Axis(column[0].extent, shards.pop() if shards else None) if column else BROADCAST)
+            raise c.fail("elementwise_c5", f"axis {i} is sharded on "
+                         f"{' and '.join(sorted(shard_text(*s) for s in shards))}")
+        shard, split = shards.pop() if shards else (None, ())
+        axes.append(Axis(column[0].extent, shard, split=split) if column else BROADCAST)
     check()
     inferred = TensorType(dtype, tuple(axes), first.mesh)
     declared = c.eqn.type
@@ -65,9 +67,10 @@ def elementwise_result(c: EqnContext, tensors: list[TensorType], typed: list[Ten
                      f"on {inferred.mesh.name!r}; move them with set")
     for t in tensors:
         for i, (a, r) in enumerate(zip(t.axes, declared.axes)):
-            if a.shard and a.shard != r.shard:  # elementwise_c5
-                raise c.fail("elementwise_c5", f"an operand has axis {i} sharded on {shard_text(a.shard)} but "
-                             f"the result has it {'on ' + shard_text(r.shard) if r.shard else 'replicated'}; "
+            if a.shard and (a.shard, a.split) != (r.shard, r.split):  # elementwise_c5
+                raise c.fail("elementwise_c5", f"an operand has axis {i} sharded on {shard_text(a.shard, a.split)} "
+                             "but the result has it "
+                             f"{'on ' + shard_text(r.shard, r.split) if r.shard else 'replicated'}; "
                              "reshard with set")
     return declared
 

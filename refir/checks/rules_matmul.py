@@ -57,9 +57,10 @@ def _matmul(op: ops.Matmul, c: EqnContext) -> TensorType:
     if not same_extent(ka, kb):  # matmul_c2
         raise c.fail("matmul_c2", f"contracted extents differ: {ka.extent} and {kb.extent}")
     for i, (x, y) in enumerate(batch_pairs(xa, xb)):
-        if not x.broadcast and not y.broadcast and (x.extent != y.extent or x.shard != y.shard):  # matmul_c2
+        differ = x.extent != y.extent or (x.shard, x.split) != (y.shard, y.split)
+        if not x.broadcast and not y.broadcast and differ:  # matmul_c2
             raise c.fail("matmul_c2", f"batch axis {i} differs: {x} and {y}")
-    if ka.shard != kb.shard:  # matmul_c3
+    if (ka.shard, ka.split) != (kb.shard, kb.split):  # matmul_c3
         raise c.fail("matmul_c3", f"the contracted axis is {placement_text(ka)} in one operand and "
                      f"{placement_text(kb)} in the other")
     m, n = xa[-2], xb[-1]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from refir.checks.inference import INFER, EqnContext
+from refir.checks.rules_interleaved import check_interleaved
 from refir.checks.rules_matmul import promoted
 from refir.ir import ops
 from refir.ir.program import Var
@@ -46,7 +47,8 @@ def insert_hint(name: str, t: TensorType) -> str:
 
 
 def infer(op: object, c: EqnContext) -> TensorType:
-    """The result type of `c.eqn`: the op's own rule, then partial_c3..partial_c5."""
+    """The result type of `c.eqn`: interleave_c1, the op's own rule, then partial_c3..partial_c5."""
+    check_interleaved(op, c)
     partial = _consumed(op, c)
     result = INFER[type(op)](op, c)
     declared = c.eqn.type

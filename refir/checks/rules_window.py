@@ -137,7 +137,7 @@ def _cat(op: ops.Cat, c: EqnContext) -> TensorType:
                 raise c.fail("cat_c2", f"operand {k} has extent {a} on axis {i}, operand 0 {b}: only axis "
                              f"{op.axis} may differ")
         total += _static(t, op.axis, "cat_c3", f"operand {k} joins on", c)  # cat_c3
-        if t.sharding() != first.sharding():  # cat_c4
+        if t.placements() != first.placements():  # cat_c4
             raise c.fail("cat_c4", f"operand {k} is sharded as {t}, operand 0 as {first}: reshard one with set")
     axes = list(first.axes)
     axes[op.axis] = Axis(total, first.axes[op.axis].shard)

@@ -40,6 +40,9 @@ def check_type(t: TensorType, loc: Loc) -> None:
         if a.nested and (len(a.dids) < 2 or len(set(a.dids)) < len(a.dids)):  # type_c7
             raise VerifyError(loc, "type_c7", f"axis {i} is sharded on the nest {shard_text(a.shard)}, "
                               "which must name two or more mesh axes, each once")
+        if a.split and (len(a.split) != len(a.dids) or min(a.split) < 1):  # type_c8
+            raise VerifyError(loc, "type_c8", f"axis {i} has split factors {list(a.split)} for the mesh axes "
+                              f"{shard_text(a.shard)}: one integer >= 1 per mesh axis (1: contiguous)")
         for did in a.dids:
             if not t.mesh.has(did):  # type_c2
                 raise VerifyError(

@@ -9,7 +9,19 @@ from math import prod
 
 from refir.explain.device_sets import devices_text
 from refir.ir import ops
-from refir.ir.types import Axis, Bindings, TensorType, axis_block, parts_of, resolved
+from refir.ir.types import (
+    Axis,
+    Bindings,
+    Runs,
+    TensorType,
+    axis_block,
+    axis_length,
+    axis_runs,
+    entries_of,
+    parts_of,
+    resolved,
+    shard_text,
+)
 from refir.lowering.lower import Lowered, Step
 from refir.lowering.teams import teams
 from refir.text.printer import format_call
@@ -20,12 +32,27 @@ TEAMS_LISTED = 8  # past this many teams a communication lists its first and las
 def _local_extent(t: TensorType, a: Axis) -> str:
     """The longest block (shard_c1): ceil(E/n), cut again by each further mesh axis of a nest."""
     if isinstance(a.extent, int):
-        lo, hi = axis_block(t.mesh, a, a.extent, None)
-        return str(hi - lo)
+        return str(axis_length(t.mesh, a, a.extent, None))  # the first device's: the longest, interleaved too
     text = a.extent
-    for d in a.dids:
-        text = f"ceil({text}/{t.mesh.size(d)})"
+    for d, sf in entries_of(a):
+        text = f"ceil({text}/{t.mesh.size(d)})" if sf == 1 else f"{sf}*ceil(ceil({text}/{sf})/{t.mesh.size(d)})"
     return text
+
+
+def runs_text(runs: Runs) -> str:
+    return " ".join(f"{lo}" if hi == lo + 1 else f"{lo}:{hi}" for lo, hi in runs) or "none"
+
+
+def interleaved_note(t: TensorType, i: int, a: Axis) -> str:
+    """Which rows of an interleaved axis (§3.4) each device holds, in buffer order."""
+    if isinstance(a.extent, str):
+        return (f"axis {i}: interleaved ({shard_text(a.shard, a.split)}): each mesh axis cuts every one "
+                "of its split factor's pieces into blocks")
+    devices = t.mesh.devices
+    shown = devices if len(devices) <= TEAMS_LISTED * 4 else devices[:TEAMS_LISTED]
+    words = [f"{d}: rows {runs_text(axis_runs(t.mesh, a, a.extent, d))}" for d in shown]
+    more = f", ... ({len(devices) - len(shown)} more)" if len(shown) < len(devices) else ""
+    return f"axis {i}: {a.extent} interleaved over {shard_text(a.shard, a.split)} -> device {'; '.join(words)}{more}"
 
 
 def local_extents(t: TensorType) -> list[str]:
@@ -56,6 +83,9 @@ def uneven_blocks(t: TensorType) -> str | None:
     notes = []
     for i, a in enumerate(t.axes):
         if not a.shard:
+            continue
+        if a.split:
+            notes.append(interleaved_note(t, i, a))
             continue
         n = parts_of(t.mesh, a)
         if isinstance(a.extent, str):

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from refir.explain.device_sets import devices_text
 from refir.explain.placement import Block, Placement, Range
-from refir.ir.types import DIDS, Mesh, parts_of
+from refir.ir.types import DIDS, Mesh, Runs, parts_of
 from refir.text.printer import format_mesh
 
 PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
@@ -29,6 +29,18 @@ def span(r: Range) -> str:
     """`a:b`, or `empty` for a block with no element (an uneven cut's tail)."""
     a, b = r
     return f"{a}:{b}" if b > a else "empty"
+
+
+def run_span(runs: Runs) -> str:
+    """An interleaved block's runs (§3.4): `0:1+4:5`, in buffer order."""
+    return "+".join(span(r) for r in runs) if runs else "empty"
+
+
+def block_spans(b: Block) -> str:
+    """The device's global block: its ranges, or each axis's runs where interleaved."""
+    if b.runs is None:
+        return spans(b.ranges)
+    return "[" + ", ".join(run_span(r) for r in b.runs) + "]" + (" (no elements)" if b.empty else "")
 
 
 def spans(ranges: tuple[Range, ...]) -> str:
@@ -135,6 +147,12 @@ def grid(p: Placement, focus: int | None = None) -> RenderableType:
     rows, cols, pages = grid_axes(p)
     holders = p.holders()
     ranges_of = {(i, n[i]): r[i] for n, r, _ in holders for i in n}
+    runs_of = {(i, n[i]): p.block(ds[0]).runs[i] for n, _, ds in holders for i in n  # type: ignore[index]
+               if t.axes[i].split}
+
+    def axis_span(axis: int, number: int) -> str:
+        got = runs_of.get((axis, number))
+        return span(ranges_of[axis, number]) if got is None else run_span(got)
 
     by_number = {tuple(sorted(n.items())): k for k, (n, _, _) in enumerate(holders)}
 
@@ -158,8 +176,8 @@ def grid(p: Placement, focus: int | None = None) -> RenderableType:
         if number is None:
             return f"+{left_out(count(axis))}"
         # an elided grid names its axes once, in its title, so that no label is cut
-        return span(ranges_of[axis, number]) if elided and axis in (rows, cols) else \
-            f"axis {axis} {span(ranges_of[axis, number])}"
+        return axis_span(axis, number) if elided and axis in (rows, cols) else \
+            f"axis {axis} {axis_span(axis, number)}"
 
     def numbers(axis: int | None) -> list[int | None]:
         return [None] if axis is None else shown_blocks(count(axis))
@@ -215,7 +233,7 @@ def device_table(p: Placement, devices: list[int] | None = None) -> Table:
             table.add_row(*["..."] * 5)
         if gap and head <= i < head + gap:
             continue
-        table.add_row(str(b.device), ints(b.coords), spans(b.ranges), ints(b.local_shape), strides_text(p, b))
+        table.add_row(str(b.device), ints(b.coords), block_spans(b), ints(b.local_shape), strides_text(p, b))
     if gap:
         table.caption = f"{gap:,} more devices: --device D shows one, --json lists every one"
         table.caption_justify = "left"

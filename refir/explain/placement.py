@@ -17,7 +17,17 @@ import numpy as np
 
 from refir.explain.step_rules import RULES, changes, nest_rule
 from refir.ir import ops
-from refir.ir.types import Axis, TensorType, block_number, block_slices, dense_strides, global_shape
+from refir.ir.types import (
+    Axis,
+    Runs,
+    TensorType,
+    axis_runs,
+    block_number,
+    block_slices,
+    dense_strides,
+    global_shape,
+    runs_length,
+)
 from refir.lowering.lower import Lowered, Step
 from refir.lowering.teams import Team, teams
 from refir.text.printer import format_call
@@ -31,13 +41,14 @@ class Block:
 
     device: int
     coords: tuple[int, ...]  # on the value's mesh
-    ranges: tuple[Range, ...]  # global index ranges, one per tensor axis
+    ranges: tuple[Range, ...]  # global index ranges, one per tensor axis (an interleaved axis: its runs' hull)
     local_shape: tuple[int, ...]
     byte_strides: tuple[int, ...]  # dense in the type's memory order
+    runs: tuple[Runs, ...] | None = None  # each axis's runs, where the type has an interleaved axis (§3.4)
 
     @property
     def empty(self) -> bool:
-        return any(b <= a for a, b in self.ranges)
+        return 0 in self.local_shape or any(b <= a for a, b in self.ranges)
 
 
 @dataclass(frozen=True)
@@ -112,8 +123,11 @@ class CommFacts:
             if device is not None and device not in team.devices:
                 continue
             for s, r in _pairs(self.op, team, device):
-                moved = _moved(self.op, self.src.block(s), self.dst.block(r))
-                yield Transfer(s, r, moved, nbytes(moved, self.src.type))
+                sent, got = self.src.block(s), self.dst.block(r)
+                moved = _moved(self.op, sent, got)
+                whole = sent if moved is sent.ranges else got if moved is got.ranges else None
+                yield Transfer(s, r, moved, block_bytes(whole, self.src.type) if whole is not None
+                               else nbytes(moved, self.src.type))
 
     @cached_property
     def moves(self) -> int:
@@ -165,11 +179,11 @@ def _team_totals(op: ops.Communication, team: Team, src: Placement, dst: Placeme
         case ops.Scatter(root=root):
             for r in team.receivers:
                 if r != root:
-                    n = nbytes(dst.block(r).ranges, src.type)
+                    n = block_bytes(dst.block(r), src.type)
                     add(root, n, 0)
                     add(r, 0, n)
         case ops.Broadcast(root=root):
-            n = nbytes(src.block(root).ranges, src.type)
+            n = block_bytes(src.block(root), src.type)
             for r in team.receivers:
                 if r != root:
                     add(root, n, 0)
@@ -197,7 +211,7 @@ def _team_totals(op: ops.Communication, team: Team, src: Placement, dst: Placeme
             for d, n in zip(team.receivers, received.tolist()):
                 add(d, 0, n)
         case _:  # each sender's whole block (a partial term where the source is partial) to every other receiver
-            blocks = {s: nbytes(src.block(s).ranges, src.type) for s in team.senders}
+            blocks = {s: block_bytes(src.block(s), src.type) for s in team.senders}
             receivers = set(team.receivers)
             for s, n in blocks.items():
                 add(s, n * (len(team.receivers) - (s in receivers)), 0)
@@ -249,15 +263,26 @@ def placement(name: str, t: TensorType, bindings: dict[str, int], is_input: bool
         coords = t.mesh.coords(d)
         key = tuple(coords[m] for m in sharded)
         if key not in made:
-            ranges = tuple(slice_range(s, n) for s, n in zip(block_slices(t, d, shape), shape))
-            local = tuple(b - a for a, b in ranges)
-            made[key] = (ranges, local, dense_strides(local, t.order, itemsize))
+            if t.interleaved():  # §3.4: runs on each axis; ranges are their hulls
+                runs = tuple(axis_runs(t.mesh, a, n, d) if a.shard else ((0, n),) for a, n in zip(t.axes, shape))
+                ranges = tuple((r[0][0], r[-1][1]) if r else (0, 0) for r in runs)
+                local = tuple(runs_length(r) for r in runs)
+                made[key] = (ranges, local, dense_strides(local, t.order, itemsize), runs)
+            else:
+                ranges = tuple(slice_range(s, n) for s, n in zip(block_slices(t, d, shape), shape))
+                local = tuple(b - a for a, b in ranges)
+                made[key] = (ranges, local, dense_strides(local, t.order, itemsize), None)
         blocks.append(Block(d, coords, *made[key]))
     return Placement(name, t, shape, tuple(blocks), is_input)
 
 
 def nbytes(ranges: tuple[Range, ...], t: TensorType) -> int:
     return prod(max(0, b - a) for a, b in ranges) * t.np_dtype.itemsize
+
+
+def block_bytes(b: Block, t: TensorType) -> int:
+    """A whole block's bytes (an interleaved block's runs, not their hull)."""
+    return prod(b.local_shape) * t.np_dtype.itemsize
 
 
 def intersect(a: tuple[Range, ...], b: tuple[Range, ...]) -> tuple[Range, ...]:

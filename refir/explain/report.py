@@ -112,7 +112,9 @@ def placement_json(p: Placement) -> dict[str, Any]:
         "partial": {"kind": t.partial_kind, "mesh_axes": list(t.partial)} if t.partial else None,
         "devices": {
             str(b.device): {"coords": list(b.coords), "ranges": [list(r) for r in b.ranges],
-                            "local_shape": list(b.local_shape), "byte_strides": list(b.byte_strides)}
+                            "local_shape": list(b.local_shape), "byte_strides": list(b.byte_strides),
+                            # an interleaved type (§3.4): each axis's runs, in buffer order (ranges: their hulls)
+                            **({"runs": [[list(r) for r in rs] for rs in b.runs]} if b.runs is not None else {})}
             for b in p.blocks
         },
     }

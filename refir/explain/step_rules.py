@@ -7,7 +7,7 @@ differs between two placements of one value. `explain`, `trace`, `lower` and
 from __future__ import annotations
 
 from refir.ir import ops
-from refir.ir.types import TensorType, shard_text
+from refir.ir.types import TensorType, entries_of, shard_text
 
 RULES: dict[type, str] = {
     ops.Allgather: "sharded -> replicated on the same mesh: allgather",
@@ -27,7 +27,9 @@ RULES: dict[type, str] = {
 
 def _axis_text(a: object) -> str:
     shard = getattr(a, "shard", None)
-    return f"sharded on {shard_text(shard)}" if shard else "whole"
+    split = getattr(a, "split", ())
+    return (f"interleaved on {shard_text(shard, split)}" if split else f"sharded on {shard_text(shard)}") \
+        if shard else "whole"
 
 
 def changes(src: TensorType, dst: TensorType) -> tuple[str, ...]:
@@ -36,7 +38,7 @@ def changes(src: TensorType, dst: TensorType) -> tuple[str, ...]:
     if src.mesh != dst.mesh:
         out.append(f"mesh {src.mesh.name} {_ids(src.mesh.devices)} -> mesh {dst.mesh.name} {_ids(dst.mesh.devices)}")
     for i, (a, b) in enumerate(zip(src.axes, dst.axes)):
-        if a.shard != b.shard:
+        if (a.shard, a.split) != (b.shard, b.split):
             out.append(f"axis {i}: {_axis_text(a)} -> {_axis_text(b)}")
     if src.partial != dst.partial:
         gone = [k for k in src.partial if k not in dst.partial]
@@ -52,9 +54,13 @@ def nest_rule(op: ops.Communication, src: TensorType, dst: TensorType) -> str:
     """What a communication does to a nested axis (spec §6): it drops or adds
     the nest's innermost mesh axis, within each block of the outer ones."""
     def nest(t: TensorType, i: int) -> str:
-        return shard_text(t.axes[i].shard) if t.axes[i].shard else "whole"
+        return shard_text(t.axes[i].shard, t.axes[i].split) if t.axes[i].shard else "whole"
 
     match op:
+        case ops.Allgather(axis=i, mesh_axis=k) if src.axes[i].split and dict(entries_of(src.axes[i]))[k] > 1:
+            sf = dict(entries_of(src.axes[i]))[k]
+            return (f"; interleaved {nest(src, i)} -> {nest(dst, i)}: over {k} with split factor {sf}, each "
+                    f"member's runs put at their places (spec §3.4)")
         case ops.Allgather(axis=i, mesh_axis=k) if src.axes[i].nested:
             return f"; nested {nest(src, i)} -> {nest(dst, i)}: over its innermost {k}, in each block of the rest"
         case ops.AllToAll(mesh_axis=k, split_axis=j, concat_axis=i) if src.axes[i].nested or dst.axes[j].nested:

@@ -23,11 +23,13 @@ _PACKAGE = str(Path(__file__).parent) + os.sep  # refir's own modules
 F = TypeVar("F", bound=Callable[..., object])
 
 AxisSpec = int | str  # 4, "N", "N@DIDx", "8@DIDy", "8@(DIDy,DIDx)", "b"
-_AXIS = re.compile(r"^(\d+|[A-Za-z_]\w*)(?:@(DID[xyz]|\(DID[xyz](?:,DID[xyz])+\)))?$")
+_DID = r"DID[xyz](?::\d+)?"  # a mesh axis, maybe with a split factor (spec §3.4)
+_AXIS = re.compile(rf"^(\d+|[A-Za-z_]\w*)(?:@({_DID}|\({_DID}(?:,{_DID})+\)))?$")
 
 
 def axis(spec: AxisSpec | Axis) -> Axis:
-    """`4`, `"N"`, `"N@DIDx"`, `"N@(DIDy,DIDx)"` (a nest) or `"b"` as an Axis."""
+    """`4`, `"N"`, `"N@DIDx"`, `"N@(DIDy,DIDx)"` (a nest), `"N@DIDx:2"`, `"N@(DIDy:2,DIDx)"`
+    (split factors, §3.4) or `"b"` as an Axis."""
     if isinstance(spec, Axis):
         return spec
     if isinstance(spec, int):
@@ -36,10 +38,16 @@ def axis(spec: AxisSpec | Axis) -> Axis:
         return BROADCAST
     m = _AXIS.match(spec.replace(" ", ""))
     if m is None:
-        raise InputError(f"bad axis {spec!r}: write 4, 'N', 'N@DIDx', 'N@(DIDy,DIDx)' or 'b'")
+        raise InputError(f"bad axis {spec!r}: write 4, 'N', 'N@DIDx', 'N@(DIDy,DIDx)', 'N@DIDx:2' or 'b'")
     extent = int(m.group(1)) if m.group(1).isdigit() else m.group(1)
-    shard = m.group(2)
-    return Axis(extent, tuple(shard[1:-1].split(",")) if shard and shard.startswith("(") else shard)
+    if not m.group(2):
+        return Axis(extent)
+    entries = [e.split(":") for e in m.group(2).strip("()").split(",")]
+    dids = tuple(e[0] for e in entries)
+    split = tuple(int(e[1]) if len(e) > 1 else 1 for e in entries)
+    if any(f < 2 for e, f in zip(entries, split) if len(e) > 1):  # type_c8, as the parser says it
+        raise InputError(f"bad axis {spec!r}: a split factor is 2 or more (type_c8); write the mesh axis alone for 1")
+    return Axis(extent, dids if m.group(2).startswith("(") else dids[0], split=split)
 
 
 def caller() -> Loc:

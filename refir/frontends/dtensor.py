@@ -30,7 +30,18 @@ import numpy as np
 
 from refir.errors import InputError
 from refir.ir.program import Program
-from refir.ir.types import DIDS, DTYPES, Axis, Mesh, TensorType, as_shard, block_slices, shard_text
+from refir.ir.types import (
+    DIDS,
+    DTYPES,
+    Axis,
+    Mesh,
+    TensorType,
+    as_shard,
+    block_index,
+    block_slices,
+    entries_of,
+    shard_text,
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,18 @@ class Shard:
 
     def __str__(self) -> str:
         return f"Shard({self.dim})"
+
+
+@dataclass(frozen=True)
+class StridedShard:
+    """DTensor's `_StridedShard(dim, sf)`: dim cut into sf pieces, each piece cut
+    over the mesh dimension (refir's interleaved axis `E@DIDx:sf`, spec §3.4)."""
+
+    dim: int
+    split_factor: int
+
+    def __str__(self) -> str:
+        return f"_StridedShard(dim={self.dim}, sf={self.split_factor})"
 
 
 @dataclass(frozen=True)
@@ -55,19 +78,29 @@ class Partial:
         return f"Partial({self.op})"
 
 
-Placement = Shard | Replicate | Partial
+Placement = Shard | StridedShard | Replicate | Partial
 # DTensor's reduce ops with an exact refir reduction.
 PARTIAL_KINDS = {"sum": "sum", "max": "max", "min": "min", "prod": "prod", "product": "prod", "avg": "avg"}
 _PLACEMENT = re.compile(r"^(?:S(\d+)|Shard\((\d+)\)|R|Replicate\(\)|P|P\((\w+)\)|Partial\((?:\"?(\w*)\"?)\))$")
+# `_S(0,2)` (DTensor's str), `_StridedShard(dim=0,sf=2)` (its repr), `_StridedShard(0,split_factor=2)`
+_STRIDED = re.compile(r"^(?:_S|_StridedShard)\((?:dim=)?(\d+),(?:sf=|split_factor=)?(\d+)\)$")
 
 
 def parse_placements(text: str) -> tuple[Placement, ...]:
-    """`S0,P` or `Shard(0), Partial(sum)` or `R,S1`."""
+    """`S0,P` or `Shard(0), Partial(sum)` or `R,S1` or `_S(0,2),S0` (a _StridedShard)."""
     out: list[Placement] = []
     for item in re.split(r",(?![^()]*\))", text.replace(" ", "")):
+        strided = _STRIDED.match(item)
+        if strided is not None:
+            dim, sf = int(strided.group(1)), int(strided.group(2))
+            if sf < 1:
+                raise InputError(f"bad placement {item!r}: a split factor is 1 or more")
+            out.append(StridedShard(dim, sf) if sf > 1 else Shard(dim))  # sf 1: Shard's own blocks
+            continue
         m = _PLACEMENT.match(item)
         if m is None:
-            raise InputError(f"bad placement {item!r}: write S<dim>, R, P, P(max), Shard(d), Replicate(), Partial(op)")
+            raise InputError(f"bad placement {item!r}: write S<dim>, R, P, P(max), Shard(d), Replicate(), "
+                             "Partial(op), _S(dim,sf) or _StridedShard(dim=d,sf=f)")
         shard = m.group(1) or m.group(2)
         if shard is not None:
             out.append(Shard(int(shard)))
@@ -105,14 +138,16 @@ def to_refir(shape: tuple[int, ...], mesh: Mesh, placements: tuple[Placement, ..
     if len(placements) != mesh.ndim:
         raise InputError(f"{len(placements)} placements for a {mesh.ndim}-D mesh: give one per mesh dimension")
     shards: dict[int, tuple[str, ...]] = {}  # a dim on several mesh dims: a nest, outermost first (§3.2)
+    splits: dict[int, tuple[int, ...]] = {}  # each mesh dim's split factor (a _StridedShard's, §3.4)
     partial: list[str] = []
     kinds: set[str] = set()
     for i, p in enumerate(placements):
         did = did_of(mesh, i)
-        if isinstance(p, Shard):
+        if isinstance(p, (Shard, StridedShard)):
             if not 0 <= p.dim < len(shape):
                 raise InputError(f"{p} on mesh dimension {i}: the tensor has {len(shape)} dimensions")
             shards[p.dim] = (*shards.get(p.dim, ()), did)
+            splits[p.dim] = (*splits.get(p.dim, ()), p.split_factor if isinstance(p, StridedShard) else 1)
         elif isinstance(p, Partial):
             if p.op not in PARTIAL_KINDS:
                 raise InputError(f"{p}: refir reduces partial values exactly with sum, max, min, prod or avg, "
@@ -121,7 +156,7 @@ def to_refir(shape: tuple[int, ...], mesh: Mesh, placements: tuple[Placement, ..
             kinds.add(PARTIAL_KINDS[p.op])
     if len(kinds) > 1:
         raise InputError("partial placements with different reduce ops: refir's partial values have one op")
-    axes = tuple(Axis(n, as_shard(shards.get(i, ()))) for i, n in enumerate(shape))
+    axes = tuple(Axis(n, as_shard(shards.get(i, ())), split=splits.get(i, ())) for i, n in enumerate(shape))
     return TensorType(dtype, axes, mesh, None, tuple(sorted(partial, key=mesh.axis_of)),
                       kinds.pop() if kinds else "")
 
@@ -139,7 +174,9 @@ def from_refir(t: TensorType) -> tuple[tuple[int, ...], Mesh, tuple[Placement, .
     for i in range(t.mesh.ndim):
         did = did_of(t.mesh, i)
         dim = next((d for d, a in enumerate(t.axes) if did in a.dids), None)
-        placements.append(Shard(dim) if dim is not None else Partial(kind) if did in t.partial else Replicate())
+        sf = 1 if dim is None else dict(entries_of(t.axes[dim]))[did]
+        placements.append(StridedShard(dim, sf) if dim is not None and sf > 1 else Shard(dim) if dim is not None
+                          else Partial(kind) if did in t.partial else Replicate())
     return tuple(int(a.extent) for a in t.axes), t.mesh, tuple(placements)
 
 
@@ -158,7 +195,7 @@ def local_block(t: TensorType, value: np.ndarray, device: int, contributions: np
             raise InputError("a partial DTensor's blocks come from its contributions")
         c = contributions_type(t)
         return contributions[block_slices(c, device, contributions.shape)][(0,) * len(t.partial)]
-    return value[block_slices(t, device, value.shape)]
+    return value[block_index(t, device, value.shape)]
 
 
 def redistribute_program(mesh: Mesh, shape: tuple[int, ...], src: tuple[Placement, ...],

@@ -24,7 +24,7 @@ from refir.frontends.dtensor import (
     to_refir,
 )
 from refir.ir import ops
-from refir.ir.types import Mesh, TensorType, block_slices
+from refir.ir.types import Mesh, Runs, TensorType, axis_runs, runs_length
 from refir.lowering.lower import Lowered, Step, lower
 from refir.lowering.teams import teams
 from refir.text.printer import print_program
@@ -32,12 +32,13 @@ from refir.text.printer import print_program
 REDUCING = (ops.Allreduce, ops.Reduce, ops.ReduceScatter)
 
 
-def _region(t: TensorType, device: int, shape: tuple[int, ...]) -> list[range]:
-    return [range(*s.indices(n)) for s, n in zip(block_slices(t, device, shape), shape)]
+def _region(t: TensorType, device: int, shape: tuple[int, ...]) -> list[Runs]:
+    """The device's block as runs of each axis (one run, or an interleaved axis's several: §3.4)."""
+    return [axis_runs(t.mesh, a, n, device) if a.shard else ((0, n),) for a, n in zip(t.axes, shape)]
 
 
-def _overlap(a: list[range], b: list[range]) -> int:
-    return prod(max(0, min(x.stop, y.stop) - max(x.start, y.start)) for x, y in zip(a, b))
+def _overlap(a: list[Runs], b: list[Runs]) -> int:
+    return prod(sum(max(0, min(x1, y1) - max(x0, y0)) for x0, x1 in xs for y0, y1 in ys) for xs, ys in zip(a, b))
 
 
 def received_bytes(step: Step, src: TensorType, shape: tuple[int, ...]) -> dict[int, int]:
@@ -54,7 +55,7 @@ def received_bytes(step: Step, src: TensorType, shape: tuple[int, ...]) -> dict[
                 senders_of.setdefault(r, set()).update(team.senders)
     for d in dst.mesh.devices:
         mine = _region(dst, d, shape)
-        n = prod(len(r) for r in mine)
+        n = prod(runs_length(r) for r in mine)
         if isinstance(step.op, REDUCING):
             out[d] = size * n * len(senders_of.get(d, set()) - {d})
         else:
@@ -73,9 +74,12 @@ def _moves(lowered: Lowered, shape: tuple[int, ...]) -> list[str]:
     for k, step in enumerate(lowered.steps):
         if not step.is_communication:
             if isinstance(step.op, (ops.KeepBlock, ops.Copy)):
-                nests = any(a.nested for t in (lowered.checked.func.params[0].type, step.type) for a in t.axes)
+                nests = any(a.nested or a.split for t in (lowered.checked.func.params[0].type, step.type)
+                            for a in t.axes)
                 after = nests and isinstance(step.op, ops.KeepBlock) and k and lowered.steps[k - 1].is_communication
-                lines.append(f"  {step.out}: {ops.op_name(step.op)}: local, nothing moves" + (
+                runs = " (interleaved: each device keeps its runs, spec §3.4)" if isinstance(step.op, ops.KeepBlock) \
+                    and step.type.interleaved() else ""
+                lines.append(f"  {step.out}: {ops.op_name(step.op)}: local, nothing moves{runs}" + (
                     " (the fallback: no collective makes this resharding directly, so it gathered to a "
                     "placement each block is cut from, and each device keeps its own: spec §6)" if after else ""))
             elif isinstance(step.op, ops.Partition):

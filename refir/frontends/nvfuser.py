@@ -257,7 +257,8 @@ class Importer(OpMapper):
             layout = None
         else:
             axes, mesh, layout = kept(self.axes[name]), self.refs[name].mesh, self.layouts.get(name)
-        dims = ", ".join("b" if a.broadcast else self.extent(a) + _at(a.shard) for a in axes)
+        dims = ", ".join("b" if a.broadcast else self.extent(a) + _at(a.shard)
+                         + (f":{a.split}" if a.shard and a.split > 1 else "") for a in axes)
         text = f"{self.dtype(name)}[{dims}] on {self.mesh_names[mesh]}"
         text += f" layout[{', '.join(map(str, layout))}]" if layout else ""
         return text + (self.partial_text(name) if name not in self.local_types else "")

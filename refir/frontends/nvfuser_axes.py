@@ -23,6 +23,7 @@ class Ax:
     number: int  # nvFuser's IterDomain number, for permutation order
     terms: bool = False  # reduced, but its device domains iterate: each device holds a term (a partial)
     parts: tuple[int, ...] = ()  # a nest's device counts, outermost first
+    split: int = 1  # an inner split's split factor (spec §3.4): E / d, the device axis inner
 
 
 class EqualityClasses:
@@ -206,9 +207,12 @@ def logical_axes(ref: TVRef, splits: dict[int, object] | None = None, static: bo
     pairs = split_partners(doms, splits, static, split_from)
     taken = set(pairs)
     nests = {j: nest_of(doms, i, j, splits, split_from, taken) for i, j in pairs.items()}
+    inner_splits: set[int] = set()  # device domains an inner split put inside its axis
     out: list[Ax] = []
     for j, d in enumerate(doms):
         if j in taken:
+            continue
+        if j in inner_splits:
             continue
         if j in nests:
             chain, whole = nests[j]
@@ -222,8 +226,16 @@ def logical_axes(ref: TVRef, splits: dict[int, object] | None = None, static: bo
         nxt = doms[j + 1] if j + 1 < len(doms) else None
         if isinstance(d.extent, tuple):
             if nxt is not None and nxt.device and d.extent[2] == nxt.extent:
-                raise ParseError(nxt.loc, f"cannot map {nxt.text!r}: an inner split puts the device axis "
-                                 "inside the logical axis (blocks interleaved); refir shards contiguous blocks")
+                whole, n = d.extent[1], nxt.extent
+                if not (isinstance(whole, int) and isinstance(n, int) and whole % n == 0 and "r" not in d.kind):
+                    raise ParseError(nxt.loc, f"cannot map {nxt.text!r}: an inner split puts the device axis inside "
+                                     "the logical axis (device k holds i*d + k); refir's interleaved axis (spec "
+                                     "§3.4) is that only where d divides a static extent (DTensor's rule differs "
+                                     "elsewhere)")
+                # device k holds rows i*n + k: E/n pieces of n rows, one row of each per device (§3.4)
+                out.append(Ax(whole, nxt.device, False, False, d.number, split=whole // n if whole > n else 1))
+                inner_splits.add(j + 1)
+                continue
             raise ParseError(d.loc, f"cannot map {d.text!r}: ceilDiv extent without the device axis before it")
         if d.kind == "b" and d.extent != 1:
             raise ParseError(d.loc, f"cannot map {d.text!r}: a broadcast domain of extent {d.extent}")

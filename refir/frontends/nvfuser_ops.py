@@ -163,7 +163,8 @@ class OpMapper(WindowMapper, MaskMapper, PartialMapper):
             for i, a in enumerate(axes):
                 shards[i] = shards[i] or a.shard
         follows = all(a.shard in (None, w.shard) for t in tensors for a, w in zip(kept(self.axes[t.name]), want))
-        axes = [Ax(w.extent, w.shard if follows else s, w.broadcast, False, w.number) for w, s in zip(want, shards)]
+        axes = [Ax(w.extent, w.shard if follows else s, w.broadcast, False, w.number, split=w.split if follows else 1)
+                for w, s in zip(want, shards)]
         text = f"{name}({', '.join(self._arg(a, call) for a in args)})"
         self.emit_local(out, text, comment, axes, self.refs[tensors[0].name].mesh, want)
 
@@ -251,7 +252,8 @@ class OpMapper(WindowMapper, MaskMapper, PartialMapper):
                 self.same_extent(a, w, call.loc, f"{out} = expand({x.name})")
             extents.append(f"{{{{extent:{w.extent}}}}}")  # written once the extents are all joined (emit)
         self.dtypes.join(x.name, out, call.loc, f"the dtype of {out}")
-        axes = [Ax(w.extent, w.shard if a.broadcast else a.shard, False, False, w.number) for a, w in zip(src, want)]
+        axes = [Ax(w.extent, w.shard if a.broadcast else a.shard, False, False, w.number,
+                   split=w.split if a.broadcast else a.split) for a, w in zip(src, want)]
         self.emit_local(out, f"expand({x.name}, {', '.join(extents)})", comment, axes, self.refs[x.name].mesh, want)
 
     def squeeze(self, out: str, x: TVRef, call: Call, comment: list[str]) -> None:

@@ -15,13 +15,21 @@ from typing import Any
 import numpy as np
 
 from refir.ir.blocks import (  # noqa: F401  (re-exported: every module imports them from here)
+    Runs,
     axis_block,
+    axis_length,
+    axis_runs,
     block,
+    block_index,
     block_number,
     block_size,
+    entries_of,
     inner_block,
     nested_block,
     parts_of,
+    resplit,
+    runs_length,
+    shard_text,
 )
 from refir.ir.layouts import (  # noqa: F401  (re-exported: every module imports them from here)
     axis_first,
@@ -228,15 +236,21 @@ ShardSpec = str | tuple[str, ...]  # one mesh axis, or a nest of several, outerm
 class Axis:
     """One logical axis: an extent, maybe sharded on a mesh axis or on a nest of
     mesh axes (a tuple, outermost first: `E@(DIDy,DIDx)`, spec §3.2), or `b`.
-    A nest of one mesh axis is that axis: `Axis(5, ("DIDx",)) == Axis(5, "DIDx")`."""
+    A nest of one mesh axis is that axis: `Axis(5, ("DIDx",)) == Axis(5, "DIDx")`. `split`: each
+    mesh axis's split factor (§3.4, `E@DIDx:3`), () where every one is 1 (a contiguous axis)."""
 
     extent: Extent
     shard: ShardSpec | None = None
     broadcast: bool = False
+    split: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.shard, tuple) and len(self.shard) == 1:
             object.__setattr__(self, "shard", self.shard[0])
+        if self.split and (all(f == 1 for f in self.split) or not self.shard):
+            object.__setattr__(self, "split", ())
+        if self.split and len(self.split) != len(self.dids):
+            raise ValueError(f"split factors {self.split} for the mesh axes {self.dids}")
 
     @property
     def dids(self) -> tuple[str, ...]:
@@ -247,10 +261,14 @@ class Axis:
     def nested(self) -> bool:
         return isinstance(self.shard, tuple)
 
+    @property
+    def interleaved(self) -> bool:
+        return bool(self.split)
+
     def __str__(self) -> str:
         if self.broadcast:
             return "b"
-        return f"{self.extent}@{shard_text(self.shard)}" if self.shard else str(self.extent)
+        return f"{self.extent}@{shard_text(self.shard, self.split)}" if self.shard else str(self.extent)
 
 
 def dids_of(shard: ShardSpec | None) -> tuple[str, ...]:
@@ -261,11 +279,6 @@ def dids_of(shard: ShardSpec | None) -> tuple[str, ...]:
 def as_shard(dids: tuple[str, ...]) -> ShardSpec | None:
     """The shard of mesh axes `dids` (outermost first): None, one name, or a nest."""
     return None if not dids else dids[0] if len(dids) == 1 else dids
-
-
-def shard_text(shard: ShardSpec | None) -> str:
-    """`DIDx`, or a nest `(DIDy,DIDx)`, as the text format writes it."""
-    return f"({','.join(shard)})" if isinstance(shard, tuple) else str(shard)
 
 
 BROADCAST = Axis(1, None, True)
@@ -322,9 +335,24 @@ class TensorType:
         """Tensor axis -> its mesh axes, outermost first, for the sharded axes."""
         return {i: a.dids for i, a in enumerate(self.axes) if a.shard}
 
+    def placements(self) -> dict[int, tuple[ShardSpec, tuple[int, ...]]]:
+        """Tensor axis -> (its mesh axes, their split factors), for the sharded axes."""
+        return {i: (a.shard, a.split) for i, a in enumerate(self.axes) if a.shard}
+
+    def interleaved(self) -> bool:
+        return any(a.split for a in self.axes)
+
     def with_sharding(self, sharding: Mapping[int, ShardSpec | None]) -> TensorType:
-        axes = tuple(replace(a, shard=sharding.get(i)) for i, a in enumerate(self.axes))
+        """The axes sharded as `sharding` says; an axis keeps the split factors of
+        the mesh axes its nest keeps (resplit)."""
+        axes = tuple(replace(a, shard=sharding.get(i), split=resplit(a, sharding.get(i)))
+                     for i, a in enumerate(self.axes))
         return replace(self, axes=axes)
+
+    def with_placements(self, placements: Mapping[int, tuple[ShardSpec, tuple[int, ...]]]) -> TensorType:
+        """The axes placed as `placements` (TensorType.placements) says, the rest whole."""
+        return replace(self, axes=tuple(replace(a, shard=placements.get(i, (None, ()))[0], split=placements.get(
+            i, (None, ()))[1]) for i, a in enumerate(self.axes)))
 
     def __str__(self) -> str:
         text = f"{self.dtype}[{', '.join(map(str, self.axes))}] on {self.mesh.name}"
@@ -349,25 +377,27 @@ def local_shape(t: TensorType, bindings: Bindings, device: int | None = None) ->
     for a in t.axes:
         n = extent_value(a.extent, bindings)
         if a.shard:
-            lo, hi = axis_block(t.mesh, a, n, device)
-            n = hi - lo
+            n = axis_length(t.mesh, a, n, device)
         out.append(n)
     return tuple(out)
 
 
 def block_slices(t: TensorType, device: int, shape: tuple[int, ...]) -> tuple[slice, ...]:
-    """Which part of an array of global `shape` the device holds."""
+    """Which part of an array of global `shape` the device holds (a type with no
+    interleaved axis: see block_index)."""
     return tuple(slice(*axis_block(t.mesh, a, n, device)) if a.shard else slice(None) for a, n in zip(t.axes, shape))
 
 
 def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, ...]:
     """The shape of `index` (block_slices) in an array of `shape`."""
-    return tuple(len(range(*s.indices(n))) for s, n in zip(index, shape)) + shape[len(index):]
+    return tuple(len(range(*s.indices(n))) if isinstance(s, slice) else s.size
+                 for s, n in zip(index, shape)) + shape[len(index):]
 
 
 def divides(t: TensorType, bindings: Bindings) -> bool:
     """Whether every sharded axis of `t` cuts into equal blocks."""
-    return all(extent_value(a.extent, bindings) % parts_of(t.mesh, a) == 0 for a in t.axes if a.shard)
+    return all(len({axis_length(t.mesh, a, extent_value(a.extent, bindings), d) for d in t.mesh.devices}) == 1
+               if a.split else extent_value(a.extent, bindings) % parts_of(t.mesh, a) == 0 for a in t.axes if a.shard)
 
 
 def resolved(t: TensorType, bindings: Bindings) -> TensorType:

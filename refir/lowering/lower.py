@@ -23,6 +23,7 @@ where no rule applies directly (2-D meshes across meshes), the chain goes
 through a replicated copy. On an axis cut over a nest of mesh axes (spec
 §3.2) each step adds or drops the nest's innermost mesh axis; what no step
 does directly gathers down to the nests' common outer part, then keeps blocks.
+Interleaved types (§3.4): refir.lowering.interleaved.
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ from refir.checks.verifier import Checked
 from refir.ir import ops
 from refir.ir.program import Eqn, Func, Lit, Operand, Sym, Var
 from refir.ir.types import TensorType, as_shard
+from refir.lowering.interleaved import (
+    contiguous_part,
+    gather_interleaved,
+    gather_to_prefix,
+    keep_runs_last,
+    same_placement,
+)
 from refir.lowering.window import lower_window
 
 
@@ -162,7 +170,7 @@ class _Lowerer:
         return name
 
     def compute_then_reshard(self, e: Eqn, local: TensorType, t: TensorType) -> None:
-        if _same_placement(local, t):
+        if same_placement(local, t):
             self.emit(e.out, e.op, e.args, t, e)
         else:
             name = self.fresh(e.out, local)
@@ -175,10 +183,10 @@ class _Lowerer:
         if not isinstance(a, Var):
             return a
         x = self.types[a.name]
-        want = {i: k for i, k in t.sharding().items() if not x.axes[i].broadcast}
-        if x.sharding() == want:
+        want = {i: k for i, k in t.placements().items() if not x.axes[i].broadcast}
+        if x.placements() == want:
             return a
-        name = self.fresh(a.name, replace(x.with_sharding(want), layout=None))
+        name = self.fresh(a.name, replace(x.with_placements(want), layout=None))
         self.emit(name, ops.KeepBlock(), (a,), self.types[name], e)
         return Var(name)
 
@@ -186,6 +194,12 @@ class _Lowerer:
 
     def reshard(self, src: str, s: TensorType, out: str, d: TensorType, e: Eqn) -> None:
         plan: list[tuple[object, TensorType]] = []
+        final = d
+        if (s.interleaved() or d.interleaved()) and not same_placement(s, d):  # §3.4: lowering.interleaved
+            if s.mesh == d.mesh and (not s.partial or (s.partial, s.partial_kind) == (d.partial, d.partial_kind)):
+                gather_to_prefix(s, d, plan)
+                return self.emit_plan(src, out, d, plan, e)
+            s, d = gather_interleaved(s, plan), contiguous_part(d)
         cur = self.unpartial(s, d, plan)
         if cur.mesh == d.mesh:
             self.same_mesh(cur, d, plan)
@@ -196,10 +210,16 @@ class _Lowerer:
         if new:  # replicated -> partial: local, last (the moves above carry whole values)
             plan.append((ops.Partition(d.partial_kind, new),
                          replace(moved, partial=d.partial, partial_kind=d.partial_kind)))
+        if final is not d:
+            d = keep_runs_last(plan, final)
+        self.emit_plan(src, out, d, plan, e)
+
+    def emit_plan(self, src: str, out: str, d: TensorType, plan: list, e: Eqn) -> None:
+        """The plan's steps, src to out, each intermediate row-major, the last of d's layout."""
         if not plan:
             plan.append((ops.Copy(), d))
         reached = plan[-1][1]
-        assert _same_placement(reached, d), f"lowering {e.out}: the chain reaches {reached}, not {d}"
+        assert same_placement(reached, d), f"lowering {e.out}: the chain reaches {reached}, not {d}"
         name = src
         for i, (op, t) in enumerate(plan):
             last = i == len(plan) - 1
@@ -323,9 +343,6 @@ class _Divide:
     by: int
 
 
-def _same_placement(a: TensorType, b: TensorType) -> bool:
-    return a.mesh == b.mesh and a.sharding() == b.sharding() and (a.partial, a.partial_kind) == (b.partial,
-                                                                                                  b.partial_kind)
 
 
 def lower(checked: Checked) -> Lowered:

@@ -18,7 +18,16 @@ from interp.impls import fold
 from refir.checks.verifier import Checked
 from refir.errors import MismatchError, RunError
 from refir.ir.program_cache import Memo
-from refir.ir.types import TensorType, block_shape, block_slices, global_shape, local_shape
+from refir.ir.types import (
+    TensorType,
+    axis_runs,
+    block_index,
+    block_shape,
+    block_slices,
+    global_shape,
+    local_shape,
+    runs_length,
+)
 from refir.world.backend_types import Shards
 
 
@@ -35,6 +44,11 @@ class ResultBlocks:
 def blocks_of(t: TensorType, shape: tuple[int, ...]) -> ResultBlocks:
     """A partial value's key ends in the device's place in its team (§3.3): each term
     is a block of its own, folded into the whole by assemble."""
+    if t.interleaved():  # §3.4: a block is its runs on each axis
+        keys = {d: tuple(axis_runs(t.mesh, a, n, d) if a.shard else ((0, n),) for a, n in zip(t.axes, shape))
+                + _term(t, d) for d in t.mesh.devices}
+        shapes = {d: tuple(runs_length(r) for r in k[:t.rank]) + shape[t.rank:] for d, k in keys.items()}
+        return ResultBlocks(keys, shapes, frozenset(keys.values()))
     index = {d: block_slices(t, d, shape) for d in t.mesh.devices}
     keys = {d: tuple((s.start, s.stop) for s in i) + _term(t, d) for d, i in index.items()}
     return ResultBlocks(keys, {d: block_shape(shape, i) for d, i in index.items()}, frozenset(keys.values()))
@@ -109,7 +123,7 @@ def assemble(t: TensorType, buffers: dict[int, Any], bindings: dict[str, int],
     else:
         out.whole = np.empty(shape, dtype)
         for d, block in firsts:
-            out.whole[block_slices(t, d, shape)] = block
+            out.whole[block_index(t, d, shape)] = block
     return out
 
 

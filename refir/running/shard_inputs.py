@@ -13,7 +13,7 @@ import numpy as np
 
 from refir.checks.verifier import Checked
 from refir.ir.program_cache import Memo
-from refir.ir.types import TensorType, block_slices, materialize
+from refir.ir.types import TensorType, block_index, materialize
 from refir.running.partial_inputs import partial_term
 from refir.world.backend_types import Shards
 
@@ -51,7 +51,7 @@ def input_blocks(checked: Checked, shapes: tuple[tuple[int, ...], ...], hosted: 
     def work() -> list[InputBlock]:
         out: list[InputBlock] = []
         for p, shape in zip(checked.func.params, shapes):
-            out += [(p.name, d, block_slices(p.type, d, shape) + (Ellipsis,), p.type.layout)
+            out += [(p.name, d, block_index(p.type, d, shape) + (Ellipsis,), p.type.layout)
                     for d in hosted if d in p.type.mesh]
         return out
 

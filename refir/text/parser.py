@@ -268,9 +268,25 @@ class Parser:
         else:
             extent = self.name("an extent (integer or symbol)").text
         shard: str | tuple[str, ...] | None = None
+        split: tuple[int, ...] = ()
         if self.accept("@"):
-            shard = self.nest() if self.at("(") else self.did()
-        return Axis(extent, shard)
+            if self.at("("):
+                shard, split = self.nest()
+            else:
+                shard, factor = self.did(), self.split_factor()
+                split = (factor,)
+        return Axis(extent, shard, split=split)
+
+    def split_factor(self) -> int:
+        """`:3` after a mesh axis: its split factor (§3.4), an integer >= 2; none: 1."""
+        if not self.accept(":"):
+            return 1
+        at = self.tok.loc
+        factor = self.integer()
+        if factor < 2:  # type_c8
+            raise VerifyError(at, "type_c8", f"split factor {factor}: an interleaved mesh axis has a split factor "
+                              "of 2 or more (a factor of 1 is the contiguous block: write the mesh axis alone)")
+        return factor
 
     def did(self) -> str:
         did = self.name("DIDx, DIDy or DIDz")
@@ -278,18 +294,20 @@ class Parser:
             raise ParseError(did.loc, f"expected DIDx, DIDy or DIDz, found {did.text!r}")
         return did.text
 
-    def nest(self) -> tuple[str, ...]:
-        """`(DIDy, DIDx)`: an axis cut over several mesh axes, outermost first (§3.2)."""
+    def nest(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """`(DIDy, DIDx)`: an axis cut over several mesh axes, outermost first (§3.2),
+        each maybe with a split factor (`(DIDy:2, DIDx)`, §3.4)."""
         start = self.expect("(")
-        dids = [self.did()]
+        dids, split = [self.did()], [self.split_factor()]
         while self.accept(","):
             dids.append(self.did())
+            split.append(self.split_factor())
         self.expect(")")
         if len(dids) < 2 or len(set(dids)) < len(dids):  # type_c7
             twice = next((d for d in dids if dids.count(d) > 1), None)
             why = f"names {twice} twice" if twice else f"names one mesh axis: write @{dids[0]}"
             raise VerifyError(start.loc, "type_c7", f"the nest ({', '.join(dids)}) {why}")
-        return tuple(dids)
+        return tuple(dids), tuple(split)
 
     def eqn(self) -> Eqn:
         out = self.name("an equation result or 'return'")

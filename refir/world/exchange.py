@@ -21,7 +21,7 @@ from mpi4py import MPI
 from refir.checks.footprint import EVERY, RunKind
 from refir.checks.verifier import Checked
 from refir.errors import InputError
-from refir.ir.types import block_shape, block_slices, global_shape, memory_order, receive_into, wire_bytes
+from refir.ir.types import block_index, block_shape, global_shape, memory_order, receive_into, wire_bytes
 from refir.running.prepare import bind_and_check, host_arrays
 from refir.running.shard_inputs import held_by, shard_inputs
 from refir.world.backend_types import Shards
@@ -72,7 +72,7 @@ def deliver_inputs(checked: Checked, inputs: dict[str, np.ndarray], bindings: di
         for k in needy:
             if k not in t.mesh:
                 continue
-            index = block_slices(t, k, shape)
+            index = block_index(t, k, shape)
             if world.is_root:
                 held = held_by(t, p.name, inputs[p.name], k, terms)  # a partial input's term
                 reqs.append(comm.Isend(wire_bytes(held[index + (Ellipsis,)], t.order), dest=k,
