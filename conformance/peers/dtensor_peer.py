@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance.peers import shape_ops
+from conformance.peers import layer_ops, shape_ops
 from conformance.peers.spec import NAMES, Block, Blocks, PeerCase, PeerResult, expected, group_inputs
 from refir.frontends.dtensor import Partial, Placement, Shard, local_block, to_refir
 from refir.ir.types import BF16
@@ -167,7 +167,8 @@ def run(case: PeerCase) -> PeerResult:
 
 
 def shaped(case: PeerCase) -> Callable[..., Any]:
-    return lambda *args: shape_ops.torch_op(case.op, list(case.params), list(case.shape), list(args))
+    table = layer_ops if case.op in layer_ops.LAYER_OPS else shape_ops
+    return lambda *args: table.torch_op(case.op, list(case.params), list(case.shape), list(args))
 
 
 def _from_torch(p: Any) -> Placement | None:
