@@ -83,8 +83,21 @@ def _world(n: int) -> None:
         return
     if dist.is_initialized():
         dist.destroy_process_group()
+        _forget_meshes()
     dist.init_process_group("fake", rank=0, world_size=n, store=FakeStore())
     _WORLD[:] = [n]
+
+
+def _forget_meshes() -> None:
+    """DTensor caches sharding propagation and redistribute plans by spec, and a new mesh
+    of the old shape compares equal to the old one: a result spec kept from the world
+    before would name its destroyed process group ("Could not resolve the process group")."""
+    from torch.distributed.tensor import _redistribute
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    _clear_sharding_prop_cache()  # the Python cache and the C++ fast path's
+    _redistribute.clear_redistribute_planner_cache()
+    _redistribute._gen_transform_infos.cache_clear()
 
 
 def placement(p: Placement) -> Any:
