@@ -177,7 +177,11 @@ def test_a_peer_pad_in_the_wrong_axis_order_is_caught(monkeypatch):
 @pytest.mark.parametrize("c, name", [
     (op("expand", (3,), (0,), src=(S0,), dst=(R,), **ONE_D), "dtensor-expand-sharded-unit-dim"),
     (op("bmatmul", (8, 1, 6), (0, 1), src=(R, S2), other=(R, R), dst=(R, R), root=(1, 4)),
-     "dtensor-matmul-view-drops-sharded-unit-dim"),
+     "dtensor-matmul-fold-refused"),  # K = M = 1, K sharded: the view drops the sharded 1
+    (op("bmatmul", (5, 4, 2), (0, 3), src=(S0,), other=(R,), dst=(R,), **ONE_D),
+     "dtensor-matmul-fold-refused"),  # 5 batches over 3: the view flattens an uneven shard
+    (op("bmatmul", (1, 3, 2), (0, 2), src=(S0,), other=(R,), dst=(R,), root=(4,), dims=(0,)),
+     "dtensor-matmul-fold-refused"),  # one batch over 4 ranks
 ], ids=lambda v: v if isinstance(v, str) else v.label())
 def test_dtensor_refusals_are_known_and_refir_is_right(c, name):
     o = check(load_peer("dtensor"), c)

@@ -26,16 +26,17 @@ def _expand_sharded_unit_dim(case: PeerCase, problems: list[str]) -> bool:
     return Shard(axis) in case.src and any("failed for aten.expand.default" in p for p in problems)
 
 
-def _view_drops_sharded_unit_dim(case: PeerCase, problems: list[str]) -> bool:
-    """[B, 1, 1] sharded on K by [1, N]: DTensor's matmul folds x by a view that drops the sharded 1."""
-    return (case.op == "bmatmul" and case.params[0] == 0 and case.shape[1] == 1 and case.params[1] == 1
+def _matmul_fold_refused(case: PeerCase, problems: list[str]) -> bool:
+    """A 3-D by a 2-D matmul: DTensor folds x's batch into its rows by a view that refuses
+    to drop a sharded size-1 dim or to flatten an unevenly sharded one."""
+    return (case.op == "bmatmul" and case.params[0] == 0
             and any("failed for aten.view.default" in p for p in problems))
 
 
 CONVENTIONS: list[Known] = []
 PEER_BUGS: list[Known] = [("dtensor-amax-empty-shard", _amax_empty_shard),
                           ("dtensor-expand-sharded-unit-dim", _expand_sharded_unit_dim),
-                          ("dtensor-matmul-view-drops-sharded-unit-dim", _view_drops_sharded_unit_dim)]
+                          ("dtensor-matmul-fold-refused", _matmul_fold_refused)]
 
 
 def _kind(p: Placement) -> str:

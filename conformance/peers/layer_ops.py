@@ -55,7 +55,7 @@ def draw(c: Any, op: str, small: Callable[[int], tuple[int, ...]]) -> tuple[tupl
     if op == "bmatmul":
         form = c.below(2)  # 0: [B, M, K] x [K, N]; 1: [M, K] x [B, K, N]
         # extents from 1: under LocalTensorMode DTensor's matmul of mixed ranks never returns on an
-        # extent 0 (docs/peers.md, dtensor-localtensor-empty-view-hang)
+        # extent 0 (docs/peers.md, "Not drawn: LocalTensorMode hangs")
         b, m, k, n = (max(e, 1) for e in small(4))
         return (b, m, n), (form, k)
     if op == "causal":
