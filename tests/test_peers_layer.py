@@ -212,3 +212,41 @@ def test_compare_and_where_data_hold_nan_and_signed_zeros():
     assert np.isnan(x).any() and (np.signbit(x) & (x == 0)).any()
     k = group_inputs(replace(CASES[19], shape=(8, 8)), 0)["k"]
     assert k.dtype == bool and k.any() and not k.all()
+
+
+needs_jax = pytest.mark.skipif(importlib.util.find_spec("jax") is None,
+                               reason="jax is not installed: pip install 'refir[peers]'")
+
+
+@needs_jax
+def test_jax_layer_cases_are_even_and_agree():
+    """The JAX sweep draws the exact layer ops last (even shards, extents from 1): each of
+    seed 0's first ones agrees with refir, and a planted off-by-one select on JAX's side is caught."""
+    from conformance.peers import jax_peer
+
+    peer = load_peer("jax")
+    seen: dict[str, PeerCase] = {}
+    for i in range(300):
+        c = drawn(peer, 0, i)
+        if c.kind == "op" and c.op not in seen:
+            seen[c.op] = c
+    assert set(seen) == set(jax_peer.LAYER_OPS)
+    for c in seen.values():
+        for (_, shape, ps) in [*c.operands(), ("y", c.shape, c.dst)]:
+            assert all(shape[p.dim] % c.view_shape[i] == 0 and shape[p.dim] > 0
+                       for i, p in enumerate(ps) if isinstance(p, Shard))
+        o = check(peer, c)
+        assert o.status == "agree", (c.label(), o.problems)
+    select = replace(seen["select"], params=(0, 0, 2), shape=(4,), src=(R, S0, R), dst=(R, R, R),
+                     root=(2, 2, 2), dims=(0, 1, 2))
+    assert check(peer, select).status == "agree"
+    real = jax_peer.jnp_op
+
+    def shifted(name, params, shape, args):
+        return real(name, [params[0], params[1] + 1, params[2]] if name == "select" else params, shape, args)
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(jax_peer, "jnp_op", shifted):
+        o = check(peer, select)
+    assert o.status == "differ" and o.triage == "peer", o.problems

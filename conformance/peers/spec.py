@@ -17,7 +17,7 @@ spmd once per group.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from math import prod
 
@@ -176,6 +176,8 @@ def draw_case(c: Chooser, peer: object) -> PeerCase:
     shape = _extents(c, rank, sizes, (src, dst), peer.EVEN_ONLY)
     if kind == "reshard" and getattr(peer, "NESTS", False) and ndim_view > 1 and c.maybe(30):
         src, dst = _nested(c, rank, ndim_view, src, dst)  # drawn last: the cases without a nest stay as they were
+    if getattr(peer, "LAYER_OPS", ()) and c.maybe(LAYER_PERCENT // 2):  # likewise: a layer op, even (JAX)
+        return _even(_draw_layer(c, root, view, dims, dtype, sizes, seed, peer.LAYER_OPS, least=1))
     return PeerCase(kind, root, view, dims, dtype, shape, src, dst, seed=seed)
 
 
@@ -273,16 +275,29 @@ def _draw_op(c: Chooser, peer: object, root: tuple[int, ...], view: str, dims: t
 
 
 def _draw_layer(c: Chooser, root: tuple[int, ...], view: str, dims: tuple[int, ...], dtype: str,
-                sizes: tuple[int, ...], seed: int) -> PeerCase:
-    """A layer op: each operand's placements drawn as a shape op's are, and the target's."""
-    op = c.pick(layer_ops.LAYER_OPS)
-    shape, params = layer_ops.draw(c, op, lambda k: _extents(c, k, sizes, (), False))
+                sizes: tuple[int, ...], seed: int, among: tuple[str, ...] = layer_ops.LAYER_OPS,
+                least: int = 0) -> PeerCase:
+    """A layer op: each operand's placements drawn as a shape op's are, and the target's;
+    extents from `least` (JAX gives every device the whole of an empty array: from 1)."""
+    op = c.pick(among)
+    shape, params = layer_ops.draw(c, op, lambda k: tuple(max(e, least) for e in _extents(c, k, sizes, (), False)))
     n = len(sizes)
     placed = [_placements(c, len(s), n, False, "sum") for _, s in layer_ops.operand_shapes(op, shape, params)]
     out = _placements(c, len(shape), n, False, "sum")
     src, other, third = (placed + [(), ()])[:3]
     return PeerCase("op", root, view, dims, layer_ops.dtype_for(op, dtype), shape, src, out, op, other,
                     params=params, seed=seed, third=third)
+
+
+def _even(case: PeerCase) -> PeerCase:
+    """The case with every shard that does not divide its extent replicated (JAX's rule)."""
+    def fit(ps: tuple[Placement, ...], shape: tuple[int, ...]) -> tuple[Placement, ...]:
+        return tuple(Replicate() if isinstance(p, Shard) and shape[p.dim] % case.view_shape[i] else p
+                     for i, p in enumerate(ps))
+
+    shapes = [s for _, s, _ in case.operands()] + [(), (), ()]
+    return replace(case, src=fit(case.src, shapes[0]), other=fit(case.other, shapes[1]),
+                   third=fit(case.third, shapes[2]), dst=fit(case.dst, case.shape))
 
 
 # ---- data, meaning and refir's side ---------------------------------------------------------
