@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ from interp.mask_bounds import MASK_ULPS
 from refir.errors import VerifyError
 from refir.frontends.dtensor import Placement
 from refir.ir import ops
-from refir.ir.types import DTYPES, as_dtype, is_float
+from refir.ir.types import DTYPES, Axis, as_dtype, is_float
 
 LAYER_OPS = ("select", "pad", "expand", "causal", "compare", "where", "unary", "bmatmul")
 COMPARES = ops.COMPARISONS  # eq ne lt le gt ge: params[0] indexes it
@@ -181,10 +182,7 @@ def refir_op(op: str, shape: tuple[int, ...], params: tuple[int, ...], args: lis
 
 
 def _apply(op: str, shape: tuple[int, ...], params: tuple[int, ...], args: list[Any], dtype: str) -> Any:
-    from dataclasses import replace
-
     from refir.frontends import builder
-    from refir.ir.types import Axis
 
     x = args[0]
     if op == "select":
