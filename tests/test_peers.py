@@ -176,9 +176,10 @@ def test_the_dtensor_sweep_draws_nests_and_they_agree():
 
 @needs_torch
 def test_known_dtensor_bug_is_triaged_and_the_sweep_passes(tmp_path, capsys):
-    """Case 13 of seed 0 is DTensor's amax on an empty shard (docs/peers.md)."""
+    """DTensor's amax on an empty shard (docs/peers.md): the shrinker's minimal case."""
     peer = load_peer("dtensor")
-    o = check(peer, drawn(peer, 0, 13))
+    o = check(peer, case(kind="op", op="max", root=(3,), dims=(0,), shape=(), src=(Shard(0),),
+                         dst=(Replicate(),), inner=1, axis=0))
     assert o.triage == "peer-bug:dtensor-amax-empty-shard", o.problems
     assert main(["peer", "dtensor", "--cases", "4", "--save", str(tmp_path)]) == 0
     out = capsys.readouterr().out

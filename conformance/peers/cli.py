@@ -60,12 +60,13 @@ def peer_command(args: argparse.Namespace) -> int:
 
 
 def new(o: Outcome) -> bool:
-    return o.status == "differ" and not o.triage.startswith(("convention:", "peer-bug:"))
+    """A discrepancy no known entry explains, or a placement difference no convention names."""
+    return (o.status == "differ" and not o.triage.startswith(("convention:", "peer-bug:"))) or "new:" in o.placement
 
 
 def row_of(o: Outcome) -> str:
     c = o.case
-    what = c.op if c.kind == "op" else c.kind + (" partial" if is_partial(c) else "")
+    what = c.op_name if c.kind == "op" else c.kind + (" partial" if is_partial(c) else "")
     return f"{what}, {c.view}" if c.view != "root" else what
 
 
@@ -75,7 +76,7 @@ def summary(peer: object, outcomes: list[Outcome], timing: Timing, seconds: floa
     lines = [f"refir peer {peer.NAME}: {n} cases (seed {seed}, worlds {', '.join(map(str, worlds))}) on "
              f"{peer.versions()}, {seconds:.1f} s", ""]
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for col in ("", "cases", "agree", "refir wrong", "peer wrong", "convention", "known peer bug"):
+    for col in ("", "cases", "agree", "refir wrong", "peer wrong", "convention", "known peer bug", "placed apart"):
         table.add_column(col, justify="right" if col else "left")
     rows = sorted({row_of(o) for o in outcomes})
     for r in rows + ["total"]:
@@ -84,7 +85,8 @@ def summary(peer: object, outcomes: list[Outcome], timing: Timing, seconds: floa
                  sum(o.triage in ("refir", "both") for o in mine),
                  sum(o.triage in ("peer", "both") for o in mine),
                  sum(o.triage.startswith("convention:") for o in mine),
-                 sum(o.triage.startswith("peer-bug:") for o in mine)]
+                 sum(o.triage.startswith("peer-bug:") for o in mine),
+                 sum(bool(o.placement) for o in mine)]
         table.add_row(r, str(len(mine)), *map(str, count), end_section=r == rows[-1] if rows else False)
     lines.append(plain(table))
     rate = (f"{n / timing.peer:.1f}" if timing.peer else "-", f"{n / timing.refir:.1f}" if timing.refir else "-")
@@ -103,6 +105,15 @@ def summary(peer: object, outcomes: list[Outcome], timing: Timing, seconds: floa
                 lines.append(f"    {o.alone}")
         if len(differ) > SHOWN:
             lines.append(f"... and {len(differ) - SHOWN} more (all of them in --json)")
+    apart = [o for o in outcomes if o.placement]
+    if apart:
+        lines += ["", f"{len(apart)} op result{'s' if len(apart) > 1 else ''} placed apart (values compared at the "
+                  "target and at DTensor's own placements; docs/peers.md, \"Placements\"):"]
+        kinds: dict[str, list[Outcome]] = {}
+        for o in apart:
+            kinds.setdefault(o.placement.rsplit(": ", 1)[1], []).append(o)
+        for kind, mine in sorted(kinds.items()):
+            lines.append(f"- {kind}: {len(mine)}, e.g. {mine[0].case.label()} ({mine[0].placement.rsplit(': ', 1)[0]})")
     fresh = sum(new(o) for o in outcomes)
     lines += ["", f"FAILED: {fresh} new discrepancies (triage them: docs/peers.md)" if fresh
               else f"refir and {peer.NAME} agree" + (" (every difference known: docs/peers.md)" if differ else "")]
@@ -115,6 +126,6 @@ def as_json(peer: object, outcomes: list[Outcome], timing: Timing, seconds: floa
             "refir_seconds": round(timing.refir, 3),
             "agree": sum(o.status == "agree" for o in outcomes),
             "results": [{"case": o.case.label(), "choices": list(o.case.choices), "status": o.status,
-                         "triage": o.triage, "problems": o.problems,
+                         "triage": o.triage, "problems": o.problems, "placement": o.placement,
                          "shrunk": o.shrunk.label() if o.shrunk else None, "reproducer": o.reproducer,
                          "reproducer_alone": o.alone} for o in outcomes]}

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance.peers import shape_ops
+from conformance.peers import layer_ops, shape_ops
 from conformance.peers.spec import NAMES, Block, Blocks, PeerCase, PeerResult, expected, group_inputs
 from refir.frontends.dtensor import Partial, Placement, Shard, StridedShard, local_block, to_refir
 from refir.ir.types import BF16
@@ -83,8 +83,21 @@ def _world(n: int) -> None:
         return
     if dist.is_initialized():
         dist.destroy_process_group()
+        _forget_meshes()
     dist.init_process_group("fake", rank=0, world_size=n, store=FakeStore())
     _WORLD[:] = [n]
+
+
+def _forget_meshes() -> None:
+    """DTensor caches sharding propagation and redistribute plans by spec, and a new mesh
+    of the old shape compares equal to the old one: a result spec kept from the world
+    before would name its destroyed process group ("Could not resolve the process group")."""
+    from torch.distributed.tensor import _redistribute
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    _clear_sharding_prop_cache()  # the Python cache and the C++ fast path's
+    _redistribute.clear_redistribute_planner_cache()
+    _redistribute._gen_transform_infos.cache_clear()
 
 
 def placement(p: Placement) -> Any:
@@ -174,7 +187,8 @@ def run(case: PeerCase) -> PeerResult:
 
 
 def shaped(case: PeerCase) -> Callable[..., Any]:
-    return lambda *args: shape_ops.torch_op(case.op, list(case.params), list(case.shape), list(args))
+    table = layer_ops if case.op in layer_ops.LAYER_OPS else shape_ops
+    return lambda *args: table.torch_op(case.op, list(case.params), list(case.shape), list(args))
 
 
 def _from_torch(p: Any) -> Placement | None:

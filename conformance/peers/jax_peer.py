@@ -30,6 +30,9 @@ EVEN_ONLY = True
 FEATURES = ("root",)
 KINDS = ("reshard", "collective")
 NESTS = False
+# issue 27's exact layer ops (conformance/peers/layer_ops.py), drawn last in a case; jitted
+# on operands placed by NamedSharding, the result to the target: XLA's own partitioning
+LAYER_OPS = ("select", "pad", "expand", "causal", "compare", "where", "bmatmul")
 DEVICES = 8
 FLAG = f"--xla_force_host_platform_device_count={DEVICES}"
 
@@ -38,6 +41,8 @@ def _import() -> Any:
     if "jax" not in sys.modules and FLAG not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + FLAG).strip()
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        # XLA's warnings (a resharding it finds inefficient) are advice, not findings
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import jax
 
     return jax
@@ -144,11 +149,48 @@ def _collective(case: PeerCase, mesh: Any, inputs: dict[str, np.ndarray]) -> Any
     return jax.shard_map(step, mesh=mesh, in_specs=in_spec, out_specs=spec(case.dst, rank), check_vma=False)(x)
 
 
+def _layer(case: PeerCase, mesh: Any, inputs: dict[str, np.ndarray]) -> Any:
+    import jax
+    from jax.sharding import NamedSharding
+
+    args = [jax.device_put(inputs[n], NamedSharding(mesh, spec(ps, len(s)))) for n, s, ps in case.operands()]
+    out = NamedSharding(mesh, spec(case.dst, len(case.shape)))
+    return jax.jit(lambda *a: jnp_op(case.op, list(case.params), list(case.shape), list(a)), out_shardings=out)(*args)
+
+
+def jnp_op(op: str, params: list[int], shape: list[int], args: list) -> object:
+    """JAX's side of a layer op (standalone: the reproducer carries this source)."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    x = args[0]
+    if op == "select":
+        return lax.index_in_dim(x, params[1], axis=params[0], keepdims=False)
+    if op == "pad":
+        value, *widths = params
+        pads = [(widths[2 * i], widths[2 * i + 1]) for i in range(x.ndim)]
+        return jnp.pad(x, pads, constant_values=jnp.array((0, 5, -3)[value], x.dtype))
+    if op == "expand":
+        return jnp.broadcast_to(x, shape)
+    if op == "causal":
+        i = lax.broadcasted_iota(jnp.int32, shape, len(shape) - 2)
+        j = lax.broadcasted_iota(jnp.int32, shape, len(shape) - 1)
+        fill = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else -100
+        return jnp.where(i >= j, x, jnp.array(fill, x.dtype))
+    if op == "compare":
+        return getattr(jnp, ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")[params[0]])(
+            x, args[1])
+    if op == "where":
+        return jnp.where(x, args[1], args[2])
+    return jnp.matmul(x, args[1], preferred_element_type=x.dtype)
+
+
 def run(case: PeerCase) -> PeerResult:
     _import()
     mesh = mesh_of(case)
     inputs = group_inputs(case, 0)
-    y = (_collective if case.kind == "collective" else _reshard)(case, mesh, inputs)
+    runs = {"collective": _collective, "op": _layer}
+    y = runs.get(case.kind, _reshard)(case, mesh, inputs)
     rank_of = {d.id: r for r, d in enumerate(mesh.devices.flat)}
     out: Blocks = {}
     for shard in y.addressable_shards:

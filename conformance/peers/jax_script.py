@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import numpy as np
 
+from conformance.peers.jax_peer import jnp_op
 from conformance.peers.scripts import _array, case_data
 from conformance.peers.spec import Blocks, PeerCase
 
@@ -24,14 +26,23 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 CASE = json.loads({data!r})  # noqa: E501
-DTYPE = {{"f32": np.float32, "i32": np.int32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}}[CASE["dtype"]]
+DTYPES = {{"f32": np.float32, "i32": np.int32, "bf16": ml_dtypes.bfloat16, "f16": np.float16, "bool": np.bool_}}
+DTYPE = DTYPES[CASE["dtype"]]
 NAMES = ("a", "b", "c")
 lax = jax.lax
 REDUCE = {{"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}}
 
 
-def array(a):
-    return np.array(a["flat"], dtype=np.float64).reshape(a["shape"]).astype(DTYPE)
+def array(a, dtype=None):
+    return np.array(a["flat"], dtype=np.float64).reshape(a["shape"]).astype(dtype or DTYPE)
+
+
+def same(got, want):
+    floating = np.issubdtype(got.dtype, np.floating) or got.dtype == ml_dtypes.bfloat16
+    return np.array_equal(got, want.astype(got.dtype), equal_nan=floating)
+
+
+{jnp_op}
 
 
 def spec(ps, rank):
@@ -70,6 +81,11 @@ if CASE["kind"] == "collective":
 
     spec_in = PartitionSpec(*lead, *rest) if o["partial"] else spec(src, rank)
     y = jax.shard_map(step, mesh=mesh, in_specs=spec_in, out_specs=spec(dst, rank), check_vma=False)(x)
+elif CASE["kind"] == "op":
+    args = [jax.device_put(array(a["per_rank"]["0"], DTYPES[a["dtype"]]),
+                           NamedSharding(mesh, spec(a["placements"], len(a["shape"])))) for a in CASE["operands"]]
+    y = jax.jit(lambda *a: jnp_op(CASE["op"], CASE["params"], CASE["shape"], list(a)),
+                out_shardings=NamedSharding(mesh, spec(dst, rank)))(*args)
 else:
     if o["partial"]:
         kind = next(p for p in src if p.startswith("P"))[2:-1]
@@ -83,7 +99,7 @@ for shard in y.addressable_shards:
     want = CASE["expected"][str(r)]
     off = [sl.indices(n)[0] for sl, n in zip(shard.index, CASE["shape"])]
     got = np.asarray(shard.data)
-    if off != want["offset"] or list(got.shape) != want["shape"] or not np.array_equal(got, array(want)):
+    if off != want["offset"] or list(got.shape) != want["shape"] or not same(got, array(want, np.float64)):
         bad.append(f"rank {{r}}: got offset {{off}} shape {{list(got.shape)}} {{got.ravel().tolist()[:8]}}, "
                    f"want offset {{want['offset']}} shape {{want['shape']}} {{want['flat'][:8]}}")
 print(CASE["case"], f"jax {{jax.__version__}}")
@@ -97,4 +113,4 @@ def jax_script(case: PeerCase, inputs: dict[str, np.ndarray], want: Blocks) -> s
     if "x_parts" in inputs:
         d["parts"] = _array(inputs["x_parts"])
     data = json.dumps(d, separators=(",", ":"))
-    return JAX.format(label=case.label(), data=data)
+    return JAX.format(label=case.label(), data=data, jnp_op=inspect.getsource(jnp_op))

@@ -3,10 +3,19 @@ every rank's block (its offset from refir's block rule, spec §3.1)."""
 
 from __future__ import annotations
 
-from conformance.peers import shape_ops
+from conformance.peers import layer_ops, shape_ops
 from conformance.peers.spec import Block, Blocks, PeerCase, block_offset, group_inputs, result_type
+from refir.errors import RefirError
 from refir.frontends import builder
-from refir.frontends.dtensor import Placement, Replicate, Shard, nested_devices, redistribute_program, to_refir
+from refir.frontends.dtensor import (
+    Placement,
+    Replicate,
+    Shard,
+    from_refir,
+    nested_devices,
+    redistribute_program,
+    to_refir,
+)
 from refir.ir.program import Program
 from refir.ir.types import Mesh
 
@@ -21,9 +30,8 @@ def program(case: PeerCase, mesh: Mesh) -> Program:
         return redistribute_program(mesh, case.shape, case.src, case.dst, case.dtype, contributions=True)
     b = builder.Builder()
     b.mesh(nested_devices(mesh), name=mesh.name)
-    if case.op in shape_ops.SHAPE_OPS:  # the op where its operands are (see shape_ops), then to the target
-        xs = [b.input(name, to_refir(shape, mesh, ps, case.dtype)) for name, shape, ps in case.operands()]
-        y = shape_ops.refir_op(case.op, case.shape, case.params, xs, case.dtype)
+    if moved(case):  # the op where its operands are (see shape_ops, layer_ops), then to the target
+        y = _op_result(case, mesh, b)
         b.output(y.set(name="y", result_type=result_type(case, mesh)))
         return b.build()
     args = []
@@ -40,6 +48,31 @@ def program(case: PeerCase, mesh: Mesh) -> Program:
         y = args[0].reduce(case.op, [case.axis], **out)
     b.output(y)
     return b.build()
+
+
+def moved(case: PeerCase) -> bool:
+    """A shape or layer op: applied where its operands are, by refir's own sharding rules."""
+    return case.kind == "op" and (case.op in shape_ops.SHAPE_OPS or case.op in layer_ops.LAYER_OPS)
+
+
+def _op_result(case: PeerCase, mesh: Mesh, b: builder.Builder) -> builder.Value:
+    xs = [b.input(name, to_refir(shape, mesh, ps, case.operand_dtype(name))) for name, shape, ps in case.operands()]
+    table = shape_ops if case.op in shape_ops.SHAPE_OPS else layer_ops
+    return table.refir_op(case.op, case.shape, case.params, xs, case.dtype)
+
+
+def own_placements(case: PeerCase) -> tuple[Placement, ...] | None:
+    """Where refir's plan puts a shape or layer op's result, before the `set` to the
+    target (on the first group's mesh); None for the other cases, or a type DTensor cannot write."""
+    if not moved(case):
+        return None
+    b = builder.Builder()
+    mesh = case.mesh(case.groups()[0])
+    b.mesh(nested_devices(mesh), name=mesh.name)
+    try:
+        return from_refir(_op_result(case, mesh, b).type)[2]
+    except RefirError:
+        return None
 
 
 def operand_targets(case: PeerCase) -> list[tuple[Placement, ...]]:

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 
-from conformance.peers import shape_ops
+from conformance.peers import layer_ops, shape_ops
 from conformance.peers.spec import Blocks, PeerCase
 from refir.frontends.dtensor import Partial, Placement, Shard, local_block, to_refir
 
@@ -38,11 +38,13 @@ def case_data(case: PeerCase, inputs: list[dict[str, np.ndarray]], want: Blocks)
                     per_rank[r] = _array(local_block(t, None, r, inputs[g][f"{name}_parts"]))
                 else:
                     per_rank[r] = _array(inputs[g][name])
-        operands.append({"name": name, "shape": list(shape), "placements": [_placement(p) for p in ps],
+        operands.append({"name": name, "shape": list(shape), "dtype": case.operand_dtype(name),
+                         "placements": [_placement(p) for p in ps],
                          "partial": partial, "per_rank": per_rank})
     return {"case": case.label(), "kind": case.kind, "root": list(case.root), "view": case.view,
             "dims": list(case.dims), "dtype": case.dtype, "op": case.op, "axis": case.axis, "params": list(case.params),
             "shape": list(case.shape), "dst": [_placement(p) for p in case.dst], "operands": operands,
+            "layer": case.op in layer_ops.LAYER_OPS, "ulps": case.ulps,
             "groups": [list(g) for g in groups],
             "expected": {r: {"offset": list(b.offset), **_array(b.values)} for r, b in want.items()}}
 
@@ -63,8 +65,8 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 CASE = json.loads({data!r})  # noqa: E501
-DTYPE = {{"f32": torch.float32, "i32": torch.int32, "bf16": torch.bfloat16, "f16": torch.float16,
-         "f64": torch.float64, "i64": torch.int64}}[CASE["dtype"]]
+DTYPES = {{"f32": torch.float32, "i32": torch.int32, "bf16": torch.bfloat16, "f16": torch.float16,
+          "f64": torch.float64, "i64": torch.int64, "bool": torch.bool}}
 NAMES = ("a", "b", "c")
 
 
@@ -78,8 +80,25 @@ def placement(text):
 
 {torch_op}
 
-def tensor(a):
-    return torch.tensor(a["flat"], dtype=torch.float64).reshape(a["shape"]).to(DTYPE)
+{layer_torch_op}
+
+def tensor(a, dtype):
+    return torch.tensor(a["flat"], dtype=torch.float64).reshape(a["shape"]).to(dtype)
+
+
+def same(got, want):
+    """Equal (NaN by NaN), or within CASE["ulps"] ulps per element (eps |larger| + subnormal)."""
+    want = want.to(got.dtype)
+    if not got.is_floating_point():
+        return torch.equal(got, want)
+    g, w = got.double(), want.double()
+    both_nan = g.isnan() & w.isnan()
+    if CASE["ulps"] == 0:
+        return bool(((g == w) | both_nan).all())
+    info = torch.finfo(got.dtype)
+    tol = CASE["ulps"] * (info.eps * torch.maximum(g.abs(), w.abs()) + info.tiny * info.eps)
+    finite = g.isfinite() & w.isfinite()
+    return bool(((g == w) | both_nan | (finite & ((g - w).abs() <= tol))).all())
 
 
 def at(v, r):
@@ -102,7 +121,7 @@ with LocalTensorMode(world) as lm:
     args = []
     for o in CASE["operands"]:
         ps = [placement(p) for p in o["placements"]]
-        local = lm.rank_map(lambda r: tensor(o["per_rank"][str(r)]))
+        local = lm.rank_map(lambda r: tensor(o["per_rank"][str(r)], DTYPES[o["dtype"]]))
         if o["partial"]:
             stride = tuple(int(torch.tensor(o["shape"][i + 1:]).prod()) for i in range(len(o["shape"])))
             args.append(DTensor.from_local(local, mesh, ps, run_check=False, shape=o["shape"], stride=stride))
@@ -110,14 +129,15 @@ with LocalTensorMode(world) as lm:
             args.append(distribute_tensor(local, mesh, ps))
     op = {{"": lambda x: x, "add": torch.add, "mul": torch.mul, "matmul": torch.matmul,
           "sum": lambda x: torch.sum(x, dim=CASE["axis"]), "max": lambda x: torch.amax(x, dim=CASE["axis"])}}
-    shaped = lambda *a: torch_op(CASE["op"], CASE["params"], CASE["shape"], list(a))  # noqa: E731
+    table = layer_torch_op if CASE["layer"] else torch_op
+    shaped = lambda *a: table(CASE["op"], CASE["params"], CASE["shape"], list(a))  # noqa: E731
     y = op.get(CASE["op"], shaped)(*args).redistribute(mesh, [placement(p) for p in CASE["dst"]])
     _, offset = compute_local_shape_and_global_offset(tuple(y.shape), mesh, y.placements)
     local = y.to_local()
     for r, want in CASE["expected"].items():
         got = local._local_tensors[int(r)]
         off = [at(o, int(r)) for o in offset]
-        if off != want["offset"] or list(got.shape) != want["shape"] or not torch.equal(got, tensor(want)):
+        if off != want["offset"] or list(got.shape) != want["shape"] or not same(got, tensor(want, torch.float64)):
             bad.append(f"rank {{r}}: got offset {{off}} shape {{list(got.shape)}} {{got.flatten().tolist()[:8]}}, "
                        f"want offset {{want['offset']}} shape {{want['shape']}} {{want['flat'][:8]}}")
 print(CASE["case"], f"torch {{torch.__version__}}")
@@ -128,4 +148,6 @@ sys.exit(1 if bad else 0)
 
 def dtensor_script(case: PeerCase, inputs: list[dict[str, np.ndarray]], want: Blocks) -> str:
     data = json.dumps(case_data(case, inputs, want), separators=(",", ":"))
-    return DTENSOR.format(label=case.label(), data=data, torch_op=inspect.getsource(shape_ops.torch_op))
+    layer = inspect.getsource(layer_ops.torch_op).replace("def torch_op(", "def layer_torch_op(", 1)
+    return DTENSOR.format(label=case.label(), data=data, torch_op=inspect.getsource(shape_ops.torch_op),
+                          layer_torch_op=layer)

@@ -17,14 +17,14 @@ spmd once per group.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from math import prod
 
 import numpy as np
 
 from conformance.generate import Chooser
-from conformance.peers import shape_ops
+from conformance.peers import layer_ops, shape_ops
 from refir.frontends.dtensor import Partial, Placement, Replicate, Shard, StridedShard, contributions_type, to_refir
 from refir.ir.types import DTYPES, Mesh, TensorType, block_index, block_slices
 
@@ -33,6 +33,7 @@ ROOTS = {1: ((2,), (4,), (3,), (8,), (5,), (6,), (7,)),
          2: ((2, 2), (1, 2), (2, 1), (2, 3), (3, 2), (2, 4), (4, 2), (1, 4)),
          3: ((2, 2, 2), (1, 2, 2), (2, 1, 2), (2, 2, 1), (1, 2, 3), (2, 1, 3))}
 OPS = ("add", "mul", "matmul", "sum", "max", *shape_ops.SHAPE_OPS)
+LAYER_PERCENT = 50  # of the op cases, those that become a layer op (conformance/peers/layer_ops.py)
 PARTIAL_OPS = ("sum", "max", "min")
 
 
@@ -66,9 +67,10 @@ class PeerCase:
     other: tuple[Placement, ...] = ()  # op: the second operand's placements
     inner: int = 0  # matmul: K; sum/max: the reduced extent
     axis: int = 0  # sum/max: the reduced axis of x
-    params: tuple[int, ...] = ()  # a shape op's parameters (conformance/peers/shape_ops.py)
+    params: tuple[int, ...] = ()  # a shape or layer op's parameters (conformance/peers/shape_ops.py, layer_ops.py)
     seed: int = 0
     choices: tuple[int, ...] = ()
+    third: tuple[Placement, ...] = ()  # a layer op's third operand's placements (where: k, x, w)
 
     @property
     def world(self) -> int:
@@ -98,6 +100,8 @@ class PeerCase:
             return [("x", self.shape, self.src)]
         if self.op in shape_ops.SHAPE_OPS:
             return shape_ops.operands(self.op, self.shape, self.params, self.src, self.other)
+        if self.op in layer_ops.LAYER_OPS:
+            return layer_ops.operands(self.op, self.shape, self.params, [self.src, self.other, self.third])
         if self.op in ("add", "mul"):
             return [("x", self.shape, self.src), ("w", self.shape, self.other)]
         if self.op == "matmul":
@@ -106,11 +110,31 @@ class PeerCase:
         x = self.shape[:self.axis] + (self.inner,) + self.shape[self.axis:]
         return [("x", x, self.src)]
 
+    def operand_dtype(self, name: str) -> str:
+        return layer_ops.operand_dtype(self.op, name, self.dtype) if self.kind == "op" else self.dtype
+
+    @property
+    def out_dtype(self) -> str:
+        """The result's dtype: the operands' but a comparison's (bool)."""
+        return layer_ops.result_dtype(self.op, self.dtype) if self.kind == "op" else self.dtype
+
     def label(self) -> str:
         view = "" if self.view == "root" else f" {self.view}({','.join(NAMES[d] for d in self.dims)})"
         what = (f"{_pl(self.src)} -> {_pl(self.dst)}" if self.kind != "op" else
-                f"{self.op}({', '.join(_pl(p) for _, _, p in self.operands())}) -> {_pl(self.dst)}")
+                f"{self.op_name}({', '.join(_pl(p) for _, _, p in self.operands())}) -> {_pl(self.dst)}")
         return f"{self.kind} {'x'.join(map(str, self.root))}{view} {self.dtype}{list(self.shape)} {what}"
+
+
+    @property
+    def ulps(self) -> int:
+        """How many ulps the sides may differ by, per element (layer_ops.PEER_ULPS; 0: bit for bit)."""
+        return layer_ops.tolerance(self.op, self.params) if self.op in layer_ops.LAYER_OPS else 0
+
+    @property
+    def op_name(self) -> str:
+        """The op, a comparison or unary op by its kind (compare.lt, unary.tanh)."""
+        kinds = {"compare": layer_ops.COMPARES, "unary": layer_ops.UNARIES}.get(self.op)
+        return f"{self.op}.{kinds[self.params[0]]}" if kinds else self.op
 
 
 def _pl(ps: tuple[Placement, ...]) -> str:
@@ -139,7 +163,9 @@ def draw_case(c: Chooser, peer: object) -> PeerCase:
         if view == "flatten" else root
     seed = c.below(1000)
     if kind == "op":
-        return _draw_op(c, peer, root, view, dims, dtype, sizes, seed)
+        case = _draw_op(c, peer, root, view, dims, dtype, sizes, seed)
+        # drawn last, so that every case it leaves is the case it was: issue 27's layer ops
+        return _draw_layer(c, root, view, dims, dtype, sizes, seed) if c.maybe(LAYER_PERCENT) else case
     rank = 1 + c.below(3)
     partial = c.maybe(30)
     pop = c.pick(PARTIAL_OPS) if partial else "sum"
@@ -151,6 +177,8 @@ def draw_case(c: Chooser, peer: object) -> PeerCase:
     shape = _extents(c, rank, sizes, (src, dst), peer.EVEN_ONLY)
     if kind == "reshard" and getattr(peer, "NESTS", False) and ndim_view > 1 and c.maybe(30):
         src, dst = _nested(c, rank, ndim_view, src, dst)  # drawn last: the cases without a nest stay as they were
+    if getattr(peer, "LAYER_OPS", ()) and c.maybe(LAYER_PERCENT // 2):  # likewise: a layer op, even (JAX)
+        return _even(_draw_layer(c, root, view, dims, dtype, sizes, seed, peer.LAYER_OPS, least=1))
     return PeerCase(kind, root, view, dims, dtype, shape, src, dst, seed=seed)
 
 
@@ -247,6 +275,32 @@ def _draw_op(c: Chooser, peer: object, root: tuple[int, ...], view: str, dims: t
                     inner=full[axis], axis=axis, seed=seed)
 
 
+def _draw_layer(c: Chooser, root: tuple[int, ...], view: str, dims: tuple[int, ...], dtype: str,
+                sizes: tuple[int, ...], seed: int, among: tuple[str, ...] = layer_ops.LAYER_OPS,
+                least: int = 0) -> PeerCase:
+    """A layer op: each operand's placements drawn as a shape op's are, and the target's;
+    extents from `least` (JAX gives every device the whole of an empty array: from 1)."""
+    op = c.pick(among)
+    shape, params = layer_ops.draw(c, op, lambda k: tuple(max(e, least) for e in _extents(c, k, sizes, (), False)))
+    n = len(sizes)
+    placed = [_placements(c, len(s), n, False, "sum") for _, s in layer_ops.operand_shapes(op, shape, params)]
+    out = _placements(c, len(shape), n, False, "sum")
+    src, other, third = (placed + [(), ()])[:3]
+    return PeerCase("op", root, view, dims, layer_ops.dtype_for(op, dtype), shape, src, out, op, other,
+                    params=params, seed=seed, third=third)
+
+
+def _even(case: PeerCase) -> PeerCase:
+    """The case with every shard that does not divide its extent replicated (JAX's rule)."""
+    def fit(ps: tuple[Placement, ...], shape: tuple[int, ...]) -> tuple[Placement, ...]:
+        return tuple(Replicate() if isinstance(p, Shard) and shape[p.dim] % case.view_shape[i] else p
+                     for i, p in enumerate(ps))
+
+    shapes = [s for _, s, _ in case.operands()] + [(), (), ()]
+    return replace(case, src=fit(case.src, shapes[0]), other=fit(case.other, shapes[1]),
+                   third=fit(case.third, shapes[2]), dst=fit(case.dst, case.shape))
+
+
 # ---- data, meaning and refir's side ---------------------------------------------------------
 
 def group_inputs(case: PeerCase, g: int) -> dict[str, np.ndarray]:
@@ -260,6 +314,8 @@ def group_inputs(case: PeerCase, g: int) -> dict[str, np.ndarray]:
             t = to_refir(shape, case.mesh(case.groups()[g]), ps, case.dtype)
             lead = tuple(int(a.extent) for a in contributions_type(t).axes)
             out[f"{name}_parts"] = rng.integers(-4, 5, lead).astype(dt)
+        elif case.op in layer_ops.LAYER_OPS:
+            out[name] = layer_ops.data(case.op, name, shape, case.dtype, rng)
         else:
             out[name] = rng.integers(-4, 5, shape).astype(dt)
     return out
@@ -277,6 +333,8 @@ def meaning(case: PeerCase, inputs: dict[str, np.ndarray]) -> np.ndarray:
         return fold(inputs["x_parts"].astype(np.float64), axis=tuple(range(k))).astype(dt)
     if case.op in shape_ops.SHAPE_OPS:
         return shape_ops.meaning(case.op, case.shape, case.params, inputs)
+    if case.op in layer_ops.LAYER_OPS:
+        return layer_ops.meaning(case.op, case.shape, case.params, inputs)
     x = inputs["x"].astype(np.float64)
     if case.op == "add":
         v = x + inputs["w"].astype(np.float64)
@@ -295,7 +353,7 @@ def _partial_op(ps: tuple[Placement, ...]) -> str:
 
 
 def result_type(case: PeerCase, mesh: Mesh) -> TensorType:
-    return to_refir(case.shape, mesh, case.dst, case.dtype)
+    return to_refir(case.shape, mesh, case.dst, case.out_dtype)
 
 
 def expected(case: PeerCase) -> Blocks:

@@ -22,6 +22,7 @@ from conformance.peers.spec import Blocks, PeerCase, block_of, draw_case, expect
 from conformance.shrink import Choices, RandomDraw, ReplayDraw, shrink
 from refir.errors import RefirError
 from refir.frontends.dtensor import Partial, StridedShard, to_refir
+from refir.ir.types import is_float
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Outcome:
     shrunk: PeerCase | None = None
     reproducer: str = ""  # the script written for it
     alone: str = ""  # whether the script fails on its own: fails, passes, or why not run
+    placement: str = ""  # an op's result placed otherwise by the peer than by refir (known.PLACEMENTS)
 
 
 @dataclass
@@ -41,7 +43,9 @@ class Timing:
     refir: float = 0.0
 
 
-def differences(a: Blocks, b: Blocks, left: str, right: str) -> list[str]:
+def differences(a: Blocks, b: Blocks, left: str, right: str, ulps: int = 0) -> list[str]:
+    """Rank by rank: offset, block shape, dtype and values (bit for bit, or within
+    `ulps` of the larger magnitude per element: interp.numerics.ulp)."""
     out = []
     for r in sorted(set(a) | set(b)):
         if r not in a or r not in b:
@@ -54,10 +58,26 @@ def differences(a: Blocks, b: Blocks, left: str, right: str) -> list[str]:
             out.append(f"rank {r}: block shape {left} {list(x.values.shape)}, {right} {list(y.values.shape)}")
         elif x.values.dtype != y.values.dtype:
             out.append(f"rank {r}: dtype {left} {x.values.dtype}, {right} {y.values.dtype}")
-        elif not np.array_equal(x.values, y.values, equal_nan=x.values.dtype.kind == "f"):
+        elif not _same(x.values, y.values, ulps):
             out.append(f"rank {r}: values {left} {x.values.ravel()[:6].tolist()}, {right} "
                        f"{y.values.ravel()[:6].tolist()}")
     return out
+
+
+def _same(x: np.ndarray, y: np.ndarray, ulps: int) -> bool:
+    """Equal (NaN by NaN), or within ulps per element where both are finite; an
+    infinity or NaN on one side is matched exactly (num_c5)."""
+    from interp.numerics import ulp
+
+    if not ulps or not is_float(x.dtype):
+        return np.array_equal(x, y, equal_nan=is_float(x.dtype))
+
+    a, b = x.astype(np.float64), y.astype(np.float64)
+    finite = np.isfinite(a) & np.isfinite(b)
+    special = ~finite & ~((a == b) | (np.isnan(a) & np.isnan(b)))
+    with np.errstate(invalid="ignore"):
+        far = finite & (np.abs(a - b) > ulps * ulp(np.maximum(np.abs(a), np.abs(b)), x.dtype))
+    return not (special.any() or far.any())
 
 
 def check(peer: object, case: PeerCase, timing: Timing | None = None) -> Outcome:
@@ -80,15 +100,30 @@ def check(peer: object, case: PeerCase, timing: Timing | None = None) -> Outcome
     t2 = time.perf_counter()
     timing.peer += t1 - t0
     timing.refir += t2 - t1
-    peer_wrong = [peer_err] if got is None else differences(got.blocks, want, peer.NAME, "meaning")
+    k = case.ulps
+    peer_wrong = [peer_err] if got is None else differences(got.blocks, want, peer.NAME, "meaning", k)
     if got is not None and got.own_blocks is not None:
         peer_wrong += own_problems(case, got, peer.NAME)
-    refir_wrong = [ref_err] if ours is None else differences(ours, want, "refir", "meaning")
-    problems = ([] if got is None or ours is None else differences(got.blocks, ours, peer.NAME, "refir"))
+    refir_wrong = [ref_err] if ours is None else differences(ours, want, "refir", "meaning", k)
+    problems = ([] if got is None or ours is None else differences(got.blocks, ours, peer.NAME, "refir", k))
     problems += peer_wrong + refir_wrong
+    where = placed(case, got)
     if not problems:
-        return Outcome(case, "agree")
-    return Outcome(case, "differ", list(dict.fromkeys(problems)), triage(case, peer_wrong, refir_wrong))
+        return Outcome(case, "agree", placement=where)
+    return Outcome(case, "differ", list(dict.fromkeys(problems)), triage(case, peer_wrong, refir_wrong),
+                   placement=where)
+
+
+def placed(case: PeerCase, got: object) -> str:
+    """'dtensor [R], refir [S0]: dtensor-replicates' where the op's result lands apart, else ''."""
+    from conformance.peers import refir_side
+    from conformance.peers.known import placement_differences
+    from conformance.peers.spec import _pl
+
+    ours = refir_side.own_placements(case) if got is not None and got.own is not None else None
+    if ours is None or ours == got.own:
+        return ""
+    return f"dtensor {_pl(got.own)}, refir {_pl(ours)}: {', '.join(placement_differences(got.own, ours))}"
 
 
 def own_problems(case: PeerCase, got: object, name: str) -> list[str]:
@@ -99,7 +134,7 @@ def own_problems(case: PeerCase, got: object, name: str) -> list[str]:
         for g, group in enumerate(groups):
             from conformance.peers.spec import group_inputs
 
-            t = to_refir(case.shape, case.mesh(group), got.own, case.dtype)
+            t = to_refir(case.shape, case.mesh(group), got.own, case.out_dtype)
             value = meaning(case, group_inputs(case, g))
             want.update({r: block_of(t, value, r) for r in group})
     except RefirError:
@@ -107,7 +142,7 @@ def own_problems(case: PeerCase, got: object, name: str) -> list[str]:
     if any(isinstance(p, StridedShard) for p in got.own):  # DTensor's offset of a strided block is no one place
         want = {r: replace(b, offset=got.own_blocks[r].offset) if r in got.own_blocks else b for r, b in want.items()}
     return [f"at its own placements {list(map(str, got.own))}: {p}"
-            for p in differences(got.own_blocks, want, name, "meaning")]
+            for p in differences(got.own_blocks, want, name, "meaning", case.ulps)]
 
 
 def triage(case: PeerCase, peer_wrong: list[str], refir_wrong: list[str]) -> str:
