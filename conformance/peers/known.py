@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from conformance.peers.spec import PeerCase
-from refir.frontends.dtensor import Partial, Placement, Replicate, Shard
+from refir.frontends.dtensor import Partial, Placement, Replicate, Shard, StridedShard
 
 # (name, does it explain these problems of this case)
 Known = tuple[str, Callable[[PeerCase, list[str]], bool]]
@@ -40,13 +40,15 @@ PEER_BUGS: list[Known] = [("dtensor-amax-empty-shard", _amax_empty_shard),
 
 
 def _kind(p: Placement) -> str:
+    if isinstance(p, StridedShard):
+        return "I"
     return "S" if isinstance(p, Shard) else "P" if isinstance(p, Partial) else "R" if isinstance(p, Replicate) else "?"
 
 
 # (DTensor's placement on a mesh dim, refir's) -> the convention's name (docs/peers.md, "Placements")
 PLACEMENTS = {("R", "S"): "dtensor-replicates", ("S", "R"): "refir-replicates",
               ("P", "R"): "dtensor-leaves-partial", ("P", "S"): "dtensor-leaves-partial",
-              ("S", "S"): "shards-another-dim"}
+              ("S", "S"): "shards-another-dim", ("I", "R"): "dtensor-interleaves", ("I", "S"): "dtensor-interleaves"}
 
 
 def placement_differences(peer: tuple[Placement, ...], ours: tuple[Placement, ...]) -> list[str]:
