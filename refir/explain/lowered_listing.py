@@ -22,7 +22,7 @@ def _local_extent(t: TensorType, a: Axis) -> str:
     if isinstance(a.extent, int):
         lo, hi = axis_block(t.mesh, a, a.extent, None)
         return str(hi - lo)
-    text = a.extent
+    text = str(a.extent)  # E/4 reads left to right: ceil(E/4/4) is the block of E/4 over 4
     for d in a.dids:
         text = f"ceil({text}/{t.mesh.size(d)})"
     return text
@@ -58,7 +58,7 @@ def uneven_blocks(t: TensorType) -> str | None:
         if not a.shard:
             continue
         n = parts_of(t.mesh, a)
-        if isinstance(a.extent, str):
+        if not isinstance(a.extent, int):
             notes.append(f"axis {i}: blocks of {_local_extent(t, a)}, the last ones shorter or empty"
                          + (" (each cut inside the one before: nested)" if a.nested else ""))
         elif a.extent % n:
