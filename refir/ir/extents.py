@@ -59,13 +59,13 @@ def extent_expr(coef: int, syms: Iterable[str], den: int | str = 1) -> Extent:
     if isinstance(den, int):
         if den <= 0:
             raise NotAnExtent(f"a divisor of {den} divides nothing")
+        if not names and coef % den:
+            raise NotAnExtent(f"{coef}/{den} is no integer")
         g = gcd(coef, den)  # exact: 6*E/4 divides where 3*E/2 does, and is the same number
         coef, den = coef // g, den // g
     if coef == 0:
         return 0
     if not names and isinstance(den, int):
-        if den != 1:
-            raise NotAnExtent(f"{coef}/{den} is no integer")
         return coef
     if den == 1 and coef == 1 and len(names) == 1:
         return names[0]

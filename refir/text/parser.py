@@ -423,5 +423,15 @@ def make_mesh(name: str, nested: object, loc: Loc) -> Mesh:
     return mesh
 
 
+def parse_extent(text: str, where: str = "<extent>") -> Extent:
+    """One extent as the text writes it (`8`, `E`, `E/4`, `4*D`), read by the
+    tokenizer and the parser's own rule: what the builder accepts as a string."""
+    parser = Parser(text, where)
+    extent, _ = parser.extent()
+    if parser.tok.kind != "eof":
+        raise ParseError(parser.tok.loc, f"expected the end of the extent, found {parser.describe()}")
+    return extent
+
+
 def parse(text: str, file: str = "<text>") -> Program:
     return Parser(text.removeprefix("\ufeff"), file).program()  # a byte-order mark is no character of the program
