@@ -15,7 +15,7 @@ import numpy as np
 from refir.errors import RunError
 from refir.ir import ops
 from refir.ir.tables import registrar
-from refir.ir.types import DTYPES, as_dtype, is_bf16, is_float
+from refir.ir.types import DTYPES, as_dtype, extent_value, is_bf16, is_float, shape_symbols
 
 Impl = Callable[..., np.ndarray]
 IMPLS: dict[type, Impl] = {}
@@ -141,9 +141,8 @@ def reshape_into(x: np.ndarray, extents: tuple[int, ...]) -> np.ndarray:
 
 def reshape_extents(op: ops.Reshape, values: Sequence[object]) -> tuple[int, ...]:
     """op.shape with its symbols (the equation's scalar operands, in order) bound."""
-    names = list(dict.fromkeys(e for e in op.shape if isinstance(e, str)))
-    bound = {n: int(v) for n, v in zip(names, values)}  # type: ignore[call-overload]  # 0-d arrays too
-    return tuple(e if isinstance(e, int) else bound[e] for e in op.shape)
+    bound = {n: int(v) for n, v in zip(shape_symbols(op.shape), values)}  # type: ignore[call-overload]  # 0-d arrays too
+    return tuple(extent_value(e, bound) for e in op.shape)
 
 
 @impl(ops.Set)

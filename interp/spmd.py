@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from interp.expand import local_extents
-from interp.impls import compute, reshape_extents, reshape_into
+from interp.impls import compute, reshape_into
 from interp.liveness import drops
 from interp.masks import iota_block, value_dtype
 from interp.partition import partition_block
@@ -38,6 +38,7 @@ from refir.ir.types import (
     local_shape,
     materialize,
     resolved,
+    shape_symbols,
 )
 from refir.lowering.lower import Lowered, Step
 from refir.running.bindings import bind_local
@@ -237,8 +238,8 @@ def slice_block(step: Step, device: int, x: Any, src: TensorType,
 def reshape_block(step: Step, device: int, args: list[Any]) -> tuple[int, ...]:
     """A reshape's result extents on `device`: its block of the result (the verifier
     made sure it holds exactly the elements of its block of the operand)."""
-    extents = reshape_extents(step.op, args[1:])  # type: ignore[arg-type]
-    bound = {a.extent: n for a, n in zip(step.type.axes, extents) if isinstance(a.extent, str)}
+    shape = step.op.shape  # type: ignore[attr-defined]
+    bound = {s: int(v) for s, v in zip(shape_symbols(shape), args[1:])}  # the shape's symbols, E of E/4 too
     return local_shape(step.type, bound, device)
 
 

@@ -152,7 +152,8 @@ def test_an_unsupported_op_is_an_error_at_its_token():
 
 @pytest.mark.parametrize("domains, token, why", [
     ("iblockIdx.x1{4}", "iblockIdx.x1", "parallel type 'blockIdx.x'"),
-    ("iS1{( i0 * 2 )}", "*", "no extent expressions"),
+    ("iS1{( i0 + 2 )}", "+", "no extent expressions"),  # a product over a divisor maps (i1/4)
+    ("iS1{( i0 / 2 / 2 )}", "/ 2 )", "one divisor, written last"),
     ("iS1{( ceilDiv(i0, 2) )}, ideviceIdx.x2{2}", "ideviceIdx.x2", "inner split"),
 ])
 def test_unmappable_domains_are_errors_at_their_token(domains, token, why):
@@ -192,3 +193,19 @@ def test_a_view_of_a_device_split_hidden_axis_is_a_local_reshape_into_heads():
     assert not [s for s in lower(refir.verify(imported.program)).steps if s.is_communication]
     values = agree_everywhere(imported.program)
     np.testing.assert_array_equal(values["T3"], np.maximum(values["in:T0"], 0))
+
+
+def test_a_view_into_heads_of_a_symbolic_hidden_axis_is_a_reshape_to_its_quotient():
+    """nvFuser prints the head axis of a view of symbolic i1 as `( i1 / 4 )`: refir's
+    extent expression i1/4 (docs/spec.md §3), exact at run time (type_c9)."""
+    imported = import_nvfuser((DATA / "nvfuser_reshape_symbolic_heads.txt").read_text(), "heads.txt")
+    assert "T1: f32[i0, 4@DIDx, i1/4] on m = reshape(T0, [i0, 4, i1/4])" in imported.text
+    assert "T2: f32[i0, 4@DIDx, i1/4] on m = relu(T1)" in imported.text
+    assert "T3: f32[i0, i1@DIDx] on m = reshape(T2, [i0, i1])" in imported.text
+    assert not [s for s in lower(refir.verify(imported.program)).steps if s.is_communication]
+    values = agree_everywhere(imported.program)
+    assert values["in:T0"].shape == (4, 4)  # the default bindings: i1 a multiple of 4
+    np.testing.assert_array_equal(values["T3"], np.maximum(values["in:T0"], 0))
+    with pytest.raises(ParseError, match="one divisor, written last"):
+        import_nvfuser((DATA / "nvfuser_reshape_symbolic_heads.txt").read_text().replace(
+            "iS6{( i1 / 4 )}rf", "iS6{( i1 / 4 / 2 )}rf"), "heads.txt")

@@ -769,3 +769,20 @@ def test_every_label_the_code_raises_is_in_the_spec():
     spec = (ROOT / "docs" / "spec.md").read_text()
     labels = set(re.findall(r'"([a-z]+_c[0-9]+)"', sources))
     assert {lab for lab in labels if f"**{lab}**" not in spec} == set()
+
+
+# ---- extent expressions (spec §3: type_c9, type_c10; §5.10: reshape_c7) ----------------------
+# (tests/test_reshape_symbolic.py holds their wider cases)
+
+def test_type_c9():
+    rejects(prog("x: f32[6]", "y: f32[6/4, 4] = reshape(x, [6/4, 4])", "return y"), "type_c9", 3, 10, "6/4 is no")
+    rejects(prog("x: f32[E]", "y: f32[-2*E] = reshape(x, [-2*E])", "return y"), "type_c9", 3, 10, "a negative factor")
+
+
+def test_type_c10():
+    rejects(prog("x: f32[E/4, 2]", "return x"), "type_c10", 2, 11, "is the expression E/4")
+
+
+def test_reshape_c7():
+    rejects(prog("x: f32[S, E], w: f32[T]", "y = reshape(x, [T, E/4])", "return y"), "reshape_c7", 3, 3,
+            "(E*T/4 elements)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from refir.checks.inference import EqnContext, rule
 from refir.checks.op_rules import elementwise_result
+from refir.checks.type_checks import check_param_extents
 from refir.ir import ops
 from refir.ir.program import Lit
 from refir.ir.types import FLOATS, TensorType
@@ -54,4 +55,5 @@ def _iota(op: ops.Iota, c: EqnContext) -> TensorType:
         raise c.fail("iota_c2", f"axis={op.axis} is not an axis of {t} (0..{t.rank - 1})")
     if t.dtype == "bool":  # iota_c3
         raise c.fail("iota_c3", "iota gives indices: an integer or float dtype, not bool")
+    check_param_extents(c.eqn.out, t, c.eqn.loc, "iota result")  # type_c10
     return t

@@ -7,11 +7,13 @@ Products are compared as monomials (a coefficient times symbols), so that
 `[S, E]` -> `[S, h, d]` groups S with S and E with h, d; where the extents
 cannot be told apart statically the rest is one group, and its element count is
 checked once the symbols are bound (`check_bound`, called before any run).
+Monomials are rational (refir.ir.extents.Monomial), so an extent expression is
+a product like any other: `[S, E]` -> `[S, 4, E/4]` has E*S elements on both
+sides, which the verifier proves where an expression is involved (reshape_c7).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, replace
 from itertools import product
 from math import prod
@@ -20,14 +22,12 @@ from typing import TYPE_CHECKING
 from refir.checks.inference import EqnContext, keep_sharding, rule, unary_operand
 from refir.errors import InputError
 from refir.ir import ops
+from refir.ir.extents import ExtentExpr, Monomial, NotDivisible, shape_symbols, symbols_of
 from refir.ir.program import Eqn, Sym
 from refir.ir.types import RESERVED, Axis, Bindings, Extent, TensorType, extent_value, nested_block, shard_text
 
 if TYPE_CHECKING:
     from refir.checks.verifier import Checked
-
-Mono = tuple[int, Counter]  # coefficient, symbols with their powers
-
 
 @dataclass(frozen=True)
 class Group:
@@ -35,18 +35,12 @@ class Group:
     dst: tuple[int, ...]  # result axes
 
 
-def _mono(extents: list[Extent]) -> Mono:
-    coef, syms = 1, Counter[str]()
-    for e in extents:
-        if isinstance(e, int):
-            coef *= e
-        else:
-            syms[e] += 1
-    return coef, syms
+def _mono(extents: list[Extent]) -> Monomial:
+    return Monomial.of(extents)
 
 
-def _divides(a: Mono, b: Mono) -> bool:
-    return a[0] != 0 and b[0] % a[0] == 0 and not (a[1] - b[1])
+def _divides(a: Monomial, b: Monomial) -> bool:
+    return a.divides(b)
 
 
 def extents_of(t: TensorType) -> list[Extent]:
@@ -101,15 +95,17 @@ INFERRED = -1  # numpy's inferred extent (reshape_c5, reshape_c6)
 
 def check_shape(shape: tuple[Extent, ...], c: EqnContext) -> None:
     for e in shape:
-        if isinstance(e, bool) or not isinstance(e, (int, str)) or isinstance(e, int) and e < INFERRED:  # reshape_c1
+        no_extent = isinstance(e, bool) or not isinstance(e, (int, str, ExtentExpr))
+        if no_extent or isinstance(e, int) and e < INFERRED:  # reshape_c1
             raise c.fail("reshape_c1", f"reshape extent {e!r} is no extent: every extent is a non-negative "
-                         "integer, a symbol, or -1 (numpy's inferred extent)")
-        if isinstance(e, str) and e in RESERVED:  # reshape_c1
-            raise c.fail("reshape_c1", f"{e!r} is reserved and names no extent")
+                         "integer, a symbol, an expression such as E/4, or -1 (numpy's inferred extent)")
+        reserved = [s for s in symbols_of(e) if s in RESERVED]
+        if reserved:  # reshape_c1
+            raise c.fail("reshape_c1", f"{reserved[0]!r} is reserved and names no extent")
     if list(shape).count(INFERRED) > 1:  # reshape_c5
         raise c.fail("reshape_c5", f"reshape into [{', '.join(map(str, shape))}]: at most one extent is -1 "
                      "(two cannot both be inferred)")
-    syms = tuple(dict.fromkeys(e for e in shape if isinstance(e, str)))
+    syms = shape_symbols(shape)
     if tuple(a.name if isinstance(a, Sym) else a for a in c.eqn.args[1:]) != syms:  # op_c2
         raise c.fail("op_c2", f"reshape's operands are its tensor, then the symbols of its shape ({', '.join(syms)})")
 
@@ -120,16 +116,16 @@ def inferred_shape(x: TensorType, shape: tuple[Extent, ...], c: EqnContext) -> t
     if INFERRED not in shape:
         return shape
     at = shape.index(INFERRED)
-    (cx, sx), (ck, sk) = _mono(extents_of(x)), _mono([e for e in shape if e != INFERRED])
+    mx, mk = _mono(extents_of(x)), _mono([e for e in shape if e != INFERRED])
     given = f"reshape of [{', '.join(map(str, extents_of(x)))}] into [{', '.join(map(str, shape))}]"
-    if ck == 0 or cx % ck or sk - sx:  # reshape_c6
-        raise c.fail("reshape_c6", f"{given}: the other extents ({_text(ck, sk)} elements) do not divide the "
-                     f"operand's {_text(cx, sx)}, so -1 stands for no extent")
-    coef, syms = cx // ck, sx - sk
-    if syms and (coef != 1 or sum(syms.values()) != 1):  # reshape_c6
-        raise c.fail("reshape_c6", f"{given}: -1 would be {_text(coef, syms)}, which is no extent (an integer or "
+    if not mk.divides(mx):  # reshape_c6
+        raise c.fail("reshape_c6", f"{given}: the other extents ({mk} elements) do not divide the "
+                     f"operand's {mx}, so -1 stands for no extent")
+    q = (mx / mk).as_extent()
+    if not isinstance(q, (int, str)):  # reshape_c6: never an expression, which the text writes out
+        raise c.fail("reshape_c6", f"{given}: -1 would be {mx / mk}, which is no extent (an integer or "
                      "one symbol); write the shape out")
-    return (*shape[:at], next(iter(syms)) if syms else coef, *shape[at + 1:])
+    return (*shape[:at], q, *shape[at + 1:])
 
 
 def resolved(eqn: Eqn, result: TensorType) -> Eqn:
@@ -139,7 +135,7 @@ def resolved(eqn: Eqn, result: TensorType) -> Eqn:
     if not isinstance(eqn.op, ops.Reshape) or INFERRED not in eqn.op.shape:
         return eqn
     shape = tuple(1 if a.broadcast else a.extent for a in result.axes)
-    syms = tuple(Sym(e, eqn.loc) for e in dict.fromkeys(e for e in shape if isinstance(e, str)))
+    syms = tuple(Sym(e, eqn.loc) for e in shape_symbols(shape))
     return replace(eqn, op=ops.Reshape(shape), args=(eqn.args[0], *syms))
 
 
@@ -148,10 +144,14 @@ def infer(x: TensorType, shape: tuple[Extent, ...], c: EqnContext) -> TensorType
     shape = inferred_shape(x, shape, c)
     name = c.eqn.args[0].name  # type: ignore[union-attr]
     xs = extents_of(x)
-    (cx, sx), (ct, st) = _mono(xs), _mono(list(shape))
-    if sx == st and cx != ct:  # reshape_c2
-        raise c.fail("reshape_c2", f"reshape of [{', '.join(map(str, xs))}] ({_text(cx, sx)} elements) "
-                     f"into [{', '.join(map(str, shape))}] ({_text(ct, st)} elements)")
+    mx, mt = _mono(xs), _mono(list(shape))
+    given = (f"reshape of [{', '.join(map(str, xs))}] ({mx} elements) into [{', '.join(map(str, shape))}] "
+             f"({mt} elements)")
+    if mx.powers == mt.powers and mx.coef != mt.coef:  # reshape_c2
+        raise c.fail("reshape_c2", given)
+    if mx != mt and any(isinstance(e, ExtentExpr) for e in (*xs, *shape)):  # reshape_c7
+        raise c.fail("reshape_c7", f"{given}: with an extent expression the element counts must be equal as "
+                     "products of the symbols, which these are not")
     sharding: dict[int, str | tuple[str, ...]] = {}
     for g in groups(x, shape):
         inside = [k for k in g.src if x.axes[k].shard]
@@ -207,10 +207,6 @@ def _nest_problem(x: TensorType, a: Axis, g: Group, xs: tuple[int, int], ts: tup
     return ""
 
 
-def _text(coef: int, syms: Counter) -> str:
-    return "*".join([str(coef)] * (coef != 1 or not syms) + sorted(syms.elements()))
-
-
 @rule(ops.Reshape)
 def _reshape(op: ops.Reshape, c: EqnContext) -> TensorType:
     return infer(unary_operand(c), op.shape, c)
@@ -218,18 +214,19 @@ def _reshape(op: ops.Reshape, c: EqnContext) -> TensorType:
 
 def check_bound(checked: Checked, bindings: Bindings) -> None:
     """What the verifier could not check before the symbols were bound: every
-    reshape's element count (reshape_c2) and its blocks (reshape_c4). An InputError,
-    found alike on every rank before anything runs."""
+    extent expression exact (type_c9), every reshape's element count (reshape_c2)
+    and its blocks (reshape_c4). An InputError, found alike on every rank before
+    anything runs."""
     from refir.text.equation_context import describe_eqn  # the text layer imports the checks
 
+    check_quotients(checked, bindings)
     for e in checked.func.eqns:
         if not isinstance(e.op, ops.Reshape):
             continue
         x = checked.types[e.tensor_args()[0]]
         have = prod(extent_value(a, bindings) for a in extents_of(x))
         want = prod(extent_value(a, bindings) for a in e.op.shape)
-        bound = ", ".join(f"{s}={bindings[s]}" for s in sorted(x.symbols() | {s for s in e.op.shape
-                                                                             if isinstance(s, str)}))
+        bound = ", ".join(f"{s}={bindings[s]}" for s in sorted(x.symbols() | set(shape_symbols(e.op.shape))))
         if have != want:  # reshape_c2
             raise InputError(describe_eqn(checked, e, f"the inputs bind {bound}: reshape of {have} elements "
                                           f"into {want} [reshape_c2]"))
@@ -241,4 +238,18 @@ def check_bound(checked: Checked, bindings: Bindings) -> None:
                                                   "[reshape_c4]"))
 
 
-__all__ = ["Group", "block_problem", "check_bound", "groups", "infer", "inferred_shape", "resolved"]
+def check_quotients(checked: Checked, bindings: Bindings) -> None:
+    """type_c9: every extent expression of a value's type or a reshape's shape divides
+    exactly under `bindings`; else a one-line InputError naming the equation and
+    the symbols' values (`E=10, h=4: E/h is no extent`)."""
+    for e in checked.func.eqns:
+        shape = e.op.shape if isinstance(e.op, ops.Reshape) else ()
+        for extent in (*shape, *(a.extent for a in checked.types[e.out].axes)):
+            if isinstance(extent, ExtentExpr):
+                try:
+                    extent_value(extent, bindings)
+                except NotDivisible as err:
+                    raise NotDivisible(f"{e.loc}: in {e.out}: {err}") from None
+
+
+__all__ = ["Group", "block_problem", "check_bound", "check_quotients", "groups", "infer", "inferred_shape", "resolved"]

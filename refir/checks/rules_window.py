@@ -16,7 +16,7 @@ from refir.checks.inference import EqnContext, rule, same_extent, same_shape, un
 from refir.errors import InputError
 from refir.ir import ops
 from refir.ir.program import Func, Var
-from refir.ir.types import DTYPES, FLOATS, INTEGERS, Axis, TensorType
+from refir.ir.types import DTYPES, FLOATS, INTEGERS, Axis, TensorType, extent_value, symbols_of
 
 
 def touched(op: object, x: TensorType) -> tuple[int, ...]:
@@ -154,7 +154,8 @@ def check_select_bounds(func: Func, types: dict[str, TensorType], bindings: Mapp
     for e in func.eqns:
         if isinstance(e.op, ops.Select) and isinstance(e.args[0], Var):
             a = types[e.args[0].name].axes[e.op.axis]
-            n = bindings.get(a.extent) if isinstance(a.extent, str) else None
+            n = None if isinstance(a.extent, int) or not set(symbols_of(a.extent)) <= set(bindings) else \
+                extent_value(a.extent, bindings)
             if n is not None and e.op.index >= n:
                 raise InputError(f"{e.loc}: in {e.out}: select index {e.op.index} is outside axis {e.op.axis} "
                                  f"of extent {a.extent}={n} [{SELECT_C3}]")

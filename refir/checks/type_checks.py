@@ -8,7 +8,7 @@ from math import prod
 
 from refir.checks.limits import DEVICES
 from refir.errors import Loc, VerifyError
-from refir.ir.types import DIDS, FLOATS, PARTIAL_KINDS, RESERVED, Mesh, TensorType, shard_text
+from refir.ir.types import DIDS, FLOATS, PARTIAL_KINDS, RESERVED, ExtentExpr, Mesh, TensorType, shard_text, symbols_of
 
 
 def check_mesh(mesh: Mesh, loc: Loc) -> None:
@@ -25,6 +25,17 @@ def check_mesh(mesh: Mesh, loc: Loc) -> None:
     DEVICES.check(top + 1, f"{where}mesh {mesh.name!r} names device {top}, which needs a world of")
 
 
+def check_param_extents(name: str, t: TensorType, loc: Loc, what: str = "parameter") -> None:
+    """type_c10: a parameter's type (and iota's, whose extents lowering hands on one by
+    one) uses integers and symbols only. An axis binds its symbol from its extent;
+    an expression (`E/4`) binds none, so it stands only where values are computed."""
+    for i, a in enumerate(t.axes):
+        if isinstance(a.extent, ExtentExpr):  # type_c10
+            raise VerifyError(loc, "type_c10", f"axis {i} of {what} {name}: {t} is the expression {a.extent}; a "
+                              f"{what}'s extents are integers and symbols (bind a symbol instead, and "
+                              "reshape to the expression)")
+
+
 def check_type(t: TensorType, loc: Loc) -> None:
     """Constraints every tensor type meets (type_c2, type_c3, type_c5, type_c6), and its
     mesh's. Any extent may be sharded: uneven blocks follow shard_c1 (type_c4 is retired)."""
@@ -33,8 +44,9 @@ def check_type(t: TensorType, loc: Loc) -> None:
     for i, a in enumerate(t.axes):
         if isinstance(a.extent, int) and a.extent < 0:  # type_c6
             raise VerifyError(loc, "type_c6", f"axis {i} has a negative extent {a.extent}")
-        if isinstance(a.extent, str) and a.extent in RESERVED:  # type_c6
-            raise VerifyError(loc, "type_c6", f"{a.extent!r} is reserved and cannot name a symbol")
+        reserved = [s for s in symbols_of(a.extent) if s in RESERVED]
+        if reserved:  # type_c6
+            raise VerifyError(loc, "type_c6", f"{reserved[0]!r} is reserved and cannot name a symbol")
         if not a.shard:
             continue
         if a.nested and (len(a.dids) < 2 or len(set(a.dids)) < len(a.dids)):  # type_c7

@@ -19,7 +19,7 @@ from refir.checks import (
 from refir.checks.inference import EqnContext
 from refir.checks.rules_partial import infer
 from refir.checks.rules_reshape import resolved
-from refir.checks.type_checks import check_mesh, check_type
+from refir.checks.type_checks import check_mesh, check_param_extents, check_type
 from refir.errors import Loc, VerifyError
 from refir.ir import ops
 from refir.ir.program import Eqn, Func, Program, Sym, Var
@@ -74,6 +74,7 @@ def verify_func(program: Program, func: Func) -> Checked:
     symbols: set[str] = set()
     for p in func.params:
         check_type(p.type, p.loc)
+        check_param_extents(p.name, p.type, p.loc)  # type_c10
         symbols |= p.type.symbols()
     for p in func.params:
         _define(p.name, p.loc, types, symbols)

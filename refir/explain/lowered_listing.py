@@ -33,7 +33,7 @@ def _local_extent(t: TensorType, a: Axis) -> str:
     """The longest block (shard_c1): ceil(E/n), cut again by each further mesh axis of a nest."""
     if isinstance(a.extent, int):
         return str(axis_length(t.mesh, a, a.extent, None))  # the first device's: the longest, interleaved too
-    text = a.extent
+    text = str(a.extent)  # E/4 reads left to right: ceil(E/4/4) is the block of E/4 over 4
     for d, sf in entries_of(a):
         text = f"ceil({text}/{t.mesh.size(d)})" if sf == 1 else f"{sf}*ceil(ceil({text}/{sf})/{t.mesh.size(d)})"
     return text
@@ -45,7 +45,7 @@ def runs_text(runs: Runs) -> str:
 
 def interleaved_note(t: TensorType, i: int, a: Axis) -> str:
     """Which rows of an interleaved axis (§3.4) each device holds, in buffer order."""
-    if isinstance(a.extent, str):
+    if not isinstance(a.extent, int):
         return (f"axis {i}: interleaved ({shard_text(a.shard, a.split)}): each mesh axis cuts every one "
                 "of its split factor's pieces into blocks")
     devices = t.mesh.devices
@@ -88,7 +88,7 @@ def uneven_blocks(t: TensorType) -> str | None:
             notes.append(interleaved_note(t, i, a))
             continue
         n = parts_of(t.mesh, a)
-        if isinstance(a.extent, str):
+        if not isinstance(a.extent, int):
             notes.append(f"axis {i}: blocks of {_local_extent(t, a)}, the last ones shorter or empty"
                          + (" (each cut inside the one before: nested)" if a.nested else ""))
         elif a.extent % n:

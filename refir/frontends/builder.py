@@ -23,7 +23,7 @@ from typing import Literal
 
 from refir.checks.inference import EqnContext
 from refir.checks.rules_partial import infer
-from refir.checks.type_checks import check_mesh, check_type
+from refir.checks.type_checks import check_mesh, check_param_extents, check_type
 from refir.checks.verifier import verify
 from refir.errors import InputError
 from refir.frontends.builder_checks import OWN, AxisSpec, axis, caller, check_limits, flatten, located, prod
@@ -140,6 +140,7 @@ class Builder:
             raise InputError(f"input {name!r}: say its axes")
         else:
             t = self.type(dtype, axes, mesh, layout, partial)
+        check_param_extents(name, t, caller())  # type_c10: an input's extents bind its symbols
         self._define(name)
         self.params.append(Param(name, t, caller()))
         self.types[name] = t

@@ -15,21 +15,21 @@ from pathlib import Path
 from typing import TypeVar
 
 from refir.checks.limits import check_static
-from refir.errors import NOWHERE, InputError, Loc, VerifyError
-from refir.ir.types import BROADCAST, Axis, TensorType
+from refir.errors import NOWHERE, InputError, Loc, ParseError, VerifyError
+from refir.ir.types import BROADCAST, Axis, Extent, TensorType
 
 OWN = {__file__}  # the builder's modules: their frames are skipped (refir/frontends/builder.py adds itself)
 _PACKAGE = str(Path(__file__).parent) + os.sep  # refir's own modules
 F = TypeVar("F", bound=Callable[..., object])
 
-AxisSpec = int | str  # 4, "N", "N@DIDx", "8@DIDy", "8@(DIDy,DIDx)", "b"
+AxisSpec = int | str  # 4, "N", "N@DIDx", "E/4@DIDx", "8@DIDy", "8@(DIDy,DIDx)", "b"
 _DID = r"DID[xyz](?::\d+)?"  # a mesh axis, maybe with a split factor (spec §3.4)
-_AXIS = re.compile(rf"^(\d+|[A-Za-z_]\w*)(?:@({_DID}|\({_DID}(?:,{_DID})+\)))?$")
+_AXIS = re.compile(rf"^([\w*/]+)(?:@({_DID}|\({_DID}(?:,{_DID})+\)))?$")
 
 
 def axis(spec: AxisSpec | Axis) -> Axis:
-    """`4`, `"N"`, `"N@DIDx"`, `"N@(DIDy,DIDx)"` (a nest), `"N@DIDx:2"`, `"N@(DIDy:2,DIDx)"`
-    (split factors, §3.4) or `"b"` as an Axis."""
+    """`4`, `"N"`, `"N@DIDx"`, `"E/4@DIDx"` (an expression), `"N@(DIDy,DIDx)"` (a nest),
+    `"N@DIDx:2"`, `"N@(DIDy:2,DIDx)"` (split factors, §3.4) or `"b"` as an Axis."""
     if isinstance(spec, Axis):
         return spec
     if isinstance(spec, int):
@@ -39,7 +39,7 @@ def axis(spec: AxisSpec | Axis) -> Axis:
     m = _AXIS.match(spec.replace(" ", ""))
     if m is None:
         raise InputError(f"bad axis {spec!r}: write 4, 'N', 'N@DIDx', 'N@(DIDy,DIDx)', 'N@DIDx:2' or 'b'")
-    extent = int(m.group(1)) if m.group(1).isdigit() else m.group(1)
+    extent = builder_extent(m.group(1))
     if not m.group(2):
         return Axis(extent)
     entries = [e.split(":") for e in m.group(2).strip("()").split(",")]
@@ -48,6 +48,19 @@ def axis(spec: AxisSpec | Axis) -> Axis:
     if any(f < 2 for e, f in zip(entries, split) if len(e) > 1):  # type_c8, as the parser says it
         raise InputError(f"bad axis {spec!r}: a split factor is 2 or more (type_c8); write the mesh axis alone for 1")
     return Axis(extent, dids if m.group(2).startswith("(") else dids[0], split=split)
+
+
+def builder_extent(spec: Extent) -> Extent:
+    """An extent the builder is given: an integer, a symbol, an ExtentExpr, or the
+    text of one (`"E/4"`, `"4*D"`), read as the parser reads it (type_c9)."""
+    if not isinstance(spec, str) or spec.isidentifier():
+        return spec
+    from refir.text.parser import parse_extent  # the text layer, imported where a string asks for it
+
+    try:
+        return parse_extent(spec)
+    except (ParseError, VerifyError) as e:
+        raise InputError(f"bad extent {spec!r}: {e.message}; write 4, 'N', 'E/4' or '4*D'") from None
 
 
 def caller() -> Loc:

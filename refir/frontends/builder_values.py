@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from refir.errors import InputError
-from refir.frontends.builder_checks import OWN, located
+from refir.frontends.builder_checks import OWN, builder_extent, located
 from refir.ir import ops
 from refir.ir.program import Sym
-from refir.ir.types import DTYPES, TensorType
+from refir.ir.types import DTYPES, Extent, TensorType, shape_symbols
 
 OWN.add(__file__)  # errors are placed at the caller's line, outside this module
 
@@ -156,12 +156,13 @@ class Value:
         return self.builder.apply(ops.Unsqueeze(tuple(dims)), (self,), **kw)
 
     @located
-    def reshape(self, shape: Sequence[int | str | Sym], **kw: object) -> Value:
-        """numpy's C-order reshape: `x.reshape(["S", 4, 8])` (extents: integers, symbol
-        names or b.sym(...), and at most one -1, inferred); local where each device's
-        block is whole rows (spec §5.10)."""
-        extents = tuple(e.name if isinstance(e, Sym) else e for e in shape)
-        syms = tuple(Sym(e) for e in dict.fromkeys(e for e in extents if isinstance(e, str)))
+    def reshape(self, shape: Sequence[Extent | Sym], **kw: object) -> Value:
+        """numpy's C-order reshape: `x.reshape(["S", 4, 8])`, `x.reshape(["S", 4, "E/4"])`
+        (extents: integers, symbol names or b.sym(...), expressions as ExtentExpr or
+        their text, and at most one -1, inferred); local where each device's block is
+        whole rows (spec §5.10)."""
+        extents = tuple(e.name if isinstance(e, Sym) else builder_extent(e) for e in shape)
+        syms = tuple(Sym(e) for e in shape_symbols(extents))
         return self.builder.apply(ops.Reshape(extents), (self, *syms), **kw)
 
     @located

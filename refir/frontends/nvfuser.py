@@ -12,6 +12,7 @@ is written into the program's header as a note (docs/frontends/nvfuser.md).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from refir.errors import InputError, Loc, ParseError
@@ -20,9 +21,10 @@ from refir.frontends.nvfuser_dump import Call, Domain, Scalar, Statement, TVRef
 from refir.frontends.nvfuser_forms import one_copy, read_splits, stream_note, stream_views
 from refir.frontends.nvfuser_ops import COMM_NAMES, OpMapper, short
 from refir.frontends.nvfuser_parse import parse_dump
+from refir.ir.extents import Extent, ExtentExpr, NotAnExtent, extent_expr
 from refir.ir.program import Program
 from refir.ir.types import RESERVED
-from refir.text.parser import parse
+from refir.text.parser import parse, parse_extent
 
 
 @dataclass
@@ -111,6 +113,8 @@ class Importer(OpMapper):
     def extent(self, a: Ax) -> str:
         if isinstance(a.extent, int):
             return str(a.extent)
+        if not a.extent.isidentifier():  # `i1/4`: each symbol as refir names it, then canonical again
+            return quotient_text(parse_extent(a.extent), lambda s: self.extent(Ax(s, None, False, False, 0)))
         r = self.syms.find(a.extent)
         if r in self.syms.value:
             return str(self.syms.value[r])
@@ -368,4 +372,21 @@ def from_nvfuser(text: str, links: dict[str, str] | None = None) -> Program:
     return import_nvfuser(text, links=links).program
 
 
+def quotient_text(e: Extent, name: Callable[[str], str]) -> str:
+    """An extent expression over nvFuser's symbols written over refir's (`name` of
+    each: a symbol, or a number where the dump fixes it), in canonical form."""
+    if not isinstance(e, ExtentExpr):
+        return str(e)
+    coef, syms = e.coef, []
+    for s in e.syms:
+        n = name(s)
+        coef, syms = (coef * int(n), syms) if n.isdigit() else (coef, [*syms, n])
+    den = name(e.den) if isinstance(e.den, str) else e.den
+    try:
+        return str(extent_expr(coef, syms, int(den) if isinstance(den, str) and den.isdigit() else den))
+    except NotAnExtent as err:  # a divisor the dump fixes to 0, or one that does not divide a fixed product
+        raise InputError(f"the extent {e} is no extent where the dump fixes its symbols: {err}") from None
+
+
 __all__ = ["Domain", "Imported", "from_nvfuser", "import_nvfuser", "Statement"]
+

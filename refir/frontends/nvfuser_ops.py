@@ -16,6 +16,7 @@ from refir.frontends.nvfuser_masks import MaskMapper
 from refir.frontends.nvfuser_partial import REDUCE_KINDS, REDUCING_COMMS, PartialMapper
 from refir.frontends.nvfuser_window import WINDOW_OPS, WindowMapper
 from refir.ir.types import Axis, Mesh, TensorType
+from refir.text.parser import parse_extent
 
 CAST = re.compile(r"^_*(half|float|double|bfloat16|bfloat|int64|int32|int|bool)2"
                r"(half|float|double|bfloat16|bfloat|int64|int32|int|bool)$")
@@ -375,10 +376,10 @@ def reshape_sharding(src: list[str], shards: list[str | None], shape: list[str])
     """Each result axis's mesh axis, as refir's rule gives it: the outer axis of a
     group whose outer operand axis is sharded (refir.checks.rules_reshape.groups);
     a sharded axis inside a group is the verifier's to refuse (reshape_c3)."""
-    extents = [int(e) if e.isdigit() else e for e in src]
+    extents = [parse_extent(e) for e in src]  # `4`, `i0`, `i1/4` (refir.ir.extents)
     t = TensorType("f32", tuple(Axis(e, k) for e, k in zip(extents, shards)), Mesh("m", (1,), (0,)))
     out: list[str | None] = [None] * len(shape)
-    for g in groups(t, tuple(int(e) if e.isdigit() else e for e in shape)):
+    for g in groups(t, tuple(parse_extent(e) for e in shape)):
         if g.src and g.dst and shards[g.src[0]]:
             out[g.dst[0]] = shards[g.src[0]]
     return out

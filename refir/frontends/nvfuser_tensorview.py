@@ -9,6 +9,8 @@ import re
 from refir.errors import Loc, ParseError
 from refir.frontends.nvfuser_dump import NV_DTYPES, Domain, Extent, TVRef
 from refir.frontends.nvfuser_tokens import Tok, TokenCursor
+from refir.ir.extents import ExtentExpr, NotAnExtent, extent_expr
+from refir.text.parser import parse_extent
 
 TV_NAME = re.compile(r"^(T\d+)(?:_([glsc]))?(?:_+([A-Za-z][A-Za-z0-9_]*))?$")
 DOMAIN_NAME = re.compile(r"^([irb])(S|deviceIdx\.[xyz]|[A-Za-z.]+?)(\d+)$")  # kind, parallel type, number
@@ -72,7 +74,9 @@ class TensorViewReader(TokenCursor):
         return Domain(t.text + ("rf" if rf else ""), kind, m.group(2), int(m.group(3)), extent, rf, t.loc)
 
     def extent(self) -> Extent:
-        """`4`, `i0`, `( ceilDiv(i0, 2) )`; any other expression is refused."""
+        """`4`, `i0`, `( ceilDiv(i0, 2) )`, or a product over at most one divisor,
+        `( i1 / 4 )`, `( ( i0 * i1 ) / h )`: refir's extent expression (docs/spec.md §3),
+        kept as its canonical text over nvFuser's names (`i1/4`); any other is refused."""
         t = self.tok
         if t.kind == "num" and t.text.isdigit():
             self.next()
@@ -80,6 +84,8 @@ class TensorViewReader(TokenCursor):
         if t.text == "(":
             self.next()
             inner = self.extent()
+            if self.tok.text in ("*", "/"):
+                inner = self.quotient(inner)
             self.expect(")", "')' closing the extent")
             return inner
         if t.text == "ceilDiv" and self.peek().text == "(":
@@ -91,10 +97,40 @@ class TensorViewReader(TokenCursor):
             return ("ceilDiv", a, b)
         if t.kind == "name" and re.fullmatch(r"[A-Za-z_]\w*", t.text):
             self.next()
-            if self.tok.text in ("+", "-", "*", "/", "%"):
-                raise self.fail("refir has no extent expressions besides ceilDiv(extent, devices)")
+            if self.tok.text in ("+", "-", "%"):
+                raise self.fail("refir has no extent expressions besides ceilDiv(extent, devices) and "
+                                "products over one divisor")
             return t.text
         raise self.fail("expected an extent (a number, a symbol, or ceilDiv(extent, devices))")
+
+    def quotient(self, first: Extent) -> str:
+        """The rest of `( a * b ... / d )` after its first factor, as refir's canonical
+        text (refir.ir.extents): factors multiply, one divisor comes last."""
+        factors, den = [first], None
+        while self.tok.text in ("*", "/") and den is None:
+            if self.next().text == "*":
+                factors.append(self.extent())
+            else:
+                den = self.extent()
+        if self.tok.text in ("*", "/"):
+            raise self.fail("refir's extent expressions have one divisor, written last")
+        coef, names = 1, []
+        for f in factors:
+            if isinstance(f, int):
+                coef *= f
+            elif isinstance(f, str) and f.isidentifier():
+                names.append(f)
+            elif isinstance(f, str) and isinstance(e := parse_extent(f), ExtentExpr) and e.den == 1:
+                coef, names = coef * e.coef, names + list(e.syms)  # a product inside a product
+            else:
+                raise self.fail("refir has no extent expressions besides products over one divisor")
+        if isinstance(den, tuple) or isinstance(den, str) and not den.isidentifier():
+            raise self.fail("refir's divisor of an extent is an integer or a symbol")
+        try:
+            made = extent_expr(coef, names, 1 if den is None else den)
+        except NotAnExtent as e:
+            raise self.fail(f"no extent: {e}") from None
+        return str(made) if isinstance(made, ExtentExpr) else made
 
     def mesh_note(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """`(DeviceMesh{0 1})`, `(DeviceMesh{0, 1, })`, `(DeviceMesh{{0 1}{2 3}})`;

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from refir.ir.extents import Extent
+
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
 UNARY = ("neg", "abs", "exp", "log", "sqrt", "relu", "tanh", "erf", "sigmoid", "rsqrt", "sin", "cos")
 # Unary ops that need a float dtype and are not correctly rounded (docs/spec.md §5.9, num_c7).
@@ -124,11 +126,12 @@ class Cat:
 
 @dataclass(frozen=True)
 class Reshape:
-    """numpy's C-order reshape to `shape` (global extents: integers or symbol names).
-    The equation's operands are the tensor, then one `Sym` per distinct symbol of
-    `shape` in order, so every backend gets their values as it gets any symbol's."""
+    """numpy's C-order reshape to `shape` (global extents: integers, symbol names or
+    expressions such as `E/4`, refir.ir.extents). The equation's operands are the
+    tensor, then one `Sym` per distinct symbol of `shape` in order (`shape_symbols`),
+    so every backend gets their values as it gets any symbol's."""
 
-    shape: tuple[int | str, ...]
+    shape: tuple[Extent, ...]
 
 
 # ---- local data movement added by lowering ------------------------------------------

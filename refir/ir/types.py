@@ -31,6 +31,7 @@ from refir.ir.blocks import (  # noqa: F401  (re-exported: every module imports 
     runs_length,
     shard_text,
 )
+from refir.ir.extents import Extent, ExtentExpr, evaluate, shape_symbols, symbols_of  # noqa: F401  (re-exported)
 from refir.ir.layouts import (  # noqa: F401  (re-exported: every module imports them from here)
     axis_first,
     dense_strides,
@@ -140,7 +141,7 @@ def finfo(dtype: np.dtype) -> np.finfo:
     return np.finfo(dtype)
 
 
-Extent = int | str  # a static extent, or the name of a symbol
+# An extent: a static one, the name of a symbol, or an expression `E/h` (refir.ir.extents).
 # Uneven sharding (docs/spec.md §3.1), checked at run time and cited by errors:
 SHARD_C1 = "shard_c1"  # a device's buffer has exactly its block's extents (`block`)
 SHARD_C2 = "shard_c2"  # a segment is handed the global extents it needs, never guesses them
@@ -329,7 +330,8 @@ class TensorType:
         return {i: a.shard for i, a in enumerate(self.axes) if a.shard}
 
     def symbols(self) -> set[str]:
-        return {a.extent for a in self.axes if isinstance(a.extent, str)}
+        """Every symbol an extent uses, those inside expressions (`E/h`) too."""
+        return {s for a in self.axes for s in symbols_of(a.extent)}
 
     def nests(self) -> dict[int, tuple[str, ...]]:
         """Tensor axis -> its mesh axes, outermost first, for the sharded axes."""
@@ -364,7 +366,10 @@ class TensorType:
 
 
 def extent_value(extent: Extent, bindings: Bindings) -> int:
-    return extent if isinstance(extent, int) else bindings[extent]
+    """The extent under `bindings`: a KeyError for a symbol not bound, an InputError
+    (type_c9) for an expression whose divisor does not divide it."""
+    return extent if isinstance(extent, int) else bindings[extent] if isinstance(extent, str) else \
+        evaluate(extent, bindings)
 
 
 def global_shape(t: TensorType, bindings: Bindings) -> tuple[int, ...]:

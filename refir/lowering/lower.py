@@ -37,7 +37,7 @@ from refir.checks.rules_matmul import matmul_axes, promoted
 from refir.checks.verifier import Checked
 from refir.ir import ops
 from refir.ir.program import Eqn, Func, Lit, Operand, Sym, Var
-from refir.ir.types import TensorType, as_shard
+from refir.ir.types import ExtentExpr, TensorType, as_shard, symbols_of
 from refir.lowering.interleaved import (
     contiguous_part,
     gather_interleaved,
@@ -388,12 +388,15 @@ def carried_extents(group: list[Step], types: dict[str, TensorType]) -> tuple[st
     extent on a sharded axis does not tell the global one (blocks are uneven), and
     a receiver of a communication holds no buffer at all. So: every symbol of a
     communication's source type, and every symbol on a sharded axis of a type a
-    compute segment reads or writes. Unsharded axes re-bind from the buffers."""
+    compute segment reads or writes, and every symbol of an extent expression
+    (`E/4`: a buffer's extent binds no symbol of it). Plain symbols on unsharded
+    axes re-bind from the buffers."""
     if group[0].is_communication:
         (src,) = group[0].tensor_args()
         return tuple(sorted(types[src].symbols() | group[0].type.symbols()))
     touched = [types[a] for s in group for a in s.tensor_args()] + [s.type for s in group]
-    return tuple(sorted({a.extent for t in touched for a in t.axes if a.shard and isinstance(a.extent, str)}))
+    return tuple(sorted({s for t in touched for a in t.axes if a.shard or isinstance(a.extent, ExtentExpr)
+                         for s in symbols_of(a.extent)}))
 
 
 def _unique(xs: Iterable[str]) -> tuple[str, ...]:

@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 
 from refir.checks.limits import INPUT_BYTES, check_shape
-from refir.checks.rules_reshape import check_bound
+from refir.checks.rules_reshape import check_bound, check_quotients
 from refir.checks.rules_window import check_select_bounds
 from refir.checks.verifier import Checked
 from refir.errors import InputError
+from refir.ir import ops
 from refir.ir.program import Program
-from refir.ir.types import extent_value, global_shape, parts_of
+from refir.ir.types import ExtentExpr, extent_value, global_shape, parts_of
 
 _BIND = re.compile(r"^#\s*bind:\s*(.*)$", re.M)
 
@@ -73,7 +74,8 @@ def bindings_for(checked: Checked, bind: list[str] | None) -> dict[str, int]:
 
 def default_bindings(checked: Checked, given: dict[str, int] | None = None) -> dict[str, int]:
     """A value for every symbol: the given one, else the smallest multiple of every
-    mesh-axis size that shards it that is at least 4. Checked as a run checks them
+    mesh-axis size that shards it and of every integer divisor an expression
+    divides it by (`E/3`: E a multiple of 3) that is at least 4. Checked as a run checks them
     before anything runs (every shape within the limits, select_c3, reshape_c2 and
     reshape_c4), so that `check`, `lower` and `explain` refuse what `run` refuses."""
     out = dict(given or {})
@@ -82,13 +84,22 @@ def default_bindings(checked: Checked, given: dict[str, int] | None = None) -> d
         raise InputError(f"--bind names {unknown[0]!r}, which is not a symbol of {checked.func.name}")
     for s in sorted(checked.symbols - set(out)):
         step = lcm(*[parts_of(t.mesh, a) for t in checked.types.values() for a in t.axes
-                     if a.extent == s and a.shard] or [1])
+                     if a.extent == s and a.shard] or [1], *_divisors_of(checked, s))
         out[s] = step * -(-4 // step)
+    check_quotients(checked, out)  # type_c9, naming the equation, before a shape is worked out
     for name, t in checked.types.items():
         check_shape(global_shape(t, out), f"with {', '.join(f'{k}={v}' for k, v in sorted(out.items()))}, {name}: {t}")
     check_select_bounds(checked.func, checked.types, out)  # select_c3
     check_bound(checked, out)  # reshape_c2, reshape_c4
     return out
+
+
+def _divisors_of(checked: Checked, symbol: str) -> list[int]:
+    """What `symbol` must be a multiple of for every expression over it to divide
+    exactly: `E/3` asks 3, `2*E/4` (that is E/2) asks 2."""
+    exprs = [a.extent for t in checked.types.values() for a in t.axes]
+    exprs += [e for eqn in checked.func.eqns if isinstance(eqn.op, ops.Reshape) for e in eqn.op.shape]
+    return [e.den for e in exprs if isinstance(e, ExtentExpr) and isinstance(e.den, int) and symbol in e.syms]
 
 
 def draw_inputs(checked: Checked, bindings: dict[str, int], seed: int, backend: str | None = None,

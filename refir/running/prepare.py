@@ -11,7 +11,7 @@ import numpy as np
 
 from refir.checks.footprint import EVERY, RunKind, check_run_memory
 from refir.checks.limits import RUN_BYTES, check_shape
-from refir.checks.rules_reshape import check_bound
+from refir.checks.rules_reshape import check_bound, check_quotients
 from refir.checks.rules_window import check_select_bounds
 from refir.checks.verifier import Checked, verify
 from refir.ir.program import Program
@@ -36,6 +36,7 @@ def bind_and_check(checked: Checked, inputs: dict[str, np.ndarray], kind: RunKin
 
     def work() -> dict[str, int]:
         bindings = bind_inputs(checked, inputs)
+        check_quotients(checked, bindings)  # type_c9, naming the equation, before any extent is worked out
         check_select_bounds(checked.func, checked.types, bindings)  # select_c3
         check_bound(checked, bindings)  # what the verifier left to the bindings (reshape_c2, reshape_c4)
         for name, t in checked.types.items():  # intermediates too, before any is allocated

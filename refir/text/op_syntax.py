@@ -5,13 +5,26 @@ naming the keywords it takes; the parser knows no op by name."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from refir.errors import Loc, VerifyError
 from refir.ir import ops
+from refir.ir.extents import ExtentExpr, shape_symbols
 from refir.ir.program import Lit, Operand, Sym, Var
 from refir.ir.types import DTYPES, RESERVED
 
 Built = tuple[ops.Op, tuple]
+
+
+@dataclass(frozen=True)
+class ExtentItem:
+    """An extent expression in a list (`reshape(x, [S, 4, E/4])`), with its
+    symbols where the text writes them (func_c3 points there)."""
+
+    extent: ExtentExpr
+    syms: tuple[Sym, ...]
+
+
 OpSyntax = Callable[[str, Loc, list[object], dict[str, object]], Built]
 SYNTAX: dict[str, OpSyntax] = {}  # in the order the unknown-op message lists them
 KEYWORDS: dict[str, frozenset[str]] = {}
@@ -177,17 +190,20 @@ def _iota(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Buil
 
 @syntax("reshape")
 def _reshape(name: str, loc: Loc, pos: list[object], kw: dict[str, object]) -> Built:
-    """`reshape(x, [S, h, 8])`: the operands are x, then each distinct symbol of the
-    shape (ops.Reshape), so that its value reaches every backend."""
+    """`reshape(x, [S, h, 8])`, `reshape(x, [S, 4, E/4])`: the operands are x, then each
+    distinct symbol of the shape (ops.Reshape, shape_symbols), so that its value
+    reaches every backend."""
     if len(pos) != 2 or not isinstance(pos[1], list):
         raise VerifyError(loc, "op_c2", "reshape takes an operand and a list of extents: reshape(x, [4, S])")
-    for x in pos[1]:
-        if isinstance(x, Sym) and x.name in RESERVED:  # reshape_c1 (before func_c3 calls it an unbound symbol)
+    written: list[Sym] = [s for x in pos[1] for s in (x.syms if isinstance(x, ExtentItem) else (x,))
+                          if isinstance(s, Sym)]
+    for x in written:
+        if x.name in RESERVED:  # reshape_c1 (before func_c3 calls it an unbound symbol)
             raise VerifyError(x.loc, "reshape_c1", f"{x.name!r} is reserved and names no extent")
-    shape = [x if isinstance(x, int) else x.name for x in pos[1]]  # type: ignore[union-attr]  # the rule: the rest
+    shape = tuple(x if isinstance(x, int) else x.extent if isinstance(x, ExtentItem) else x.name  # type: ignore[union-attr]
+                  for x in pos[1])  # the rule checks the rest
     first: dict[str, Sym] = {}
-    for x in pos[1]:
-        if isinstance(x, Sym):
-            first.setdefault(x.name, x)  # func_c3 points at a symbol's first use
-    syms = tuple(first.values())
-    return ops.Reshape(tuple(shape)), (*operands(name, loc, pos[:1], 1), *syms)
+    for x in written:
+        first.setdefault(x.name, x)  # func_c3 points at a symbol's first use
+    syms = tuple(first[s] for s in shape_symbols(shape))
+    return ops.Reshape(shape), (*operands(name, loc, pos[:1], 1), *syms)

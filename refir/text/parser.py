@@ -22,14 +22,15 @@ from dataclasses import dataclass
 from refir.checks.limits import DEVICES, MAX_DIGITS, check_static
 from refir.checks.type_checks import check_mesh
 from refir.errors import Loc, ParseError, VerifyError
+from refir.ir.extents import Extent, ExtentExpr, NotAnExtent, extent_expr
 from refir.ir.program import Eqn, Expect, Func, Lit, Param, Program, Sym, Var
 from refir.ir.types import BROADCAST, DIDS, DTYPES, PARTIAL_KINDS, Axis, Mesh, TensorType
-from refir.text.op_syntax import build_op
+from refir.text.op_syntax import ExtentItem, build_op
 
 _TOKEN = re.compile(
     r"(?P<ws>[ \t\r]+)|(?P<nl>\n)|(?P<comment>#[^\n]*)"
     r"|(?P<num>-?(inf\b|(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?))"
-    r"|(?P<name>[A-Za-z_][A-Za-z_0-9]*)|(?P<punct>[\[\](){},:=@])"
+    r"|(?P<name>[A-Za-z_][A-Za-z_0-9]*)|(?P<punct>[\[\](){},:=@*/])"
 )
 # Only the head is matched by a pattern: the expression is the rest of the line,
 # stripped (a lazy `(.+?)\s*$` backtracks quadratically on long lines).
@@ -263,10 +264,7 @@ class Parser:
         if t.kind == "name" and t.text == "b":
             self.pos += 1
             return BROADCAST
-        if t.kind == "num":
-            extent: int | str = self.integer()
-        else:
-            extent = self.name("an extent (integer or symbol)").text
+        extent, _ = self.extent()
         shard: str | tuple[str, ...] | None = None
         split: tuple[int, ...] = ()
         if self.accept("@"):
@@ -287,6 +285,45 @@ class Parser:
             raise VerifyError(at, "type_c8", f"split factor {factor}: an interleaved mesh axis has a split factor "
                               "of 2 or more (a factor of 1 is the contiguous block: write the mesh axis alone)")
         return factor
+
+    def extent(self) -> tuple[Extent, list[Token]]:
+        """`INT`, `NAME`, or an expression (§3, type_c9): factors joined by `*`, then
+        at most one `/` and a divisor (`E/h`, `4*D`, `S*E/4`), written in any order
+        and kept canonical. Also the symbols' tokens, where the text writes them."""
+        start, first = self.tok, self.pos
+        factors = [self.factor()]
+        while self.accept("*"):
+            factors.append(self.factor())
+        den: int | str = 1
+        if self.accept("/"):
+            den = self.factor()
+            if self.at("*") or self.at("/"):
+                raise ParseError(self.tok.loc, "an extent has one divisor, written last: E*S/h")
+        names = [t for t in self.tokens[first:self.pos] if t.kind == "name"]
+        if len(factors) == 1 and den == 1:
+            return factors[0], names
+        if any(isinstance(f, int) and f < 0 for f in factors):  # type_c9 (alone: type_c6, the verifier's)
+            raise VerifyError(start.loc, "type_c9", f"the extent {_spelled(factors, den)} is no extent: "
+                              "a negative factor")
+        try:
+            coef = 1
+            for f in factors:
+                coef *= f if isinstance(f, int) else 1
+            made = extent_expr(coef, [f for f in factors if isinstance(f, str)], den)
+        except NotAnExtent as e:  # type_c9
+            raise VerifyError(start.loc, "type_c9", f"the extent {_spelled(factors, den)} is no extent: {e}") \
+                from None
+        if len(str(made.coef if isinstance(made, ExtentExpr) else made)) > _MAX_DIGITS:
+            raise ParseError(start.loc, f"the extent {_spelled(factors, den)} has a coefficient of more than "
+                             f"{_MAX_DIGITS} digits; extents fit in 64 bits")
+        return made, names
+
+    def factor(self) -> int | str:
+        """One factor of an extent: an integer or a symbol (a negative one is the
+        verifier's type_c6, or no extent in an expression: type_c9)."""
+        if self.tok.kind == "num":
+            return self.integer()
+        return self.name("an extent (integer or symbol)").text
 
     def did(self) -> str:
         did = self.name("DIDx, DIDy or DIDz")
@@ -331,13 +368,20 @@ class Parser:
         self.values.add(out.text)
         return Eqn(out.text, declared, op, args, out.loc)
 
-    def list_item(self) -> int | Sym:
-        """An integer, or a symbol as an extent (`reshape(x, [S, h, 8])`); the op's
-        syntax says which it takes (op_c2)."""
-        if self.tok.kind == "num":
-            return self.integer()
-        tok = self.name("an integer or a symbol")
-        return Sym(tok.text, tok.loc)
+    def list_item(self) -> int | Sym | ExtentItem:
+        """An integer, a symbol as an extent (`reshape(x, [S, h, 8])`), or an extent
+        expression (`[S, 4, E/4]`); the op's syntax says which it takes (op_c2)."""
+        if self.tok.kind == "num" and self.tokens[self.pos + 1].text not in ("*", "/"):
+            return self.integer()  # -1 too (reshape's inferred extent)
+        if self.tok.kind != "num" and self.tok.kind != "name":
+            raise ParseError(self.tok.loc, f"expected an integer or a symbol, found {self.describe()}")
+        extent, names = self.extent()
+        if isinstance(extent, int):
+            return extent
+        if isinstance(extent, str):
+            tok = next(t for t in names if t.text == extent)
+            return Sym(tok.text, tok.loc)
+        return ExtentItem(extent, tuple(Sym(t.text, t.loc) for t in names))
 
     def value(self) -> object:
         t = self.tok
@@ -357,6 +401,10 @@ class Parser:
         if tok.text in self.symbols and tok.text not in self.values:
             return Sym(tok.text, tok.loc)
         return Var(tok.text, tok.loc)
+
+
+def _spelled(factors: list[int | str], den: int | str) -> str:
+    return "*".join(map(str, factors)) + (f"/{den}" if den != 1 else "")
 
 
 def _int(t: Token, max_digits: int = _MAX_DIGITS) -> int:
@@ -393,6 +441,16 @@ def make_mesh(name: str, nested: object, loc: Loc) -> Mesh:
     mesh = Mesh(name, tuple(shape), tuple(flat))
     check_mesh(mesh, loc)
     return mesh
+
+
+def parse_extent(text: str, where: str = "<extent>") -> Extent:
+    """One extent as the text writes it (`8`, `E`, `E/4`, `4*D`), read by the
+    tokenizer and the parser's own rule: what the builder accepts as a string."""
+    parser = Parser(text, where)
+    extent, _ = parser.extent()
+    if parser.tok.kind != "eof":
+        raise ParseError(parser.tok.loc, f"expected the end of the extent, found {parser.describe()}")
+    return extent
 
 
 def parse(text: str, file: str = "<text>") -> Program:
