@@ -4,10 +4,10 @@ last): `set` chains between every pair of sharding forms, on meshes of their own
 A form is one row of FORMS: replicated, sharded on one mesh axis, nested over two
 or three mesh axes in any order (spec §3.2), or partial of a kind over one or more
 mesh axes, maybe sharded (or nested) on the others (§3.3). The tail declares one
-or two meshes (1-D, 2-D or 3-D, device ids a permutation; the 2x2x2 one of 8
-devices), an input of a drawn source form (or, for a partial, two inputs combined
-as §3.3 allows: a sum plus a sum, a sum times a replicated value or a literal, a
-prod times a prod, the max of a max and a replicated value), then one to three
+or two meshes (1-D, 2-D or 3-D, device ids a permutation of 4), an input of a
+drawn source form (or, for a partial, two inputs combined as §3.3 allows: a sum
+plus a sum, a sum times a replicated value or a literal, a prod times a prod, the
+max of a max and a replicated value), then one to three
 `set`s, each to a drawn form on the same mesh or (forms that are not partial,
 partial_c5) the other: partial -> nested -> replicated and so on. Extents are
 the generator's (even or not over the nest).
@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from math import prod
 from typing import TYPE_CHECKING
 
+from conformance.generate_budget import BUDGET, STATIC
 from refir.frontends import builder
 from refir.frontends.builder import Value
 from refir.ir.types import DIDS, FLOATS, Axis, Mesh, ShardSpec, TensorType, as_shard
@@ -32,8 +33,12 @@ from refir.ir.types import DIDS, FLOATS, Axis, Mesh, ShardSpec, TensorType, as_s
 if TYPE_CHECKING:
     from conformance.generate import Maker
 
-PERCENT = 35  # of programs that get a tail
-MESHES = (((4,), (3,), (2,)), ((2, 2), (1, 3), (2, 1)), ((2, 2, 2), (1, 2, 2), (2, 1, 2), (2, 2, 1)))  # by rank
+PERCENT = 50  # of programs that get a tail
+# By rank; half the time the first shape (every axis 2 or more). Every mesh lies within
+# 4 devices, as the rest of the generator's (an MPI run of 4 ranks runs every program):
+# a 3-D mesh has an axis of 1, so a nest of three cuts over two (the corpus's 2x2x2
+# programs, nested_3d and mesh3d_every_axis, cut over three).
+MESHES = (((4,), (3,), (2,)), ((2, 2), (1, 3), (2, 1)), ((2, 2, 1), (1, 2, 2), (2, 1, 2)))
 MAX_SETS = 3
 
 Placement = tuple[dict[int, ShardSpec], tuple[str, ...], str]  # sharding, partial mesh axes, partial kind
@@ -160,8 +165,9 @@ def is_resharding(s: TensorType, d: TensorType) -> bool:
 
 
 def draw_mesh(m: Maker, index: int) -> Mesh:
-    shape = m.c.pick(m.c.pick(MESHES))
-    ids = m.c.permutation(max(4, prod(shape)))  # within 4 devices where the mesh fits: an MPI run of 4 runs it
+    shapes = m.c.pick(MESHES)
+    shape = shapes[m.c.below(len(shapes)) if m.c.maybe(50) else 0]
+    ids = m.c.permutation(4)
     return m.b.mesh(list(ids[:prod(shape)]), name=f"f{index}", shape=shape)  # type: ignore[arg-type]
 
 
@@ -209,6 +215,19 @@ def target(m: Maker, x: Value, meshes: list[Mesh]) -> TensorType:
     return got
 
 
+def tail_axes(m: Maker, rank: int) -> tuple[Axis, ...]:
+    """Static extents, or symbols the program's inputs bind already: a tail adds no
+    binding, so a seed's program keeps its cases (one per binding)."""
+    room, axes = BUDGET, []
+    symbols = m.bound_symbols()
+    for _ in range(rank):
+        fit = [e for e in symbols if max(m.values[e]) <= room]
+        e = m.c.pick(fit) if fit and m.c.maybe(40) else m.c.pick([e for e in STATIC if e <= room])
+        room //= max(1, m.largest(e))
+        axes.append(Axis(e))
+    return tuple(axes)
+
+
 def forms_tail(m: Maker) -> list[Value]:
     """The tail's results, or none (the simplest draw)."""
     c = m.c
@@ -216,7 +235,7 @@ def forms_tail(m: Maker) -> list[Value]:
         return []
     meshes = [draw_mesh(m, 0)] + ([draw_mesh(m, 1)] if c.maybe(40) else [])
     dtype = c.pick(("f32", "i32", "f64", "bool", "f16", "i64", "bf16", "u8"))
-    axes = m.fresh_axes(1 + c.below(3))
+    axes = tail_axes(m, 1 + c.below(3))
     x = source_value(m, Source(dtype, axes, meshes[0]))
     out = []
     for _ in c.items(1, MAX_SETS, 40):
