@@ -349,7 +349,9 @@ def exposed(case: Case) -> set[tuple[str, str, str]]:
             if not todo:
                 continue
             raw = _args(e, values, bindings)
-            site = Site(e.op, [a if isinstance(a, np.ndarray) else scalar_value(a, src.np_dtype) for a in raw],
+            extents = isinstance(e.op, ops.Reshape)  # its symbols are extents, not values: a bool's 6 is no True
+            site = Site(e.op, [a if isinstance(a, np.ndarray) or extents else scalar_value(a, src.np_dtype)
+                               for a in raw],
                         [resolved(checked.types[a.name], bindings) if isinstance(a, Var) else None
                          for a in e.args], checked.types[e.out].np_dtype)
             for c in todo:

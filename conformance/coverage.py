@@ -1,7 +1,7 @@
 """`conform --coverage`: what the default run exercises, measured from the
 lowered programs it runs (never from a list kept by hand).
 
-Six tables, each cell reached (✓), allowed by the spec but not reached (✗),
+Eight tables, each cell reached (✓), allowed by the spec but not reached (✗),
 or not allowed (blank):
 
 - local ops x operand dtype (a cast's row is its target dtype); whether the
@@ -15,6 +15,9 @@ or not allowed (blank):
   2-D and 3-D meshes, uneven blocks and device ids out of order;
 - partial values (spec §3.3): each kind as an input, read by a local op, reduced to
   replicated or sharded, made from replicated, returned;
+- reshardings: every `set` that moves a value, counted by (from form, to form) of
+  replicated, sharded, nested and partial, on a 1-, 2- or 3-D mesh or to another
+  mesh, and from each partial kind to each form (conformance/coverage_forms.py);
 - data classes: for each op with known error classes (conformance/classes.py),
   the dtypes on which some case's values exposed each class, that is, where a
   backend with that class's wrong implementation fails the run. A local cell
@@ -26,6 +29,7 @@ Every allowed cell not reached is listed with the reason the run missed it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
@@ -33,6 +37,7 @@ from functools import cache
 from rich import box
 from rich.table import Table
 
+from conformance import coverage_forms
 from conformance.cases import Case
 from conformance.classes import CLASSES, classes_of, exposed
 from conformance.generate import DTYPES_DRAWN, MESH_SHAPES
@@ -116,6 +121,8 @@ class Coverage:
     nests: set[tuple[str, str]] = field(default_factory=set)  # (NEST_ROWS, NEST_COLUMNS)
     interleaved: set[tuple[str, str]] = field(default_factory=set)  # (INTERLEAVE_ROWS, INTERLEAVE_COLUMNS)
     partial: set[tuple[str, str]] = field(default_factory=set)  # (kind, column) of a program's partial values
+    pairs: Counter = field(default_factory=Counter)  # (from form, to form, mesh column) -> sets
+    kinds: Counter = field(default_factory=Counter)  # (partial kind, to form) -> sets
     programs: int = 0
 
     def add_partials(self, case: Case, steps: Iterable[Step], types: dict[str, TensorType]) -> None:
@@ -182,6 +189,8 @@ class Coverage:
             for step in lowered.steps:
                 self.add(step, lowered.types)
             self.add_partials(case, lowered.steps, lowered.types)
+            self.pairs += coverage_forms.pairs_of(case)
+            self.kinds += coverage_forms.kinds_of(case)
         return self
 
 
@@ -276,12 +285,12 @@ def not_reached(cov: Coverage, cases: int, seed: int) -> list[str]:
     for row in NEST_ROWS:
         for c in NEST_COLUMNS:
             if (row, c) not in cov.nests:
-                out.append(f"{row} of a nest on {c}: the generator draws no nests; no corpus program has it")
+                out.append(f"{row} of a nest on {c}: {_why(cov, cases, seed)}")
     for row in INTERLEAVE_ROWS:
         for c in INTERLEAVE_COLUMNS:
             if (row, c) not in cov.interleaved:
                 out.append(f"{row} of an interleaved axis, {c}: the generator draws none; no corpus program has it")
-    return out
+    return out + coverage_forms.missing(cov.pairs, cov.kinds, _why(cov, cases, seed))
 
 
 def _partial_allowed(kind: str, column: str) -> bool:
@@ -326,7 +335,8 @@ def render(cov: Coverage, cases: int, seed: int) -> str:
     for kind in PARTIAL_KINDS:
         partial.add_row(kind, *(_mark((kind, c) in cov.partial, _partial_allowed(kind, c)) for c in PARTIAL_COLUMNS))
     missing = not_reached(cov, cases, seed)
-    parts = [plain(t) for t in (local, mesh, dtypes, layout, nests, interleaved, partial, class_table(cov))]
+    forms = coverage_forms.tables(cov.pairs, cov.kinds, _table)
+    parts = [plain(t) for t in (local, mesh, dtypes, layout, nests, interleaved, partial, *forms, class_table(cov))]
     head = f"refir conform --coverage: {cov.programs} lowered programs of the default run"
     tail = (f"{len(missing)} allowed cells not reached:\n" + "\n".join(f"  {m}" for m in missing)
             if missing else "every cell the spec allows is reached")

@@ -28,6 +28,7 @@ from conformance import generate_reshape
 from conformance.data import KINDS, DataSpec, View
 from conformance.generate_broadcast import broadcast_menu
 from conformance.generate_budget import BUDGET, STATIC  # noqa: E402
+from conformance.generate_forms import forms_tail
 from conformance.generate_masks import mask_step
 from conformance.generate_window import window_menu
 from refir.frontends import builder
@@ -335,7 +336,8 @@ def generate(draw: Draw) -> Generated:
         x = m.step(x if not made or not c.maybe(20) else c.pick(made))
         made.append(x)
     extra = [v for v in made[:-1] if c.maybe(20)]
-    b.output(*extra, made[-1])
+    tail = forms_tail(m)  # drawn last: the draws above, and so older seeds' programs, stay as they were
+    b.output(*extra, made[-1], *tail)
     program = b.build()
     text = print_program(program)
     if parse(text) != program:  # the printer and parser must agree on every generated program

@@ -11,7 +11,7 @@ from refir.ir import ops
 
 
 def _shape(s: Site) -> tuple[int, ...]:
-    """The result's extents: a site's scalars are its symbols' values in the tensor dtype."""
+    """The result's extents: a reshape site's scalars are its symbols' values (integers, in no tensor dtype)."""
     return reshape_extents(s.op, [int(round(float(v))) for v in s.args[1:]])  # type: ignore[arg-type]
 
 

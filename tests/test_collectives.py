@@ -278,7 +278,7 @@ def test_2d_reduce_scatter_and_full_allreduce(grid):
             x=x)
     assert steps(r) == ["sum", "reduce_scatter", "sum", "allreduce"]
     assert r.lowered.steps[1].op == ops.ReduceScatter("sum", "DIDx", 1)
-    assert r.lowered.steps[3].op == ops.Allreduce("sum", ("DIDx", "DIDy"))
+    assert r.lowered.steps[3].op == ops.Allreduce("sum", ("DIDy", "DIDx"))  # a partial's mesh order
     s = x.sum(1, dtype=np.int32)
     blocks = {d: s[2 * row:2 * row + 2, 3 * col:3 * col + 3] for row, ds in enumerate(grid) for col, d in enumerate(ds)}
     holds(r, "rs", blocks, (12, 4))

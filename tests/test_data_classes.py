@@ -196,6 +196,21 @@ def test_edge_reductions_put_nan_in_a_later_block_than_device_zeros():
     assert later.any()
 
 
+def test_a_reshape_of_bools_to_a_symbolic_shape_is_judged_by_its_extents():
+    # A reshape's symbols are extents: read in the tensor's dtype, N=3 was True (1), and
+    # the C-order class reshaped 18 elements into (1, 3, 2) (seed 1's program 17 broke
+    # `conform --coverage --cases 60 --seed 1`).
+    text = """mesh m = [0]
+
+func main(x: bool[N, 6]) {
+  y = reshape(x, [N, 3, 2])
+  return y
+}
+"""
+    case = Case("files", "r", refir.parse(text), {"N": 3}, DataSpec("float", 1))
+    assert ("reshape", "bool", "C order") in exposed(case)
+
+
 # ---- the gpu backend agrees with the edge data --------------------------------------------------
 
 

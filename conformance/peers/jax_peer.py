@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from conformance.peers.jax_ops import jnp_op
 from conformance.peers.spec import NAMES, Block, Blocks, PeerCase, PeerResult, expected, group_inputs
 from refir.frontends.dtensor import Partial, Placement, Shard
 
@@ -156,33 +157,6 @@ def _layer(case: PeerCase, mesh: Any, inputs: dict[str, np.ndarray]) -> Any:
     args = [jax.device_put(inputs[n], NamedSharding(mesh, spec(ps, len(s)))) for n, s, ps in case.operands()]
     out = NamedSharding(mesh, spec(case.dst, len(case.shape)))
     return jax.jit(lambda *a: jnp_op(case.op, list(case.params), list(case.shape), list(a)), out_shardings=out)(*args)
-
-
-def jnp_op(op: str, params: list[int], shape: list[int], args: list) -> object:
-    """JAX's side of a layer op (standalone: the reproducer carries this source)."""
-    import jax.numpy as jnp
-    from jax import lax
-
-    x = args[0]
-    if op == "select":
-        return lax.index_in_dim(x, params[1], axis=params[0], keepdims=False)
-    if op == "pad":
-        value, *widths = params
-        pads = [(widths[2 * i], widths[2 * i + 1]) for i in range(x.ndim)]
-        return jnp.pad(x, pads, constant_values=jnp.array((0, 5, -3)[value], x.dtype))
-    if op == "expand":
-        return jnp.broadcast_to(x, shape)
-    if op == "causal":
-        i = lax.broadcasted_iota(jnp.int32, shape, len(shape) - 2)
-        j = lax.broadcasted_iota(jnp.int32, shape, len(shape) - 1)
-        fill = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else -100
-        return jnp.where(i >= j, x, jnp.array(fill, x.dtype))
-    if op == "compare":
-        return getattr(jnp, ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")[params[0]])(
-            x, args[1])
-    if op == "where":
-        return jnp.where(x, args[1], args[2])
-    return jnp.matmul(x, args[1], preferred_element_type=x.dtype)
 
 
 def run(case: PeerCase) -> PeerResult:

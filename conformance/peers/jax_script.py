@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from conformance.peers.jax_peer import jnp_op
+from conformance.peers.jax_ops import jnp_op
 from conformance.peers.scripts import _array, case_data
 from conformance.peers.spec import Blocks, PeerCase
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from refir.ir.types import Axis, Mesh, TensorType
+    from refir.ir.types import Axis, Mesh, ShardSpec, TensorType
 
 
 def block(extent: int, parts: int, k: int) -> tuple[int, int]:
@@ -226,3 +226,19 @@ def shard_text(shard: str | tuple[str, ...] | None, split: tuple[int, ...] = ())
     dids = () if not shard else (shard,) if isinstance(shard, str) else shard
     names = [d if f == 1 else f"{d}:{f}" for d, f in zip(dids, split or (1,) * len(dids))]
     return f"({','.join(names)})" if isinstance(shard, tuple) else (names[0] if names else str(shard))
+
+
+def dids_of(shard: ShardSpec | None) -> tuple[str, ...]:
+    """A shard as its mesh axes, outermost first."""
+    return () if not shard else (shard,) if isinstance(shard, str) else shard
+
+
+def as_shard(dids: tuple[str, ...]) -> ShardSpec | None:
+    """The shard of mesh axes `dids` (outermost first): None, one name, or a nest."""
+    return None if not dids else dids[0] if len(dids) == 1 else dids
+
+
+def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, ...]:
+    """The shape of `index` (block_slices) in an array of `shape`."""
+    return tuple(len(range(*s.indices(n))) if isinstance(s, slice) else s.size
+                 for s, n in zip(index, shape)) + shape[len(index):]

@@ -16,13 +16,16 @@ import numpy as np
 
 from refir.ir.blocks import (  # noqa: F401  (re-exported: every module imports them from here)
     Runs,
+    as_shard,
     axis_block,
     axis_length,
     axis_runs,
     block,
     block_index,
     block_number,
+    block_shape,
     block_size,
+    dids_of,
     entries_of,
     inner_block,
     nested_block,
@@ -272,16 +275,6 @@ class Axis:
         return f"{self.extent}@{shard_text(self.shard, self.split)}" if self.shard else str(self.extent)
 
 
-def dids_of(shard: ShardSpec | None) -> tuple[str, ...]:
-    """A shard as its mesh axes, outermost first."""
-    return () if not shard else (shard,) if isinstance(shard, str) else shard
-
-
-def as_shard(dids: tuple[str, ...]) -> ShardSpec | None:
-    """The shard of mesh axes `dids` (outermost first): None, one name, or a nest."""
-    return None if not dids else dids[0] if len(dids) == 1 else dids
-
-
 BROADCAST = Axis(1, None, True)
 
 
@@ -391,12 +384,6 @@ def block_slices(t: TensorType, device: int, shape: tuple[int, ...]) -> tuple[sl
     """Which part of an array of global `shape` the device holds (a type with no
     interleaved axis: see block_index)."""
     return tuple(slice(*axis_block(t.mesh, a, n, device)) if a.shard else slice(None) for a, n in zip(t.axes, shape))
-
-
-def block_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, ...]:
-    """The shape of `index` (block_slices) in an array of `shape`."""
-    return tuple(len(range(*s.indices(n))) if isinstance(s, slice) else s.size
-                 for s, n in zip(index, shape)) + shape[len(index):]
 
 
 def divides(t: TensorType, bindings: Bindings) -> bool:

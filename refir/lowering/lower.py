@@ -16,14 +16,12 @@ Communications are chosen as nvFuser chooses them (docs/spec.md, "Lowering"):
 | partial -> sharded                                     | reduce_scatter       |
 | replicated -> partial (a declared partial, §3.3)       | local partition      |
 
-An avg partial is first divided by the team size (a local div): a sum-partial.
-
-A resharding that changes several mesh axes becomes a chain of these steps;
-where no rule applies directly (2-D meshes across meshes), the chain goes
-through a replicated copy. On an axis cut over a nest of mesh axes (spec
-§3.2) each step adds or drops the nest's innermost mesh axis; what no step
-does directly gathers down to the nests' common outer part, then keeps blocks.
-Interleaved types (§3.4): refir.lowering.interleaved.
+An avg partial is first divided by the team size (a local div): a sum-partial. A
+resharding that changes several mesh axes becomes a chain of these steps; where no
+rule applies directly (2-D meshes across meshes), the chain goes through a replicated
+copy. On an axis cut over a nest of mesh axes (§3.2) each step adds or drops the nest's
+innermost mesh axis; what no step does directly gathers down to the nests' common outer
+part, then keeps blocks. Interleaved types (§3.4): refir.lowering.interleaved.
 """
 
 from __future__ import annotations
@@ -38,13 +36,7 @@ from refir.checks.verifier import Checked
 from refir.ir import ops
 from refir.ir.program import Eqn, Func, Lit, Operand, Sym, Var
 from refir.ir.types import ExtentExpr, TensorType, as_shard, symbols_of
-from refir.lowering.interleaved import (
-    contiguous_part,
-    gather_interleaved,
-    gather_to_prefix,
-    keep_runs_last,
-    same_placement,
-)
+from refir.lowering import interleaved
 from refir.lowering.window import lower_window
 
 
@@ -170,7 +162,7 @@ class _Lowerer:
         return name
 
     def compute_then_reshard(self, e: Eqn, local: TensorType, t: TensorType) -> None:
-        if same_placement(local, t):
+        if interleaved.same_placement(local, t):
             self.emit(e.out, e.op, e.args, t, e)
         else:
             name = self.fresh(e.out, local)
@@ -195,11 +187,11 @@ class _Lowerer:
     def reshard(self, src: str, s: TensorType, out: str, d: TensorType, e: Eqn) -> None:
         plan: list[tuple[object, TensorType]] = []
         final = d
-        if (s.interleaved() or d.interleaved()) and not same_placement(s, d):  # §3.4: lowering.interleaved
+        if (s.interleaved() or d.interleaved()) and not interleaved.same_placement(s, d):  # §3.4: lowering.interleaved
             if s.mesh == d.mesh and (not s.partial or (s.partial, s.partial_kind) == (d.partial, d.partial_kind)):
-                gather_to_prefix(s, d, plan)
+                interleaved.gather_to_prefix(s, d, plan)
                 return self.emit_plan(src, out, d, plan, e)
-            s, d = gather_interleaved(s, plan), contiguous_part(d)
+            s, d = interleaved.gather_interleaved(s, plan), interleaved.contiguous_part(d)
         cur = self.unpartial(s, d, plan)
         if cur.mesh == d.mesh:
             self.same_mesh(cur, d, plan)
@@ -211,7 +203,7 @@ class _Lowerer:
             plan.append((ops.Partition(d.partial_kind, new),
                          replace(moved, partial=d.partial, partial_kind=d.partial_kind)))
         if final is not d:
-            d = keep_runs_last(plan, final)
+            d = interleaved.keep_runs_last(plan, final)
         self.emit_plan(src, out, d, plan, e)
 
     def emit_plan(self, src: str, out: str, d: TensorType, plan: list, e: Eqn) -> None:
@@ -219,7 +211,7 @@ class _Lowerer:
         if not plan:
             plan.append((ops.Copy(), d))
         reached = plan[-1][1]
-        assert same_placement(reached, d), f"lowering {e.out}: the chain reaches {reached}, not {d}"
+        assert interleaved.same_placement(reached, d), f"lowering {e.out}: the chain reaches {reached}, not {d}"
         name = src
         for i, (op, t) in enumerate(plan):
             last = i == len(plan) - 1

@@ -1,0 +1,80 @@
+"""`conform --coverage`'s resharding rows: every `set` that moves a value (a mesh,
+sharding or partial changed), counted by its source and target form (the rows of
+conformance/generate_forms.py's FORMS) and where it runs: the same mesh of 1, 2 or
+3 dimensions, or another mesh; and, from a partial value, by kind and target form.
+A count, not a tick: a user sees how often each pair was exercised."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+from rich.table import Table
+
+from conformance.cases import Case
+from conformance.generate_forms import NAMES, form_of, is_resharding
+from refir.ir import ops
+from refir.ir.types import PARTIAL_KINDS, TensorType
+
+COLUMNS = ("1-D", "2-D", "3-D", "another mesh")
+
+
+def pairs_of(case: Case) -> Counter:
+    """(from form, to form, column) and (partial kind, to form, column) of every resharding set."""
+    out: Counter = Counter()
+    types = case.checked.types
+    for e in case.checked.func.eqns:
+        if not isinstance(e.op, ops.Set):
+            continue
+        s, d = types[e.args[0].name], types[e.out]
+        if is_resharding(s, d):
+            out[(form_of(s), form_of(d), column(s, d))] += 1
+    return out
+
+
+def kinds_of(case: Case) -> Counter:
+    out: Counter = Counter()
+    types = case.checked.types
+    for e in case.checked.func.eqns:
+        s = types[e.args[0].name] if isinstance(e.op, ops.Set) else None
+        if s is not None and s.partial and is_resharding(s, types[e.out]):
+            out[(s.partial_kind, form_of(types[e.out]))] += 1
+    return out
+
+
+def column(s: TensorType, d: TensorType) -> str:
+    return "another mesh" if s.mesh != d.mesh else f"{s.mesh.ndim}-D"
+
+
+def allowed(src: str, dst: str, col: str) -> bool:
+    """Whether some valid program has such a resharding (spec §3.2, partial_c1, partial_c5)."""
+    if col == "another mesh":
+        return dst != "partial"  # a partial target stays on its source's mesh
+    if src == dst == "replicated":
+        return False  # the same mesh and placement: a copy
+    if col == "1-D":  # no nest on one mesh axis, and a partial over it leaves no other placement
+        return "nested" not in (src, dst) and (src, dst) != ("partial", "partial")
+    return True
+
+
+def _cell(n: int, ok: bool) -> str:
+    return "" if not ok else str(n) if n else "✗"
+
+
+def tables(pairs: Counter, kinds: Counter, table: Callable[[str, Iterable[str]], Table]) -> list[Table]:
+    """`table(title, columns)` makes an empty table in coverage's style."""
+    t = table("reshardings (set) from form to form x mesh: how many sets", COLUMNS)
+    for src in NAMES:
+        for dst in NAMES:
+            t.add_row(f"{src} -> {dst}", *(_cell(pairs[(src, dst, c)], allowed(src, dst, c)) for c in COLUMNS))
+    k = table("reshardings from a partial value: kind x to form, how many sets", NAMES)
+    for kind in PARTIAL_KINDS:
+        k.add_row(kind, *(_cell(kinds[(kind, dst)], True) for dst in NAMES))
+    return [t, k]
+
+
+def missing(pairs: Counter, kinds: Counter, why: str) -> list[str]:
+    out = [f"a set {src} -> {dst} on {'another mesh' if c == 'another mesh' else f'a {c} mesh'}: {why}"
+           for src in NAMES for dst in NAMES for c in COLUMNS if allowed(src, dst, c) and not pairs[(src, dst, c)]]
+    return out + [f"a set from a {kind}-partial to {dst}: {why}" for kind in PARTIAL_KINDS for dst in NAMES
+                  if not kinds[(kind, dst)]]

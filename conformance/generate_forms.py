@@ -1,0 +1,244 @@
+"""The generator's resharding tail (conformance/generate.py's `generate`, drawn
+last): `set` chains between every pair of sharding forms, on meshes of their own.
+
+A form is one row of FORMS: replicated, sharded on one mesh axis, nested over two
+or three mesh axes in any order (spec §3.2), or partial of a kind over one or more
+mesh axes, maybe sharded (or nested) on the others (§3.3). The tail declares one
+or two meshes (1-D, 2-D or 3-D, device ids a permutation of 4), an input of a
+drawn source form (or, for a partial, two inputs combined as §3.3 allows: a sum
+plus a sum, a sum times a replicated value or a literal, a prod times a prod, the
+max of a max and a replicated value), then one to three
+`set`s, each to a drawn form on the same mesh or (forms that are not partial,
+partial_c5) the other: partial -> nested -> replicated and so on. Extents are
+the generator's (even or not over the nest).
+
+It is drawn after every draw of the rest of the program and is off on the
+simplest draw, so the programs of existing seeds keep their every equation and
+input, and a shrunk case sheds the tail first. Another form (an interleaved
+`E@DIDx:3`) is one more row of FORMS: its `fits`, `is_of` and `place`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from math import prod
+from typing import TYPE_CHECKING
+
+from conformance.generate_budget import BUDGET, STATIC
+from refir.frontends import builder
+from refir.frontends.builder import Value
+from refir.ir.types import DIDS, FLOATS, Axis, Mesh, ShardSpec, TensorType, as_shard
+
+if TYPE_CHECKING:
+    from conformance.generate import Maker
+
+PERCENT = 50  # of programs that get a tail
+# By rank; half the time the first shape (every axis 2 or more). Every mesh lies within
+# 4 devices, as the rest of the generator's (an MPI run of 4 ranks runs every program):
+# a 3-D mesh has an axis of 1, so a nest of three cuts over two (the corpus's 2x2x2
+# programs, nested_3d and mesh3d_every_axis, cut over three).
+MESHES = (((4,), (3,), (2,)), ((2, 2), (1, 3), (2, 1)), ((2, 2, 1), (1, 2, 2), (2, 1, 2)))
+MAX_SETS = 3
+
+Placement = tuple[dict[int, ShardSpec], tuple[str, ...], str]  # sharding, partial mesh axes, partial kind
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a form's placement is drawn against: dtype, axes, mesh, and the source
+    value's type where the form is a `set`'s target (None: an input's form)."""
+
+    dtype: str
+    axes: tuple[Axis, ...]
+    mesh: Mesh
+    of: TensorType | None = None
+
+
+@dataclass(frozen=True)
+class Form:
+    name: str
+    fits: Callable[[Source], bool]  # whether the form exists there (and, as a target, is a valid set)
+    is_of: Callable[[TensorType], bool]  # the form of a type (the rows exclude each other)
+    place: Callable[[Maker, Source], Placement]
+    other_mesh: bool = True  # whether a set may reach it on another mesh
+
+
+def _axes_free(s: Source) -> list[int]:
+    return [i for i, a in enumerate(s.axes) if not a.broadcast]
+
+
+def _dids(mesh: Mesh) -> list[str]:
+    return list(DIDS[:mesh.ndim])
+
+
+def _shard_some(m: Maker, s: Source, dids: list[str], taken: set[int], percent: int) -> dict[int, ShardSpec]:
+    """Mesh axes `dids` shard free axes (one each, or two of them nested on one axis), sometimes."""
+    out: dict[int, ShardSpec] = {}
+    left = [d for d in dids]
+    while left and m.c.maybe(percent):
+        free = [i for i in _axes_free(s) if i not in taken and i not in out]
+        if not free:
+            break
+        k = 1 + (m.c.below(len(left)) if len(left) > 1 else 0)
+        order = m.c.permutation(len(left))[:k]
+        out[m.c.pick(free)] = as_shard(tuple(left[j] for j in order))  # type: ignore[arg-type]
+        left = [d for j, d in enumerate(left) if j not in order]
+    return out
+
+
+def _sharded(m: Maker, s: Source) -> Placement:
+    return {m.c.pick(_axes_free(s)): m.c.pick(_dids(s.mesh))}, (), ""  # type: ignore[dict-item]
+
+
+def _nested(m: Maker, s: Source) -> Placement:
+    dids = _dids(s.mesh)
+    order = m.c.permutation(len(dids))
+    k = 2 + m.c.below(len(dids) - 1)
+    nest = tuple(dids[j] for j in order[:k])
+    i = m.c.pick(_axes_free(s))
+    rest = [d for d in dids if d not in nest]
+    return {i: nest, **_shard_some(m, s, rest, {i}, 40)}, (), ""  # type: ignore[dict-item]
+
+
+def kinds(dtype: str, mesh: Mesh, dids: tuple[str, ...], of: TensorType | None) -> list[str]:
+    """The partial kinds a value of `dtype` may have over `dids` (partial_c2), and,
+    as a set's target from `of`, may become (partial_c5)."""
+    if of is not None and of.partial:
+        if of.partial_kind == "avg" and set(dids) != set(of.partial):
+            return []  # an avg is reduced over all its mesh axes or none, and none made anew
+        return [of.partial_kind] if of.partial_kind in kinds(dtype, mesh, dids, None) else []
+    out = ["max", "min"] if dtype == "bool" else ["sum", "prod", "max", "min"]
+    team = prod(mesh.size(d) for d in dids)
+    if dtype in FLOATS and not team & (team - 1) and of is None:  # avg: made only as an input
+        out.append("avg")
+    return out
+
+
+def _partial_axes(m: Maker, s: Source) -> tuple[str, ...]:
+    dids = _dids(s.mesh)
+    if s.of is not None and s.of.partial_kind == "avg":
+        return s.of.partial
+    order = m.c.permutation(len(dids))
+    chosen = {dids[j] for j in order[:1 + m.c.below(len(dids))]}
+    return tuple(d for d in DIDS[::-1] if d in chosen)  # mesh order
+
+
+def _partial(m: Maker, s: Source) -> Placement:
+    dids = _partial_axes(m, s)
+    kind = m.c.pick(kinds(s.dtype, s.mesh, dids, s.of))
+    rest = [d for d in _dids(s.mesh) if d not in dids]
+    return _shard_some(m, s, rest, set(), 50), dids, kind  # type: ignore[return-value]
+
+
+def _partial_fits(s: Source) -> bool:
+    if s.of is not None and s.of.partial and s.of.partial_kind == "avg":
+        return bool(kinds(s.dtype, s.mesh, s.of.partial, s.of))
+    return any(kinds(s.dtype, s.mesh, (d,), s.of) for d in _dids(s.mesh))
+
+
+def _nest_of(t: TensorType) -> bool:
+    return any(a.nested for a in t.axes)
+
+
+FORMS: tuple[Form, ...] = (  # simplest first: the draw 0 is replicated
+    Form("replicated", lambda s: True, lambda t: not t.sharding() and not t.partial, lambda m, s: ({}, (), "")),
+    Form("sharded", lambda s: bool(_axes_free(s)),
+         lambda t: bool(t.sharding()) and not _nest_of(t) and not t.partial, _sharded),
+    Form("nested", lambda s: s.mesh.ndim >= 2 and bool(_axes_free(s)),
+         lambda t: _nest_of(t) and not t.partial, _nested),
+    Form("partial", _partial_fits, lambda t: bool(t.partial), _partial, other_mesh=False),
+)
+NAMES = tuple(f.name for f in FORMS)
+
+
+def form_of(t: TensorType) -> str:
+    (name,) = [f.name for f in FORMS if f.is_of(t)]
+    return name
+
+
+def is_resharding(s: TensorType, d: TensorType) -> bool:
+    return (s.mesh, s.sharding(), s.partial, s.partial_kind) != (d.mesh, d.sharding(), d.partial, d.partial_kind)
+
+
+# ---- the tail ------------------------------------------------------------------------
+
+
+def draw_mesh(m: Maker, index: int) -> Mesh:
+    shapes = m.c.pick(MESHES)
+    shape = shapes[m.c.below(len(shapes)) if m.c.maybe(50) else 0]
+    ids = m.c.permutation(4)
+    return m.b.mesh(list(ids[:prod(shape)]), name=f"f{index}", shape=shape)  # type: ignore[arg-type]
+
+
+def typed(m: Maker, s: Source, p: Placement) -> TensorType:
+    sharding, dids, kind = p
+    axes = tuple(replace(a, shard=sharding.get(i)) for i, a in enumerate(s.axes))
+    return m.b.type(s.dtype, axes, s.mesh, m.layout(len(axes)), (kind, dids) if dids else None)
+
+
+def source_value(m: Maker, s: Source) -> Value:
+    """An input of a drawn form; a partial sometimes made of two inputs, as §3.3 allows."""
+    form = m.c.pick([f for f in FORMS if f.fits(s)])
+    t = typed(m, s, form.place(m, s))
+    x = m.param(t)
+    if not t.partial or not m.c.maybe(40):
+        return x
+    plain = replace(t, partial=(), partial_kind="", layout=None)
+    if t.partial_kind in ("sum", "avg"):
+        how = m.c.below(3)
+        if how == 0:  # a sum plus (minus) a sum over the same mesh axes
+            y = m.param(replace(t, layout=m.layout(t.rank)))
+            return builder.binary(m.c.pick(("add", "sub")), x, y, **m.out(None))
+        if how == 1:  # times a replicated value
+            y = m.param(replace(plain, axes=tuple(replace(a, shard=None) for a in t.axes)))
+            return builder.binary("mul", *((x, y) if m.c.maybe(50) else (y, x)), **m.out(None))
+        lit = m.c.pick((2.0, -1.5, 0.5)) if t.dtype in FLOATS else m.c.pick((2, -1, 3))
+        return builder.binary("mul", x, lit, **m.out(None))
+    if t.partial_kind == "prod":
+        return builder.binary("mul", x, m.param(replace(t, layout=None)), **m.out(None))
+    y = m.param(plain)  # max (min) with a value that is not partial
+    return builder.binary("maximum" if t.partial_kind == "max" else "minimum", x, y, **m.out(None))
+
+
+def target(m: Maker, x: Value, meshes: list[Mesh]) -> TensorType:
+    """A drawn form's type for `set(x)`: on x's mesh, or another (where the form may be)."""
+    t = x.type
+    mesh = m.c.pick([t.mesh] + [k for k in meshes if k != t.mesh])
+    s = Source(t.dtype, tuple(replace(a, shard=None) for a in t.axes), mesh, t)
+    forms = [f for f in FORMS if f.fits(s) and (mesh == t.mesh or f.other_mesh)
+             and not (mesh == t.mesh and f.is_of(t) and f.name == "replicated")]
+    for _ in range(3):  # a set that moves nothing is a copy, not a resharding: draw again, a few times
+        got = typed(m, s, m.c.pick(forms).place(m, s))
+        if is_resharding(t, got):
+            break
+    return got
+
+
+def tail_axes(m: Maker, rank: int) -> tuple[Axis, ...]:
+    """Static extents, or symbols the program's inputs bind already: a tail adds no
+    binding, so a seed's program keeps its cases (one per binding)."""
+    room, axes = BUDGET, []
+    symbols = m.bound_symbols()
+    for _ in range(rank):
+        fit = [e for e in symbols if max(m.values[e]) <= room]
+        e = m.c.pick(fit) if fit and m.c.maybe(40) else m.c.pick([e for e in STATIC if e <= room])
+        room //= max(1, m.largest(e))
+        axes.append(Axis(e))
+    return tuple(axes)
+
+
+def forms_tail(m: Maker) -> list[Value]:
+    """The tail's results, or none (the simplest draw)."""
+    c = m.c
+    if not c.maybe(PERCENT):
+        return []
+    meshes = [draw_mesh(m, 0)] + ([draw_mesh(m, 1)] if c.maybe(40) else [])
+    dtype = c.pick(("f32", "i32", "f64", "bool", "f16", "i64", "bf16", "u8"))
+    axes = tail_axes(m, 1 + c.below(3))
+    x = source_value(m, Source(dtype, axes, meshes[0]))
+    out = []
+    for _ in c.items(1, MAX_SETS, 40):
+        x = x.set(**m.out(target(m, x, meshes)))
+        out.append(x)
+    return [v for v in out[:-1] if c.maybe(30)] + [out[-1]]
