@@ -65,11 +65,9 @@ def _own_size_offsets(x: np.ndarray, n: int, axis: int) -> list[np.ndarray]:
     return out
 
 
-# In one process only: under mpiexec its wrong cuts make the ranks of a nest's all_to_all
-# (nested_2d_uneven) disagree on what is sent, and the table stalls until REFIR_MPI_TIMEOUT
-# ends it (2026-12-02; to look into: the MPI transport should refuse a piece of the wrong size).
-@mutant("a short block's offset is its device index times its own size, not times ceil(E/n)", by="values",
-        transport="in-process")
+# Under mpiexec its wrong cuts fail some ranks' local steps (shard_c1) while a peer waits in a
+# nest's all_to_all (nested_2d_uneven): refir.world.rank_failures ends that wait at once.
+@mutant("a short block's offset is its device index times its own size, not times ceil(E/n)", by="values")
 def block_offset_from_own_size() -> Iterator[None]:
     def slice_block(step: Step, device: int, x: np.ndarray, src: TensorType) -> np.ndarray:
         index = []
