@@ -114,9 +114,15 @@ def all_to_all_array_split() -> Iterator[None]:
 
     def remote(t: Any, op: Any, team: Team, x: np.ndarray, src: TensorType, dst: TensorType) -> np.ndarray:
         # Pieces travel as Python objects, so the wrong sizes cannot break MPI's
-        # protocol (a hang); they show in the result's shape.
+        # protocol (a hang); they show in the result's shape. Every member's pieces
+        # go to every member through a bounded wait, which also hears of a rank that
+        # failed in the run (refir.world.rank_failures), as mpi4py's blocking
+        # alltoall would not: a member that refused a wrong-shaped block stalls nobody.
+        from refir.world.mpi_job import allgather_obj
+
         comm = t.team_comm(team.devices)
-        return np.concatenate(comm.alltoall(pieces(x, comm.size, op.split_axis)), axis=op.concat_axis)
+        every = allgather_obj(comm, pieces(x, comm.size, op.split_axis), "an all_to_all's pieces")
+        return np.concatenate([p[comm.rank] for p in every], axis=op.concat_axis)
 
     mpi = mpi_rules()
     with mock.patch.dict(interp.collectives.EXCHANGES, {ops.AllToAll: local}), \
