@@ -19,13 +19,19 @@ from interp.spmd import execute
 from refir.lowering.lower import Lowered
 from refir.running.bindings import check_local_inputs
 from refir.world.backend_types import Shards
-from refir.world.ranks import World
+from refir.world.ranks import World, watched_run
 
 
 def run_gpu(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: World,
             keep: Shards | None = None) -> Shards:
     """With `keep`, every input's and step's device buffers are read back into
     it as the step that made them ends (`trace --backend gpu`)."""
+    with watched_run(world):  # under MPI: a failure here ends the others' waits at once, and theirs this one's
+        return _run_gpu(lowered, inputs, scalars, world, keep)
+
+
+def _run_gpu(lowered: Lowered, inputs: Shards, scalars: dict[str, int], world: World,
+             keep: Shards | None) -> Shards:
     check_local_inputs(lowered.checked, inputs, scalars)
     announce(world.rank)
     use_device(world.comm)

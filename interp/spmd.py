@@ -119,6 +119,8 @@ def execute(lowered: Lowered, inputs: dict[str, Buffers], scalars: Bindings, loc
                 for name in dropped:
                     del scope[name]
             except Exception as exc:  # named after the equation it came from
+                if getattr(exc, "heard", False):  # another rank's failure (refir.world.rank_failures): its words
+                    raise
                 rank = hosted[0] if len(hosted) == 1 else None
                 kind = "" if isinstance(exc, RefirError) else type(exc).__name__
                 raise RunError(describe_eqn(lowered.checked, step.eqn, _what(step, exc, kind), rank)) from exc

@@ -297,6 +297,12 @@ def main(argv: list[str] | None = None) -> int:
             if world.is_root:
                 sys.stderr.write(f"error: {message}\n")
             return 2
+        # Another rank failed in this run and told this one (refir.world.rank_failures): that
+        # rank prints why and ends the job; this one stays quiet, ending it too should that not come.
+        if getattr(exc, "heard", False):
+            time.sleep(5)
+            world.comm.Abort(2)
+            return 2
         # Anything else may have struck this rank alone: end the others too.
         text = message.removeprefix(f"rank {world.rank}: ")
         sys.stderr.write(f"rank {world.rank}: error: {text}\n")

@@ -1,4 +1,5 @@
-"""Helpers for tests: the shared examples, and launching mpiexec."""
+"""Helpers for tests: the shared examples, launching mpiexec, and a program's
+run on a backend checked against numpy, block by block."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +48,41 @@ def example_params() -> list:
     if not EXAMPLES:
         return [pytest.param(None, id="shared-absent", marks=pytest.mark.skip(reason=NO_SHARED))]
     return [pytest.param(p, id=p.stem) for p in EXAMPLES]
+
+
+BACKENDS = ("global", "spmd", "gpu")  # gpu: under the CUDA simulator where there is no GPU
+
+
+def assert_blocks(t: Any, shards: dict[int, np.ndarray], whole: np.ndarray, bindings: dict[str, int],
+                  any_tiny_strides: bool = True) -> None:
+    """Every device's buffer of a value of type `t` is its block of `whole`:
+    the shape its type gives under `bindings`, the values, and the strides of a
+    dense buffer in the type's declared layout (with `any_tiny_strides`, a
+    buffer of one element or none may have any: nothing reads them)."""
+    from refir.ir.types import block_slices, dense_strides, local_shape
+
+    for d, buf in shards.items():
+        shape = local_shape(t, bindings, d)
+        assert buf.shape == shape, (d, buf.shape, shape)
+        np.testing.assert_array_equal(buf, whole[block_slices(t, d, whole.shape)], err_msg=f"device {d}")
+        if buf.size > 1 or not any_tiny_strides:
+            assert buf.strides == dense_strides(shape, t.order, buf.itemsize), (d, buf.strides)
+
+
+def assert_runs_as(program: Any, inputs: dict[str, np.ndarray], want: np.ndarray, backend: str,
+                   bindings: dict[str, int] | None = None, result: str = "y", **run: Any) -> Any:
+    """refir.run(program, inputs, backend, **run) gives `want` as `result`
+    (its dtype, shape and every value); off the global backend, every device's
+    buffer of it is its block (assert_blocks). Returns the RunResult."""
+    import refir
+
+    got = refir.run(program, inputs, backend=backend, **run)
+    out = got.outputs[result]
+    assert (out.dtype, out.shape) == (want.dtype, want.shape), (backend, out.dtype, out.shape)
+    np.testing.assert_array_equal(out, want, err_msg=backend)
+    if backend != "global":
+        assert_blocks(got.lowered.types[result], got.shards[result], want, bindings or {})
+    return got
 
 
 def mpiexec() -> str:

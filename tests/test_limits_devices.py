@@ -1,7 +1,7 @@
 """Limits that fit each command (issue 30, docs/spec.md §12.2): a mesh of 65,536
 devices is checked, lowered and explained in time linear in the devices
 (devices_c2); a run is bounded by the memory it allocates, not by a device count
-below REFIR_MAX_DEVICES (devices_c3). devices_c1 is in tests/test_verify.py."""
+below REFIR_MAX_DEVICES (devices_c3). devices_c1 is in tests/test_verify_types.py."""
 
 from __future__ import annotations
 

@@ -5,10 +5,9 @@ buffer in the block and strides its type gives, and one run under mpiexec."""
 
 import numpy as np
 import pytest
-from helpers import run_mpi
+from helpers import BACKENDS, assert_runs_as, run_mpi
 
 import refir
-from refir.ir.types import block_slices, dense_strides, local_shape
 
 MESH = "mesh m = [0, 1, 2, 3]\n"
 CASES = {
@@ -53,26 +52,14 @@ def inputs(checked, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
-@pytest.mark.parametrize("backend", ["global", "spmd", "gpu"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_matmul_of_any_ranks_agrees_with_numpy(name, backend):
     checked = refir.verify(refir.parse(program(name)))
     xs = inputs(checked, 7)
     with np.errstate(over="ignore"):
         want = CASES[name][2](*xs.values())
-    got = refir.run(checked.program, xs, backend=backend)
-    y = got.outputs["y"]
-    assert y.dtype == want.dtype and y.shape == want.shape
-    np.testing.assert_array_equal(y, want)
-    if backend == "global":
-        return
-    t = got.lowered.types["y"]
-    for d, buf in got.shards["y"].items():
-        shape = local_shape(t, {}, d)
-        assert buf.shape == shape
-        np.testing.assert_array_equal(buf, want[block_slices(t, d, want.shape)])
-        if buf.size > 1:
-            assert buf.strides == tuple(s * buf.itemsize for s in dense_strides(shape, t.order, 1))
+    assert_runs_as(checked.program, xs, want, backend)
 
 
 def test_lowering_of_a_sharded_contraction_names_its_collective():

@@ -1,6 +1,6 @@
 """Partial values as types (docs/spec.md §3.3): text, builder, lowering, the terms
 each device holds, and every backend's results (the verifier's refusals are in
-test_verify.py, test_partial_c1..c5)."""
+test_verify_partial.py, test_partial_c1..c5)."""
 
 import numpy as np
 import pytest

@@ -14,9 +14,8 @@ import pytest
 import refir
 from refir.frontends.builder import Builder
 from refir.ir import ops
-from refir.ir.types import block_slices, dense_strides, local_shape
 from refir.lowering.lower import lower
-from tests.helpers import run_mpi
+from tests.helpers import BACKENDS, assert_runs_as, run_mpi
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {
@@ -56,23 +55,12 @@ def test_the_verifier_infers_the_extent_and_hands_it_on(name):
     assert [ops.op_name(s.op) for s in lower(checked).steps if s.is_communication] == []  # local
 
 
-@pytest.mark.parametrize("backend", ["global", "spmd", "gpu"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_every_backend_agrees_with_numpy(name, backend):
     xs = inputs(name)
-    want = xs["x"].reshape(CASES[name][5])
-    got = refir.run(program(name), xs, backend=backend, world=4, keep="all" if backend != "global" else None)
-    y = got.outputs["y"]
-    assert y.dtype == want.dtype and np.array_equal(y, want)
-    if backend == "global":
-        return
-    t = got.lowered.types["y"]
-    for d, buf in got.shards["y"].items():
-        shape = local_shape(t, CASES[name][3], d)
-        assert buf.shape == shape
-        np.testing.assert_array_equal(buf, want[block_slices(t, d, want.shape)])
-        if buf.size > 1:
-            assert buf.strides == tuple(s * buf.itemsize for s in dense_strides(shape, t.order, 1))
+    assert_runs_as(program(name), xs, xs["x"].reshape(CASES[name][5]), backend, CASES[name][3], world=4,
+                   keep="all" if backend != "global" else None)
 
 
 def test_builder_and_printer_keep_the_minus_one():
@@ -90,7 +78,7 @@ def test_builder_and_printer_keep_the_minus_one():
 
 def test_a_symbol_bound_to_zero_keeps_the_inferred_extent():
     text = "mesh m = [0]\nfunc main(x: f32[S, 8]) {\n  y = reshape(x, [S, -1])\n  return y\n}\n"
-    for backend in ("global", "spmd", "gpu"):
+    for backend in BACKENDS:
         y = refir.run(text, {"x": np.zeros((0, 8), np.float32)}, backend=backend).outputs["y"]
         assert y.shape == (0, 8), backend
 
@@ -113,5 +101,5 @@ def test_the_generator_writes_minus_one_and_those_programs_agree_on_every_backen
                                          for e in generate(RandomDraw(0, i)).program.funcs[0].eqns)]
     assert found
     for case in drawn(0, found[0]):
-        for outcome in check_case(case, ["global", "spmd", "gpu"]):
+        for outcome in check_case(case, list(BACKENDS)):
             assert outcome.status == "pass", outcome

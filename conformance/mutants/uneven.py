@@ -65,11 +65,9 @@ def _own_size_offsets(x: np.ndarray, n: int, axis: int) -> list[np.ndarray]:
     return out
 
 
-# In one process only: under mpiexec its wrong cuts make the ranks of a nest's all_to_all
-# (nested_2d_uneven) disagree on what is sent, and the table stalls until REFIR_MPI_TIMEOUT
-# ends it (2026-12-02; to look into: the MPI transport should refuse a piece of the wrong size).
-@mutant("a short block's offset is its device index times its own size, not times ceil(E/n)", by="values",
-        transport="in-process")
+# Under mpiexec its wrong cuts fail some ranks' local steps (shard_c1) while a peer waits in a
+# nest's all_to_all (nested_2d_uneven): refir.world.rank_failures ends that wait at once.
+@mutant("a short block's offset is its device index times its own size, not times ceil(E/n)", by="values")
 def block_offset_from_own_size() -> Iterator[None]:
     def slice_block(step: Step, device: int, x: np.ndarray, src: TensorType) -> np.ndarray:
         index = []
@@ -116,9 +114,15 @@ def all_to_all_array_split() -> Iterator[None]:
 
     def remote(t: Any, op: Any, team: Team, x: np.ndarray, src: TensorType, dst: TensorType) -> np.ndarray:
         # Pieces travel as Python objects, so the wrong sizes cannot break MPI's
-        # protocol (a hang); they show in the result's shape.
+        # protocol (a hang); they show in the result's shape. Every member's pieces
+        # go to every member through a bounded wait, which also hears of a rank that
+        # failed in the run (refir.world.rank_failures), as mpi4py's blocking
+        # alltoall would not: a member that refused a wrong-shaped block stalls nobody.
+        from refir.world.mpi_job import allgather_obj
+
         comm = t.team_comm(team.devices)
-        return np.concatenate(comm.alltoall(pieces(x, comm.size, op.split_axis)), axis=op.concat_axis)
+        every = allgather_obj(comm, pieces(x, comm.size, op.split_axis), "an all_to_all's pieces")
+        return np.concatenate([p[comm.rank] for p in every], axis=op.concat_axis)
 
     mpi = mpi_rules()
     with mock.patch.dict(interp.collectives.EXCHANGES, {ops.AllToAll: local}), \

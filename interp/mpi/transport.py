@@ -48,9 +48,10 @@ from interp.mpi.layout import block_shapes, displacements, moved_first
 from interp.mpi.plans import PLANS, planned
 from interp.sentinel import empty_bytes
 from interp.transport import rank_part
+from refir.errors import RunError
 from refir.ir import ops
 from refir.ir.tables import registrar
-from refir.ir.types import TensorType, local_shape
+from refir.ir.types import SHARD_C1, TensorType, local_shape
 from refir.lowering import teams as team_forming
 from refir.lowering.teams import Team, teams_of
 from refir.world.mpi_job import COMMS, fault, wait
@@ -93,6 +94,7 @@ class _Call:
     form: Callable[..., object]
     devices: tuple[int, ...]
     run: Callable[[MPI.Comm, np.ndarray], np.ndarray] | None
+    block: tuple[int, ...] | None  # the shape this rank's block has by src (None: it holds none)
 
     def serves(self, op: ops.Communication, src: TensorType, dst: TensorType, rule: Callable[..., object]) -> bool:
         return self.op is op and self.src is src and self.dst is dst and self.rule is rule \
@@ -123,8 +125,11 @@ class MpiTransport:
         call = self.calls.get((id(op), id(src), id(dst)))
         if call is None or not call.serves(op, src, dst, rule):
             call = self._call(op, src, dst, rule)
+        x = buffers.get(self.rank)
+        if x is not None and x.shape != call.block:
+            raise RunError(self._refused(op, src, x, call.block))
         if call.run is not None:  # a planned collective under its own rule: straight to the plan
-            return {self.rank: call.run(self.team_comm(call.devices), buffers[self.rank])}
+            return {self.rank: call.run(self.team_comm(call.devices), x)}
         return rank_part(self.rank, op, src, dst, buffers, lambda team, x: rule(self, op, team, x, src, dst))
 
     def _call(self, op: ops.Communication, src: TensorType, dst: TensorType, rule: Rule) -> _Call:
@@ -134,11 +139,22 @@ class MpiTransport:
         if rule is PLANNED_RULES.get(type(op)) and len(mine) == 1 and self.rank in mine[0].senders \
                 and self.rank in mine[0].receivers:
             run = planned(op, src, mine[0], self.rank)
-        call = _Call(op, src, dst, rule, team_forming.teams, mine[0].devices if run else (), run)
+        block = local_shape(src, {}, self.rank) if self.rank in src.mesh else None
+        call = _Call(op, src, dst, rule, team_forming.teams, mine[0].devices if run else (), run, block)
         if len(self.calls) >= 256:  # a long-lived process runs many programs
             self.calls.clear()
         self.calls[(id(op), id(src), id(dst))] = call
         return call
+
+    def _refused(self, op: ops.Communication, src: TensorType, x: np.ndarray, want: tuple[int, ...] | None) -> str:
+        """Why this rank sends nothing: every peer sizes what it receives from
+        the types, so a block of another size would leave them waiting for
+        bytes that never come (or overrun their buffers)."""
+        if want is None:
+            return f"rank {self.rank}: {ops.op_name(op)} is handed a block, and {src} gives this rank none [{SHARD_C1}]"
+        size = prod(want) * x.dtype.itemsize
+        return (f"rank {self.rank}: {ops.op_name(op)} refuses a block of shape {x.shape} ({x.nbytes} bytes): "
+                f"{src} gives this rank {want} ({size} bytes), which its peers expect [{SHARD_C1}]")
 
     # ---- building blocks ---------------------------------------------------------------
 
@@ -148,8 +164,18 @@ class MpiTransport:
 
     def recv_shape(self, source: int, rank: int) -> tuple[int, ...]:
         header = np.empty(rank, np.int64)
-        wait(self.comm.Irecv(header, source=source, tag=HEADER_TAG), "a shape header")
+        req = self.comm.Irecv(header, source=source, tag=HEADER_TAG)
+        self.received(req, header, f"a shape header from rank {source}")
         return tuple(int(n) for n in header)
+
+    def received(self, req: MPI.Request, buf: np.ndarray, what: str) -> None:
+        """Wait for a point-to-point receive into `buf`, sized from the types,
+        and refuse a message of another length (a longer one MPI refuses
+        itself, as truncated): its status says, no extra round."""
+        status = MPI.Status()
+        wait(req, what, status)
+        if (got := status.Get_count(MPI.BYTE)) != buf.nbytes:
+            raise RunError(f"rank {self.rank}: {what} brought {got} bytes, where the types give {buf.nbytes}")
 
     def shape_from(self, comm: MPI.Comm, root: int, x: np.ndarray | None, rank: int) -> tuple[int, ...]:
         """The shape of the root's buffer, for members that hold none."""
@@ -300,7 +326,10 @@ def _send_recv(t: MpiTransport, op: ops.SendRecv, team: Team, x: Arr, src: Tenso
         t.send_shape(x.shape, r)
         wait(t.comm.Isend(to_bytes(x), dest=r, tag=DATA_TAG), "a send")
         return None
-    shape = t.recv_shape(s, src.rank)
-    buf = empty_bytes(int(np.prod(shape)) * src.np_dtype.itemsize, src.np_dtype)
-    wait(t.comm.Irecv(buf, source=s, tag=DATA_TAG), "a receive")
+    shape, want = t.recv_shape(s, src.rank), local_shape(src, {}, s)
+    if shape != want:
+        raise RunError(f"rank {t.rank}: send_recv from rank {s} brings a block of shape {shape}, where {src} gives "
+                       f"rank {s} {want} [{SHARD_C1}]")
+    buf = empty_bytes(prod(shape) * src.np_dtype.itemsize, src.np_dtype)
+    t.received(t.comm.Irecv(buf, source=s, tag=DATA_TAG), buf, f"send_recv's block from rank {s}")
     return from_bytes(buf, shape, src.np_dtype)

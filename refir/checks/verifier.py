@@ -1,7 +1,7 @@
 """The verifier: type inference for every op and the spec's labelled constraints.
 
 Each check cites its constraint (`# permute_c1`) as written in docs/spec.md, and
-tests/test_verify.py holds a negative test of the same name.
+one of tests/test_verify_*.py holds a negative test of the same name.
 """
 
 from __future__ import annotations

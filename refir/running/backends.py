@@ -18,7 +18,7 @@ from refir.ir.program_cache import Memo
 from refir.lowering.lower import Lowered
 from refir.running.bindings import check_world, devices_needed
 from refir.world.backend_types import Backend, Shards
-from refir.world.ranks import World, local_world, mpi_world
+from refir.world.ranks import World, local_world, mpi_world, watched_run
 
 
 def backend_named(name: str) -> Backend:
@@ -46,7 +46,8 @@ def _reported(name: str, backend: Backend) -> Backend:
 
     def call(lowered: Lowered, inputs: Shards, bindings: dict[str, int], world: World) -> Shards:
         try:
-            out = backend(lowered, inputs, bindings, world)
+            with watched_run(world):  # under MPI, one rank's failure ends every rank's run at once
+                out = backend(lowered, inputs, bindings, world)
         except RefirError:
             raise
         except Exception as exc:

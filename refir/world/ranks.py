@@ -10,6 +10,7 @@ import os
 import sys
 import time
 import traceback
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +77,17 @@ def say(text: str) -> None:
         # No trailing spaces: piped output compares and diffs cleanly.
         sys.stdout.write("\n".join(line.rstrip() for line in text.split("\n")) + "\n")
         sys.stdout.flush()
+
+
+def watched_run(world: World) -> AbstractContextManager[None]:
+    """Around one run of a backend: under MPI, a failure of this rank is told
+    to the others and another's ends this rank's waits at once
+    (refir.world.rank_failures); in one process, nothing."""
+    if world.comm is None:
+        return nullcontext()
+    from refir.world.rank_failures import watched
+
+    return watched()
 
 
 def abort_on_error(main: Any) -> int:
