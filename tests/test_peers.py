@@ -211,3 +211,35 @@ def test_jax_cases_divide_and_the_sweep_runs(capsys, tmp_path):
                     assert n % c.view_shape[i_ % len(c.view_shape)] == 0
     assert main(["peer", "jax", "--cases", "3", "--save", str(tmp_path)]) == 0
     assert "refir and jax agree" in capsys.readouterr().out
+
+
+@needs_torch
+def test_the_dtensor_sweep_draws_strided_shards_and_a_wrong_split_factor_is_caught(monkeypatch):
+    """Cases 31, 53, 119 of seed 0 draw _StridedShard (refir's interleaved axes, spec §3.4) and agree;
+    refir planted with split factor + 1 on its target is caught as refir's, never as a known bug."""
+    from refir.frontends.dtensor import StridedShard
+
+    peer = load_peer("dtensor")
+    picks = [drawn(peer, 0, i) for i in (31, 53, 119)]
+    assert [(c.src, c.dst, c.shape) for c in picks] == [
+        ((Replicate(),), (StridedShard(2, 2),), (3, 1, 3)), ((StridedShard(1, 3),), (Shard(1),), (5, 4, 3)),
+        ((Shard(1),), (StridedShard(2, 2),), (7, 7, 1))]
+    for c in picks:
+        assert check(peer, c).status == "agree", c.label()
+    fsdp_tp = case(src=(StridedShard(0, 2), Shard(0)), dst=(Replicate(), Replicate()), shape=(7, 3))
+    assert check(peer, fsdp_tp).status == "agree"
+    wrong = case(src=(StridedShard(0, 2), Replicate()), dst=(Replicate(), Shard(0)), shape=(12, 2))
+    refused = case(src=(StridedShard(0, 2), Shard(0)), dst=(Shard(0), StridedShard(0, 2)), shape=(12, 2))
+    assert check(peer, wrong).triage == "peer-bug:dtensor-strided-redistribute-wrong-blocks"
+    assert check(peer, refused).triage == "peer-bug:dtensor-strided-redistribute-raises"
+
+    real = refir_side.redistribute_program
+
+    def off_by_one(mesh, shape, src, dst, *args, **kw):
+        dst = tuple(StridedShard(p.dim, p.split_factor + 1) if isinstance(p, StridedShard) else p for p in dst)
+        return real(mesh, shape, src, dst, *args, **kw)
+
+    monkeypatch.setattr(refir_side, "redistribute_program", off_by_one)
+    o = check(peer, picks[0])
+    assert o.status == "differ" and o.triage == "refir" and "refir" in o.problems[0], o.problems
+    assert check(peer, refused).triage == "both"  # refir wrong too: not DTensor's known bug
