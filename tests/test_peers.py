@@ -214,7 +214,7 @@ def test_jax_cases_divide_and_the_sweep_runs(capsys, tmp_path):
 
 
 @needs_torch
-def test_the_dtensor_sweep_draws_strided_shards_and_a_wrong_split_factor_is_caught(monkeypatch):
+def test_the_dtensor_sweep_draws_strided_shards_and_a_wrong_split_factor_is_caught(monkeypatch, tmp_path):
     """Cases 31, 53, 119 of seed 0 draw _StridedShard (refir's interleaved axes, spec §3.4) and agree;
     refir planted with split factor + 1 on its target is caught as refir's, never as a known bug."""
     from refir.frontends.dtensor import StridedShard
@@ -232,6 +232,10 @@ def test_the_dtensor_sweep_draws_strided_shards_and_a_wrong_split_factor_is_caug
     refused = case(src=(StridedShard(0, 2), Shard(0)), dst=(Shard(0), StridedShard(0, 2)), shape=(12, 2))
     assert check(peer, wrong).triage == "peer-bug:dtensor-strided-redistribute-wrong-blocks"
     assert check(peer, refused).triage == "peer-bug:dtensor-strided-redistribute-raises"
+    from conformance.peers.sweep import write_reproducer
+
+    assert write_reproducer(peer, wrong, tmp_path, "wrong")[1] == "fails"  # the script writes _S(d,sf) too
+    assert write_reproducer(peer, fsdp_tp, tmp_path, "fsdp_tp")[1].startswith("passes")
 
     real = refir_side.redistribute_program
 
