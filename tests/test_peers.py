@@ -212,3 +212,42 @@ def test_jax_cases_divide_and_the_sweep_runs(capsys, tmp_path):
                     assert n % c.view_shape[i_ % len(c.view_shape)] == 0
     assert main(["peer", "jax", "--cases", "3", "--save", str(tmp_path)]) == 0
     assert "refir and jax agree" in capsys.readouterr().out
+
+
+@needs_torch
+def test_the_dtensor_sweep_draws_strided_shards_and_a_wrong_split_factor_is_caught(monkeypatch, tmp_path):
+    """The first drawn _StridedShard cases of seed 0 (refir's interleaved axes, spec §3.4) agree or are
+    DTensor's known strided entries; refir planted with split factor + 1 on its target is caught as
+    refir's, never as a known bug."""
+    from refir.frontends.dtensor import StridedShard
+
+    peer = load_peer("dtensor")
+    drawn_ = (drawn(peer, 0, i) for i in range(200))
+    picks = [c for c in drawn_ if any(isinstance(p, StridedShard) for p in c.src + c.dst)][:3]
+    assert len(picks) == 3 and all(c.kind == "reshard" for c in picks)
+    for c in picks:
+        o = check(peer, c)
+        assert o.status == "agree" or o.triage.startswith("peer-bug:dtensor-strided"), (c.label(), o.problems)
+    fsdp_tp = case(src=(StridedShard(0, 2), Shard(0)), dst=(Replicate(), Replicate()), shape=(7, 3))
+    assert check(peer, fsdp_tp).status == "agree"
+    wrong = case(src=(StridedShard(0, 2), Replicate()), dst=(Replicate(), Shard(0)), shape=(12, 2))
+    refused = case(src=(StridedShard(0, 2), Shard(0)), dst=(Shard(0), StridedShard(0, 2)), shape=(12, 2))
+    assert check(peer, wrong).triage == "peer-bug:dtensor-strided-redistribute-wrong-blocks"
+    assert check(peer, refused).triage == "peer-bug:dtensor-strided-redistribute-raises"
+    from conformance.peers.sweep import write_reproducer
+
+    assert write_reproducer(peer, wrong, tmp_path, "wrong")[1] == "fails"  # the script writes _S(d,sf) too
+    assert write_reproducer(peer, fsdp_tp, tmp_path, "fsdp_tp")[1].startswith("passes")
+
+    planted = case(root=(4,), dims=(0,), src=(Replicate(),), dst=(StridedShard(0, 2),), shape=(7, 3))
+    assert check(peer, planted).status == "agree"
+    real = refir_side.redistribute_program
+
+    def off_by_one(mesh, shape, src, dst, *args, **kw):
+        dst = tuple(StridedShard(p.dim, p.split_factor + 1) if isinstance(p, StridedShard) else p for p in dst)
+        return real(mesh, shape, src, dst, *args, **kw)
+
+    monkeypatch.setattr(refir_side, "redistribute_program", off_by_one)
+    o = check(peer, planted)
+    assert o.status == "differ" and o.triage == "refir" and "refir" in o.problems[0], o.problems
+    assert check(peer, refused).triage == "both"  # refir wrong too: not DTensor's known bug

@@ -27,6 +27,7 @@ EVEN_ONLY = False
 FEATURES = ("root", "slice", "flatten")
 KINDS = ("reshard", "op")
 NESTS = True
+STRIDED = True  # draws _StridedShard placements (refir's interleaved axes, spec §3.4)
 _WORLD: list[int] = []  # the fake group's world size, once initialised
 
 
@@ -184,6 +185,27 @@ def run(case: PeerCase) -> PeerResult:
         # the result where DTensor put it, compared unless partial or a placement refir has no type for yet
         own_blocks = None if own is None or any(isinstance(p, Partial) for p in own) else _blocks(z, mesh, ranks)
         return PeerResult(_blocks(z.redistribute(mesh, dst), mesh, ranks), own, own_blocks)
+
+
+def distributed(case: PeerCase, placements: tuple[Placement, ...]) -> Blocks:
+    """DTensor's own blocks of the case's value at `placements` (not partial):
+    `distribute_tensor` of each group's value, every rank cutting its block itself
+    (src_data_rank=None), no redistribute. Where a redistribute to the same
+    placements gives other blocks, DTensor disagrees with itself (known.py)."""
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.distributed.tensor import distribute_tensor
+
+    from conformance.peers.spec import meaning
+
+    _world(case.world)
+    groups = case.groups()
+    group_of = {r: g for g, group in enumerate(groups) for r in group}
+    values = [meaning(case, group_inputs(case, g)) for g in range(len(groups))]
+    with LocalTensorMode(case.world) as lm:
+        mesh = view_mesh(case)
+        x = distribute_tensor(lm.rank_map(lambda r: to_torch(values[group_of[r]])), mesh,
+                              [placement(p) for p in placements], src_data_rank=None)
+        return _blocks(x, mesh, sorted(group_of))
 
 
 def shaped(case: PeerCase) -> Callable[..., Any]:

@@ -177,6 +177,8 @@ def draw_case(c: Chooser, peer: object) -> PeerCase:
     shape = _extents(c, rank, sizes, (src, dst), peer.EVEN_ONLY)
     if kind == "reshard" and getattr(peer, "NESTS", False) and ndim_view > 1 and c.maybe(30):
         src, dst = _nested(c, rank, ndim_view, src, dst)  # drawn last: the cases without a nest stay as they were
+    if kind == "reshard" and getattr(peer, "STRIDED", False) and c.maybe(25):
+        src, dst = _strided(c, rank, ndim_view, src, dst)  # drawn after the nest: cases without one stay too
     if getattr(peer, "LAYER_OPS", ()) and c.maybe(LAYER_PERCENT // 2):  # likewise: a layer op, even (JAX)
         return _even(_draw_layer(c, root, view, dims, dtype, sizes, seed, peer.LAYER_OPS, least=1))
     return PeerCase(kind, root, view, dims, dtype, shape, src, dst, seed=seed)
@@ -192,6 +194,27 @@ def _nested(c: Chooser, rank: int, n: int, src: tuple[Placement, ...],
     j = (i + 1 + c.below(n - 1)) % n
     ps[i] = ps[j] = Shard(c.below(rank))
     return (tuple(ps), dst) if side == 0 else (src, tuple(ps))
+
+
+def _strided(c: Chooser, rank: int, n: int, src: tuple[Placement, ...],
+             dst: tuple[Placement, ...]) -> tuple[tuple[Placement, ...], tuple[Placement, ...]]:
+    """The source, the target or both with a `_StridedShard(d, sf)` (sf 2 or 3,
+    refir's interleaved axis, spec §3.4) on one mesh dim: alone, or with Shard(d)
+    or a second _StridedShard(d, sf') on another mesh dim (FSDP2 over TP gives
+    `[_StridedShard(0, sf=2), Shard(0)]`); any other mesh dim that held d is freed."""
+    sides = [list(src), list(dst)]
+    for side in ((0,), (1,), (0, 1))[c.below(3)]:
+        ps = sides[side]
+        form = c.below(3) if n > 1 else 0  # alone, with Shard, with another _StridedShard
+        i, d = c.below(n), c.below(rank)
+        for k, p in enumerate(ps):
+            if isinstance(p, (Shard, StridedShard)) and p.dim == d:
+                ps[k] = Replicate()
+        ps[i] = StridedShard(d, 2 + c.below(2))
+        if form:
+            j = (i + 1 + c.below(n - 1)) % n
+            ps[j] = Shard(d) if form == 1 else StridedShard(d, 2 + c.below(2))
+    return tuple(sides[0]), tuple(sides[1])
 
 
 def _subsets(n: int, k: int) -> list[tuple[int, ...]]:

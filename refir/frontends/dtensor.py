@@ -38,7 +38,6 @@ from refir.ir.types import (
     TensorType,
     as_shard,
     block_index,
-    block_slices,
     entries_of,
     shard_text,
 )
@@ -193,8 +192,8 @@ def local_block(t: TensorType, value: np.ndarray, device: int, contributions: np
     if t.partial:
         if contributions is None:
             raise InputError("a partial DTensor's blocks come from its contributions")
-        c = contributions_type(t)
-        return contributions[block_slices(c, device, contributions.shape)][(0,) * len(t.partial)]
+        c = contributions_type(t)  # block_index: an interleaved axis's runs (§3.4) too
+        return contributions[block_index(c, device, contributions.shape)][(0,) * len(t.partial)]
     return value[block_index(t, device, value.shape)]
 
 
