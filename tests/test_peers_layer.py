@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from conformance.peers import layer_ops, load_peer, refir_side
+from conformance.peers.block_compare import _same
 from conformance.peers.known import placement_differences
 from conformance.peers.spec import Block, PeerCase, expected, group_inputs
-from conformance.peers.sweep import _same, check, differences, drawn
+from conformance.peers.sweep import check, differences, drawn
 from refir.frontends.dtensor import Partial, Replicate, Shard
 from refir.ir.types import BF16
 

@@ -39,7 +39,7 @@ def _dtensor_holds(case: PeerCase, placements: tuple[Placement, ...]) -> bool:
     """Whether DTensor's own distribute_tensor at these placements gives every rank
     the meaning's block (refir's rule): DTensor and refir read the placements alike."""
     from conformance.peers import dtensor_peer
-    from conformance.peers.sweep import differences
+    from conformance.peers.block_compare import differences
 
     try:
         got = dtensor_peer.distributed(case, placements)

@@ -186,8 +186,7 @@ def draw_case(c: Chooser, peer: object) -> PeerCase:
 
 def _nested(c: Chooser, rank: int, n: int, src: tuple[Placement, ...],
             dst: tuple[Placement, ...]) -> tuple[tuple[Placement, ...], tuple[Placement, ...]]:
-    """The source or the target with one tensor dim on two mesh dims (a nest):
-    Shard(d) on mesh dims i and j, whatever they held."""
+    """The source or the target with one tensor dim on two mesh dims (a nest): Shard(d) on i and j."""
     side = c.below(2)
     ps = list((src, dst)[side])
     i = c.below(n)
@@ -198,9 +197,8 @@ def _nested(c: Chooser, rank: int, n: int, src: tuple[Placement, ...],
 
 def _strided(c: Chooser, rank: int, n: int, src: tuple[Placement, ...],
              dst: tuple[Placement, ...]) -> tuple[tuple[Placement, ...], tuple[Placement, ...]]:
-    """The source, the target or both with a `_StridedShard(d, sf)` (sf 2 or 3,
-    refir's interleaved axis, spec §3.4) on one mesh dim: alone, or with Shard(d)
-    or a second _StridedShard(d, sf') on another mesh dim (FSDP2 over TP gives
+    """The source, the target or both with a `_StridedShard(d, sf)` (sf 2 or 3, §3.4) on one mesh
+    dim: alone, or with Shard(d) or another _StridedShard(d) on another (FSDP2 over TP:
     `[_StridedShard(0, sf=2), Shard(0)]`); any other mesh dim that held d is freed."""
     sides = [list(src), list(dst)]
     for side in ((0,), (1,), (0, 1))[c.below(3)]:
