@@ -176,3 +176,19 @@ def refused(capsys: pytest.CaptureFixture, *args: object) -> str:
     assert [line for line in err.splitlines() if line.startswith("error: ")] == [err.splitlines()[0]], err
     assert "Traceback" not in err, err
     return err
+
+
+def fake_blas(batched: bool = False) -> Any:
+    """A gemm.Cublas with no GPU behind it: fixed handle, algo, types and compute types,
+    so a test sees the exact arguments refir would hand cuBLAS; `batched` gives it cupy's
+    strided-batched wrapper (a cupy without one makes no batched call)."""
+    from gpu_backend.kernels import gemm
+
+    blas = gemm.Cublas.__new__(gemm.Cublas)
+    blas.types, blas.chars = {"f": 0, "d": 1}, {0: "f", 1: "d"}
+    blas.handle, blas.algo = (lambda: 7), 99
+    blas.scalars = {c: (np.ones(1, c), np.zeros(1, c)) for c in "fd"}
+    blas.compute_type = lambda char: 68 if char == "f" else 70
+    if batched:
+        blas.gemm_batched = lambda *args: None
+    return blas

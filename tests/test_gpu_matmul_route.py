@@ -7,6 +7,7 @@ where the GEMM routes run the tiled kernel on the very views the GEMM takes."""
 
 import numpy as np
 import pytest
+from helpers import fake_blas
 
 from gpu_backend.buffers.buffer import DeviceBuffer, download, upload
 from gpu_backend.kernels import gemm, matmul, matmul_ranks
@@ -115,19 +116,9 @@ def test_every_route_gives_numpys_values(sa, sb, dtype, reverse):
     np.testing.assert_array_equal(got, want)
 
 
-def fake_blas() -> gemm.Cublas:
-    blas = gemm.Cublas.__new__(gemm.Cublas)
-    blas.types, blas.chars = {"f": 0, "d": 1}, {0: "f", 1: "d"}
-    blas.handle, blas.algo = (lambda: 7), 99
-    blas.scalars = {c: (np.ones(1, c), np.zeros(1, c)) for c in "fd"}
-    blas.compute_type = lambda char: 68 if char == "f" else 70
-    blas.gemm_batched = lambda *args: None  # cupy's wrapper (a cupy without one: no batched call)
-    return blas
-
-
 def test_batched_arguments_follow_the_2d_calls_per_matrix():
     gemm._calls.clear()
-    blas = fake_blas()
+    blas = fake_blas(batched=True)
     count, m, k, n = 3, 4, 6, 5
     c = (1000, (count, m, n), (m * n, n, 1))
     a0 = (2000, (count, m, k), (0, k, 1))  # one a for every matrix: stride 0
@@ -156,7 +147,7 @@ class FakeCupy:
 
 def test_with_cupy_a_linear_makes_one_gemm_and_a_broadcast_one_batched_call(monkeypatch):
     """The calls the GPU would get (cuBLAS faked: the arguments are recorded, nothing computed)."""
-    blas = fake_blas()
+    blas = fake_blas(batched=True)
     made = []
     blas.gemm_ex = lambda *args: made.append(("gemm", args))
     blas.gemm_batched = lambda *args: made.append(("batched", args))

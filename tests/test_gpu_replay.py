@@ -30,7 +30,7 @@ from refir.world.ranks import local_world
 
 sys.path.insert(0, os.path.dirname(__file__))
 from fake_device import PROGRAM, FakeDevice, data, run, use_fake  # noqa: E402
-from helpers import EXAMPLES, OWN_EXAMPLES, ROOT  # noqa: E402
+from helpers import EXAMPLES, OWN_EXAMPLES, ROOT, fake_blas  # noqa: E402
 
 
 @pytest.fixture
@@ -259,15 +259,6 @@ def test_a_graph_is_kept_only_where_its_bits_are_the_calls(device, monkeypatch, 
     monkeypatch.setattr(graph, "ENABLED", False)  # REFIR_GPU_GRAPH=0: the calls one by one
     assert replays_again(device, lowered, data(5))
     assert made[0].launches == (1 if skew else 3)
-
-
-def fake_blas() -> gemm.Cublas:
-    blas = gemm.Cublas.__new__(gemm.Cublas)
-    blas.types, blas.chars = {"f": 0, "d": 1}, {0: "f", 1: "d"}
-    blas.handle, blas.algo = (lambda: 7), 99
-    blas.scalars = {c: (np.ones(1, c), np.zeros(1, c)) for c in "fd"}
-    blas.compute_type = lambda char: 68 if char == "f" else 70
-    return blas
 
 
 def test_gemm_arguments_are_cupys():

@@ -6,8 +6,6 @@ VerifyError's label and where it points: `file:line:col` and the caret under
 that column (verify_helpers.rejects). tests/test_verify.py checks that every
 label the code raises has its test in one of these files."""
 
-
-
 from verify_helpers import FILE, prog, rejects
 
 import refir

@@ -122,6 +122,14 @@ _calls: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
 CALLS_KEPT = 256
 
 
+def _overlaps(c: tuple[int, tuple, tuple], a: tuple[int, tuple, tuple], b: tuple[int, tuple, tuple],
+              size: int) -> bool:
+    """Whether c's memory meets a's or b's (cupy's may_share_bounds: it computes into a
+    temporary and copies, which a direct call would not)."""
+    out = _span(*c, size)
+    return any(low < out[1] and out[0] < high for low, high in (_span(*a, size), _span(*b, size)))
+
+
 def _arguments(blas: Cublas, c: tuple[int, tuple, tuple], a: tuple[int, tuple, tuple],
                b: tuple[int, tuple, tuple], char: str, compute: int | None) -> tuple[Any, ...] | None:
     """gemm_call's arguments after the handle."""
@@ -135,12 +143,8 @@ def _arguments(blas: Cublas, c: tuple[int, tuple, tuple], a: tuple[int, tuple, t
     transb = _operand(bsh, bst, 1, k)
     if transa is None or transb is None:
         return None
-    size = np.dtype(char).itemsize
-    out = _span(ca, cs, cst, size)
-    for address, shape, strides in ((aa, ash, ast), (ba, bsh, bst)):
-        low, high = _span(address, shape, strides, size)
-        if low < out[1] and out[0] < high:
-            return None  # cupy's may_share_bounds: it computes into a temporary and copies
+    if _overlaps(c, a, b, np.dtype(char).itemsize):
+        return None
     one, zero = blas.scalars[char]
     dtype = blas.types[char]
     return (transb[0], transa[0], n, m, k, one.ctypes.data, ba, dtype, transb[1],
@@ -180,12 +184,8 @@ def _batched_arguments(blas: Cublas, c: tuple[int, tuple, tuple], a: tuple[int, 
     transb = _operand(bsh[1:], bst[1:], 1, k)
     if transa is None or transb is None:
         return None
-    size = np.dtype(char).itemsize
-    out = _span(ca, cs, cst, size)
-    for address, shape, strides in ((aa, ash, ast), (ba, bsh, bst)):
-        low, high = _span(address, shape, strides, size)
-        if low < out[1] and out[0] < high:
-            return None
+    if _overlaps(c, a, b, np.dtype(char).itemsize):
+        return None
     one, zero = blas.scalars[char]
     dtype = blas.types[char]
     return (transb[0], transa[0], n, m, k, one.ctypes.data, ba, dtype, transb[1], bst[0],
