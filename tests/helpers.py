@@ -192,3 +192,15 @@ def fake_blas(batched: bool = False) -> Any:
     if batched:
         blas.gemm_batched = lambda *args: None
     return blas
+
+
+def assert_cases_pass(cases: Any, backends: Any = ("global", "spmd", "gpu"), context: object = None) -> None:
+    """Every conformance case (conformance.cases) passes on each of `backends`: each
+    outcome's problems shown, with `context` (what was drawn), where one does not."""
+    from conformance.check import check_case
+
+    for case in cases:
+        outcomes = check_case(case, list(backends))
+        assert outcomes, (context, case)
+        for outcome in outcomes:
+            assert outcome.status == "pass", (context, outcome.backend, outcome.problems)

@@ -9,8 +9,8 @@ from collections import Counter
 from functools import cache
 
 import pytest
+from helpers import assert_cases_pass
 
-from conformance.check import check_case
 from conformance.explore import drawn
 from conformance.generate import generate
 from conformance.shrink import RandomDraw
@@ -82,9 +82,7 @@ def _first_with(seed: int, wanted: str) -> int:
                                     "matmul batch axes missing", "matmul K sharded"])
 def test_drawn_programs_of_each_form_agree_on_every_backend(wanted):
     index = _first_with(0, wanted)
-    for case in drawn(0, index):
-        for outcome in check_case(case, ["global", "spmd", "gpu"]):
-            assert outcome.status == "pass", (wanted, index, outcome)
+    assert_cases_pass(drawn(0, index), context=(wanted, index))
 
 
 @pytest.mark.parametrize("name", ["expand_kept_axis_reversed", "gpu_expand_all_strides_zero",

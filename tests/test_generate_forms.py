@@ -11,9 +11,9 @@ from collections import Counter
 from functools import cache
 
 import pytest
+from helpers import assert_cases_pass
 
 import conformance.generate_forms as forms
-from conformance.check import check_case
 from conformance.coverage import Coverage, not_reached, render
 from conformance.coverage_forms import COLUMNS, allowed, pairs_of
 from conformance.explore import drawn
@@ -132,9 +132,7 @@ def test_drawn_programs_of_each_pair_agree_on_every_backend(pair):
         is_resharding(s, d) and (form_of(s), form_of(d), "another mesh" if s.mesh != d.mesh else
                                  f"{s.mesh.ndim}-D") == pair
         for s, d in _tail_types(verify(generate(RandomDraw(0, i)).program))))
-    for case in drawn(0, index):
-        for outcome in check_case(case, ["global", "spmd", "gpu"]):
-            assert outcome.status == "pass", (pair, index, outcome)
+    assert_cases_pass(drawn(0, index), context=(pair, index))
 
 
 @pytest.mark.parametrize("name", ["nest_order_swapped", "partial_as_reduced"])

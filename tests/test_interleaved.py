@@ -9,12 +9,11 @@ import json
 
 import numpy as np
 import pytest
-from helpers import run_mpi
+from helpers import assert_cases_pass, run_mpi
 
 import refir
 import refir.cli
 from conformance.cases import CORPUS, cases_of
-from conformance.check import check_case
 from refir.checks.footprint import elements
 from refir.errors import InputError, VerifyError
 from refir.frontends.builder_checks import axis as axis_spec
@@ -319,9 +318,7 @@ def test_the_dtensor_peer_compares_strided_shard_results_and_reshards():
 
 @pytest.mark.parametrize("name", INTERLEAVED)
 def test_interleaved_corpus_agrees_on_every_backend(name):
-    for case in cases_of(CORPUS / name):
-        outcomes = check_case(case, ["global", "spmd", "gpu"])
-        assert {o.status for o in outcomes} == {"pass"}, [(o.backend, o.problems) for o in outcomes]
+    assert_cases_pass(cases_of(CORPUS / name), context=name)
 
 
 def test_strided_inputs_and_outputs_are_exact_rows():
