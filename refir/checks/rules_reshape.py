@@ -214,12 +214,11 @@ def _reshape(op: ops.Reshape, c: EqnContext) -> TensorType:
 
 def check_bound(checked: Checked, bindings: Bindings) -> None:
     """What the verifier could not check before the symbols were bound: every
-    extent expression exact (type_c9), every reshape's element count (reshape_c2)
-    and its blocks (reshape_c4). An InputError, found alike on every rank before
-    anything runs."""
+    reshape's element count (reshape_c2) and its blocks (reshape_c4). An InputError,
+    found alike on every rank before anything runs. Its callers check the extent
+    expressions first (check_quotients, type_c9), before any shape is worked out."""
     from refir.text.equation_context import describe_eqn  # the text layer imports the checks
 
-    check_quotients(checked, bindings)
     for e in checked.func.eqns:
         if not isinstance(e.op, ops.Reshape):
             continue
