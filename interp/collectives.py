@@ -18,9 +18,10 @@ import numpy as np
 from interp import sentinel
 from interp.impls import fold
 from refir.ir import ops
-from refir.ir.blocks import gathered_order, gathered_split
+from refir.ir.blocks import cut_runs, gathered_order, gathered_split
 from refir.ir.tables import registrar
 from refir.ir.types import TensorType, block, block_number
+from refir.lowering.run_exchange import cut_by
 from refir.lowering.teams import Team
 
 Blocks = dict[int, np.ndarray]
@@ -111,22 +112,36 @@ def _send_recv(op: ops.SendRecv, team: Team, x: Blocks, src: TensorType, dst: Te
 
 @rule(ops.AllToAll)
 def _all_to_all(op: ops.AllToAll, team: Team, x: Blocks, src: TensorType, dst: TensorType, xp: Arrays) -> Blocks:
-    """Receiver r gets piece r of every sender's block, joined in team order. The
-    pieces are cut along the split axis, which the senders' blocks share (every
-    other axis is the team's alike but the concatenated one), so the senders'
-    blocks joined once and the whole cut once give every receiver exactly its
-    joined pieces: a team of n devices costs one concatenation and n views,
-    not n * n pieces (issue 30: teams of thousands)."""
+    """Receiver r gets its part (dst's) of the senders' blocks joined along the
+    concat axis (src's parts put together: in team order, or where k cuts the
+    axis with a split factor, each member's runs at their places, §3.4): every
+    other axis is the team's alike but the split one, which every sender holds
+    whole (or, the same axis, the joined list). So the senders' blocks joined
+    once and the whole cut once give every receiver exactly its pieces: a team
+    of n devices costs one concatenation and n views, not n * n pieces (issue
+    30: teams of thousands)."""
+    k = op.mesh_axis
+    blocks = [x[s] for s in team.senders]
+    joined = cut_by(src, op.concat_axis, k) or 1
+    whole = (interleaved_join(blocks, joined, op.concat_axis, xp) if joined > 1
+             else xp.concatenate(blocks, op.concat_axis))
+    return _cut(whole, team, cut_by(dst, op.split_axis, k) or 1, op.split_axis, xp)
+
+
+def _cut(whole: Any, team: Team, split: int, axis: int, xp: Arrays) -> Blocks:
+    """Each receiver's part of `whole` along `axis`, cut over the team with
+    split factor `split` (§3.4; 1: §3.1's blocks, views)."""
     n = len(team.devices)
-    if op.split_axis != op.concat_axis:
-        whole = xp.concatenate([x[s] for s in team.senders], op.concat_axis)
-        parts = xp.split(whole, n, op.split_axis)
+    if split == 1:
+        parts = xp.split(whole, n, axis)
         return {r: parts[team.index(r)] for r in team.receivers}
-    pieces = {s: xp.split(x[s], n, op.split_axis) for s in team.senders}
-    return {
-        r: xp.concatenate([pieces[s][team.index(r)] for s in team.senders], op.concat_axis)
-        for r in team.receivers
-    }
+    lead = (slice(None),) * axis
+    out = {}
+    for r in team.receivers:
+        runs = cut_runs(whole.shape[axis], n, split, team.index(r)) or ((0, 0),)
+        pieces = [whole[(*lead, slice(lo, hi))] for lo, hi in runs]
+        out[r] = pieces[0] if len(pieces) == 1 else xp.concatenate(pieces, axis)
+    return out
 
 
 @rule(ops.Allreduce)
@@ -144,8 +159,10 @@ def _reduce(op: ops.Reduce, team: Team, x: Blocks, src: TensorType, dst: TensorT
 @rule(ops.ReduceScatter)
 def _reduce_scatter(op: ops.ReduceScatter, team: Team, x: Blocks, src: TensorType,
                     dst: TensorType, xp: Arrays) -> Blocks:
-    parts = xp.split(xp.fold(op.kind, [x[s] for s in team.senders]), len(team.devices), op.axis)
-    return {r: parts[team.index(r)] for r in team.receivers}
+    """The fold, each receiver's part of it (runs where dst's split factor on
+    the mesh axis is not 1, §3.4)."""
+    total = xp.fold(op.kind, [x[s] for s in team.senders])
+    return _cut(total, team, cut_by(dst, op.axis, op.mesh_axis) or 1, op.axis, xp)
 
 
 def exchange(op: ops.Communication, team: Team, x: Blocks, src: TensorType, dst: TensorType,

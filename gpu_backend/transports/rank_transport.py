@@ -35,6 +35,7 @@ from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.kernels.elementwise import copy_into, laid_out
 from gpu_backend.transports.device_arrays import Buffers, DeviceArrays, received
 from gpu_backend.transports.packing import peer_pieces, slot_rows
+from gpu_backend.transports.run_exchange import exchanged
 from interp.collectives import block_index
 from interp.mpi.transport import MpiTransport
 from interp.transport import rank_part
@@ -42,6 +43,7 @@ from refir.ir import ops
 from refir.ir.blocks import gathered_order, gathered_split
 from refir.ir.tables import registrar
 from refir.ir.types import TensorType, axis_first, block, block_size, local_shape
+from refir.lowering.run_exchange import of_runs
 from refir.lowering.teams import Team
 from refir.world.mpi_job import fault
 
@@ -177,6 +179,8 @@ RS_CHUNKS = 1
 @rule(ops.ReduceScatter)
 def _reduce_scatter(t: RankTransport, op: ops.ReduceScatter, team: Team, x: Buf, src: TensorType,
                     dst: TensorType) -> Buf:
+    if of_runs(op, src, dst):  # §3.4: pieces packed and placed by their runs
+        return exchanged(t, op, team, x, src, dst)
     n, order = len(team.devices), axis_first(x.ndim, op.axis)
     c = block_size(x.shape[op.axis], n, 0)
     mine = block_size(x.shape[op.axis], n, team.index(t.rank))
@@ -215,6 +219,8 @@ def _reduced_in_chunks(t: RankTransport, op: ops.ReduceScatter, team: Team, x: D
 @rule(ops.AllToAll)
 def _all_to_all(t: RankTransport, op: ops.AllToAll, team: Team, x: Buf, src: TensorType,
                 dst: TensorType) -> Buf:
+    if of_runs(op, src, dst):  # §3.4: pieces packed and placed by their runs
+        return exchanged(t, op, team, x, src, dst)
     n, order = len(team.devices), axis_first(x.ndim, op.concat_axis)
     # the blocks the team shares on both axes (whole, or a nest's outer part)
     split_extent, cat_extent = local_shape(src, {}, t.rank)[op.split_axis], local_shape(dst, {}, t.rank)[op.concat_axis]

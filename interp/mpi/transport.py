@@ -46,6 +46,7 @@ from interp.mpi import all_to_all  # noqa: F401 - its import registers the all_t
 from interp.mpi.host_copy import copy_into
 from interp.mpi.layout import block_shapes, displacements, moved_first
 from interp.mpi.plans import PLANS, planned
+from interp.mpi.run_exchange import runs_plan
 from interp.sentinel import empty_bytes
 from interp.transport import rank_part
 from refir.errors import RunError
@@ -53,6 +54,7 @@ from refir.ir import ops
 from refir.ir.tables import registrar
 from refir.ir.types import SHARD_C1, TensorType, local_shape
 from refir.lowering import teams as team_forming
+from refir.lowering.run_exchange import of_runs
 from refir.lowering.teams import Team, teams_of
 from refir.world.mpi_job import COMMS, fault, wait
 
@@ -138,7 +140,7 @@ class MpiTransport:
         run = None
         if rule is PLANNED_RULES.get(type(op)) and len(mine) == 1 and self.rank in mine[0].senders \
                 and self.rank in mine[0].receivers:
-            run = planned(op, src, mine[0], self.rank)
+            run = _planned(op, src, dst, mine[0], self.rank)
         block = local_shape(src, {}, self.rank) if self.rank in src.mesh else None
         call = _Call(op, src, dst, rule, team_forming.teams, mine[0].devices if run else (), run, block)
         if len(self.calls) >= 256:  # a long-lived process runs many programs
@@ -246,13 +248,21 @@ def _allreduce(t: MpiTransport, op: ops.Allreduce, team: Team, x: Arr, src: Tens
 @rule(ops.ReduceScatter)
 def _reduce_scatter(t: MpiTransport, op: ops.ReduceScatter, team: Team, x: Arr, src: TensorType,
                     dst: TensorType) -> Arr:
-    return planned(op, src, team, t.rank)(t.team_comm(team.devices), x)  # equal or uneven pieces
+    return _planned(op, src, dst, team, t.rank)(t.team_comm(team.devices), x)  # equal or uneven pieces, or runs
 
 
 @rule(ops.AllToAll)
 def _all_to_all(t: MpiTransport, op: ops.AllToAll, team: Team, x: Arr, src: TensorType,
                 dst: TensorType) -> Arr:
-    return planned(op, src, team, t.rank)(t.team_comm(team.devices), x)  # even or uneven blocks
+    return _planned(op, src, dst, team, t.rank)(t.team_comm(team.devices), x)  # even or uneven blocks, or runs
+
+
+def _planned(op: ops.Communication, src: TensorType, dst: TensorType, team: Team, rank: int) -> Callable | None:
+    """The plan of this rank's call: of runs where the op's blocks are runs
+    (interp/mpi/run_exchange.py, §3.4), else the plans' registry's."""
+    if isinstance(op, (ops.AllToAll, ops.ReduceScatter)) and of_runs(op, src, dst):
+        return runs_plan(op, src, dst, team, rank)
+    return planned(op, src, team, rank)
 
 
 # The rules the plans stand for: a call whose rule is still one of these skips them.

@@ -123,6 +123,40 @@ def through(runs: Runs, positions: Runs) -> Runs:
     return tuple(out)
 
 
+Move = tuple[int, int, int]  # (position in the sender's buffer, in the receiver's, length)
+
+
+def held_runs(length: int, parts: int, split: int | None, k: int) -> Runs:
+    """The positions member k of a team holds of the `length`-long list the team
+    shares on one axis: all of it where the team's mesh axis does not cut the
+    axis (split None), else its cut_runs (split 1: its one block)."""
+    if split is None:
+        return ((0, length),) if length else ()
+    return cut_runs(length, parts, split, k)
+
+
+def shared_moves(have: Runs, want: Runs) -> tuple[Move, ...]:
+    """What a member holding positions `have` sends one that will hold `want`
+    (both increasing, as held_runs gives them): the positions both hold, each
+    run as (its position in the sender's buffer, in the receiver's, length), in
+    both buffers' order. Every transport's all_to_all and reduce_scatter of runs
+    (spec §7) packs and places by these."""
+    out: list[Move] = []
+    i = j = at_have = at_want = 0
+    while i < len(have) and j < len(want):
+        (h0, h1), (w0, w1) = have[i], want[j]
+        lo, hi = max(h0, w0), min(h1, w1)
+        if lo < hi:
+            out.append((at_have + lo - h0, at_want + lo - w0, hi - lo))
+        if h1 <= w1:
+            at_have += h1 - h0
+            i += 1
+        else:
+            at_want += w1 - w0
+            j += 1
+    return tuple(out)
+
+
 def entries_of(a: Axis) -> tuple[tuple[str, int], ...]:
     """An axis's mesh axes with their split factors, outermost first."""
     return tuple(zip(a.dids, a.split or (1,) * len(a.dids)))

@@ -188,6 +188,8 @@ class _Lowerer:
         plan: list[tuple[object, TensorType]] = []
         final = d
         if (s.interleaved() or d.interleaved()) and not interleaved.same_placement(s, d):  # §3.4: lowering.interleaved
+            if (step := interleaved.direct(s, d)) is not None:  # one all_to_all or reduce_scatter of runs
+                return self.emit_plan(src, out, d, [(step, d)], e)
             if s.mesh == d.mesh and (not s.partial or (s.partial, s.partial_kind) == (d.partial, d.partial_kind)):
                 interleaved.gather_to_prefix(s, d, plan)
                 return self.emit_plan(src, out, d, plan, e)
