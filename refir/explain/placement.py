@@ -8,13 +8,12 @@ runs a program: the facts follow from the types, the bindings and the teams.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from math import prod
 
-import numpy as np
-
+from refir.explain.move_bytes import block_bytes, of_runs, pair_count, piece_bytes, shared, team_totals
 from refir.explain.step_rules import RULES, changes, nest_rule
 from refir.ir import ops
 from refir.ir.types import (
@@ -45,6 +44,11 @@ class Block:
     local_shape: tuple[int, ...]
     byte_strides: tuple[int, ...]  # dense in the type's memory order
     runs: tuple[Runs, ...] | None = None  # each axis's runs, where the type has an interleaved axis (§3.4)
+
+    @property
+    def axis_runs(self) -> tuple[Runs, ...]:
+        """Each axis's global runs: its runs where interleaved, else its range."""
+        return self.runs if self.runs is not None else tuple(((a, b),) if b > a else () for a, b in self.ranges)
 
     @property
     def empty(self) -> bool:
@@ -124,21 +128,23 @@ class CommFacts:
                 continue
             for s, r in _pairs(self.op, team, device):
                 sent, got = self.src.block(s), self.dst.block(r)
-                moved = _moved(self.op, sent, got)
+                moved = _moved(self.op, sent, got) if not of_runs(self.src, self.dst) else \
+                    _moved_runs(self.op, sent, got)
                 whole = sent if moved is sent.ranges else got if moved is got.ranges else None
                 yield Transfer(s, r, moved, block_bytes(whole, self.src.type) if whole is not None
+                               else piece_bytes(sent, got, self.src.type) if of_runs(self.src, self.dst)
                                else nbytes(moved, self.src.type))
 
     @cached_property
     def moves(self) -> int:
         """How many moves `transfers` enumerates (pairs, empty pieces included)."""
-        return sum(_pair_count(self.op, team) for team in self.teams)
+        return sum(pair_count(self.op, team) for team in self.teams)
 
     @cached_property
     def _totals(self) -> dict[int, list[int]]:
         totals: dict[int, list[int]] = {}
         for team in self.teams:
-            _team_totals(self.op, team, self.src, self.dst, totals)
+            team_totals(self.op, team, self.src, self.dst, totals)
         return totals
 
     def bytes_of(self, device: int) -> tuple[int, int]:
@@ -152,100 +158,6 @@ class CommFacts:
 
     def devices(self) -> list[int]:
         return list(dict.fromkeys(d for t in self.teams for d in t.devices))
-
-
-def _pair_count(op: ops.Communication, team: Team) -> int:
-    if isinstance(op, (ops.Scatter, ops.Broadcast)):
-        return sum(r != op.root for r in team.receivers)
-    both = len(set(team.senders) & set(team.receivers))
-    return len(team.senders) * len(team.receivers) - both
-
-
-def _team_totals(op: ops.Communication, team: Team, src: Placement, dst: Placement,
-                 totals: dict[int, list[int]]) -> None:
-    """Add each member's bytes sent and received in `team` to `totals`, in time
-    linear in the team where a sender's whole block (or the receiver's) moves, and
-    by one vectorised pass over the pairs where pieces are intersections."""
-    item = src.type.np_dtype.itemsize
-
-    def add(d: int, sent: int, received: int) -> None:
-        entry = totals.setdefault(d, [0, 0])
-        entry[0] += sent
-        entry[1] += received
-
-    for d in team.devices:
-        add(d, 0, 0)
-    match op:
-        case ops.Scatter(root=root):
-            for r in team.receivers:
-                if r != root:
-                    n = block_bytes(dst.block(r), src.type)
-                    add(root, n, 0)
-                    add(r, 0, n)
-        case ops.Broadcast(root=root):
-            n = block_bytes(src.block(root), src.type)
-            for r in team.receivers:
-                if r != root:
-                    add(root, n, 0)
-                    add(r, 0, n)
-        case ops.AllToAll() | ops.ReduceScatter():
-            rank = src.type.rank
-            s_ranges = np.array([src.block(s).ranges for s in team.senders], dtype=np.int64).reshape(
-                len(team.senders), rank, 2)
-            r_ranges = np.array([dst.block(r).ranges for r in team.receivers], dtype=np.int64).reshape(
-                len(team.receivers), rank, 2)
-            if _separable_totals(team, s_ranges, r_ranges, item, add):
-                return
-            s_ids, r_ids = np.array(team.senders), np.array(team.receivers)
-            chunk = max(1, (1 << 22) // max(1, len(team.receivers) * max(1, s_ranges.shape[1])))
-            received = np.zeros(len(team.receivers), dtype=np.int64)
-            for lo in range(0, len(team.senders), chunk):
-                s = s_ranges[lo:lo + chunk, None]  # senders x 1 x axes x 2
-                r = r_ranges[None]
-                overlap = np.minimum(s[..., 1], r[..., 1]) - np.maximum(s[..., 0], r[..., 0])
-                pieces = np.clip(overlap, 0, None).prod(axis=-1) * item
-                pieces[s_ids[lo:lo + chunk, None] == r_ids[None, :]] = 0  # a device keeps its own piece
-                for d, n in zip(team.senders[lo:lo + chunk], pieces.sum(axis=1).tolist()):
-                    add(d, n, 0)
-                received += pieces.sum(axis=0)
-            for d, n in zip(team.receivers, received.tolist()):
-                add(d, 0, n)
-        case _:  # each sender's whole block (a partial term where the source is partial) to every other receiver
-            blocks = {s: block_bytes(src.block(s), src.type) for s in team.senders}
-            receivers = set(team.receivers)
-            for s, n in blocks.items():
-                add(s, n * (len(team.receivers) - (s in receivers)), 0)
-            everything = sum(blocks.values())
-            for r in team.receivers:
-                add(r, 0, everything - blocks.get(r, 0))
-
-
-def _overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Elements in common of ranges `a` and `b` (... x 2 arrays of start, stop)."""
-    return np.clip(np.minimum(a[..., 1], b[..., 1]) - np.maximum(a[..., 0], b[..., 0]), 0, None)
-
-
-def _separable_totals(team: Team, s_ranges: np.ndarray, r_ranges: np.ndarray, item: int,
-                      add: Callable[[int, int, int], None]) -> bool:
-    """The pieces of an all_to_all or reduce_scatter in time linear in the team,
-    where no tensor axis has ranges that vary among both the senders and the
-    receivers (as in a team along one mesh axis): then a piece is F[s] * G[r],
-    F the overlap on the axes the senders vary on (and the fixed ones), G on the
-    axes the receivers vary on, and a device's bytes are sums of F and G less its
-    own piece. False (nothing added) where both vary on an axis."""
-    s_var = (s_ranges != s_ranges[:1]).any(axis=(0, 2))
-    r_var = (r_ranges != r_ranges[:1]).any(axis=(0, 2))
-    if (s_var & r_var).any():
-        return False
-    f = _overlap(s_ranges[:, ~r_var], r_ranges[0, ~r_var]).prod(axis=-1)  # per sender
-    g = _overlap(s_ranges[0, r_var], r_ranges[:, r_var]).prod(axis=-1)  # per receiver
-    f_of, g_of = dict(zip(team.senders, f.tolist())), dict(zip(team.receivers, g.tolist()))
-    g_all, f_all = int(g.sum()), int(f.sum())
-    for d, fs in f_of.items():  # a device keeps its own piece
-        add(d, item * fs * (g_all - g_of.get(d, 0)), 0)
-    for d, gr in g_of.items():
-        add(d, 0, item * gr * (f_all - f_of.get(d, 0)))
-    return True
 
 
 def slice_range(s: slice, n: int) -> Range:
@@ -280,11 +192,6 @@ def nbytes(ranges: tuple[Range, ...], t: TensorType) -> int:
     return prod(max(0, b - a) for a, b in ranges) * t.np_dtype.itemsize
 
 
-def block_bytes(b: Block, t: TensorType) -> int:
-    """A whole block's bytes (an interleaved block's runs, not their hull)."""
-    return prod(b.local_shape) * t.np_dtype.itemsize
-
-
 def intersect(a: tuple[Range, ...], b: tuple[Range, ...]) -> tuple[Range, ...]:
     out = []
     for (a0, a1), (b0, b1) in zip(a, b):
@@ -317,6 +224,14 @@ def _moved(op: ops.Communication, s: Block, r: Block) -> tuple[Range, ...]:
         case ops.AllToAll() | ops.ReduceScatter():
             return intersect(s.ranges, r.ranges)
     return s.ranges  # the sender's whole block (a partial term for allreduce and reduce)
+
+
+def _moved_runs(op: ops.Communication, s: Block, r: Block) -> tuple[Range, ...]:
+    """_moved where a block is runs: an all_to_all's or reduce_scatter's piece as
+    the hull of the runs both hold, axis by axis (its bytes: piece_bytes)."""
+    if not isinstance(op, (ops.AllToAll, ops.ReduceScatter)):
+        return _moved(op, s, r)
+    return tuple((x[0][0], x[-1][1]) if x else (0, 0) for x in shared(s, r))
 
 
 def comm_facts(op: ops.Communication, src: Placement, dst: Placement) -> CommFacts:

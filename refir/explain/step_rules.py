@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from refir.ir import ops
 from refir.ir.types import TensorType, entries_of, shard_text
+from refir.lowering.run_exchange import of_runs
 
 RULES: dict[type, str] = {
     ops.Allgather: "sharded -> replicated on the same mesh: allgather",
@@ -57,6 +58,14 @@ def nest_rule(op: ops.Communication, src: TensorType, dst: TensorType) -> str:
         return shard_text(t.axes[i].shard, t.axes[i].split) if t.axes[i].shard else "whole"
 
     match op:
+        case ops.AllToAll(mesh_axis=k, split_axis=j, concat_axis=i) if of_runs(op, src, dst):
+            what = f"axis {i} {nest(src, i)} -> {nest(dst, i)}" if i == j else \
+                f"axis {i} {nest(src, i)} -> {nest(dst, i)}, axis {j} {nest(src, j)} -> {nest(dst, j)}"
+            return (f"; interleaved, {what}: one exchange over {k}, each member sending each other the runs "
+                    f"both hold (the direct rule, spec §6)")
+        case ops.ReduceScatter(mesh_axis=k, axis=j) if of_runs(op, src, dst):
+            return (f"; interleaved, axis {j} {nest(src, j)} -> {nest(dst, j)}: each member sending each other "
+                    f"its terms of the other's runs over {k} (the direct rule, spec §6)")
         case ops.Allgather(axis=i, mesh_axis=k) if src.axes[i].split and dict(entries_of(src.axes[i]))[k] > 1:
             sf = dict(entries_of(src.axes[i]))[k]
             return (f"; interleaved {nest(src, i)} -> {nest(dst, i)}: over {k} with split factor {sf}, each "

@@ -122,6 +122,8 @@ def _what(op: object) -> str:
             return f"({kind}) over {k}, scattering axis {a}"
         case ops.Allreduce(kind=kind, mesh_axes=ks):
             return f"({kind}) over {', '.join(ks)}"
+        case ops.AllToAll(mesh_axis=k, split_axis=s, concat_axis=c) if s == c:
+            return f"over {k}: axis {s} cut over {k} another way (its runs, spec §3.4)"
         case ops.AllToAll(mesh_axis=k, split_axis=s, concat_axis=c):
             return f"over {k}: axis {s} becomes sharded, axis {c} whole"
     return ""

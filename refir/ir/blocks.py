@@ -157,6 +157,11 @@ def shared_moves(have: Runs, want: Runs) -> tuple[Move, ...]:
     return tuple(out)
 
 
+def runs_overlap(a: Runs, b: Runs) -> Runs:
+    """The indices both run lists hold (each increasing), as runs."""
+    return tuple((max(a0, b0), min(a1, b1)) for a0, a1 in a for b0, b1 in b if max(a0, b0) < min(a1, b1))
+
+
 def entries_of(a: Axis) -> tuple[tuple[str, int], ...]:
     """An axis's mesh axes with their split factors, outermost first."""
     return tuple(zip(a.dids, a.split or (1,) * len(a.dids)))
