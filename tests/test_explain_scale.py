@@ -56,10 +56,10 @@ def test_a_wrong_count_is_caught(monkeypatch):
     nothing to itself, disagree with the moves."""
     comms = [c for p in FILES for c in communications(p) if c.kind in ("all_to_all", "reduce_scatter")]
     assert comms
-    real = placement_module._team_totals
-    monkeypatch.setattr(placement_module, "_team_totals",
+    real = placement_module.team_totals
+    monkeypatch.setattr(placement_module, "team_totals",
                         lambda op, team, src, dst, totals: real(ops.Allgather(0, "DIDx"), team, src, dst, totals))
-    monkeypatch.setattr(placement_module, "_pair_count", lambda op, team: len(team.senders) * len(team.receivers))
+    monkeypatch.setattr(placement_module, "pair_count", lambda op, team: len(team.senders) * len(team.receivers))
     fresh = [placement_module.comm_facts(c.op, c.src, c.dst) for c in comms]
     assert any({d: c.bytes_of(d) for d in c.devices()} != enumerated_totals(c) for c in fresh)
     assert all(c.moves != len(list(c.transfers())) for c in fresh)

@@ -230,27 +230,34 @@ def step_ops(src: str, dst: str, mesh: str = "[[0, 1], [2, 3]]", extra: str = ""
 @pytest.mark.parametrize("src, dst, want", [
     ("7@DIDx:2, 3", "7, 3", [ops.Allgather(0, "DIDx")]),
     ("7, 3", "7@DIDx:2, 3", [ops.KeepBlock()]),
-    ("7@DIDx, 3", "7@DIDx:2, 3", [ops.Allgather(0, "DIDx"), ops.KeepBlock()]),
-    ("7@DIDx:2, 3", "7@DIDx, 3", [ops.Allgather(0, "DIDx"), ops.KeepBlock()]),
-    ("7@DIDx:2, 3", "7@DIDx:3, 3", [ops.Allgather(0, "DIDx"), ops.KeepBlock()]),
+    # one mesh axis changes what it cuts: one all_to_all of runs (spec §6's direct rule)
+    ("7@DIDx, 3", "7@DIDx:2, 3", [ops.AllToAll("DIDx", 0, 0)]),
+    ("7@DIDx:2, 3", "7@DIDx, 3", [ops.AllToAll("DIDx", 0, 0)]),
+    ("7@DIDx:2, 3", "7@DIDx:3, 3", [ops.AllToAll("DIDx", 0, 0)]),
     ("7@DIDy, 3", "7@(DIDy,DIDx:3), 3", [ops.KeepBlock()]),  # DIDy's block cut locally by runs
     ("5@(DIDy:2,DIDx), 3", "5@DIDy:2, 3", [ops.Allgather(0, "DIDx")]),  # the outer factor stays
     ("5@(DIDy:2,DIDx), 3", "5, 3", [ops.Allgather(0, "DIDx"), ops.Allgather(0, "DIDy")]),
     ("5@(DIDy:2,DIDx), 3", "5@DIDx:2, 3@DIDy", [ops.Allgather(0, "DIDx"), ops.Allgather(0, "DIDy"),
                                                  ops.KeepBlock()]),  # the general way: no all_to_all of runs
-    ("5@(DIDy:2,DIDx), 3", "5@(DIDy:2,DIDx:3), 3", [ops.Allgather(0, "DIDx"), ops.KeepBlock()]),
-    ("5@(DIDy,DIDx:2), 3", "5@DIDy, 3@DIDx", [ops.Allgather(0, "DIDx"), ops.KeepBlock()]),
+    ("5@(DIDy:2,DIDx), 3", "5@(DIDy:2,DIDx:3), 3", [ops.AllToAll("DIDx", 0, 0)]),
+    ("5@(DIDy,DIDx:2), 3", "5@DIDy, 3@DIDx", [ops.AllToAll("DIDx", 1, 0)]),
+    ("5@(DIDy,DIDx:2), 3", "5@DIDx, 3@DIDy", [ops.Allgather(0, "DIDx"), ops.Allgather(0, "DIDy"),
+                                              ops.KeepBlock()]),  # two mesh axes change: the general way
 ])
 def test_reshardings_to_and_from_interleaved(src, dst, want):
     assert step_ops(src, dst) == want
 
 
 def test_partial_and_other_mesh_reshardings():
-    # a partial onto an interleaved axis: no reduce_scatter places runs, so allreduce then keep_block
-    assert step_ops("13, 6] partial[sum@DIDy", "13@DIDy:3, 6") == [ops.Allreduce("sum", ("DIDy",)), ops.KeepBlock()]
+    # a partial onto an interleaved axis: one reduce_scatter of runs (the direct rule); avg the general way
+    assert step_ops("13, 6] partial[sum@DIDy", "13@DIDy:3, 6") == [ops.ReduceScatter("sum", "DIDy", 0)]
+    avg = step_ops("13, 6] partial[avg@DIDy", "13@DIDy:3, 6")
+    assert ops.Allreduce("sum", ("DIDy",)) in avg and avg[-1] == ops.KeepBlock()
     assert step_ops("6, 13@DIDx:2", "6, 13@DIDx:2] partial[sum@DIDy") == [ops.Partition("sum", ("DIDy",))]
-    assert step_ops("6, 13@DIDx:2] partial[sum@DIDy", "6@DIDy, 13@DIDx:2") == [
-        ops.Allgather(1, "DIDx"), ops.ReduceScatter("sum", "DIDy", 0), ops.KeepBlock()]
+    assert step_ops("6, 13@DIDx:2] partial[sum@DIDy", "6@DIDy, 13@DIDx:2") == [ops.ReduceScatter("sum", "DIDy", 0)]
+    assert step_ops("6, 13] partial[sum@DIDy,DIDx", "6@DIDy:2, 13@DIDx") == [
+        ops.Allreduce("sum", ("DIDy",)), ops.ReduceScatter("sum", "DIDx", 1),
+        ops.KeepBlock()]  # two mesh axes change: the general way
     cross = step_ops("11@DIDx:2, 5] on g layout[0, 1", "11@(DIDy,DIDx:2), 5] on h layout[0, 1", "[3, 1, 2]",
                      "mesh h = [[0, 1], [2, 3]]\n")
     assert [type(op) for op in cross] == [ops.Allgather, ops.Broadcast, ops.KeepBlock]
@@ -286,7 +293,8 @@ def test_redistribute_takes_strided_shard_placements():
     assert "interleaved DIDy:2 -> whole" in out and "received per device  0: 12  1: 24  2: 12  3: 12" in out
     assert "every device's block equals the DTensor block of the value: yes" in out
     back = explain_redistribute(parse_mesh("4"), (7, 3), (Shard(0),), (StridedShard(0, 3),))
-    assert "each device keeps its runs" in back and "local shapes  0: [3, 3]  1: [2, 3]  2: [2, 3]  3: [0, 3]" \
+    assert "one exchange over DIDx, each member sending each other the runs both hold" in back
+    assert "received per device  0: 24  1: 24  2: 12  3: 0" in back and "local shapes  0: [3, 3]  1: [2, 3]  2: [2, 3]  3: [0, 3]" \
         in back
 
 
