@@ -59,12 +59,13 @@ def assert_blocks(t: Any, shards: dict[int, np.ndarray], whole: np.ndarray, bind
     the shape its type gives under `bindings`, the values, and the strides of a
     dense buffer in the type's declared layout (with `any_tiny_strides`, a
     buffer of one element or none may have any: nothing reads them)."""
-    from refir.ir.types import block_slices, dense_strides, local_shape
+    from refir.ir.types import block_index, dense_strides, local_shape
 
     for d, buf in shards.items():
         shape = local_shape(t, bindings, d)
         assert buf.shape == shape, (d, buf.shape, shape)
-        np.testing.assert_array_equal(buf, whole[block_slices(t, d, whole.shape)], err_msg=f"device {d}")
+        # block_index: an interleaved axis's runs (spec §3.4) too
+        np.testing.assert_array_equal(buf, whole[block_index(t, d, whole.shape)], err_msg=f"device {d}")
         if buf.size > 1 or not any_tiny_strides:
             assert buf.strides == dense_strides(shape, t.order, buf.itemsize), (d, buf.strides)
 
