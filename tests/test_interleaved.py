@@ -238,7 +238,7 @@ def step_ops(src: str, dst: str, mesh: str = "[[0, 1], [2, 3]]", extra: str = ""
     ("5@(DIDy:2,DIDx), 3", "5@DIDy:2, 3", [ops.Allgather(0, "DIDx")]),  # the outer factor stays
     ("5@(DIDy:2,DIDx), 3", "5, 3", [ops.Allgather(0, "DIDx"), ops.Allgather(0, "DIDy")]),
     ("5@(DIDy:2,DIDx), 3", "5@DIDx:2, 3@DIDy", [ops.Allgather(0, "DIDx"), ops.Allgather(0, "DIDy"),
-                                                 ops.KeepBlock()]),  # the general way: no all_to_all of runs
+                                                 ops.KeepBlock()]),  # two mesh axes change: the general way
     ("5@(DIDy:2,DIDx), 3", "5@(DIDy:2,DIDx:3), 3", [ops.AllToAll("DIDx", 0, 0)]),
     ("5@(DIDy,DIDx:2), 3", "5@DIDy, 3@DIDx", [ops.AllToAll("DIDx", 1, 0)]),
     ("5@(DIDy,DIDx:2), 3", "5@DIDx, 3@DIDy", [ops.Allgather(0, "DIDx"), ops.Allgather(0, "DIDy"),
