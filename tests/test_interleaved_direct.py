@@ -100,7 +100,7 @@ def test_every_backend_reshards_exactly_from_any_strides(mesh, src, dst, step):
     x = (np.arange(np.prod(shape), dtype=np.float32).reshape(shape) * 1.5 - 7).astype(np.float32)
     for layout in ("", " layout[1, 0]"):
         program = refir.parse(text(mesh, src, dst + ("]" + layout[:-1] if layout else "")))
-        for name, given in layouts(x).items():
+        for given in layouts(x).values():
             for backend in ("global", "spmd", "gpu"):
                 assert_runs_as(program, {"x": given}, x, backend, keep="all" if backend != "global" else None)
 
@@ -155,3 +155,20 @@ def test_one_rank_per_process_reshards_exactly_and_a_planted_bug_is_caught(backe
     assert job.returncode == 0, job.stderr[-3000:]
     words = job.stdout.split()
     assert words[:2] == ["wrong", "0"] and int(words[3]) > 0, job.stdout + job.stderr[-2000:]
+
+
+def test_trace_says_where_the_runs_land_in_the_new_buffer(tmp_path, capsys):
+    """13 rows over 4 (blocks of 4) to 13@DIDx:2 (device 0: rows 0 1 7 8): it keeps
+    rows 0 1 (local 0:2), row 7 comes from device 1 (local 2:3), row 8 from device 2;
+    an allgather from 7@DIDx:2 (device 0: rows 0 4) puts its own rows at 0 and 4,
+    not at their hull 0:5 (what a device already holds is its runs)."""
+    from refir.cli import main
+
+    path = tmp_path / "runs.rir"
+    path.write_text("mesh g = [0, 1, 2, 3]\n\nfunc main(x: f32[13@DIDx, 5], w: f32[7@DIDx:2, 3]) {\n"
+                    "  a: f32[13@DIDx:2, 5] = set(x)\n  r: f32[7, 3] = set(w)\n  return a, r\n}\n")
+    assert main(["trace", str(path), "--device", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "kept its own local [0:2, 0:5]" in out and "from 1: local [2:3, 0:5] (20 B)" in out
+    assert "from 2: local [3:4, 0:5] (20 B)" in out and "from 3: local [empty, 0:5] (no elements) (0 B)" in out
+    assert "kept its own local [0:1+4:5, 0:3]" in out and "from 1: local [1:2+5:6, 0:3] (24 B)" in out

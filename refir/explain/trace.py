@@ -20,10 +20,11 @@ from rich.text import Text
 from refir.checks.verifier import verify
 from refir.errors import InputError
 from refir.explain.device_sets import devices_text
-from refir.explain.pictures import DEVICE_ROWS, DEVICES_LISTED, ints, spans
-from refir.explain.placement import Explained, Placement, StepFacts, explain, intersect
+from refir.explain.pictures import DEVICE_ROWS, DEVICES_LISTED, ints, run_span, spans
+from refir.explain.placement import Block, Explained, Placement, StepFacts, explain, intersect
 from refir.explain.report import check_device, is_printer, make_console, wanted, world_for
 from refir.explain.step_pictures import comm_picture, step_line
+from refir.ir.blocks import shared_moves
 from refir.ir.program import Var
 from refir.ir.types import dtype_name
 from refir.lowering.lower import lower
@@ -60,13 +61,18 @@ def moved_text(s: StepFacts, src: Placement, device: int) -> str:
     assert s.comm is not None
     lines = []
     reducing = s.comm.kind in ("allreduce", "reduce", "reduce_scatter")
+    runs = src.type.interleaved() or s.placement.type.interleaved()  # §3.4: say the runs, not their hull
     if device not in s.placement.type.mesh:
         mine = None
     else:
         mine = s.placement.block(device).ranges
         if device in src.type.mesh:
             own = intersect(src.block(device).ranges, mine)
-            if all(b > a for a, b in own) or not own:
+            if runs:
+                kept = landing(src.block(device), s.placement.block(device))
+                if kept is not None:
+                    lines.append(f"kept its own {'term: ' if reducing else ''}local {kept}")
+            elif all(b > a for a, b in own) or not own:
                 local = tuple((a - m0, b - m0) for (a, b), (m0, _) in zip(own, mine))
                 lines.append(f"kept its own {'term: ' if reducing else ''}local {spans(local)}")
     got = [tr for tr in s.comm.transfers(device) if tr.receiver == device and mine is not None]
@@ -76,11 +82,21 @@ def moved_text(s: StepFacts, src: Placement, device: int) -> str:
                      f"{sum(t.nbytes for t in got):,} B in all")
     for tr in got if len(got) <= RECEIPTS_LISTED else []:
         local = tuple((a - m0, b - m0) for (a, b), (m0, _) in zip(tr.ranges, mine or ()))
-        lines.append(f"from {tr.sender}: {what}local {spans(local)} ({tr.nbytes} B)")
+        where = (landing(src.block(tr.sender), s.placement.block(device)) if runs else None) or spans(local)
+        lines.append(f"from {tr.sender}: {what}local {where} ({tr.nbytes} B)")
     sent = [tr for tr in s.comm.transfers(device) if tr.sender == device]
     if sent:
         lines.append(f"sent {sum(t.nbytes for t in sent)} B to {devices_text([t.receiver for t in sent])[1:-1]}")
     return "\n".join(lines) or "nothing moved"
+
+
+def landing(held: Block, mine: Block) -> str | None:
+    """Where in `mine`'s buffer the elements both blocks hold lie, each axis as
+    runs of local positions (`0:1+2:3`); None where they share none."""
+    axes = [[(t, t + n) for _, t, n in shared_moves(a, b)] for a, b in zip(held.axis_runs, mine.axis_runs)]
+    if any(not a for a in axes):
+        return None
+    return "[" + ", ".join(run_span(tuple(a)) for a in axes) + "]"
 
 
 RECEIPTS_LISTED = 16  # past this many receipts a device's moves are one line: its senders and bytes
