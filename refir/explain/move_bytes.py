@@ -61,13 +61,20 @@ def team_totals(op: ops.Communication, team: Team, src: Placement, dst: Placemen
                 if r != root:
                     add(root, n, 0)
                     add(r, 0, n)
-        case ops.AllToAll() | ops.ReduceScatter() if of_runs(src, dst):  # §3.4: pieces are runs, not hulls
+        case ops.AllToAll() if of_runs(src, dst):  # §3.4: pieces are the runs both hold, not hulls
+            # The team's blocks cut one region on both sides (the team's mesh axis is all that
+            # differs), so a member sends its old block but what it keeps, and receives its new
+            # one but what it kept: linear in the team (issue 30), as the moves one by one sum.
+            for d in team.devices:
+                own = piece_bytes(src.block(d), dst.block(d), src.type)
+                add(d, block_bytes(src.block(d), src.type) - own, block_bytes(dst.block(d), dst.type) - own)
+        case ops.ReduceScatter() if of_runs(src, dst):  # every sender's term of each other's runs
+            parts = {r: block_bytes(dst.block(r), dst.type) for r in team.receivers}
+            everything, senders = sum(parts.values()), set(team.senders)
             for s in team.senders:
-                for r in team.receivers:
-                    if s != r:
-                        n = piece_bytes(src.block(s), dst.block(r), src.type)
-                        add(s, n, 0)
-                        add(r, 0, n)
+                add(s, everything - parts.get(s, 0), 0)
+            for r, n in parts.items():
+                add(r, 0, n * (len(senders) - (r in senders)))
         case ops.AllToAll() | ops.ReduceScatter():
             rank = src.type.rank
             s_ranges = np.array([src.block(s).ranges for s in team.senders], dtype=np.int64).reshape(
