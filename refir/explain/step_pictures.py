@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from refir.explain.pictures import DEVICES_LISTED, MOVES_LISTED, devices_text, ints, spans, value_picture
-from refir.explain.placement import CommFacts, StepFacts, nbytes
+from refir.explain.placement import CommFacts, StepFacts, block_bytes
 from refir.explain.step_rules import RULES
 from refir.ir import ops
 from refir.text.printer import format_call
@@ -62,7 +62,7 @@ def pattern_lines(c: CommFacts) -> list[str]:
     'each of the 1024 devices sends its 32 B block to the other 1023 of its team'."""
     sizes = sorted({len(t.devices) for t in c.teams})
     teams = f"{len(c.teams)} team{'s' * (len(c.teams) > 1)} of {'/'.join(map(str, sizes))} devices"
-    blocks = sorted({nbytes(b.ranges, c.src.type) for b in c.src.blocks})
+    blocks = sorted({block_bytes(b, c.src.type) for b in c.src.blocks})  # an interleaved block: its runs
     block = f"{blocks[0]} B" if len(blocks) == 1 else f"{blocks[0]}-{blocks[-1]} B"
     match c.op:
         case ops.Scatter(root=root):
