@@ -14,7 +14,7 @@ from functools import cached_property
 from math import prod
 
 from refir.explain.move_bytes import block_bytes, of_runs, pair_count, piece_bytes, shared, team_totals
-from refir.explain.step_rules import RULES, changes, nest_rule
+from refir.explain.step_rules import changes, rule_of
 from refir.ir import ops
 from refir.ir.types import (
     Axis,
@@ -236,7 +236,7 @@ def _moved_runs(op: ops.Communication, s: Block, r: Block) -> tuple[Range, ...]:
 
 def comm_facts(op: ops.Communication, src: Placement, dst: Placement) -> CommFacts:
     ts = tuple(teams(op, src.type, dst.type))
-    rule = RULES[type(op)] + nest_rule(op, src.type, dst.type)
+    rule = rule_of(op, src.type, dst.type)
     if isinstance(op, (ops.Scatter, ops.Broadcast)):
         rule += f" (device {op.root})"
     return CommFacts(ops.op_name(op), rule, changes(src.type, dst.type), ts, op, src, dst)

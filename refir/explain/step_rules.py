@@ -26,6 +26,13 @@ RULES: dict[type, str] = {
 }
 
 
+def rule_of(op: ops.Communication, src: TensorType, dst: TensorType) -> str:
+    """The rule that chose a communication, with what it does to a nest or to runs."""
+    if isinstance(op, ops.AllToAll) and op.split_axis == op.concat_axis:
+        return "sharded -> the same axis cut another way, same mesh: all_to_all" + nest_rule(op, src, dst)
+    return RULES[type(op)] + nest_rule(op, src, dst)
+
+
 def _axis_text(a: object) -> str:
     shard = getattr(a, "shard", None)
     split = getattr(a, "split", ())

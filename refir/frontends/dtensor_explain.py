@@ -12,7 +12,7 @@ from refir.checks.verifier import verify
 from refir.errors import InputError
 from refir.explain.device_sets import devices_text
 from refir.explain.lowered_listing import TEAMS_LISTED, format_lowered
-from refir.explain.step_rules import RULES, nest_rule
+from refir.explain.step_rules import rule_of
 from refir.frontends.dtensor import (
     Placement,
     did_of,
@@ -108,7 +108,7 @@ def _moves(lowered: Lowered, shape: tuple[int, ...]) -> list[str]:
                 alike.setdefault(b, []).append(dev)
             per = "  ".join(f"{devices_text(ds)}: {b}" for b, ds in alike.items())
         lines.append(f"  {step.out}: {ops.op_name(step.op)} {_what(step.op)} teams {groups}")
-        lines.append(f"      why: {RULES[type(step.op)]}{nest_rule(step.op, src, step.type)}")
+        lines.append(f"      why: {rule_of(step.op, src, step.type)}")
         lines.append(f"      received per device  {per}")
     lines.append(f"  total received: {total} bytes")
     return lines
