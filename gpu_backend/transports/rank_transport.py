@@ -20,7 +20,8 @@ each piece goes point to point straight into its place in the result
 (_pieces_in_place), the peers' pieces packed into one send buffer where they
 need packing (gpu_backend/transports/packing.py). Both it and a native reduce_scatter from
 a re-laid-out source can go in chunks, each packed while the wire moves the
-one before (CHUNKS, RS_CHUNKS).
+one before (CHUNKS, RS_CHUNKS). An all_to_all or reduce_scatter whose blocks
+are runs (spec §3.4) goes by gpu_backend/transports/run_exchange.py.
 """
 
 from __future__ import annotations

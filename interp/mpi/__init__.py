@@ -12,6 +12,9 @@ The modules, from the entry point down:
   worked out once from the types) and the plans of allgather, allreduce and
   reduce_scatter.
 - `all_to_all`: all_to_all's plans, of equal and of uneven pieces.
+- `run_exchange`: the plan of an all_to_all or reduce_scatter whose blocks
+  are runs (an interleaved axis, spec §3.4): pieces packed by their runs, one
+  Ialltoallv, each piece put at its runs or the pieces folded.
 - `layout`: where blocks and pieces lie in the bytes that cross (C order, the
   communicated axis first), and what packs or writes them there.
 - `pools`: results and scratch buffers kept between calls.
