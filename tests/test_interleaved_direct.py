@@ -85,6 +85,21 @@ def test_the_direct_rule_picks_one_collective(mesh, src, dst, step):
     assert [s.op for s in lower(refir.verify(refir.parse(text(mesh, src, dst)))).steps] == [step]
 
 
+def test_an_avg_is_divided_then_reduce_scattered_and_two_changes_go_the_general_way():
+    def steps(mesh, src, dst):
+        return [s.op for s in lower(refir.verify(refir.parse(text(mesh, src, dst)))).steps]
+
+    assert steps(MESH_1D, "13, 6] partial[avg@DIDx", "13@DIDx:3, 6") == [ops.Binary("div"),
+                                                                          ops.ReduceScatter("sum", "DIDx", 0)]
+    x = np.arange(78, dtype=np.float32).reshape(13, 6) - 30  # 4 terms of x / 4 each: exact
+    program = refir.parse(text(MESH_1D, "13, 6] partial[avg@DIDx", "13@DIDx:3, 6"))
+    for backend in ("global", "spmd", "gpu"):
+        assert_runs_as(program, {"x": x}, x, backend, **({"keep": "all"} if backend != "global" else {}))
+    # two mesh axes change, and an avg over two mesh axes: no one collective makes them
+    assert ops.KeepBlock() in steps(MESH_2D, "7@(DIDy,DIDx:2), 5", "7@DIDx, 5@DIDy")
+    assert ops.KeepBlock() in steps(MESH_2D, "7, 5] partial[avg@DIDy,DIDx", "7@DIDy:2, 5")
+
+
 def layouts(x: np.ndarray) -> dict[str, np.ndarray]:
     """The same values dense, column-major, with gaps and with negative strides."""
     gaps = np.zeros((x.shape[0] * 2, x.shape[1] * 3), x.dtype)[::2, ::3]

@@ -40,9 +40,10 @@ def direct(s: TensorType, d: TensorType) -> ops.AllToAll | ops.ReduceScatter | N
     rule of interleaved types): an all_to_all over k where k is innermost on
     axis i of s and axis j of d, and the types agree but for k's entry (an
     interleaved axis's split factor may change, i == j); a reduce_scatter over
-    k where s is partial over k (not avg), k is innermost on axis j of d, and
-    the types agree but for k (d partial over the rest of s's mesh axes, of the
-    same kind). None: the general route."""
+    k where s is partial over k (not avg: lowering makes an avg's terms a sum's
+    first), k is innermost on axis j of d, and the types agree but for k (d
+    partial over the rest of s's mesh axes, of the same kind). None: the
+    general route."""
     if s.mesh != d.mesh:
         return None
     for k in dict.fromkeys(m for t in (s, d) for a in t.axes for m in a.dids):

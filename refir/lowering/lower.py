@@ -188,8 +188,11 @@ class _Lowerer:
         plan: list[tuple[object, TensorType]] = []
         final = d
         if (s.interleaved() or d.interleaved()) and not interleaved.same_placement(s, d):  # §3.4: lowering.interleaved
-            if (step := interleaved.direct(s, d)) is not None:  # one all_to_all or reduce_scatter of runs
-                return self.emit_plan(src, out, d, [(step, d)], e)
+            # one all_to_all or reduce_scatter of runs; an avg's terms divided by the team's size first
+            summed = replace(s, partial_kind="sum") if s.partial_kind == "avg" and not d.partial else s
+            if (step := interleaved.direct(summed, d)) is not None:
+                by = [(_Divide(prod(s.mesh.size(k) for k in s.partial)), summed)] if summed is not s else []
+                return self.emit_plan(src, out, d, [*by, (step, d)], e)
             if s.mesh == d.mesh and (not s.partial or (s.partial, s.partial_kind) == (d.partial, d.partial_kind)):
                 interleaved.gather_to_prefix(s, d, plan)
                 return self.emit_plan(src, out, d, plan, e)
