@@ -15,6 +15,7 @@ from math import prod
 
 import numpy as np
 
+from refir.checks.rules_reshape import inferred_note
 from refir.explain.step_rules import RULES, changes, nest_rule
 from refir.ir import ops
 from refir.ir.types import (
@@ -333,6 +334,7 @@ class StepFacts:
     segment: int
     placement: Placement
     comm: CommFacts | None = None  # for a communication
+    note: str = ""  # what a reshape's -1 stood for (rules_reshape.inferred_note)
 
     @property
     def call(self) -> str:
@@ -368,5 +370,6 @@ def explain(lowered: Lowered, bindings: dict[str, int], world: int) -> Explained
             (src,) = step.tensor_args()
             comm = comm_facts(step.op, known[src], here)
         known[step.out] = here
-        out.append(StepFacts(step, segment_of[step.out], here, comm))
+        note = inferred_note(lowered.checked, step.out) if isinstance(step.op, ops.Reshape) else ""
+        out.append(StepFacts(step, segment_of[step.out], here, comm, note))
     return Explained(lowered, bindings, world, inputs, tuple(out))
