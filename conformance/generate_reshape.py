@@ -45,10 +45,13 @@ def draw_shape(m: Maker, t: TensorType) -> tuple[Extent, ...]:
     return tuple(xs)
 
 
-def in_the_way(t: TensorType, shape: tuple[Extent, ...], values: dict[str, tuple[int, ...]]) -> set[int]:
-    """The sharded operand axes that make the reshape move data, under some binding."""
+def in_the_way(t: TensorType, shape: tuple[Extent, ...], values: dict[str, tuple[int, ...]],
+               cases: list[dict[str, int]] | None = None) -> set[int]:
+    """The sharded operand axes that make the reshape move data, under some binding:
+    every combination of the symbols' values, or the case's bindings `cases` (where
+    an extent expression divides under those only)."""
     names = sorted(s for s in t.symbols() | {e for e in shape if isinstance(e, str)} if s in values)
-    bindings = [dict(zip(names, vs)) for vs in product(*(values[s] for s in names))]
+    bindings = cases or [dict(zip(names, vs)) for vs in product(*(values[s] for s in names))]
     out: set[int] = set()
     for g in groups(t, shape):
         inside = [k for k in g.src if t.axes[k].shard]
