@@ -76,6 +76,6 @@ def reshape(m: Maker, x: Value, t: TensorType) -> Value:
         x = x.set(**m.out(replace(whole, layout=m.layout(t.rank))))
         t = x.type
     given = list(shape)
-    if given and m.c.maybe(25):  # numpy's -1 for one extent (reshape_c6: the draws keep it an integer or a symbol)
+    if given and m.c.maybe(25):  # numpy's -1 for one extent (reshape_c6: these draws make it an integer or a symbol)
         given[m.c.below(len(given))] = -1
     return x.reshape(given, **m.out(m.relaid(inferred(t, shape))))
