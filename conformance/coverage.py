@@ -37,7 +37,7 @@ from functools import cache
 from rich import box
 from rich.table import Table
 
-from conformance import coverage_forms
+from conformance import coverage_forms, reshape_coverage
 from conformance.cases import Case
 from conformance.classes import CLASSES, classes_of, exposed
 from conformance.generate import DTYPES_DRAWN, MESH_SHAPES
@@ -123,6 +123,7 @@ class Coverage:
     partial: set[tuple[str, str]] = field(default_factory=set)  # (kind, column) of a program's partial values
     pairs: Counter = field(default_factory=Counter)  # (from form, to form, mesh column) -> sets
     kinds: Counter = field(default_factory=Counter)  # (partial kind, to form) -> sets
+    reshapes: set[tuple[str, str]] = field(default_factory=set)  # reshape_coverage's (row, column)
     programs: int = 0
 
     def add_partials(self, case: Case, steps: Iterable[Step], types: dict[str, TensorType]) -> None:
@@ -191,6 +192,7 @@ class Coverage:
             self.add_partials(case, lowered.steps, lowered.types)
             self.pairs += coverage_forms.pairs_of(case)
             self.kinds += coverage_forms.kinds_of(case)
+            self.reshapes |= reshape_coverage.cells_of(case)
         return self
 
 
@@ -290,7 +292,8 @@ def not_reached(cov: Coverage, cases: int, seed: int) -> list[str]:
         for c in INTERLEAVE_COLUMNS:
             if (row, c) not in cov.interleaved:
                 out.append(f"{row} of an interleaved axis, {c}: the generator draws none; no corpus program has it")
-    return out + coverage_forms.missing(cov.pairs, cov.kinds, _why(cov, cases, seed))
+    return (out + coverage_forms.missing(cov.pairs, cov.kinds, _why(cov, cases, seed))
+            + reshape_coverage.missing(cov.reshapes, _why(cov, cases, seed)))
 
 
 def _partial_allowed(kind: str, column: str) -> bool:
@@ -336,7 +339,9 @@ def render(cov: Coverage, cases: int, seed: int) -> str:
         partial.add_row(kind, *(_mark((kind, c) in cov.partial, _partial_allowed(kind, c)) for c in PARTIAL_COLUMNS))
     missing = not_reached(cov, cases, seed)
     forms = coverage_forms.tables(cov.pairs, cov.kinds, _table)
-    parts = [plain(t) for t in (local, mesh, dtypes, layout, nests, interleaved, partial, *forms, class_table(cov))]
+    shapes = reshape_coverage.table(cov.reshapes, _table)
+    parts = [plain(t) for t in (local, mesh, dtypes, layout, nests, interleaved, partial, *forms, shapes,
+                                class_table(cov))]
     head = f"refir conform --coverage: {cov.programs} lowered programs of the default run"
     tail = (f"{len(missing)} allowed cells not reached:\n" + "\n".join(f"  {m}" for m in missing)
             if missing else "every cell the spec allows is reached")

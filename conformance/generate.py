@@ -30,6 +30,7 @@ from conformance.generate_broadcast import broadcast_menu
 from conformance.generate_budget import BUDGET, STATIC  # noqa: E402
 from conformance.generate_forms import forms_tail
 from conformance.generate_masks import mask_step
+from conformance.generate_reshape_expr import expression_tail
 from conformance.generate_window import window_menu
 from refir.frontends import builder
 from refir.frontends.builder import Value
@@ -337,7 +338,8 @@ def generate(draw: Draw) -> Generated:
         made.append(x)
     extra = [v for v in made[:-1] if c.maybe(20)]
     tail = forms_tail(m)  # drawn last: the draws above, and so older seeds' programs, stay as they were
-    b.output(*extra, made[-1], *tail)
+    shaped = expression_tail(m, made)  # after that: reshapes of extent expressions (generate_reshape_expr.py)
+    b.output(*extra, made[-1], *tail, *shaped)
     program = b.build()
     text = print_program(program)
     if parse(text) != program:  # the printer and parser must agree on every generated program

@@ -45,10 +45,13 @@ def draw_shape(m: Maker, t: TensorType) -> tuple[Extent, ...]:
     return tuple(xs)
 
 
-def in_the_way(t: TensorType, shape: tuple[Extent, ...], values: dict[str, tuple[int, ...]]) -> set[int]:
-    """The sharded operand axes that make the reshape move data, under some binding."""
+def in_the_way(t: TensorType, shape: tuple[Extent, ...], values: dict[str, tuple[int, ...]],
+               cases: list[dict[str, int]] | None = None) -> set[int]:
+    """The sharded operand axes that make the reshape move data, under some binding:
+    every combination of the symbols' values, or the case's bindings `cases` (where
+    an extent expression divides under those only)."""
     names = sorted(s for s in t.symbols() | {e for e in shape if isinstance(e, str)} if s in values)
-    bindings = [dict(zip(names, vs)) for vs in product(*(values[s] for s in names))]
+    bindings = cases or [dict(zip(names, vs)) for vs in product(*(values[s] for s in names))]
     out: set[int] = set()
     for g in groups(t, shape):
         inside = [k for k in g.src if t.axes[k].shard]
@@ -73,6 +76,6 @@ def reshape(m: Maker, x: Value, t: TensorType) -> Value:
         x = x.set(**m.out(replace(whole, layout=m.layout(t.rank))))
         t = x.type
     given = list(shape)
-    if given and m.c.maybe(25):  # numpy's -1 for one extent (reshape_c6: the draws keep it an integer or a symbol)
+    if given and m.c.maybe(25):  # numpy's -1 for one extent (reshape_c6: these draws make it an integer or a symbol)
         given[m.c.below(len(given))] = -1
     return x.reshape(given, **m.out(m.relaid(inferred(t, shape))))

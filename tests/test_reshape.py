@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run_mpi
 
 import refir
 from gpu_backend.buffers.buffer import download, upload
@@ -17,7 +18,6 @@ from interp.impls import IMPLS
 from refir.frontends.builder import Builder
 from refir.ir import ops
 from refir.lowering.lower import lower
-from tests.helpers import run_mpi
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ("global", "spmd", "gpu")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run_mpi
 
 import refir
 from refir.cli import main
@@ -21,7 +22,6 @@ from refir.ir.extents import ExtentExpr, Monomial, NotDivisible, evaluate, exten
 from refir.ir.types import Axis, block_slices, dense_strides, local_shape
 from refir.lowering.lower import lower
 from refir.running.inputs import bind_lines, draw_inputs
-from tests.helpers import run_mpi
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "conformance/corpus/reshape_symbolic_heads.rir"

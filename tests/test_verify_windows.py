@@ -132,6 +132,15 @@ def test_reshape_c4():
                   {"x": np.zeros(10, np.float32), "w": np.zeros((5, 2), np.float32)}, world=2)
 
 
+def test_reshape_c8():
+    rejects(prog("x: f32[S], u: f32[T, U]", "y = reshape(x, [T, U, -1])", "return y"), "reshape_c8", 3, 3,
+            "-1 would be S/(T*U), which no extent expression writes")
+    rejects(prog("x: f32[S], w: f32[T]", "y = reshape(x, [2, T, -1])", "return y"), "reshape_c8", 3, 3,
+            "-1 would be S/(2*T)")
+    rejects(prog("x: f32[S]", "y = reshape(x, [S, S, S, -1])", "return y"), "reshape_c8", 3, 3,
+            r"-1 would be 1/(S*S)")
+
+
 def test_reshape_c5():
     rejects(prog("x: f32[8]", "y = reshape(x, [-1, -1])", "return y"), "reshape_c5", 3, 3, "at most one extent is -1")
     rejects(prog("x: f32[S, 4]", "y = reshape(x, [-1, 2, -1])", "return y"), "reshape_c5", 3, 3, "-1")
@@ -140,11 +149,14 @@ def test_reshape_c5():
 def test_reshape_c6():
     rejects(prog("x: f32[6]", "y = reshape(x, [4, -1])", "return y"), "reshape_c6", 3, 3,
             "the other extents (4 elements) do not divide the operand's 6")
-    rejects(prog("x: f32[6]", "y = reshape(x, [0, -1])", "return y"), "reshape_c6", 3, 3, "(0 elements)")
-    rejects(prog("x: f32[S, 4], w: f32[T]", "y = reshape(x, [T, -1])", "return y"), "reshape_c6", 3, 3, "do not divide")
-    rejects(prog("x: f32[S, 4]", "y = reshape(x, [-1, 2])", "return y"), "reshape_c6", 3, 3,
-            "-1 would be 2*S, which is no extent")
-    rejects(prog("x: f32[S, T]", "y = reshape(x, [-1])", "return y"), "reshape_c6", 3, 3, "-1 would be S*T")
+    rejects(prog("x: f32[6]", "y = reshape(x, [0, -1])", "return y"), "reshape_c6", 3, 3, "have 0 elements")
+    rejects(prog("x: f32[S, 6], w: f32[T]", "y = reshape(x, [T, 0, -1])", "return y"), "reshape_c6", 3, 3,
+            "have 0 elements")
+    # a quotient with symbols is an expression, divided exactly once bound (type_c9)
+    for shape, want in [("[T, -1]", "f32[T, 4*S/T] on m"), ("[-1, 2]", "f32[2*S, 2] on m"),
+                        ("[-1]", "f32[4*S] on m"), ("[3, -1]", "f32[3, 4*S/3] on m")]:
+        text = prog("x: f32[S, 4], w: f32[T]", f"y = reshape(x, {shape})", "return y")
+        assert str(refir.verify(refir.parse(text, FILE)).types["y"]) == want, shape
     checked = refir.verify(refir.parse(prog("x: f32[S@DIDx, 6]", "y = reshape(x, [S, 2, -1])", "return y"), FILE))
     assert str(checked.types["y"]) == "f32[S@DIDx, 2, 3] on m"
     assert checked.func.eqns[0].op == ops.Reshape(("S", 2, 3))  # what lowering and the backends are handed

@@ -1,4 +1,4 @@
-"""Mutants of `reshape` (docs/spec.md §5.9), each a wrong local reshape the suite
+"""Mutants of `reshape` (docs/spec.md §5.10), each a wrong local reshape the suite
 must kill by the values it gives:
 
 - the block reshaped in Fortran order (numpy's order="F");

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from refir.checks.inference import EqnContext, keep_sharding, rule, unary_operand
 from refir.errors import InputError
 from refir.ir import ops
-from refir.ir.extents import ExtentExpr, Monomial, NotDivisible, shape_symbols, symbols_of
+from refir.ir.extents import ExtentExpr, Monomial, NotAnExtent, NotDivisible, shape_symbols, symbols_of
 from refir.ir.program import Eqn, Sym
 from refir.ir.types import RESERVED, Axis, Bindings, Extent, TensorType, extent_value, nested_block, shard_text
 
@@ -90,7 +90,7 @@ def _replicated_hint(name: str, x: TensorType, axis: int) -> str:
     return f"set {name} to replicated on axis {axis} first: `{name}_whole: {whole} = set({name})`"
 
 
-INFERRED = -1  # numpy's inferred extent (reshape_c5, reshape_c6)
+INFERRED = -1  # numpy's inferred extent (reshape_c5, reshape_c6, reshape_c8)
 
 
 def check_shape(shape: tuple[Extent, ...], c: EqnContext) -> None:
@@ -112,20 +112,41 @@ def check_shape(shape: tuple[Extent, ...], c: EqnContext) -> None:
 
 def inferred_shape(x: TensorType, shape: tuple[Extent, ...], c: EqnContext) -> tuple[Extent, ...]:
     """`shape` with its -1 (if any) replaced by the operand's element count divided by
-    the product of the other extents, an integer or one symbol (reshape_c6)."""
+    the product of the other extents, exactly, as monomials: an integer, a symbol or an
+    extent expression (`[B, S, E] -> [B, S, h, -1]` is `[B, S, h, E/h]`), whose division
+    type_c9 checks once the symbols are bound (reshape_c6, reshape_c8)."""
     if INFERRED not in shape:
         return shape
     at = shape.index(INFERRED)
     mx, mk = _mono(extents_of(x)), _mono([e for e in shape if e != INFERRED])
     given = f"reshape of [{', '.join(map(str, extents_of(x)))}] into [{', '.join(map(str, shape))}]"
-    if not mk.divides(mx):  # reshape_c6
+    if mk.coef == 0:  # reshape_c6
+        raise c.fail("reshape_c6", f"{given}: the other extents have 0 elements, so -1 stands for no extent")
+    q = mx / mk
+    try:
+        extent = q.as_extent()
+    except NotAnExtent:  # reshape_c6: a fraction of no symbols, 6/4, is no extent whatever the bindings
         raise c.fail("reshape_c6", f"{given}: the other extents ({mk} elements) do not divide the "
-                     f"operand's {mx}, so -1 stands for no extent")
-    q = (mx / mk).as_extent()
-    if not isinstance(q, (int, str)):  # reshape_c6: never an expression, which the text writes out
-        raise c.fail("reshape_c6", f"{given}: -1 would be {mx / mk}, which is no extent (an integer or "
-                     "one symbol); write the shape out")
-    return (*shape[:at], q, *shape[at + 1:])
+                     f"operand's {mx}, so -1 stands for no extent") from None
+    if extent is None:  # reshape_c8: an extent for some bindings, but no expression of §3 writes it
+        raise c.fail("reshape_c8", f"{given}: -1 would be {q}, which no extent expression writes (a product "
+                     "over at most one integer or one symbol); write the shape with a symbol an input binds")
+    return (*shape[:at], extent, *shape[at + 1:])
+
+
+def inferred_note(checked: Checked, out: str) -> str:
+    """What a reshape's -1 stood for, for `refir explain` (`-1 is E/h: the operand's
+    B*E*S elements over the other extents' B*S*h`); "" where `out` was written out."""
+    func = next(f for f in checked.program.funcs if f.name == checked.func.name)
+    eqn = next((e for e in func.eqns if e.out == out), None)
+    if eqn is None or not isinstance(eqn.op, ops.Reshape) or INFERRED not in eqn.op.shape:
+        return ""
+    at = eqn.op.shape.index(INFERRED)
+    x, y = checked.types[eqn.tensor_args()[0]], checked.types[out]
+    others = _mono([e for e in eqn.op.shape if e != INFERRED])
+    return (f"-1 (axis {at}) is {extents_of(y)[at]}: the operand's {_mono(extents_of(x))} elements over the "
+            f"other extents' {others}" + (", divided exactly once the symbols are bound (type_c9)"
+                                          if isinstance(extents_of(y)[at], ExtentExpr) else ""))
 
 
 def resolved(eqn: Eqn, result: TensorType) -> Eqn:
@@ -251,4 +272,5 @@ def check_quotients(checked: Checked, bindings: Bindings) -> None:
                     raise NotDivisible(f"{e.loc}: in {e.out}: {err}") from None
 
 
-__all__ = ["Group", "block_problem", "check_bound", "check_quotients", "groups", "infer", "inferred_shape", "resolved"]
+__all__ = ["Group", "block_problem", "check_bound", "check_quotients", "groups", "infer", "inferred_note",
+           "inferred_shape", "resolved"]

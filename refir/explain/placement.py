@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from math import prod
 
+from refir.checks.rules_reshape import inferred_note
 from refir.explain.move_bytes import block_bytes, of_runs, pair_count, piece_bytes, shared, team_totals
 from refir.explain.step_rules import changes, rule_of
 from refir.ir import ops
@@ -248,6 +249,7 @@ class StepFacts:
     segment: int
     placement: Placement
     comm: CommFacts | None = None  # for a communication
+    note: str = ""  # what a reshape's -1 stood for (rules_reshape.inferred_note)
 
     @property
     def call(self) -> str:
@@ -283,5 +285,6 @@ def explain(lowered: Lowered, bindings: dict[str, int], world: int) -> Explained
             (src,) = step.tensor_args()
             comm = comm_facts(step.op, known[src], here)
         known[step.out] = here
-        out.append(StepFacts(step, segment_of[step.out], here, comm))
+        note = inferred_note(lowered.checked, step.out) if isinstance(step.op, ops.Reshape) else ""
+        out.append(StepFacts(step, segment_of[step.out], here, comm, note))
     return Explained(lowered, bindings, world, inputs, tuple(out))

@@ -142,9 +142,10 @@ def _local_rule(s: StepFacts) -> str:
         return f"why {ops.op_name(s.step.op)}: " + RULES[type(s.step.op)]
     if isinstance(s.step.op, ops.Copy):
         return "why copy: same placement, another layout"
-    if isinstance(s.step.op, ops.Reshape) and s.placement.type.sharding():
-        return ("why local: reshape keeps every device's elements: its block of the operand is its block of the "
-                "result, whole rows of each split or merge (spec §5.10)")
+    if isinstance(s.step.op, ops.Reshape):
+        local = ("why local: reshape keeps every device's elements: its block of the operand is its block of the "
+                 "result, whole rows of each split or merge (spec §5.10)") if s.placement.type.sharding() else ""
+        return "\n".join(t for t in (local, s.note) if t)
     if isinstance(s.step.op, ops.WINDOWS):
         return f"why local: {ops.op_name(s.step.op)} changes only axes each device holds whole (spec §5.8)"
     return ""

@@ -275,7 +275,7 @@ class OpMapper(WindowMapper, MaskMapper, PartialMapper):
 
     def reshape(self, out: str, x: TVRef, call: Call, comment: list[str]) -> None:
         """nvFuser's view (ReshapeOp): refir's reshape to the printed result's extents,
-        the sharding as refir infers it (docs/spec.md §5.9); printed otherwise, a set
+        the sharding as refir infers it (docs/spec.md §5.10); printed otherwise, a set
         after it reshards."""
         src, want = kept(self.axes[x.name]), kept(self.axes[out])
         if any(a.broadcast for a in want):
