@@ -21,6 +21,8 @@ from refir.ir.types import PARTIAL_KINDS, TensorType, axis_length, extent_value
 
 COLUMNS = ("1-D", "2-D", "3-D", "another mesh")
 SPLIT_COLUMNS = ("even", "uneven", "in a nest", "partial")  # how the interleaved side's axes cut
+SPLIT_PHRASES = {"even": "cut into runs of one length on every device", "uneven": "cut into runs of unequal length",
+                 "in a nest": "interleaved in a nest", "partial": "also partial"}
 SPLIT_ROWS = tuple((side, other) for side in ("from", "to") for other in NAMES)  # interleaved side, other form
 
 
@@ -96,7 +98,7 @@ def tables(pairs: Counter, kinds: Counter, table: Callable[[str, Iterable[str]],
 
 
 def _split_row(side: str, other: str) -> str:
-    return f"interleaved -> {other}" if side == "from" else f"{other} -> interleaved"
+    return f"from: interleaved -> {other}" if side == "from" else f"to: {other} -> interleaved"
 
 
 def missing(pairs: Counter, kinds: Counter, why: str) -> list[str]:
@@ -104,5 +106,6 @@ def missing(pairs: Counter, kinds: Counter, why: str) -> list[str]:
            for src in NAMES for dst in NAMES for c in COLUMNS if allowed(src, dst, c) and not pairs[(src, dst, c)]]
     out += [f"a set from a {kind}-partial to {dst}: {why}" for kind in PARTIAL_KINDS for dst in NAMES
             if not kinds[(kind, dst)]]
-    return out + [f"a set {_split_row(side, other)} with the interleaved axes {c}: {why}"
+    return out + [f"a set {_split_row(side, other).split(': ')[1]}, the {'source' if side == 'from' else 'target'} "
+                  f"{SPLIT_PHRASES[c]}: {why}"
                   for side, other in SPLIT_ROWS for c in SPLIT_COLUMNS if not pairs[("split", side, other, c)]]

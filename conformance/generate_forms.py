@@ -163,8 +163,10 @@ def _partial(m: Maker, s: Source) -> Placement:
     dids = _partial_axes(m, s)
     kind = m.c.pick(kinds(s.dtype, s.mesh, dids, s.of))
     rest = [d for d in _dids(s.mesh) if d not in dids]
-    sharding = _shard_some(m, s, rest, set(), 50)
-    return sharding, dids, kind, _some_splits(m, sharding, 60) if s.interleave else {}  # type: ignore[return-value]
+    if not s.interleave:
+        return _shard_some(m, s, rest, set(), 50), dids, kind, {}  # type: ignore[return-value]
+    sharding = _shard_some(m, s, rest, set(), 80)  # the second tail's: mostly interleaved on the other mesh axes
+    return sharding, dids, kind, _some_splits(m, sharding, 75)  # type: ignore[return-value]
 
 
 def _partial_fits(s: Source) -> bool:
@@ -187,13 +189,22 @@ FORMS: tuple[Form, ...] = (  # simplest first: the draw 0 is replicated
     Form("interleaved", lambda s: bool(_axes_free(s)), lambda t: t.interleaved() and not t.partial, _interleaved),
 )
 NAMES = tuple(f.name for f in FORMS)
-INTERLEAVED = FORMS[-1]
+PARTIAL, INTERLEAVED = FORMS[-2:]
 CONTIGUOUS = FORMS[:-1]  # the first tail's rows (its draws as before the interleaved row)
 
 
 def rows(s: Source) -> list[Form]:
     """The forms that exist at `s`, of the tail that draws there."""
     return [f for f in (FORMS if s.interleave else CONTIGUOUS) if f.fits(s)]
+
+
+def drawn_form(m: Maker, forms: list[Form], interleave: bool) -> Form:
+    """One of `forms`; in the second tail interleaved half the time and partial (itself
+    mostly interleaved there) a quarter, where they are among them."""
+    if not interleave:
+        return m.c.pick(forms)  # type: ignore[return-value]
+    favoured = {1: INTERLEAVED, 2: INTERLEAVED, 3: PARTIAL}.get(m.c.below(4))
+    return favoured if favoured in forms else m.c.pick(forms)  # type: ignore[return-value]
 
 
 def form_of(t: TensorType) -> str:
@@ -224,9 +235,7 @@ def typed(m: Maker, s: Source, p: Placement) -> TensorType:
 
 def source_value(m: Maker, s: Source) -> Value:
     """An input of a drawn form; a partial sometimes made of two inputs, as §3.3 allows."""
-    forms = rows(s)
-    form = INTERLEAVED if s.interleave and INTERLEAVED in forms and m.c.maybe(50) else m.c.pick(forms)
-    t = typed(m, s, form.place(m, s))
+    t = typed(m, s, drawn_form(m, rows(s), s.interleave).place(m, s))
     x = m.param(t)
     if not t.partial or not m.c.maybe(40):
         return x
@@ -249,15 +258,14 @@ def source_value(m: Maker, s: Source) -> Value:
 
 def target(m: Maker, x: Value, meshes: list[Mesh], interleave: bool = False) -> TensorType:
     """A drawn form's type for `set(x)`: on x's mesh, or another (where the form may be);
-    in the second tail, half the time interleaved where x is not."""
+    in the second tail, mostly interleaved or partial (drawn_form)."""
     t = x.type
     mesh = m.c.pick([t.mesh] + [k for k in meshes if k != t.mesh])
     s = Source(t.dtype, tuple(replace(a, shard=None) for a in t.axes), mesh, t, interleave)
     forms = [f for f in rows(s) if (mesh == t.mesh or f.other_mesh)
              and not (mesh == t.mesh and f.is_of(t) and f.name == "replicated")]
     for _ in range(3):  # a set that moves nothing is a copy, not a resharding: draw again, a few times
-        into = INTERLEAVED in forms and not INTERLEAVED.is_of(t) and m.c.maybe(50) if interleave else False
-        got = typed(m, s, (INTERLEAVED if into else m.c.pick(forms)).place(m, s))
+        got = typed(m, s, drawn_form(m, forms, interleave).place(m, s))
         if is_resharding(t, got):
             break
     return got
