@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from conformance.generate import Maker
 
 PERCENT = 50  # of programs that get a tail
-INTERLEAVED_PERCENT = 35  # of programs that get the second tail, through interleaved values
+INTERLEAVED_PERCENT = 50  # of programs that get the second tail, through interleaved values
 SPLITS = (2, 3, 4)  # a split factor that must be 2 or more; one that may be 1 is drawn from (1, 2)
 # By rank; half the time the first shape (every axis 2 or more). Every mesh lies within
 # 4 devices, as the rest of the generator's (an MPI run of 4 ranks runs every program):
@@ -189,7 +189,7 @@ FORMS: tuple[Form, ...] = (  # simplest first: the draw 0 is replicated
     Form("interleaved", lambda s: bool(_axes_free(s)), lambda t: t.interleaved() and not t.partial, _interleaved),
 )
 NAMES = tuple(f.name for f in FORMS)
-PARTIAL, INTERLEAVED = FORMS[-2:]
+NESTED, PARTIAL, INTERLEAVED = FORMS[-3:]
 CONTIGUOUS = FORMS[:-1]  # the first tail's rows (its draws as before the interleaved row)
 
 
@@ -198,12 +198,15 @@ def rows(s: Source) -> list[Form]:
     return [f for f in (FORMS if s.interleave else CONTIGUOUS) if f.fits(s)]
 
 
-def drawn_form(m: Maker, forms: list[Form], interleave: bool) -> Form:
-    """One of `forms`; in the second tail interleaved half the time and partial (itself
-    mostly interleaved there) a quarter, where they are among them."""
+def drawn_form(m: Maker, forms: list[Form], interleave: bool, of: TensorType | None = None) -> Form:
+    """One of `forms`; in the second tail interleaved two times in six (one from an
+    interleaved `of`), partial (itself mostly interleaved there) and nested (the
+    rarest, as meshes of one axis have none) one in six each, where they are among
+    `forms`, else any."""
     if not interleave:
         return m.c.pick(forms)  # type: ignore[return-value]
-    favoured = {1: INTERLEAVED, 2: INTERLEAVED, 3: PARTIAL}.get(m.c.below(4))
+    favoured = {1: INTERLEAVED, 2: INTERLEAVED if of is None or not of.interleaved() else None,
+                3: PARTIAL, 4: NESTED}.get(m.c.below(6))
     return favoured if favoured in forms else m.c.pick(forms)  # type: ignore[return-value]
 
 
@@ -265,7 +268,7 @@ def target(m: Maker, x: Value, meshes: list[Mesh], interleave: bool = False) -> 
     forms = [f for f in rows(s) if (mesh == t.mesh or f.other_mesh)
              and not (mesh == t.mesh and f.is_of(t) and f.name == "replicated")]
     for _ in range(3):  # a set that moves nothing is a copy, not a resharding: draw again, a few times
-        got = typed(m, s, drawn_form(m, forms, interleave).place(m, s))
+        got = typed(m, s, drawn_form(m, forms, interleave, t).place(m, s))
         if is_resharding(t, got):
             break
     return got
