@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 PERCENT = 50  # of programs that get a tail
 INTERLEAVED_PERCENT = 50  # of programs that get the second tail, through interleaved values
 SPLITS = (2, 3, 4)  # a split factor that must be 2 or more; one that may be 1 is drawn from (1, 2)
+# The second tail's extents: STATIC's, and those whose runs under DIDx:2 and DIDx:3 over 2
+# or 3 devices are as long but not the same rows (5, 12, 13: split_factor_off_by_one shows there).
+SPLIT_STATIC = (*STATIC, 5, 7, 12, 13)
 # By rank; half the time the first shape (every axis 2 or more). Every mesh lies within
 # 4 devices, as the rest of the generator's (an MPI run of 4 ranks runs every program):
 # a 3-D mesh has an axis of 1, so a nest of three cuts over two (the corpus's 2x2x2
@@ -274,14 +277,14 @@ def target(m: Maker, x: Value, meshes: list[Mesh], interleave: bool = False) -> 
     return got
 
 
-def tail_axes(m: Maker, rank: int) -> tuple[Axis, ...]:
+def tail_axes(m: Maker, rank: int, static: tuple[int, ...] = STATIC) -> tuple[Axis, ...]:
     """Static extents, or symbols the program's inputs bind already: a tail adds no
     binding, so a seed's program keeps its cases (one per binding)."""
     room, axes = BUDGET, []
     symbols = m.bound_symbols()
     for _ in range(rank):
         fit = [e for e in symbols if max(m.values[e]) <= room]
-        e = m.c.pick(fit) if fit and m.c.maybe(40) else m.c.pick([e for e in STATIC if e <= room])
+        e = m.c.pick(fit) if fit and m.c.maybe(40) else m.c.pick([e for e in static if e <= room])
         room //= max(1, m.largest(e))
         axes.append(Axis(e))
     return tuple(axes)
@@ -299,7 +302,7 @@ def _tail(m: Maker, interleave: bool) -> list[Value]:
     first = 2 if interleave else 0
     meshes = [draw_mesh(m, first)] + ([draw_mesh(m, first + 1)] if c.maybe(40) else [])
     dtype = c.pick(("f32", "i32", "f64", "bool", "f16", "i64", "bf16", "u8"))
-    axes = tail_axes(m, 1 + c.below(3))
+    axes = tail_axes(m, 1 + c.below(3), SPLIT_STATIC if interleave else STATIC)
     x = source_value(m, Source(dtype, axes, meshes[0], interleave=interleave))
     out = []
     for _ in c.items(1, MAX_SETS, 40):

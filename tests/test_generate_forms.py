@@ -201,13 +201,16 @@ def test_drawn_programs_of_each_pair_agree_on_every_backend(pair):
     assert_cases_pass(drawn(0, index), context=(pair, index))
 
 
-@pytest.mark.parametrize("name", ["nest_order_swapped", "partial_as_reduced", "split_factor_off_by_one"])
-def test_the_generated_cases_alone_kill_the_nest_partial_and_split_factor_mutants(name, monkeypatch):
+# split_factor_off_by_one shows only where the runs of sf and sf + 1 are as long (5, 12, 13
+# rows over 2 or 3 devices): the first program of seed 0 that kills it is 73.
+@pytest.mark.parametrize("name, programs", [("nest_order_swapped", 60), ("partial_as_reduced", 60),
+                                            ("split_factor_off_by_one", 80)])
+def test_the_generated_cases_alone_kill_the_nest_partial_and_split_factor_mutants(name, programs, monkeypatch):
     from conformance.mutants import MUTANTS
     from conformance.teeth import hunt
 
     mutant = [m for m in MUTANTS if m.name == name]
-    (kill,) = hunt([c for i in range(60) for c in drawn(0, i)], mutants=mutant)
+    (kill,) = hunt([c for i in range(programs) for c in drawn(0, i)], mutants=mutant)
     assert kill.killed and kill.first.startswith("gen0-"), (name, kill.first)
     value = kill.first.split("elements of ")[1].split()[0]  # the result that differs ...
     index = int(kill.first.split("-")[1].split("/")[0].split("[")[0])
@@ -215,5 +218,5 @@ def test_the_generated_cases_alone_kill_the_nest_partial_and_split_factor_mutant
     assert checked.types[value].mesh.name.startswith("f")  # ... is the tail's
     monkeypatch.setattr(forms, "PERCENT", 0)  # without the tails, the same programs do not kill it
     monkeypatch.setattr(forms, "INTERLEAVED_PERCENT", 0)
-    (kill,) = hunt([c for i in range(60) for c in drawn(0, i)], mutants=mutant)
+    (kill,) = hunt([c for i in range(programs) for c in drawn(0, i)], mutants=mutant)
     assert not kill.killed, kill.first
