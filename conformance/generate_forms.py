@@ -173,8 +173,8 @@ def _partial(m: Maker, s: Source) -> Placement:
 
 
 def _partial_fits(s: Source) -> bool:
-    if s.of is not None and s.of.partial and s.of.partial_kind == "avg":
-        return bool(kinds(s.dtype, s.mesh, s.of.partial, s.of))
+    if s.of is not None and s.of.partial and s.of.partial_kind == "avg":  # its mesh axes, on its mesh only
+        return all(s.mesh.has(d) for d in s.of.partial) and bool(kinds(s.dtype, s.mesh, s.of.partial, s.of))
     return any(kinds(s.dtype, s.mesh, (d,), s.of) for d in _dids(s.mesh))
 
 

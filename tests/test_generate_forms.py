@@ -220,3 +220,14 @@ def test_the_generated_cases_alone_kill_the_nest_partial_and_split_factor_mutant
     monkeypatch.setattr(forms, "INTERLEAVED_PERCENT", 0)
     (kill,) = hunt([c for i in range(programs) for c in drawn(0, i)], mutants=mutant)
     assert not kill.killed, kill.first
+
+
+def test_an_avg_partials_set_to_a_mesh_without_its_mesh_axes_draws_no_partial():
+    """An avg target keeps its source's mesh axes, so no partial fits on a mesh that lacks
+    them (the sweep's seed 1 program 945 asked a 1-D mesh for DIDy's size)."""
+    two, one = Mesh("f2", (2, 2), (3, 1, 0, 2)), Mesh("f3", (4,), (0, 1, 2, 3))
+    avg = TensorType("f32", (Axis(4), Axis(6, "DIDx", split=(2,))), two, None, ("DIDy",), "avg")
+    axes = (Axis(4), Axis(6))
+    assert forms._partial_fits(forms.Source("f32", axes, two, avg, True))
+    assert not forms._partial_fits(forms.Source("f32", axes, one, avg, True))
+    assert_cases_pass(drawn(1, 945), context=(1, 945))
