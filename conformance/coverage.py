@@ -16,8 +16,9 @@ or not allowed (blank):
 - partial values (spec §3.3): each kind as an input, read by a local op, reduced to
   replicated or sharded, made from replicated, returned;
 - reshardings: every `set` that moves a value, counted by (from form, to form) of
-  replicated, sharded, nested and partial, on a 1-, 2- or 3-D mesh or to another
-  mesh, and from each partial kind to each form (conformance/coverage_forms.py);
+  replicated, sharded, nested, partial and interleaved, on a 1-, 2- or 3-D mesh or
+  to another mesh, from each partial kind to each form, and from or to an
+  interleaved axis by how it cuts (conformance/coverage_forms.py);
 - data classes: for each op with known error classes (conformance/classes.py),
   the dtypes on which some case's values exposed each class, that is, where a
   backend with that class's wrong implementation fails the run. A local cell
@@ -291,7 +292,7 @@ def not_reached(cov: Coverage, cases: int, seed: int) -> list[str]:
     for row in INTERLEAVE_ROWS:
         for c in INTERLEAVE_COLUMNS:
             if (row, c) not in cov.interleaved:
-                out.append(f"{row} of an interleaved axis, {c}: the generator draws none; no corpus program has it")
+                out.append(f"{row} of an interleaved axis, {c}: {_why(cov, cases, seed)}")
     return (out + coverage_forms.missing(cov.pairs, cov.kinds, _why(cov, cases, seed))
             + reshape_coverage.missing(cov.reshapes, _why(cov, cases, seed)))
 

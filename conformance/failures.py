@@ -29,6 +29,7 @@ from conformance.cases import Case
 from conformance.check import Outcome, Reference
 from refir.checks.expect_lines import check_expects
 from refir.ir.program import Expect
+from refir.running.inputs import as_bf16
 from refir.text.printer import print_program
 from refir.world.ranks import mpi_world
 
@@ -77,7 +78,7 @@ def save(outcome: Outcome, ref: Reference | None, directory: Path, note: str = "
 
 def replays_with_run(case: Case, npz: Path, backend: str) -> bool:
     """Whether `refir run --inputs` shows the failure: it raises or an expect line fails."""
-    inputs = dict(np.load(npz))
+    inputs = as_bf16(case.checked, dict(np.load(npz)))  # as `refir run --inputs` reads them
     try:
         result = refir.run(case.program, inputs, backend=backend)
         return bool(check_expects(case.program, inputs, result.outputs))

@@ -11,7 +11,9 @@ whether every term is an integer. An op on terms adds one rounding per term,
 `eps (M + |r|)` with the reference's own; a reducing `set` of a team of n adds
 `n eps M` (divided by n for avg). Where every term is an integer and `M` is
 within the dtype's exact integers, nothing rounds: 0. max and min fold
-exactly; a float prod adds `n eps |r|` per op and per fold.
+exactly; a float prod adds `n eps |r|` per op and per fold. Where M passes the
+dtype's largest finite value a term may overflow though the value fits: the
+bound of a finite value is infinite there (num_c6).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from interp.numerics import eps, exact_limit, exactly_integer, ulp
 from refir.checks.verifier import Checked
 from refir.ir import ops
 from refir.ir.program import Eqn, Sym, Var
-from refir.ir.types import Bindings, TensorType, is_float
+from refir.ir.types import Bindings, TensorType, finfo, is_float
 
 Terms = tuple[np.ndarray, np.ndarray]  # (M, every term an integer)
 
@@ -63,7 +65,12 @@ class PartialTerms:
             return b
         if not _tracked(t):
             return b
-        return self._op(e, t, b, r, bounds)
+        got = self._op(e, t, b, r, bounds)
+        # A term (or a partial sum of terms) may overflow where M passes the dtype's range, though
+        # the value fits (an f16 avg of 4 terms of 4X, times 2.0, at X = -16375): unconstrained
+        # (num_c6). A value that does not fit is matched exactly as before.
+        over = (self.terms[e.out][0] > float(finfo(t.np_dtype).max)) & np.isfinite(r)
+        return np.where(over, np.inf, got)
 
     def _op(self, e: Eqn, t: TensorType, b: np.ndarray, r: np.ndarray, bounds: dict[str, np.ndarray]) -> np.ndarray:
         held = [self.terms[a.name] for a in e.args if isinstance(a, Var) and a.name in self.terms]

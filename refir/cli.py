@@ -34,7 +34,7 @@ from refir.checks.verifier import Checked, verify, verify_all
 from refir.errors import InputError, ParseError, RefirError, RunError, VerifyError, printable
 from refir.ir.program import Func, Program
 from refir.ir.types import TensorType, resolved
-from refir.running.inputs import bindings_for, draw_inputs, read_inputs, writable_file
+from refir.running.inputs import as_bf16, bindings_for, draw_inputs, read_inputs, writable_file
 from refir.running.runner import run
 from refir.text.load import load
 from refir.world.ranks import mpi_world, say
@@ -70,22 +70,12 @@ def _prepare(args: argparse.Namespace, root: bool) -> tuple[Program, Checked, di
     if not root:
         return program, checked, {}, out
     if args.inputs:
-        inputs = _as_bf16(checked, read_inputs(args.inputs))
+        inputs = as_bf16(checked, read_inputs(args.inputs))
     else:
         inputs = draw_inputs(checked, bindings_for(checked, args.bind), args.seed or 0, args.backend)
     if saved is not None:  # before the run, so that a run that fails leaves its inputs behind
         _write_npz(saved, inputs, "--save-inputs")
     return program, checked, inputs, out
-
-
-def _as_bf16(checked: Checked, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """numpy has no bfloat16: np.savez stores one as raw 2-byte records (|V2), so
-    a bf16 parameter takes such an array back as bf16, bit for bit."""
-    for p in checked.func.params:
-        x = inputs.get(p.name)
-        if p.type.dtype == "bf16" and x is not None and x.dtype.kind == "V" and x.dtype.itemsize == 2:
-            inputs[p.name] = x.view(p.type.np_dtype)
-    return inputs
 
 
 def _write_npz(path: Path, arrays: dict[str, np.ndarray], option: str) -> None:

@@ -143,6 +143,34 @@ def test_the_example_wrong_backend_is_caught_and_its_failure_replays(tmp_path, m
         assert done.returncode == 1 and "FAILED" in done.stdout, done.stdout + done.stderr
 
 
+BF16_SET = """mesh m0 = [0, 1, 2]
+
+func main(x0: bf16[2, 2, 1] on m0) {
+  t1: bf16[2, 2, 1] on m0 = set(x0)
+  return t1
+}
+# expect: t1 = np.load('want.npz')['t1']
+"""
+
+
+def test_a_bf16_replay_reads_its_saved_inputs_and_expected_values_bit_for_bit(tmp_path, monkeypatch, capsys):
+    """np.savez keeps bf16 as raw 2-byte records (|V2): `refir run --inputs` and its expect
+    line's np.load take them back as bf16, and conform's check of whether such a replay shows
+    a failure reads them alike (a bf16 case of the row-major example was saved with a
+    `run` replay that crashed in the expect line)."""
+    from conformance.failures import replays_with_run
+
+    monkeypatch.chdir(tmp_path)
+    x = np.array([3.0, 1.0, 0.0, -2.0]).astype(refir.ir.types.DTYPES["bf16"]).reshape(2, 2, 1)
+    np.savez("in.npz", x0=x)
+    np.savez("want.npz", t1=x)
+    Path("p.rir").write_text(BF16_SET)
+    assert main(["run", "p.rir", "--inputs", "in.npz", "--backend", "spmd"]) == 0
+    assert "all 1 expect lines hold" in capsys.readouterr().out
+    case = Case("generated", "bf16", refir.load("p.rir"), {}, DataSpec("exact", 0))
+    assert not replays_with_run(case, Path("in.npz"), "spmd")
+
+
 OFF_BY_ONE = '''
 import numpy as np
 

@@ -167,3 +167,47 @@ def test_partial_mesh_axes_are_one_order_however_named():
     checked = verify(parse(text))
     assert str(checked.types["p"]).endswith("partial[sum@DIDy,DIDx]")
     assert [type(s.op).__name__ for s in lower(checked).steps] == ["Matmul"]
+
+
+OVERFLOWING_TERMS = """mesh g = [[0, 1], [2, 3]]
+func main(x: f16[2] partial[avg@DIDy,DIDx]) {
+  t = mul(x, 2.0)
+  r: f16[2] = set(t)
+  return r
+}
+"""
+
+
+def test_a_term_that_may_overflow_where_the_value_fits_leaves_it_unconstrained(monkeypatch):
+    """An f16 avg of 4 holds terms of 4X: at X = -16376 they reach -65504, times 2.0 they
+    overflow though 2X fits (the sweep's gen0-526): num_c8's M passes the range, the
+    bound is infinite there (num_c6), and a value that fits stays held to its bound."""
+    from conformance import cases
+    from conformance.cases import Case
+    from conformance.check import check_backend, reference_of
+    from conformance.data import DataSpec
+
+    x = np.array([-16376.0, 3.0], np.float16)
+    monkeypatch.setattr(cases, "make_inputs", lambda params, bindings, spec: {"x": x.copy()})
+    case = Case("generated", "overflowing-terms", refir.parse(OVERFLOWING_TERMS), {}, DataSpec("exact", 0))
+    ref = reference_of(case)
+    assert ref.values["r"].tolist() == [-32752.0, 6.0]
+    assert np.isinf(ref.bounds["r"][0]) and np.isfinite(ref.bounds["r"][1])
+    for backend in ("spmd", "gpu"):
+        assert check_backend(case, backend, ref) == [], backend
+
+
+def test_an_avg_inputs_drawn_values_leave_room_for_its_terms():
+    """Edge data held f16 values whose 4-fold overflows, which no avg terms sum to (the
+    sweep's gen0-256 stopped `conform` with an InputError): those are divided by n."""
+    from conformance.data import DataSpec, avg_room, make_inputs
+
+    x = np.array([4e4, -2e4, 1e4, np.inf, np.nan, -0.0], np.float16)
+    got = avg_room(x, 4)
+    assert got.dtype == np.float16 and got[:4].tolist() == [1e4, -5e3, 1e4, np.inf]
+    assert np.isnan(got[4]) and np.signbit(got[5])
+    t = checked("  return x", "x: f16[64, 8] partial[avg@DIDy,DIDx]").func.params[0].type
+    for seed in range(5):
+        v = make_inputs([("x", t)], {}, DataSpec("edge", seed))["x"]
+        with np.errstate(all="ignore"):
+            assert np.all(np.isfinite((v * np.float16(4)).astype(np.float16)) | ~np.isfinite(v))

@@ -19,7 +19,7 @@ from refir.checks.expect_eval import evaluate_rounded
 from refir.checks.verifier import Checked
 from refir.errors import InputError, MismatchError
 from refir.ir.program import Program
-from refir.ir.types import as_dtype, finfo, is_float
+from refir.ir.types import DTYPES, as_dtype, finfo, is_float
 
 
 class _Slack:
@@ -74,6 +74,8 @@ def check_expects(program: Program, inputs: dict[str, np.ndarray], outputs: dict
         except Exception as exc:  # numpy's own complaint about whitelisted operations
             raise MismatchError(f"{e.loc}: cannot evaluate expect line: {type(exc).__name__}: {exc}") from exc
         got = np.asarray(outputs[e.name])
+        if want.dtype.kind == "V" and want.dtype.itemsize == 2 and got.dtype == DTYPES["bf16"]:
+            want = want.view(got.dtype)  # np.savez keeps a bf16 as raw 2-byte records (|V2): bit for bit
         if got.shape != want.shape:
             failures.append(f"{e.loc}: {e.name} != {e.expr} (shape {got.shape} vs {want.shape})")
             continue
