@@ -15,8 +15,10 @@ from __future__ import annotations
 from conformance.generate import Chooser
 from refir.frontends.dtensor import Partial, Placement, Replicate
 
+SOURCE_PERCENT = 20  # of the reshardings drawn without a Partial source, those given one here
+SOURCE_OPS = ("sum", "max", "min", "avg")  # avg: float dtypes, a team of a power of two (else sum)
 TARGET_PERCENT = 30  # of the reshardings, those given a Partial target
-AVG_PERCENT = 40  # of the cases with a Partial(sum) source, those made Partial(avg)
+AVG_PERCENT = 75  # of the cases with a Partial(sum) source, those made Partial(avg)
 TARGET_OPS = ("sum", "max", "min")  # of a target made from Replicate (avg: refir refuses it)
 FLOATS = ("f32", "f64", "f16", "bf16")
 
@@ -25,11 +27,18 @@ Pair = tuple[tuple[Placement, ...], tuple[Placement, ...]]
 
 def draw(c: Chooser, sizes: tuple[int, ...], dtype: str, src: tuple[Placement, ...],
          dst: tuple[Placement, ...]) -> Pair:
-    """Maybe a Partial target on one mesh dim, then maybe every sum made avg."""
+    """Maybe a Partial source on one mesh dim, maybe a Partial target on one, then maybe every sum made avg."""
     s, d = list(src), list(dst)
+    if not any(isinstance(p, Partial) for p in s) and c.maybe(SOURCE_PERCENT):
+        i = c.below(len(s))
+        op = c.pick(SOURCE_OPS)
+        s[i] = Partial(op if op != "avg" or (dtype in FLOATS and sizes[i] & (sizes[i] - 1) == 0) else "sum")
     if c.maybe(TARGET_PERCENT):
         i = c.below(len(s))
         kinds = {p.op for p in s if isinstance(p, Partial)}
+        held = [k for k, p in enumerate(s) if isinstance(p, Partial)]
+        if held and not isinstance(s[i], Partial) and c.maybe(50):  # kept as often as made
+            i = c.pick(held)
         if isinstance(s[i], Partial):
             d[i] = s[i]  # Partial -> the same Partial: DTensor's no-op
         else:
