@@ -168,7 +168,8 @@ def test_the_redistribute_command_explains_what_moves(capsys):
                          "keeps the value, as DTensor's Partial._partition_value does for max"]),
     ("P,R", "P,S0", ["the partial target on DIDy: each device keeps its term (DTensor: the same no-op)",
                      "= keep_block(x)", "the terms fold back to the value: yes"]),
-    ("P(avg),R", "R,S1", ["partial[avg@DIDy] = ", "allreduce(y~1, kind=sum, mesh_axes=[DIDy])"]),
+    ("P(avg),R", "R,S1", ["= f32[5, 3] on m partial[avg@DIDy]", "div(x, 2.0)",
+                          "allreduce(y~1, kind=sum, mesh_axes=[DIDy])"]),
 ])
 def test_the_redistribute_command_explains_each_form(capsys, src, dst, says):
     assert main(["redistribute", "--mesh", "2x2", "--shape", "5,3", "--from", src, "--to", dst]) == 0
