@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import replace
+from math import prod
+
+import numpy as np
 
 from conformance.peers.spec import PeerCase, expected
 from refir.frontends.dtensor import Partial, Placement, Replicate, Shard, StridedShard
@@ -102,20 +105,23 @@ def _strided_redistribute(raises: bool) -> Callable[[PeerCase, list[str]], bool]
 
 
 def _partition_int_sum(case: PeerCase, problems: list[str]) -> bool:
-    """Replicate -> Partial(sum) of an integer tensor: DTensor's terms x / n are cast back to
-    the dtype, truncated, so they fold to n trunc(x / n); refir right, and the same case in
-    f64 agrees (docs/peers.md, dtensor-partition-int-sum)."""
-    from conformance.peers import dtensor_peer, refir_side
-    from conformance.peers.partial_compare import compare, partial_target
+    """Replicate -> Partial(sum) of an integer tensor not partial before: DTensor's terms x / n
+    are cast back to the dtype, truncated, so DTensor's fold is k trunc(x / k) (k: the ranks of
+    the new sum Partials), exactly; refir right (docs/peers.md, dtensor-partition-int-sum)."""
+    from conformance.peers import dtensor_peer
+    from conformance.peers.block_compare import differences
+    from conformance.peers.partial_compare import partial_target, reduced, replicated
 
     if not (partial_target(case) and case.dtype in ("i32", "i64") and problems):
         return False
-    if not any(d == Partial("sum") and s == Replicate() for s, d in zip(case.src, case.dst)):
+    if any(isinstance(p, Partial) for p in case.src) or Partial("sum") not in case.dst:
         return False
     if not all(p.startswith("folded: ") and "dtensor" in p.split(": ", 3)[2] for p in problems):
-        return False  # refir wrong, or DTensor wrong otherwise than by its fold
-    wide = replace(case, dtype="f64")
-    return not any(compare(wide, dtensor_peer.run(wide).blocks, refir_side.run(wide), "", "", "dtensor"))
+        return False  # refir wrong, or DTensor raising
+    k = prod(n for n, p in zip(case.view_shape, case.dst) if isinstance(p, Partial))
+    want = {r: replace(b, values=(np.trunc(b.values / k) * k).astype(b.values.dtype))
+            for r, b in expected(replace(case, dst=replicated(case.dst))).items()}
+    return not differences(reduced(case, dtensor_peer.run(case).blocks), want, "dtensor", "k trunc(x / k)")
 
 
 CONVENTIONS: list[Known] = []

@@ -6,7 +6,8 @@ Replicate (a local partition) or stays the Partial it was (a no-op); a shard or
 _StridedShard to Partial is refused, as is one reduce op to another. refir's are
 the same but for avg, which it makes only from an avg source (no exact avg terms
 of a replicated value exist: refir.frontends.dtensor), so an avg target is drawn
-only where the source was avg there. Avg is drawn for float dtypes over teams of
+only where the source was avg there, and on every mesh dim the source was avg on
+or none (refir's partial_c5: an avg reduces over all its axes or none). Avg is drawn for float dtypes over teams of
 a power of two ranks (refir's avg terms: the sum's terms of n X).
 """
 
@@ -37,8 +38,8 @@ def draw(c: Chooser, sizes: tuple[int, ...], dtype: str, src: tuple[Placement, .
         i = c.below(len(s))
         kinds = {p.op for p in s if isinstance(p, Partial)}
         held = [k for k, p in enumerate(s) if isinstance(p, Partial)]
-        if held and not isinstance(s[i], Partial) and c.maybe(50):  # kept as often as made
-            i = c.pick(held)
+        if held and not isinstance(s[i], Partial) and (kinds == {"avg"} or c.maybe(50)):  # kept as often as made
+            i = c.pick(held)  # (an avg always: refir makes no avg terms of a value)
         if isinstance(s[i], Partial):
             d[i] = s[i]  # Partial -> the same Partial: DTensor's no-op
         else:
@@ -46,7 +47,9 @@ def draw(c: Chooser, sizes: tuple[int, ...], dtype: str, src: tuple[Placement, .
             d[i] = Partial(kinds.pop() if kinds else c.pick(TARGET_OPS))
     made = {i for i, p in enumerate(d) if isinstance(p, Partial) and s[i] != p}
     avg_ok = dtype in FLOATS and all(sizes[i] & (sizes[i] - 1) == 0 for i, p in enumerate(s) if isinstance(p, Partial))
-    if (any(p == Partial("sum") for p in s) and not made and avg_ok and c.maybe(AVG_PERCENT)):
+    held = {i for i, p in enumerate(s) if isinstance(p, Partial)}
+    kept = {i for i, p in enumerate(d) if isinstance(p, Partial)}
+    if any(p == Partial("sum") for p in s) and not made and kept in (set(), held) and avg_ok and c.maybe(AVG_PERCENT):
         s = [Partial("avg") if p == Partial("sum") else p for p in s]
         d = [Partial("avg") if p == Partial("sum") else p for p in d]
     return tuple(s), tuple(d)
