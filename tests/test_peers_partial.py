@@ -109,6 +109,11 @@ def test_an_integer_sum_partition_is_dtensors_known_bug_and_narrow(monkeypatch):
     o = check(dtensor_peer, c)
     assert o.triage == "peer-bug:dtensor-partition-int-sum", o.problems
     assert uses_terms(c) is False and check(dtensor_peer, replace(c, dtype="f64")).status == "agree"
+    reduced_first = reshard((2, 2, 2), "i64", (8, 1, 2), "R,P,S2", "P,S2,S0")  # seed 0's case 409, shrunk
+    assert check(dtensor_peer, reduced_first).triage == "peer-bug:dtensor-partition-int-sum"
+    kept_too = reshard((2, 2), "i32", (5, 3), "P,R", "P,P")  # DTensor divides refir's terms: not this entry's class
+    o = check(dtensor_peer, kept_too)
+    assert o.triage == "peer" and o.problems[0].startswith("folded: rank 0: values dtensor"), o.problems
     run = refir_side.run
 
     def off(case):

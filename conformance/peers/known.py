@@ -105,7 +105,7 @@ def _strided_redistribute(raises: bool) -> Callable[[PeerCase, list[str]], bool]
 
 
 def _partition_int_sum(case: PeerCase, problems: list[str]) -> bool:
-    """Replicate -> Partial(sum) of an integer tensor not partial before: DTensor's terms x / n
+    """Replicate -> Partial(sum) of an integer tensor: DTensor's terms x / n
     are cast back to the dtype, truncated, so DTensor's fold is k trunc(x / k) (k: the ranks of
     the new sum Partials), exactly; refir right (docs/peers.md, dtensor-partition-int-sum)."""
     from conformance.peers import dtensor_peer
@@ -114,8 +114,9 @@ def _partition_int_sum(case: PeerCase, problems: list[str]) -> bool:
 
     if not (partial_target(case) and case.dtype in ("i32", "i64") and problems):
         return False
-    if any(isinstance(p, Partial) for p in case.src) or Partial("sum") not in case.dst:
-        return False
+    if any(isinstance(d, Partial) and s != Replicate() for s, d in zip(case.src, case.dst)) or \
+            Partial("sum") not in case.dst:
+        return False  # every target Partial made from Replicate (a source's Partial elsewhere is reduced first)
     if not all(p.startswith("folded: ") and "dtensor" in p.split(": ", 3)[2] for p in problems):
         return False  # refir wrong, or DTensor raising
     k = prod(n for n, p in zip(case.view_shape, case.dst) if isinstance(p, Partial))
