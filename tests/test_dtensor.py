@@ -153,3 +153,29 @@ def test_the_redistribute_command_explains_what_moves(capsys):
     assert "received per device  0: 48  1: 48  2: 48  3: 48" in out  # a [4, 3] f32 block from one peer
     assert "total received: 384 bytes" in out
     assert "equals the DTensor block of the value: yes" in out
+
+
+@pytest.mark.parametrize("src, dst, says", [
+    ("S0,S0", "R,R", ["= f32[5@(DIDy,DIDx), 3] on m", "allgather(x, axis=0, mesh_axis=DIDx)",
+                      "allgather(y~1, axis=0, mesh_axis=DIDy)", "axis 0: 5 over 4 -> device 0:2, 1:1 short"]),
+    ("_S(0,2),S0", "R,R", ["[_StridedShard(dim=0, sf=2), Shard(0)] = f32[5@(DIDy:2,DIDx), 3] on m",
+                           "axis 0: 5 interleaved over (DIDy:2,DIDx) -> device 0: rows 0:2; 1: rows 3; 2: rows 2; "
+                           "3: rows 4"]),
+    ("R,R", "P(sum),R", ["partition(x, kind=sum, mesh_axes=[DIDy])", "the partial target on DIDy: refir keeps the "
+                         "value on each team's first device and 0 on the others, DTensor x / n",
+                         "the terms fold back to the value: yes"]),
+    ("R,R", "R,P(max)", ["partition(x, kind=max, mesh_axes=[DIDx])", "the partial target on DIDx: every device "
+                         "keeps the value, as DTensor's Partial._partition_value does for max"]),
+    ("P,R", "P,S0", ["the partial target on DIDy: each device keeps its term (DTensor: the same no-op)",
+                     "= keep_block(x)", "the terms fold back to the value: yes"]),
+    ("P(avg),R", "R,S1", ["= f32[5, 3] on m partial[avg@DIDy]", "div(x, 2.0)",
+                          "allreduce(y~1, kind=sum, mesh_axes=[DIDy])"]),
+])
+def test_the_redistribute_command_explains_each_form(capsys, src, dst, says):
+    assert main(["redistribute", "--mesh", "2x2", "--shape", "5,3", "--from", src, "--to", dst]) == 0
+    out = capsys.readouterr().out
+    for line in says:
+        assert line in out, (line, out)
+    if "P" not in dst:
+        assert "equals the DTensor block of the value: yes" in out
+    assert ("the partial target" in out) == ("P" in dst)

@@ -12,6 +12,7 @@ torch is imported here only, on first use.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ FEATURES = ("root", "slice", "flatten")
 KINDS = ("reshard", "op")
 NESTS = True
 STRIDED = True  # draws _StridedShard placements (refir's interleaved axes, spec §3.4)
+PARTIAL_TARGETS = True  # draws Partial targets and avg sources (conformance/peers/partial_draws.py)
 _WORLD: list[int] = []  # the fake group's world size, once initialised
 
 
@@ -151,9 +153,14 @@ def _operand(lm: Any, case: PeerCase, mesh: Any, name: str, shape: tuple[int, ..
         local = {"src_data_rank": None} if any(isinstance(p, StridedShard) for p in ps) else {}
         return distribute_tensor(lm.rank_map(lambda r: to_torch(data[group_of[r]][name])), mesh, tps, **local)
     groups = case.groups()
+    from conformance.peers.partial_compare import terms, uses_terms
+
+    held = [terms(case, g) for g in range(len(groups))] if uses_terms(case) else None
 
     def mine(r: int) -> Any:
         g = group_of[r]
+        if held is not None:  # refir's own terms of the value (partial_compare)
+            return to_torch(held[g][r])
         t = to_refir(shape, case.mesh(groups[g]), ps, case.dtype)
         return to_torch(local_block(t, None, r, data[g][f"{name}_parts"]))
 
@@ -175,7 +182,7 @@ def run(case: PeerCase) -> PeerResult:
         args = [_operand(lm, case, mesh, n, s, ps, data, group_of) for n, s, ps in case.operands()]
         dst = [placement(p) for p in case.dst]
         if case.kind != "op":
-            return PeerResult(_blocks(args[0].redistribute(mesh, dst), mesh, ranks))
+            return PeerResult(_blocks(_redistribute(args[0], mesh, dst), mesh, ranks))
         fn: Callable[..., Any] = {"add": torch.add, "mul": torch.mul, "matmul": torch.matmul,
                                   "sum": lambda x: torch.sum(x, dim=case.axis),
                                   "max": lambda x: torch.amax(x, dim=case.axis)}.get(case.op, shaped(case))
@@ -185,6 +192,18 @@ def run(case: PeerCase) -> PeerResult:
         # the result where DTensor put it, compared unless partial or a placement refir has no type for yet
         own_blocks = None if own is None or any(isinstance(p, Partial) for p in own) else _blocks(z, mesh, ranks)
         return PeerResult(_blocks(z.redistribute(mesh, dst), mesh, ranks), own, own_blocks)
+
+
+def _redistribute(x: Any, mesh: Any, dst: list[Any]) -> Any:
+    """`x.redistribute(mesh, dst)`; to a Partial target, which torch 2.13's public
+    redistribute refuses ("for internal use only"), its `Redistribute` as that calls it."""
+    if all(not p.is_partial() or p == q for p, q in zip(dst, x.placements)):
+        return x.redistribute(mesh, dst)
+    from torch.distributed.tensor._redistribute import Redistribute
+
+    dt = x._local_tensor.dtype
+    same = {"op_dtype": dt, "out_dtype": dt}
+    return Redistribute.apply(x, mesh, tuple(dst), False, {**same, "backward_options": same})
 
 
 def distributed(case: PeerCase, placements: tuple[Placement, ...]) -> Blocks:
@@ -229,6 +248,8 @@ def _from_torch(p: Any) -> Placement | None:
 
 
 def script(case: PeerCase) -> str:
+    from conformance.peers.partial_compare import partial_target, replicated
     from conformance.peers.scripts import dtensor_script
 
-    return dtensor_script(case, [group_inputs(case, g) for g in range(len(case.groups()))], expected(case))
+    want = expected(replace(case, dst=replicated(case.dst)) if partial_target(case) else case)  # folded
+    return dtensor_script(case, [group_inputs(case, g) for g in range(len(case.groups()))], want)

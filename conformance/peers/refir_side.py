@@ -4,6 +4,7 @@ every rank's block (its offset from refir's block rule, spec §3.1)."""
 from __future__ import annotations
 
 from conformance.peers import layer_ops, shape_ops
+from conformance.peers.partial_compare import partial_target, uses_terms, value
 from conformance.peers.spec import Block, Blocks, PeerCase, block_offset, group_inputs, result_type
 from refir.errors import RefirError
 from refir.frontends import builder
@@ -26,8 +27,9 @@ def program(case: PeerCase, mesh: Mesh) -> Program:
     or contracted axis keeps its source's mesh dim where the result leaves it
     free, so that refir's partial path and its allreduce / reduce_scatter run),
     then the op, typed with the target placements."""
-    if case.kind != "op":
-        return redistribute_program(mesh, case.shape, case.src, case.dst, case.dtype, contributions=True)
+    if case.kind != "op":  # a Partial target or an avg source: the partial type itself (partial_compare)
+        return redistribute_program(mesh, case.shape, case.src, case.dst, case.dtype,
+                                    contributions=not (partial_target(case) or uses_terms(case)))
     b = builder.Builder()
     b.mesh(nested_devices(mesh), name=mesh.name)
     if moved(case):  # the op where its operands are (see shape_ops, layer_ops), then to the target
@@ -105,7 +107,8 @@ def run(case: PeerCase) -> Blocks:
     out: Blocks = {}
     for g, group in enumerate(case.groups()):
         mesh = case.mesh(group)
-        result = refir.run(program(case, mesh), group_inputs(case, g), backend="spmd")
+        inputs = {"x": value(case, g)} if uses_terms(case) else group_inputs(case, g)
+        result = refir.run(program(case, mesh), inputs, backend="spmd")
         t = result_type(case, mesh)
         for r in group:
             local = result.shards["y"][r]

@@ -11,6 +11,7 @@ import json
 import numpy as np
 
 from conformance.peers import layer_ops, shape_ops
+from conformance.peers.partial_compare import partial_target, terms, uses_terms
 from conformance.peers.spec import Blocks, PeerCase
 from refir.frontends.dtensor import Partial, Placement, Shard, StridedShard, local_block, to_refir
 
@@ -29,13 +30,16 @@ def case_data(case: PeerCase, inputs: list[dict[str, np.ndarray]], want: Blocks)
     """Each rank's source of each operand: its group's global tensor, or (a
     partial source) its own contribution block."""
     groups = case.groups()
+    held = [terms(case, g) for g in range(len(groups))] if uses_terms(case) else None  # refir's own terms
     operands = []
     for name, shape, ps in case.operands():
         partial = any(isinstance(p, Partial) for p in ps)
         per_rank = {}
         for g, group in enumerate(groups):
             for r in group:
-                if partial:
+                if held is not None:
+                    per_rank[r] = _array(held[g][r])
+                elif partial:
                     t = to_refir(shape, case.mesh(group), ps, case.dtype)
                     per_rank[r] = _array(local_block(t, None, r, inputs[g][f"{name}_parts"]))
                 else:
@@ -47,8 +51,21 @@ def case_data(case: PeerCase, inputs: list[dict[str, np.ndarray]], want: Blocks)
             "dims": list(case.dims), "dtype": case.dtype, "op": case.op, "axis": case.axis, "params": list(case.params),
             "shape": list(case.shape), "dst": [_placement(p) for p in case.dst], "operands": operands,
             "layer": case.op in layer_ops.LAYER_OPS, "ulps": case.ulps,
-            "groups": [list(g) for g in groups],
+            "groups": [list(g) for g in groups], **_folds(case),
             "expected": {r: {"offset": list(b.offset), **_array(b.values)} for r, b in want.items()}}
+
+
+def _folds(case: PeerCase) -> dict:
+    """A Partial target's reduce op and each rank's team over its Partial mesh dims
+    (the script folds the team's terms, as partial_compare does), else no fold."""
+    if not partial_target(case):
+        return {"fold": "", "teams": {}}
+    teams = {}
+    for group in case.groups():
+        mesh = case.mesh(group)
+        t = to_refir(case.shape, mesh, case.dst, case.dtype)
+        teams.update({r: list(mesh.team(r, t.partial)) for r in group})
+    return {"fold": t.partial_kind, "teams": teams}
 
 
 DTENSOR = '''"""{label}: torch DTensor against the expected blocks (written by `refir peer dtensor`).
@@ -131,7 +148,7 @@ with LocalTensorMode(world) as lm:
         local = lm.rank_map(lambda r: tensor(o["per_rank"][str(r)], DTYPES[o["dtype"]]))
         if o["partial"]:
             stride = tuple(int(torch.tensor(o["shape"][i + 1:]).prod()) for i in range(len(o["shape"])))
-            args.append(DTensor.from_local(local, mesh, ps, run_check=False, shape=o["shape"], stride=stride))
+            args.append(DTensor.from_local(local, mesh, ps, run_check=False, shape=tuple(o["shape"]), stride=stride))
         else:
             # a _StridedShard: every rank cuts its own block (torch 2.13 scatters only even strided blocks)
             strided = any(type(p).__name__ == "_StridedShard" for p in ps)
@@ -140,11 +157,23 @@ with LocalTensorMode(world) as lm:
           "sum": lambda x: torch.sum(x, dim=CASE["axis"]), "max": lambda x: torch.amax(x, dim=CASE["axis"])}}
     table = layer_torch_op if CASE["layer"] else torch_op
     shaped = lambda *a: table(CASE["op"], CASE["params"], CASE["shape"], list(a))  # noqa: E731
-    y = op.get(CASE["op"], shaped)(*args).redistribute(mesh, [placement(p) for p in CASE["dst"]])
+    z, dst = op.get(CASE["op"], shaped)(*args), [placement(p) for p in CASE["dst"]]
+    if any(p.is_partial() and p != q for p, q in zip(dst, z.placements)):
+        # to a new Partial: torch's public redistribute refuses it, its Redistribute makes it
+        from torch.distributed.tensor._redistribute import Redistribute
+
+        kept = {{"op_dtype": z._local_tensor.dtype, "out_dtype": z._local_tensor.dtype}}
+        y = Redistribute.apply(z, mesh, tuple(dst), False, {{**kept, "backward_options": kept}})
+    else:
+        y = z.redistribute(mesh, dst)
     _, offset = compute_local_shape_and_global_offset(tuple(y.shape), mesh, y.placements)
     local = y.to_local()
     for r, want in CASE["expected"].items():
         got = local._local_tensors[int(r)]
+        if CASE["fold"]:  # a Partial target: the team's terms folded in float64, rounded once
+            team = torch.stack([local._local_tensors[q].double() for q in CASE["teams"][r]])
+            got = {{"sum": lambda: team.sum(0), "avg": lambda: team.mean(0), "max": lambda: team.amax(0),
+                   "min": lambda: team.amin(0)}}[CASE["fold"]]().to(got.dtype)
         # where an empty block starts is a convention (docs/peers.md): offsets along dims it holds nothing of
         off = [at(o, int(r)) if n else None for o, n in zip(offset, got.shape)]
         at_want = [o if n else None for o, n in zip(want["offset"], want["shape"])]

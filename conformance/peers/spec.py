@@ -24,7 +24,7 @@ from math import prod
 import numpy as np
 
 from conformance.generate import Chooser
-from conformance.peers import layer_ops, shape_ops
+from conformance.peers import layer_ops, partial_draws, shape_ops
 from refir.frontends.dtensor import Partial, Placement, Replicate, Shard, StridedShard, contributions_type, to_refir
 from refir.ir.types import DTYPES, Mesh, TensorType, block_index, block_slices
 
@@ -124,7 +124,6 @@ class PeerCase:
                 f"{self.op_name}({', '.join(_pl(p) for _, _, p in self.operands())}) -> {_pl(self.dst)}")
         return f"{self.kind} {'x'.join(map(str, self.root))}{view} {self.dtype}{list(self.shape)} {what}"
 
-
     @property
     def ulps(self) -> int:
         """How many ulps the sides may differ by, per element (layer_ops.PEER_ULPS; 0: bit for bit)."""
@@ -147,8 +146,7 @@ def _pl(ps: tuple[Placement, ...]) -> str:
 
 def draw_case(c: Chooser, peer: object) -> PeerCase:
     """A case the peer can run; draw 0 is always the simplest choice."""
-    kinds = peer.KINDS
-    kind = kinds[c.below(len(kinds))]
+    kind = peer.KINDS[c.below(len(peer.KINDS))]
     root = c.pick(ROOTS[1 + c.below(3)])
     view, dims = "root", tuple(range(len(root)))
     features = [f for f in peer.FEATURES if f == "root" or len(root) > 1]
@@ -179,6 +177,8 @@ def draw_case(c: Chooser, peer: object) -> PeerCase:
         src, dst = _nested(c, rank, ndim_view, src, dst)  # drawn last: the cases without a nest stay as they were
     if kind == "reshard" and getattr(peer, "STRIDED", False) and c.maybe(25):
         src, dst = _strided(c, rank, ndim_view, src, dst)  # drawn after the nest: cases without one stay too
+    if kind == "reshard" and getattr(peer, "PARTIAL_TARGETS", False):  # drawn after those: partial_draws
+        src, dst = partial_draws.draw(c, sizes, dtype, src, dst)
     if getattr(peer, "LAYER_OPS", ()) and c.maybe(LAYER_PERCENT // 2):  # likewise: a layer op, even (JAX)
         return _even(_draw_layer(c, root, view, dims, dtype, sizes, seed, peer.LAYER_OPS, least=1))
     return PeerCase(kind, root, view, dims, dtype, shape, src, dst, seed=seed)
@@ -350,7 +350,7 @@ def meaning(case: PeerCase, inputs: dict[str, np.ndarray]) -> np.ndarray:
             return inputs["x"]
         (_, _, ps) = case.operands()[0]
         k = sum(isinstance(p, Partial) for p in ps)
-        fold = {"sum": np.sum, "max": np.max, "min": np.min}[_partial_op(ps)]
+        fold = {"sum": np.sum, "max": np.max, "min": np.min, "avg": np.mean}[_partial_op(ps)]
         return fold(inputs["x_parts"].astype(np.float64), axis=tuple(range(k))).astype(dt)
     if case.op in shape_ops.SHAPE_OPS:
         return shape_ops.meaning(case.op, case.shape, case.params, inputs)

@@ -17,6 +17,7 @@ from pathlib import Path
 from conformance.check import describe, quiet
 from conformance.generate import Chooser
 from conformance.peers.block_compare import differences
+from conformance.peers.partial_compare import compare, partial_target
 from conformance.peers.spec import Blocks, PeerCase, block_of, draw_case, expected, meaning
 from conformance.shrink import Choices, RandomDraw, ReplayDraw, shrink
 from refir.errors import RefirError
@@ -61,6 +62,12 @@ def check(peer: object, case: PeerCase, timing: Timing | None = None) -> Outcome
     t2 = time.perf_counter()
     timing.peer += t1 - t0
     timing.refir += t2 - t1
+    if partial_target(case):  # terms by each side's convention: folded (partial_compare)
+        peer_wrong, refir_wrong, problems = compare(case, got and got.blocks, ours, peer_err, ref_err, peer.NAME)
+        problems += peer_wrong + refir_wrong
+        if not problems:
+            return Outcome(case, "agree")
+        return Outcome(case, "differ", list(dict.fromkeys(problems)), triage(case, peer_wrong, refir_wrong))
     k = case.ulps
     peer_wrong = [peer_err] if got is None else differences(got.blocks, want, peer.NAME, "meaning", k)
     if got is not None and got.own_blocks is not None:

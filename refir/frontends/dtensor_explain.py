@@ -129,6 +129,24 @@ def _what(op: object) -> str:
     return ""
 
 
+def _partial_target_lines(s: TensorType, d: TensorType) -> list[str]:
+    """How each side holds a Partial target: the source's own terms where it was partial there
+    (a no-op, DTensor's too), else made from the value (docs/spec.md §3.3)."""
+    kept = [k for k in d.partial if k in s.partial]
+    made = [k for k in d.partial if k not in s.partial]
+    out = []
+    if kept:
+        out.append(f"  the partial target on {', '.join(kept)}: each device keeps its term (DTensor: the same no-op)")
+    if made and d.partial_kind == "sum":
+        out.append(f"  the partial target on {', '.join(made)}: refir keeps the value on each team's first device "
+                   "and 0 on the others, DTensor x / n on every device (Partial._partition_value; an integer's "
+                   "truncated): other terms, the same sum")
+    elif made:
+        out.append(f"  the partial target on {', '.join(made)}: every device keeps the value, as DTensor's "
+                   f"Partial._partition_value does for {d.partial_kind}")
+    return out
+
+
 def explain_redistribute(mesh: Mesh, shape: tuple[int, ...], src: tuple[Placement, ...],
                          dst: tuple[Placement, ...], dtype: str = "f32", run: bool = True, seed: int = 0) -> str:
     s, d = to_refir(shape, mesh, src, dtype), to_refir(shape, mesh, dst, dtype)
@@ -146,9 +164,7 @@ def explain_redistribute(mesh: Mesh, shape: tuple[int, ...], src: tuple[Placemen
     if s.partial:
         lines.append(f"  the partial source: each device holds a term of the value ({s.partial_kind} over "
                      f"{', '.join(s.partial)}, refir.running.partial_inputs)")
-    if d.partial:
-        lines.append("  the partial target: refir's terms (docs/spec.md §3.3) differ from DTensor's "
-                     "(Partial._partition_value: x / n on every device, for sum alone); the value is the same")
+    lines += _partial_target_lines(s, d)
     lines += ["", "program:", *("  " + x for x in print_program(program).rstrip().split("\n")), ""]
     lines += ["lowered:", *("  " + x for x in format_lowered(lowered).split("\n")), ""]
     lines += _moves(lowered, shape)
