@@ -119,3 +119,11 @@ def test_communication_input_printed_only_in_the_communication():
     imp = import_nvfuser(text)
     assert "func main(T5: f32[6] on m0)" in imp.text
     assert "T6: f32[6] on m1 = set(T5)" in imp.text and "T7: f32[6] on m1 = add(T6, T6)" in imp.text
+
+
+def test_cuda_float_spelling_of_a_unary_op():
+    # printMath writes the float overload of a math function: sqrtf, expf, fabsf
+    from refir.frontends.nvfuser import import_nvfuser
+    imp = import_nvfuser("T1_l_float[ iS1{4} ]\n   = sqrtf(T0_g_float[ iS0{4} ]);\n"
+                         "T2_g_float[ iS2{4} ]\n   = expf(T1_l_float[ iS1{4} ]);\n")
+    assert "T1: f32[4] on m = sqrt(T0)" in imp.text and "T2: f32[4] on m = exp(T1)" in imp.text
