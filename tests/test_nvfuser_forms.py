@@ -127,3 +127,10 @@ def test_cuda_float_spelling_of_a_unary_op():
     imp = import_nvfuser("T1_l_float[ iS1{4} ]\n   = sqrtf(T0_g_float[ iS0{4} ]);\n"
                          "T2_g_float[ iS2{4} ]\n   = expf(T1_l_float[ iS1{4} ]);\n")
     assert "T1: f32[4] on m = sqrt(T0)" in imp.text and "T2: f32[4] on m = exp(T1)" in imp.text
+
+
+def test_prefix_minus_is_neg():
+    # printMath prints a neg as a prefix minus
+    from refir.frontends.nvfuser import import_nvfuser
+    imp = import_nvfuser("T1_g_float[ iS1{4} ]\n   = -T0_g_float[ iS0{4} ];\n")
+    assert "T1: f32[4] on m = neg(T0)" in imp.text
