@@ -107,3 +107,30 @@ def test_expand_of_a_broadcast_axis():
     np.testing.assert_array_equal(got["T3"], xs["T0"] + xs["T1"])
     with pytest.raises(ParseError, match="leaves axis 0 of T0 a broadcast"):
         import_nvfuser((DATA / "nvfuser_expand.txt").read_text().replace("bS4{1 ex i0}", "bS4{1}"), "ex.txt")
+
+
+def test_communication_input_printed_only_in_the_communication():
+    # a host-IR paste whose Communication reads a value whose producer was left out
+    text = ("Communication 3 (type=Broadcast, team=(1 0), root=0, Input=T5_l[ iS5{6} ] (DeviceMesh{0}), "
+            "Output=T6_l[ iS6{6} ] (DeviceMesh{1}))\n"
+            "T7_g[ iS7{6} ] (DeviceMesh{1})\n   = T6_g[ iS6{6} ] (DeviceMesh{1})\n"
+            "   + T6_g[ iS6{6} ] (DeviceMesh{1});\n")
+    from refir.frontends.nvfuser import import_nvfuser
+    imp = import_nvfuser(text)
+    assert "func main(T5: f32[6] on m0)" in imp.text
+    assert "T6: f32[6] on m1 = set(T5)" in imp.text and "T7: f32[6] on m1 = add(T6, T6)" in imp.text
+
+
+def test_cuda_float_spelling_of_a_unary_op():
+    # printMath writes the float overload of a math function: sqrtf, expf, fabsf
+    from refir.frontends.nvfuser import import_nvfuser
+    imp = import_nvfuser("T1_l_float[ iS1{4} ]\n   = sqrtf(T0_g_float[ iS0{4} ]);\n"
+                         "T2_g_float[ iS2{4} ]\n   = expf(T1_l_float[ iS1{4} ]);\n")
+    assert "T1: f32[4] on m = sqrt(T0)" in imp.text and "T2: f32[4] on m = exp(T1)" in imp.text
+
+
+def test_prefix_minus_is_neg():
+    # printMath prints a neg as a prefix minus
+    from refir.frontends.nvfuser import import_nvfuser
+    imp = import_nvfuser("T1_g_float[ iS1{4} ]\n   = -T0_g_float[ iS0{4} ];\n")
+    assert "T1: f32[4] on m = neg(T0)" in imp.text

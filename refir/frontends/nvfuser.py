@@ -136,7 +136,11 @@ class Importer(OpMapper):
         if not d.statements and not d.inputs:
             raise ParseError(Loc(self.file, 1, 1), "no nvFuser fusion IR found (no `Tn_g[...] = ...` statement)")
         # A definition's printing shows its reduced domains: it fixes the axes.
-        for ref in [s.out for s in d.statements] + d.mentions + d.inputs + d.outputs:
+        # Then operands: a Communication's input may be printed nowhere else (its
+        # producer in a host unit the paste left out).
+        args = [a for s in d.statements for a in ([s.expr] if isinstance(s.expr, TVRef) else s.expr.args)
+                if isinstance(a, TVRef)]
+        for ref in [s.out for s in d.statements] + d.mentions + d.inputs + d.outputs + args:
             if ref.name:
                 self.learn(ref)
         self.infer_meshes()

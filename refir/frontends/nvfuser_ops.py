@@ -26,6 +26,8 @@ BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "ma
           "max": "maximum", "minimum": "minimum", "fmin": "minimum", "min": "minimum"}
 UNARY = {"neg": "neg", "abs": "abs", "fabs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "relu": "relu",
          "tanh": "tanh", "erf": "erf", "sigmoid": "sigmoid", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos"}
+# printMath writes CUDA's float overloads: sqrtf, expf, fabsf
+UNARY.update({f + "f": v for f, v in list(UNARY.items()) if f not in ("neg", "relu", "sigmoid")})
 # Comparisons (printed as calls or infix, nvfuser_parse.INFIX), to bool; where; iota/arange.
 COMPARISONS = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 REDUCE_OPS = REDUCE_KINDS

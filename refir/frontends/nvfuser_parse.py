@@ -134,6 +134,9 @@ class DumpParser(TensorViewReader):
             s = self.operand()
             assert isinstance(s, Scalar)
             return Scalar(-s.value, t.loc)
+        if t.text == "-" and self.peek().kind == "name" and TV_NAME.match(self.peek().text):  # printMath's neg: -T3
+            self.next()
+            return Call("neg", (self.operand(),), {}, t.loc)  # type: ignore[arg-type]
         if t.text in NV_DTYPES and self.peek().text == "(":  # a typed scalar: float(0)
             self.i += 2
             s = self.operand()
