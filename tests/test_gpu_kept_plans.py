@@ -163,3 +163,19 @@ def test_a_kept_framed_pad_hands_the_driver_what_a_fresh_plan_would(driver):
     assert kept[:2] == fresh[:2] and len(kept[2]) == len(fresh[2])
     differ = [(a, b) for a, b in zip(kept[2], fresh[2]) if a != b]
     assert differ == [(kept_out.data.ptr, fresh_out.data.ptr)] * 2  # the result's memory: as elements, as words
+
+
+def test_slice_and_reshape_take_no_kept_view_of_another_layout():
+    """slice's view and reshape's view strides are kept by layout: the same op on operands of one
+    shape and other strides (permuted, stepped, reversed, offset) reads each one's own elements."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 8, 10)).astype(np.float32)
+    cut, flat = ops.Slice((1, 2), (1, 0), (5, 9), (1, 3)), ops.Reshape((24, 2))
+    turned = x.transpose(2, 1, 0)[:4, :6, :2]
+    for v in [np.ascontiguousarray(turned), x[:4, :6, :2], x[2:, 2:, 8:], x[::-1, :6, ::-5][:4], turned]:
+        for order in [(0, 1, 2), (1, 2, 0)]:
+            got = download(GPU_IMPLS[ops.Slice](cut, order, upload(v)))
+            assert np.array_equal(got, v[:, 1:5, 0:9:3]), (v.strides, order)
+        for order in [(0, 1), (1, 0)]:
+            got = download(GPU_IMPLS[ops.Reshape](flat, order, upload(v)))
+            assert np.array_equal(got, v.reshape(24, 2)), (v.strides, order)

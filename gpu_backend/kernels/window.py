@@ -26,10 +26,19 @@ FRAMED = True  # pad's border along the rows written by the interior's copy (cop
 
 @impl(ops.Slice)
 def slice_(op: ops.Slice, order: Order, x: DeviceBuffer) -> DeviceBuffer:
-    index = [slice(None)] * x.ndim
-    for a, start, stop, step in zip(op.axes, op.starts, op.stops, op.steps):
+    offset, shape, strides = _slice_view(x.shape, x.strides, op.axes, op.starts, op.stops, op.steps)
+    return laid_out_view(DeviceBuffer(x.data, x.offset + offset, shape, strides), order)
+
+
+@lru_cache(maxsize=1024)
+def _slice_view(shape: tuple[int, ...], strides: tuple[int, ...], axes: tuple[int, ...], starts: tuple[int, ...],
+                stops: tuple[int, ...], steps: tuple[int, ...]) -> Box:
+    """The slice's view of an operand at offset 0 (kept by layout: a run slices alike each time)."""
+    index = [slice(None)] * len(shape)
+    for a, start, stop, step in zip(axes, starts, stops, steps):
         index[a] = slice(start, stop, step)
-    return laid_out_view(x[tuple(index)], order)
+    v = DeviceBuffer(None, 0, shape, strides)[tuple(index)]
+    return v.offset, v.shape, v.strides
 
 
 @impl(ops.Select)
