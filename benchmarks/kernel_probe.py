@@ -31,7 +31,7 @@ from benchmarks.gpu_timing import MIB, NONE, median_time, pipelined_time, say
 from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED, cuda
 from gpu_backend.kernels import elementwise as kernels
-from gpu_backend.kernels import elementwise_kernels, reduce, reduce_kernels, transpose
+from gpu_backend.kernels import elementwise_kernels, masks, reduce, reduce_kernels, transpose
 from gpu_backend.kernels.elementwise import copy_into
 from gpu_backend.kernels.functions import accumulator, binary, cast, narrow
 from gpu_backend.kernels.reduce import reduce_into
@@ -54,6 +54,7 @@ def knobs(module: Any, **values: Any) -> Iterator[None]:
 def _forget_plans() -> None:
     kernels.clear_plans()
     reduce.clear_plans()
+    masks.clear_plans()  # where's plans (their keys hold its knob too)
 
 
 def split(fn: Callable[[], object], repeats: int = 10) -> tuple[float, float]:

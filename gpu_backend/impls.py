@@ -111,7 +111,13 @@ def copy(op: object, order: Order, x: DeviceBuffer) -> DeviceBuffer:
 def reshape(op: ops.Reshape, order: Order, x: DeviceBuffer, *values: object) -> DeviceBuffer:
     """C-order reshape to op.shape, its symbols taking `values` in order (GpuLocal
     reshapes each device's block to its block of the result instead)."""
-    return laid_out_view(reshape_buffer(x, reshape_extents(op, values)), order)
+    return laid_out_view(reshape_buffer(x, reshape_extents(op, values) if values else _extents(op.shape)), order)
+
+
+@lru_cache(maxsize=1024)
+def _extents(shape: tuple[object, ...]) -> tuple[int, ...]:
+    """A reshape's extents where it has no symbols (µs a call: kept by its shape)."""
+    return reshape_extents(ops.Reshape(shape), ())  # type: ignore[arg-type]
 
 
 @impl(ops.Reduction)

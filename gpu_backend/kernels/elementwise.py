@@ -298,13 +298,8 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     ready = _ready_words.get(key)
     if ready is not None:  # the word copy's kept launch: each memory as elements, then as words
         direct, grid, block, consts = ready
-        params: list[object] = []
-        for d in (dd, sd):
-            n, size = d.size, d.dtype.itemsize
-            w = n * size // 8
-            params += (0, 0, n, size, d.ptr, n, size, 0, 0, w, 8, d.ptr, w, 8)
         counts["prepared"] += 1
-        direct(grid, block, (*params, dst.offset, src.offset, *consts))  # type: ignore[operator]
+        direct(grid, block, word_copy_params(dd, sd, dst.offset, src.offset, consts))  # type: ignore[operator]
         return dst
     ready = _ready_copies.get(key)
     if ready is not None:  # launched before: all its parameters but the memory and offsets are kept
@@ -345,6 +340,18 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
         if pooled:
             _remember_copy(key, t.kernel, t.grid, t.block, args, 1, word.itemsize, len(t.d_args))  # type: ignore
     return dst
+
+
+def word_copy_params(dd: Memory, sd: Memory, d_off: int, s_off: int, consts: tuple[object, ...]) -> list[object]:
+    """A kept word copy's driver parameters (row_words' kernel: each memory as elements, then as
+    8-byte words to its last whole one; the offsets; the kept constants)."""
+    params: list[object] = []
+    for d in (dd, sd):
+        n, size = d.size, d.dtype.itemsize
+        w = n * size // 8
+        params += (0, 0, n, size, d.ptr, n, size, 0, 0, w, 8, d.ptr, w, 8)
+    params += (d_off, s_off, *consts)
+    return params
 
 
 def _remember_copy(key: tuple[object, ...], kernel: Callable, grid: object, block: object, args: tuple[object, ...],

@@ -29,15 +29,17 @@ from typing import Any
 import numpy as np
 
 from gpu_backend.buffers.buffer import DeviceBuffer
+from gpu_backend.buffers.memory import Memory
 from gpu_backend.device import SIMULATED, blocks_for, cuda, fitted, max_blocks, rows_block
 from gpu_backend.impls import Order, broadcast_shape, impl, per_device
 from gpu_backend.kernels import functions
-from gpu_backend.kernels.elementwise import as_words, elementwise
+from gpu_backend.kernels.elementwise import PLANS_KEPT, as_words, elementwise
 from gpu_backend.kernels.elementwise_kernels import _item, walk_geometry
+from gpu_backend.kernels.recipes import kept, kept_params, recipe_args
 from gpu_backend.kernels.row_words import rows_geometry
 from gpu_backend.kernels.strides import Arr, Ints, coalesce, padded, unravel
-from gpu_backend.kernels.where_words import where_words_launch
-from gpu_backend.launches.launch import launch
+from gpu_backend.kernels.where_words import where_words_plan
+from gpu_backend.launches.launch import KeptLaunches, counts, keep_launch, launch
 from interp.masks import iota_block_of
 from refir.ir import ops
 from refir.ir.types import TensorType
@@ -202,9 +204,19 @@ def where_rows_kernel(kc: int, kx: int, ky: int) -> object:
 _where_rows = where_rows_kernel(-1, -1, -1)  # any inner strides
 
 
-def _words(b: DeviceBuffer) -> DeviceBuffer:
-    """`b`'s memory as unsigned words of its element size: where moves bits, never values."""
-    return DeviceBuffer(as_words(b.data, np.dtype(f"u{b.data.dtype.itemsize}")), b.offset, b.shape, b.strides)
+# where's launch per layout (`_where_plan`: kernel, grid, block, a recipe per buffer, the tail;
+# gpu_backend/kernels/recipes.py), by everything it depends on but the memory: each operand's shape and
+# strides, the result's, the element size, the offsets' alignment to a word, the word knob.
+_where_plans: dict[tuple[object, ...], tuple[Any, ...]] = {}
+# Between pooled Memory, those launches ready to go again, by the same key: the driver launch, its grid
+# and block, the kept recipes and tail; a repeated where costs its result, a key, a lookup and the launch.
+_ready_wheres: KeptLaunches = {}
+
+
+def clear_plans() -> None:
+    """Forget where's plans and kept launches (after a knob changes)."""
+    _where_plans.clear()
+    _ready_wheres.clear()
 
 
 @impl(ops.Where)
@@ -212,39 +224,63 @@ def where(op: ops.Where, order: Order, cond: DeviceBuffer, x: DeviceBuffer, y: D
     """out = x where cond else y; a pick of stored values (bfloat16's bits move as they are)."""
     shape = broadcast_shape(broadcast_shape(cond.shape, x.shape), y.shape)
     out = DeviceBuffer.empty(shape, x.dtype, order)
-    n = out.size
-    if n == 0:
+    if out.size == 0:
         return out
-    views = [_words(out), cond.broadcast_to(shape), _words(x.broadcast_to(shape)), _words(y.broadcast_to(shape))]
+    buffers = (out, cond, x, y)
+    key = (shape, out.strides, cond.shape, cond.strides, x.shape, x.strides, y.shape, y.strides,
+           x.data.dtype.itemsize, y.data.dtype.itemsize, cond.offset % 8, x.offset % 8, y.offset % 8, WHERE_WORDS)
+    pooled = type(out.data) is Memory and type(cond.data) is Memory and type(x.data) is Memory \
+        and type(y.data) is Memory
+    if pooled:
+        ready = _ready_wheres.get(key)
+        if ready is not None:
+            direct, grid, block, recipes, tail = ready
+            counts["prepared"] += 1
+            direct(grid, block, kept_params(buffers, recipes, tail))
+            return out
+    plan = _where_plans.get(key)
+    if plan is None:
+        if len(_where_plans) >= PLANS_KEPT:
+            _where_plans.clear()
+        plan = _where_plans[key] = _where_plan(out, cond, x, y)
+    kernel, grid, block, recipes, tail = plan
+    args = recipe_args(buffers, recipes, tail)
+    launch(kernel, grid, block, *args)
+    if pooled:
+        keep_launch(_ready_wheres, key, kernel, args, grid, block, lambda: kept(recipes, tail))
+    return out
+
+
+def _where_plan(out: DeviceBuffer, cond: DeviceBuffer, x: DeviceBuffer, y: DeviceBuffer) -> tuple[Any, ...]:
+    """where's launch for these layouts: (kernel, grid, block, a recipe per buffer, the tail).
+    Values move as unsigned words of their size: out's, x's and y's memory as them, cond's as bools."""
+    shape, n = out.shape, out.size
+    views = [out, cond.broadcast_to(shape), x.broadcast_to(shape), y.broadcast_to(shape)]
     walk, strides = coalesce(shape, [v.strides for v in views], out.strides)
+    elem = np.dtype(f"u{x.data.dtype.itemsize}")
+    words = [(elem,), (BOOL,), (elem,), (elem,)]
     if len(walk) == 1 and all(st == [1] for st in strides):
         threads = fitted(-(-n // 4))
         blocks = max(1, min(-(-n // (threads * 4)), WHERE_BLOCKS * max_blocks()))
-        launch(_where_dense, blocks, threads, *[v for b in views for v in (b.data, b.offset)], n)
-        return out
-    words = where_words_launch(views, walk, strides) if WHERE_WORDS else None
-    if words is not None:  # rows of whole words alike: 8-byte words (gpu_backend/kernels/where_words.py)
-        launch(words[0], words[1], words[2], *words[3])
-        return out
+        return _where_dense, blocks, threads, tuple((w, 1, ()) for w in words), (n,)
+    plan = where_words_plan(elem.itemsize, [v.offset for v in views], walk, strides) if WHERE_WORDS else None
+    if plan is not None:  # rows of whole words alike: 8-byte words (gpu_backend/kernels/where_words.py)
+        return plan
     if len(walk) <= 3 and walk[-1] >= ROWS_MIN and strides[0][-1] == 1:
         pad = 3 - len(walk)
         (ni, nj, inner), st = [1] * pad + walk, [[0] * pad + st for st in strides]
         grid, block, chunk = rows_geometry(ni, nj, inner)
-        args = [v for b, (s_i, s_j, s_in) in zip(views, st) for v in (b.data, b.offset, s_i, s_j, s_in)]
-        del args[4]  # out's inner stride: 1
+        recipes = [(w, 1, (s_i, s_j, s_in)) for w, (s_i, s_j, s_in) in zip(words, st)]
+        recipes[0] = (words[0], 1, tuple(st[0][:2]))  # out's inner stride: 1
         known = [s_in if s_in in (0, 1) else -1 for _, _, s_in in st[1:]]
-        launch(where_rows_kernel(*known), grid, block, *args, ni, nj, inner, chunk)
-        return out
+        return where_rows_kernel(*known), grid, block, tuple(recipes), (ni, nj, inner, chunk)
     walk, strides = [1, *walk], [[0, *st] for st in strides]  # a mid axis, at worst of extent 1
     outer = padded(walk[:-2], 1)
     bx, by = rows_block(walk[-1])
     geometry, items = walk_geometry(prod(outer), walk[-2], walk[-1], bx)
     by = fitted(items, by)
-    args: list[object] = []
-    for b, st in zip(views, strides):
-        args += (b.data, b.offset, padded(st[:-2], 0), st[-2], st[-1])
-    launch(_where_walk, blocks_for(items, by), (bx, by), *args, outer, geometry, items)
-    return out
+    recipes = tuple((w, 1, (padded(st[:-2], 0), st[-2], st[-1])) for w, st in zip(words, strides))
+    return _where_walk, blocks_for(items, by), (bx, by), recipes, (outer, geometry, items)
 
 
 @cache

@@ -13,6 +13,7 @@ result's layout is not row-major either.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from math import prod
 
 from gpu_backend.buffers.buffer import DeviceBuffer
@@ -59,8 +60,13 @@ def reshape_buffer(x: DeviceBuffer, shape: tuple[int, ...]) -> DeviceBuffer:
     row_major = tuple(range(len(shape)))
     if x.size == 0:
         return DeviceBuffer.empty(shape, x.dtype, row_major)
-    strides = view_strides(x.shape, x.strides, shape)
+    strides = _view_strides(x.shape, x.strides, shape)
     if strides is not None:
         return DeviceBuffer(x.data, x.offset, shape, strides)
     dense = copy_into(DeviceBuffer.empty(x.shape, x.dtype, tuple(range(x.ndim))), x)
-    return DeviceBuffer(dense.data, dense.offset, shape, dense_strides(shape, row_major, 1))
+    return DeviceBuffer(dense.data, dense.offset, shape, _dense_strides(shape, row_major, 1))
+
+
+# kept per layout (µs of Python a call each; a run reshapes the same layouts again and again)
+_view_strides = lru_cache(maxsize=1024)(view_strides)
+_dense_strides = lru_cache(maxsize=1024)(dense_strides)

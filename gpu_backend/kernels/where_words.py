@@ -27,9 +27,7 @@ from functools import cache
 
 import numpy as np
 
-from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.device import cuda
-from gpu_backend.kernels.elementwise import as_words
 from gpu_backend.kernels.row_words import rows_geometry
 from gpu_backend.kernels.strides import Arr
 
@@ -118,40 +116,32 @@ def where_words_kernel(f: int, kc: int, kx: int, ky: int) -> Callable:
     return where_words
 
 
-def _aligned(b: DeviceBuffer, st: list[int], f: int) -> bool:
-    """Whether b's rows (outer strides st[:-1]) all start on a word of f elements."""
-    return b.offset % f == 0 and all(s % f == 0 for s in st[:-1])
+def _aligned(offset: int, st: list[int], f: int) -> bool:
+    """Whether rows at `offset` (outer strides st[:-1]) all start on a word of f elements."""
+    return offset % f == 0 and all(s % f == 0 for s in st[:-1])
 
 
-def _whole(data: Arr, f: int, word: np.dtype) -> Arr:
-    """data (1-D) as `word`s of f elements, to its last whole one."""
-    return as_words(data if data.size % f == 0 else data[:data.size // f * f], word)
-
-
-def where_words_launch(views: list[DeviceBuffer], walk: list[int], strides: list[list[int]]) -> tuple | None:
-    """(kernel, grid, block, args) for where's coalesced rows (views: out, cond, x, y as unsigned
-    elements, cond as bools, each with its strides of `strides` along `walk`), or None where the
-    rows are not whole words alike (the module's docstring)."""
-    size = views[0].data.dtype.itemsize
+def where_words_plan(size: int, offsets: list[int], walk: list[int], strides: list[list[int]]) -> tuple | None:
+    """(kernel, grid, block, recipes, tail) (gpu_backend/kernels/recipes.py) for where's coalesced
+    rows of elements of `size` bytes (out, cond, x, y at these element offsets, each with its
+    strides of `strides` along `walk`), or None where the rows are not whole words alike (the
+    module's docstring). Its recipes: out's memory as words; each operand's as words and as
+    elements (cond's as f-byte words and bytes), its places in words where read along the
+    rows, in elements where broadcast along them."""
     if size > 4 or len(walk) > 3 or walk[-1] < ROWS_MIN:
         return None
     f = 8 // size
-    if walk[-1] % f or strides[0][-1] != 1 or not _aligned(views[0], strides[0], f):
+    if walk[-1] % f or strides[0][-1] != 1 or not _aligned(offsets[0], strides[0], f):
         return None
-    if any(st[-1] not in (0, 1) or (st[-1] == 1 and not _aligned(v, st, f)) for v, st in zip(views[1:], strides[1:])):
+    if any(st[-1] not in (0, 1) or (st[-1] == 1 and not _aligned(o, st, f)) for o, st in zip(offsets[1:], strides[1:])):
         return None
     pad = 3 - len(walk)
     ni, nj, inner = [1] * pad + walk
     st = [[0] * pad + s for s in strides]
     grid, block, chunk = rows_geometry(ni, nj, inner // f)
-    out, cond, x, y = views
-    args: list[object] = [_whole(out.data, f, WORD), out.offset // f, st[0][0] // f, st[0][1] // f]
-    bytes_ = as_words(cond.data, np.dtype(np.uint8))
-    for b, s, word in ((cond, st[1], np.dtype(f"u{f}")), (x, st[2], WORD), (y, st[3], WORD)):
-        e = bytes_ if b is cond else b.data
-        if s[2] == 1:  # read along the rows: places in words
-            args += [_whole(e if b is cond else b.data, f, word), e, b.offset // f, s[0] // f, s[1] // f]
-        else:  # broadcast along them: places in elements
-            args += [_whole(e if b is cond else b.data, f, word), e, b.offset, s[0], s[1]]
+    elem = np.dtype(f"u{size}")
+    recipes: list[tuple] = [((WORD,), f, (st[0][0] // f, st[0][1] // f))]
+    for s, words in ((st[1], (np.dtype(f"u{f}"), np.dtype(np.uint8))), (st[2], (WORD, elem)), (st[3], (WORD, elem))):
+        recipes.append((words, f, (s[0] // f, s[1] // f)) if s[2] == 1 else (words, 1, (s[0], s[1])))
     kernel = where_words_kernel(f, *[s[2] for s in st[1:]])
-    return kernel, grid, block, (*args, ni, nj, inner // f, chunk)
+    return kernel, grid, block, tuple(recipes), (ni, nj, inner // f, chunk)

@@ -7,6 +7,11 @@ written once (the border as at most two slabs an axis: `border`)."""
 
 from __future__ import annotations
 
+import struct
+from functools import lru_cache
+
+import numpy as np
+
 from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.impls import Order, impl, laid_out_view
 from gpu_backend.kernels.elementwise import copy_into
@@ -14,16 +19,26 @@ from gpu_backend.kernels.window_kernels import copy_framed, fill_view
 from interp.impls import scalar_value
 from refir.errors import RunError
 from refir.ir import ops
+from refir.ir.types import dense_strides
 
 FRAMED = True  # pad's border along the rows written by the interior's copy (copy_framed); False: by fills
 
 
 @impl(ops.Slice)
 def slice_(op: ops.Slice, order: Order, x: DeviceBuffer) -> DeviceBuffer:
-    index = [slice(None)] * x.ndim
-    for a, start, stop, step in zip(op.axes, op.starts, op.stops, op.steps):
+    offset, shape, strides = _slice_view(x.shape, x.strides, op.axes, op.starts, op.stops, op.steps)
+    return laid_out_view(DeviceBuffer(x.data, x.offset + offset, shape, strides), order)
+
+
+@lru_cache(maxsize=1024)
+def _slice_view(shape: tuple[int, ...], strides: tuple[int, ...], axes: tuple[int, ...], starts: tuple[int, ...],
+                stops: tuple[int, ...], steps: tuple[int, ...]) -> Box:
+    """The slice's view of an operand at offset 0 (kept by layout: a run slices alike each time)."""
+    index = [slice(None)] * len(shape)
+    for a, start, stop, step in zip(axes, starts, stops, steps):
         index[a] = slice(start, stop, step)
-    return laid_out_view(x[tuple(index)], order)
+    v = DeviceBuffer(None, 0, shape, strides)[tuple(index)]
+    return v.offset, v.shape, v.strides
 
 
 @impl(ops.Select)
@@ -58,21 +73,58 @@ def border(shape: tuple[int, ...], low: tuple[int, ...], inner: tuple[int, ...],
     return slabs
 
 
+Box = tuple[int, tuple[int, ...], tuple[int, ...]]  # a view's offset, shape and strides in its buffer
+# pad's geometry by the operand's shape, the widths and the result's order (all a fresh result's
+# views depend on): the result's shape, its interior, and its border slabs, with the last
+# axis's (plain) and without them (framed: pad's interior copy writes those). Worked out once:
+# `border` and a view a slab cost more Python than the launches (benchmarks/probe_layer_ops.py).
+_pad_plans: dict[tuple[object, ...], tuple[tuple[int, ...], Box, list[Box], list[Box]]] = {}
+PAD_PLANS_KEPT = 1024  # then the cache starts again
+
+
+def _pad_plan(shape: tuple[int, ...], low: tuple[int, ...], high: tuple[int, ...],
+              order: Order) -> tuple[tuple[int, ...], Box, list[Box], list[Box]]:
+    padded = tuple(n + lo + hi for n, lo, hi in zip(shape, low, high))
+    out = DeviceBuffer(None, 0, padded, dense_strides(padded, order, 1))  # a fresh result's layout
+
+    def box(index: tuple[slice, ...]) -> Box:
+        v = out[index]
+        return v.offset, v.shape, v.strides
+
+    interior = box(tuple(slice(lo, lo + n) for n, lo in zip(shape, low)))
+    return (padded, interior, [box(s) for s in border(padded, low, shape, len(shape) - 1)],
+            [box(s) for s in border(padded, low, shape)])
+
+
+@lru_cache(maxsize=256)
+def _pad_value(kind: type, bits: object, dtype: np.dtype) -> np.ndarray:
+    """pad's value in the operand's dtype, kept by the literal's type and exact bits (-0.0 is not 0.0)."""
+    value = scalar_value(struct.unpack("<d", bits)[0] if kind is float else bits, dtype)  # type: ignore[arg-type]
+    value.setflags(write=False)
+    return value
+
+
 @impl(ops.Pad)
 def pad(op: ops.Pad, order: Order, x: DeviceBuffer) -> DeviceBuffer:
-    shape = tuple(n + lo + hi for n, lo, hi in zip(x.shape, op.low, op.high))
+    key = (x.shape, op.low, op.high, order)
+    plan = _pad_plans.get(key)
+    if plan is None:
+        if len(_pad_plans) >= PAD_PLANS_KEPT:
+            _pad_plans.clear()
+        plan = _pad_plans[key] = _pad_plan(x.shape, op.low, op.high, order)
+    shape, inner, framed, slabs = plan
     out = DeviceBuffer.empty(shape, x.dtype, order)
-    value = scalar_value(op.value, x.dtype)
-    slabs = border(shape, op.low, x.shape)
+    v = op.value
+    value = _pad_value(type(v), struct.pack("<d", v) if type(v) is float else v, x.dtype)
     if x.size:
-        interior = out[tuple(slice(lo, lo + n) for n, lo in zip(x.shape, op.low))]
+        interior = DeviceBuffer(out.data, *inner)
         lo, hi = op.low[-1], op.high[-1]
         if FRAMED and lo + hi and copy_framed(interior, x, lo, hi, value):  # the last axis's border with it
-            slabs = border(shape, op.low, x.shape, x.ndim - 1)
+            slabs = framed
         else:
             copy_into(interior, x)
-    for slab in slabs:
-        fill_view(out[slab], value)
+    for offset, sh, st in slabs:
+        fill_view(DeviceBuffer(out.data, offset, sh, st), value)
     return out
 
 
