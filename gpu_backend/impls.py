@@ -11,6 +11,7 @@ tensor dtype exactly as interp.impls converts them.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
@@ -51,12 +52,26 @@ def scalar_buffer(value: int | float, dtype: np.dtype) -> DeviceBuffer:
 
 
 @lru_cache(maxsize=64)
-def _held_scalar(bits: bytes, dtype: np.dtype) -> DeviceBuffer:
-    """A 0-d device buffer of these bits, uploaded once and kept (an upload waits for the
-    stream: once a call it cost where's attention mask a sync a call). Only `where` takes
-    it: where reads its operands and returns a fresh buffer, so the held one is never
-    written, nor seen outside."""
-    return DeviceBuffer.dense(to_device(np.frombuffer(bits, dtype).copy()), ())
+def _held_scalar(kind: type, exact: object, dtype: np.dtype) -> DeviceBuffer:
+    """A 0-d device buffer of a literal (its type and exact value: a float's bits, so -0.0 is
+    not 0.0 and a NaN is one entry) in `dtype`, uploaded once and kept (an upload waits for
+    the stream: once a call it cost where's attention mask a sync a call; the conversion µs a
+    call). Only `where` takes it: where reads its operands and returns a fresh buffer, so the
+    held one is never written, nor seen outside."""
+    if kind is bytes:  # the value's bits in dtype
+        return DeviceBuffer.dense(to_device(np.frombuffer(exact, dtype).copy()), ())  # type: ignore[arg-type]
+    value = struct.unpack("<d", exact)[0] if kind is float else exact  # type: ignore[arg-type]
+    return DeviceBuffer.dense(to_device(scalar_value(value, dtype).reshape(1)), ())
+
+
+def _held(value: object, dtype: np.dtype) -> DeviceBuffer:
+    """`_held_scalar` of a literal; any other scalar (a numpy one, a 0-d array) by its bits in dtype."""
+    kind = type(value)
+    if kind is float:
+        return _held_scalar(float, struct.pack("<d", value), dtype)
+    if kind is int or kind is bool:
+        return _held_scalar(kind, value, dtype)
+    return _held_scalar(bytes, scalar_value(value, dtype).tobytes(), dtype)
 
 
 @lru_cache(maxsize=1024)
@@ -156,8 +171,7 @@ def compute(op: object, order: Order, args: list[Any]) -> DeviceBuffer:
                 out, fn = DeviceBuffer.empty(x.shape, dtype, order), functions.binary(op.name, dtype)
             return elementwise_scalar(fn, out, x, value, first)
     if isinstance(op, ops.Where):
-        values = [a if isinstance(a, DeviceBuffer) else _held_scalar(scalar_value(a, dtype).tobytes(), dtype)
-                  for a in args]
+        values = [a if isinstance(a, DeviceBuffer) else _held(a, dtype) for a in args]
     else:
         values = [a if isinstance(a, DeviceBuffer) else scalar_buffer(a, dtype) for a in args]
     return GPU_IMPLS[type(op)](op, order, *values)

@@ -179,3 +179,15 @@ def test_slice_and_reshape_take_no_kept_view_of_another_layout():
         for order in [(0, 1), (1, 0)]:
             got = download(GPU_IMPLS[ops.Reshape](flat, order, upload(v)))
             assert np.array_equal(got, v.reshape(24, 2)), (v.strides, order)
+
+
+def test_where_holds_a_scalar_by_its_type_and_exact_value():
+    """where's held scalar is kept by the literal's type and exact bits: -0.0, 0.0, a NaN, an int,
+    a bool and a numpy scalar each give their own values in the operand's dtype."""
+    impls._held_scalar.cache_clear()
+    rng = np.random.default_rng(6)
+    c, x = rng.random((2, 70)) < 0.5, rng.standard_normal((2, 70)).astype(np.float32)
+    for value in [0.0, -0.0, 0.0, float("nan"), 3, True, np.float64(-0.0), np.array(2.5), -0.0]:
+        got = download(compute(ops.Where(), (0, 1), [upload(c), upload(x), value]))
+        assert np.array_equal(_bits(got), _bits(np.where(c, x, np.float32(value)))), value
+    assert impls._held_scalar.cache_info().currsize == 7  # 0.0, -0.0, nan, 3, True and the two numpy ones
