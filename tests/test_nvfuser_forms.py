@@ -134,3 +134,14 @@ def test_prefix_minus_is_neg():
     from refir.frontends.nvfuser import import_nvfuser
     imp = import_nvfuser("T1_g_float[ iS1{4} ]\n   = -T0_g_float[ iS0{4} ];\n")
     assert "T1: f32[4] on m = neg(T0)" in imp.text
+
+
+def test_reciprocal_is_a_div_of_one():
+    # nvFuser prints 1/x as reciprocal(T0); refir writes it as div of the literal one, in x's dtype
+    imp = import_nvfuser("T1_g_float[ iS1{5} ]\n   = reciprocal(T0_g_float[ iS0{5} ]);\n")
+    assert "T1: f32[5] on m = div(1.0, T0)" in imp.text
+    xs, got = run_all(imp.program)
+    assert got["T1"].dtype == np.float32
+    np.testing.assert_array_equal(got["T1"], np.float32(1) / xs["T0"])
+    with pytest.raises(ParseError, match="takes one TensorView operand"):
+        import_nvfuser("T1_g_float[ iS1{5} ]\n   = reciprocal(2.0);\n")

@@ -151,6 +151,16 @@ def test_explain_says_what_the_minus_one_stood_for(tmp_path, capsys):
     assert "-1 (axis 1) is 4*S/T:" in out
 
 
+def test_explain_json_says_what_the_minus_one_stood_for(capsys):
+    import json
+    assert main(["explain", str(EXPR), "--json", "--bind", "B=2", "S=3", "E=8", "h=4", "T=2"]) == 0
+    steps = json.loads(capsys.readouterr().out)["steps"]
+    notes = {s["out"]: s["note"] for s in steps}
+    assert notes["heads"].startswith("-1 (axis 3) is E/h: the operand's B*E*S elements over the other extents' B*S*h")
+    assert notes["back"] == "-1 (axis 2) is E: the operand's B*E*S elements over the other extents' B*S"
+    assert notes["rows"].startswith("-1 (axis 1) is 4*S/T:") and notes["act"] is None
+
+
 @pytest.mark.parametrize("how", ["run", "check"])
 def test_an_inferred_quotient_that_does_not_divide_is_a_one_line_input_error(how, tmp_path, capsys):
     text = program("divisor_expr")

@@ -145,6 +145,7 @@ def explained_json(ex: Explained, every_move: bool = False) -> dict[str, Any]:
             "kind": "communication" if s.comm else "local",
             "value": placement_json(s.placement),
             "communication": comm_json(s.comm, every_move) if s.comm else None,
+            "note": s.note or None,  # what a reshape's -1 stood for, as the text says it
         })
     return {
         "program": lowered.checked.program.file, "func": lowered.checked.func.name,

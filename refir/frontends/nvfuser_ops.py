@@ -81,6 +81,8 @@ class OpMapper(WindowMapper, MaskMapper, PartialMapper):
             self.where(out, args, call, comment)
         elif op in ("iota", "arange"):
             self.iota(out, args, call, comment)
+        elif op in ("reciprocal", "reciprocalf"):  # nvFuser's 1/x, in x's dtype: refir's div of a literal one
+            self.unary_like(out, f"div(1.0, {self._one(tensors, call).name})", self._one(tensors, call), call, comment)
         elif op in UNARY:
             self.unary_like(out, f"{UNARY[op]}({self._arg(args[0], call)})", self._one(tensors, call), call, comment)
         elif CAST.match(op) or op.startswith("cast:"):
