@@ -145,3 +145,16 @@ def test_reciprocal_is_a_div_of_one():
     np.testing.assert_array_equal(got["T1"], np.float32(1) / xs["T0"])
     with pytest.raises(ParseError, match="takes one TensorView operand"):
         import_nvfuser("T1_g_float[ iS1{5} ]\n   = reciprocal(2.0);\n")
+
+
+def test_loop_positions_after_an_operand_change_nothing():
+    # a scheduled printout writes ca_pos( n ) / produce_pos( n ) after a TensorView, operands included
+    plain = "T1_g_float[ iS1{7} ]\n   = pad( T0_g_float[ iS0{5} ], {1, 1} );\n"
+    placed = ("T1_g_float[ iS1{7} ] produce_pos( 1 )\n"
+              "   = pad( T0_g_float[ iS0{5} ] ca_pos( 1 ) produce_pos( 1 ), {1, 1} );\n")
+    imp = import_nvfuser(placed)
+    assert refir.print_program(imp.program) == refir.print_program(import_nvfuser(plain).program)
+    xs, got = run_all(imp.program)
+    np.testing.assert_array_equal(got["T1"], np.pad(xs["T0"], 1))
+    with pytest.raises(ParseError, match="expected the loop position of ca_pos"):
+        import_nvfuser(placed.replace("ca_pos( 1 )", "ca_pos( x )"))

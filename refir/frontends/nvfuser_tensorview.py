@@ -34,11 +34,24 @@ class TensorViewReader(TokenCursor):
         self.expect("[")
         domains = self.domains(("]",))
         self.expect("]", "']' closing the domains of " + t.text)
+        self.skip_positions()
         mesh = self.mesh_note()
+        self.skip_positions()
         if self.tok.text == "," and self.peek().text in NV_DTYPES and self.peek(2).text not in ("[", "("):
             self.next()
             dtype = self.dtype(self.next())
         return TVRef(m.group(1), self.flat_since(t.pos), tuple(domains), mesh, dtype, t.loc)
+
+    def skip_positions(self) -> None:
+        """`ca_pos( 3 )`, `produce_pos( 3 )`: where a scheduled TensorView is computed
+        and produced in its consumer's loops; no change of meaning."""
+        while self.tok.text in ("ca_pos", "produce_pos") and self.peek().text == "(":
+            name = self.next().text
+            self.next()
+            if self.tok.kind != "num":
+                raise self.fail(f"expected the loop position of {name}")
+            self.next()
+            self.expect(")", "')' closing the position")
 
     def dtype(self, t: Tok) -> str:
         if t.text not in NV_DTYPES:
