@@ -158,3 +158,19 @@ def test_loop_positions_after_an_operand_change_nothing():
     np.testing.assert_array_equal(got["T1"], np.pad(xs["T0"], 1))
     with pytest.raises(ParseError, match="expected the loop position of ca_pos"):
         import_nvfuser(placed.replace("ca_pos( 1 )", "ca_pos( x )"))
+
+
+def test_broadcast_of_an_operand_with_broadcast_axes_of_its_own():
+    # the flags name the new axes; the operand's own b axis stays where it was (a real printout's form)
+    text = ("T1_g_float[ bS2{1}, bS3{1}, iS4{6} ]\n"
+            "   = broadcast( T0_g_float[ bS0{1}, iS1{6} ], flags = {true, false, false} );\n"
+            "T3_g_float[ iS7{4}, bS8{1}, iS9{6} ]\n"
+            "   = T1_g_float[ bS2{1}, bS3{1}, iS4{6} ]\n   + T2_g_float[ iS5{4}, bS10{1}, iS6{6} ];\n")
+    imp = import_nvfuser(text)
+    assert "T1: f32[b, b, 6] on m = unsqueeze(T0, dims=[0])" in imp.text
+    xs, got = run_all(imp.program)
+    np.testing.assert_array_equal(got["T3"], xs["T0"][None] + xs["T2"])
+    with pytest.raises(ParseError, match="prints no flags, and T0 has broadcast axes of its own"):
+        import_nvfuser(text.replace(", flags = {true, false, false}", ""))
+    with pytest.raises(ParseError, match=r"broadcast flags \[False, False, True\] disagree"):
+        import_nvfuser(text.replace("{true, false, false}", "{false, false, true}"))

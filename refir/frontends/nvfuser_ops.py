@@ -229,16 +229,22 @@ class OpMapper(WindowMapper, MaskMapper, PartialMapper):
 
     def broadcast(self, out: str, x: TVRef, call: Call, comment: list[str]) -> None:
         want = kept(self.axes[out])
-        dims = [i for i, a in enumerate(want) if a.broadcast]
-        flags = flags_of(call, "flags")
-        if flags is not None and [i for i, f in enumerate(flags) if f] != dims:
-            raise ParseError(call.loc, f"broadcast flags {flags} disagree with {out}'s broadcast axes {dims}")
-        rest = [a for a in want if not a.broadcast]
         src = kept(self.axes[x.name])
-        self._unify(rest, [a for a in src if not a.broadcast], call.loc, f"{out} = broadcast({x.name})")
+        flags = flags_of(call, "flags")
+        # the flags name the new axes; without them, out's b axes, where the operand has none
+        if flags is None and any(a.broadcast for a in src):
+            raise ParseError(call.loc, f"{out} = broadcast({x.name}) prints no flags, and {x.name} has broadcast "
+                             "axes of its own: which of the result's are new is not said")
+        dims = ([i for i, f in enumerate(flags) if f] if flags is not None
+                else [i for i, a in enumerate(want) if a.broadcast])
+        if flags is not None and (len(flags) != len(want) or any(not want[i].broadcast for i in dims)):
+            raise ParseError(call.loc, f"broadcast flags {flags} disagree with {out}'s broadcast axes "
+                             f"{[i for i, a in enumerate(want) if a.broadcast]}")
+        rest = [a for i, a in enumerate(want) if i not in dims]
+        self._unify(rest, src, call.loc, f"{out} = broadcast({x.name})")
         self.dtypes.join(x.name, out, call.loc, f"the dtype of {out}")
         it = iter(src)
-        got = [Ax(1, None, True, False, 0) if a.broadcast and i in dims else next(it) for i, a in enumerate(want)]
+        got = [Ax(1, None, True, False, 0) if i in dims else next(it) for i in range(len(want))]
         self.emit_local(out, f"unsqueeze({x.name}, dims=[{', '.join(map(str, dims))}])", comment, got,
                         self.refs[x.name].mesh, want)
 
