@@ -231,15 +231,16 @@ class OpMapper(WindowMapper, MaskMapper, PartialMapper):
         want = kept(self.axes[out])
         src = kept(self.axes[x.name])
         flags = flags_of(call, "flags")
-        # the flags name the new axes; without them, out's b axes, where the operand has none
-        if flags is None and any(a.broadcast for a in src):
-            raise ParseError(call.loc, f"{out} = broadcast({x.name}) prints no flags, and {x.name} has broadcast "
-                             "axes of its own: which of the result's are new is not said")
-        dims = ([i for i, f in enumerate(flags) if f] if flags is not None
-                else [i for i, a in enumerate(want) if a.broadcast])
-        if flags is not None and (len(flags) != len(want) or any(not want[i].broadcast for i in dims)):
-            raise ParseError(call.loc, f"broadcast flags {flags} disagree with {out}'s broadcast axes "
-                             f"{[i for i, a in enumerate(want) if a.broadcast]}")
+        b_axes = [i for i, a in enumerate(want) if a.broadcast]
+        if flags is None:  # every b axis of out is new, which only an operand without b axes says
+            if any(a.broadcast for a in src):
+                raise ParseError(call.loc, f"{out} = broadcast({x.name}) prints no flags, and {x.name} has "
+                                 "broadcast axes of its own: which of the result's are new is not said")
+            dims = b_axes
+        else:  # the flags name the new axes
+            dims = [i for i, f in enumerate(flags) if f]
+            if len(flags) != len(want) or not set(dims) <= set(b_axes):
+                raise ParseError(call.loc, f"broadcast flags {flags} disagree with {out}'s broadcast axes {b_axes}")
         rest = [a for i, a in enumerate(want) if i not in dims]
         self._unify(rest, src, call.loc, f"{out} = broadcast({x.name})")
         self.dtypes.join(x.name, out, call.loc, f"the dtype of {out}")

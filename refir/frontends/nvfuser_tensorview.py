@@ -34,7 +34,7 @@ class TensorViewReader(TokenCursor):
         self.expect("[")
         domains = self.domains(("]",))
         self.expect("]", "']' closing the domains of " + t.text)
-        self.skip_positions()
+        self.skip_positions()  # before or after the mesh note
         mesh = self.mesh_note()
         self.skip_positions()
         if self.tok.text == "," and self.peek().text in NV_DTYPES and self.peek(2).text not in ("[", "("):
