@@ -5,8 +5,8 @@ Communicators live as long as the process: one per team, keyed by the team's
 devices (world ranks in team order), made on first use by whichever run or
 step needs it and found again by every later one, on any mesh that forms the
 same team. `close()` (also `refir.close()`, and at exit) frees them. A run
-that failed on some ranks may leave messages in flight; `reset()` drops every
-communicator so that the next run starts on fresh ones.
+that failed on some ranks may leave messages in flight; every rank closes
+them after such a run, so that the next starts on fresh ones.
 
 Every blocking step (creating a communicator, handing out inputs, gathering
 results, a collective) waits through `wait`: short sleeps, since several ranks
@@ -23,7 +23,8 @@ import os
 import pickle
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -38,11 +39,12 @@ TIMEOUT_S = env.seconds("REFIR_MPI_TIMEOUT", 120)
 # in rank order, so that one message (the first rank's) is printed, not one each.
 STAGGER_S = 1.5
 YIELD_S = 5e-3
-HANDSHAKE_TAG = 31
+HANDSHAKE_TAG, VERDICT_TAG = 31, 32  # a team's creation: its tokens, then its verdicts
 
 
-def poll(done: Callable[[], bool], what: str) -> None:
-    """Call `done()` with short sleeps until it says so; give up after TIMEOUT_S."""
+def poll(done: Callable[[], bool], what: str, listen: bool = True) -> None:
+    """Call `done()` with short sleeps until it says so; give up after TIMEOUT_S.
+    With `listen`, another rank's failure in this run ends the wait."""
     start = time.monotonic()
     limit = TIMEOUT_S + STAGGER_S * MPI.COMM_WORLD.rank
     while not done():
@@ -59,17 +61,29 @@ def poll(done: Callable[[], bool], what: str) -> None:
         else:
             # Past the first YIELD_S, ask whether another rank failed in this run (a
             # probe, about a microsecond against the 200 µs sleep): its peers stop at once.
-            if (heard := FAILURES.heard()) is not None:
+            if listen and _LISTENING[0] and (heard := FAILURES.heard()) is not None:
                 raise heard
             time.sleep(2e-4)
 
 
+_LISTENING = [True]  # False while members make what they all agreed to make (Comms.other)
+
+
+@contextmanager
+def _deaf() -> Iterator[None]:
+    _LISTENING[0] = False
+    try:
+        yield
+    finally:
+        _LISTENING[0] = True
+
+
 def wait(req: MPI.Request | list[MPI.Request], what: str = "a communication",
-         status: MPI.Status | None = None) -> None:
+         status: MPI.Status | None = None, listen: bool = True) -> None:
     """Wait for requests, politely and within the timeout. A single request is
     tested by itself (no list per test: small collectives call this often), and
     one done at once needs no clock; `status` (a single request's) receives
-    what MPI says of it."""
+    what MPI says of it; `listen`: as for poll."""
     if isinstance(req, list):
         reqs = req
         done: Callable[[], bool] = lambda: MPI.Request.Testall(reqs)  # noqa: E731
@@ -80,7 +94,7 @@ def wait(req: MPI.Request | list[MPI.Request], what: str = "a communication",
         done = req.Test
     try:
         if not done():
-            poll(done, what)
+            poll(done, what, listen)
     except MPI.Exception as exc:  # the error's class, not MPICH's stack of several lines
         code = exc.Get_error_class()
         why = " (a message longer than the types give)" if code == MPI.ERR_TRUNCATE else ""
@@ -141,14 +155,7 @@ class Comms:
         if devices not in self.teams:
             base = self.world()
             fault("comm")
-            # Creating a communicator blocks until every member calls it: first make
-            # sure, within the timeout, that they all have come this far.
-            peers = [d for d in devices if d != base.rank]
-            token = np.zeros(1, np.int8)
-            got = [np.empty(1, np.int8) for _ in peers]
-            reqs = [base.Irecv(g, source=p, tag=HANDSHAKE_TAG) for p, g in zip(peers, got)]
-            reqs += [base.Isend(token, dest=p, tag=HANDSHAKE_TAG) for p in peers]
-            wait(reqs, f"ranks {list(devices)} to create a communicator")
+            _all_will_create(base, devices)
             group = base.Get_group().Incl(list(devices))
             self.teams[devices] = base.Create_group(group)
             group.Free()
@@ -161,7 +168,12 @@ class Comms:
         from the team's MPI communicator, `free` releases it."""
         key = (kind, devices)
         if key not in self.others:
-            self.others[key] = (make(self.team(devices)), free)
+            team = self.team(devices)
+            # `make` may block (NCCL's init, a shared window): once all members agree to
+            # make it, none leaves on hearing of a failure, or the others would wait for ever.
+            _all_will_create(self.world(), devices)
+            with _deaf():
+                self.others[key] = (make(team), free)
             self._count(kind)
         return self.others[key][0]
 
@@ -189,6 +201,40 @@ class Comms:
 
 
 COMMS = Comms()
+YES, NO = np.ones(1, np.int8), np.zeros(1, np.int8)  # a member's verdict on a team's creation
+
+
+def _all_will_create(base: MPI.Comm, devices: tuple[int, ...]) -> None:
+    """Creating a communicator blocks until every member calls it, and nothing
+    ends that wait, so members first agree, within the timeout, that all will.
+    Each sends every peer a token; one that holds all of theirs says yes to
+    each; one that stops first (another rank's failure heard, the timeout) says
+    no, and only then stops. Every member waits for every verdict (no longer
+    listening for failures: each peer's verdict comes, yes or no) and creates
+    the communicator only if all said yes. A token alone would not do: a peer
+    that sent its own and then stopped would leave this member in the creation
+    for ever. What a stopped creation leaves in flight goes when the failed
+    run's communicators are freed (every rank frees them after such a run).
+    Another library's communicator over the team (Comms.other) is agreed on
+    the same way before it is made."""
+    what = f"ranks {list(devices)} to create a communicator"
+    peers = [d for d in devices if d != base.rank]
+    got, verdicts = [np.empty(1, np.int8) for _ in peers], [np.empty(1, np.int8) for _ in peers]
+    tokens = [base.Irecv(t, source=p, tag=HANDSHAKE_TAG) for p, t in zip(peers, got)]
+    heard = [base.Irecv(v, source=p, tag=VERDICT_TAG) for p, v in zip(peers, verdicts)]
+    sent = [base.Isend(YES, dest=p, tag=HANDSHAKE_TAG) for p in peers]
+    try:
+        wait(tokens, what)
+    except BaseException:
+        for p in peers:
+            base.Isend(NO, dest=p, tag=VERDICT_TAG)
+        raise
+    sent += [base.Isend(YES, dest=p, tag=VERDICT_TAG) for p in peers]
+    wait(heard + sent, what, listen=False)
+    if (refused := [p for p, v in zip(peers, verdicts) if not v[0]]):
+        error = OtherRankError(f"rank {refused[0]} stopped before creating a communicator of ranks {list(devices)}")
+        error.heard = True  # type: ignore[attr-defined]  # the rank that failed first speaks for the job
+        raise error
 
 
 @atexit.register
