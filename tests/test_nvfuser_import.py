@@ -151,7 +151,7 @@ def test_an_unsupported_op_is_an_error_at_its_token():
 
 
 @pytest.mark.parametrize("domains, token, why", [
-    ("iblockIdx.x1{4}", "iblockIdx.x1", "parallel type 'blockIdx.x'"),
+    ("iblockIdx.x1{4}", "iblockIdx.x1", "parallel type 'blockIdx.x' (a scheduled kernel's loop domain"),
     ("iS1{( i0 + 2 )}", "+", "no extent expressions"),  # a product over a divisor maps (i1/4)
     ("iS1{( i0 / 2 / 2 )}", "/ 2 )", "one divisor, written last"),
     ("iS1{( ceilDiv(i0, 2) )}, ideviceIdx.x2{2}", "ideviceIdx.x2", "inner split"),

@@ -201,9 +201,13 @@ def logical_axes(ref: TVRef, splits: dict[int, object] | None = None, static: bo
     splits, split_from = splits or {}, split_from or {}
     for d in doms:
         if d.kind not in "irb" or (d.ptype not in ("S", "US", STREAM) and not d.device):
+            # blockIdx/threadIdx/vectorize...: a scheduled kernel's loop domain, whose merges and
+            # splits of the logical axes the printout does not show (their extents are ceilDivs).
             raise ParseError(d.loc, f"cannot map IterDomain {d.text!r}: refir knows serial (S), "
                              "device (deviceIdx.x/y/z), stream, reduction and broadcast domains, not parallel "
-                             f"type {d.ptype!r}")
+                             f"type {d.ptype!r} (a scheduled kernel's loop domain, which does not show the "
+                             "logical axes: print the fusion before it is scheduled, as fd.fusion.print_math() "
+                             "or fusion->printMath() before scheduling)")
     pairs = split_partners(doms, splits, static, split_from)
     taken = set(pairs)
     nests = {j: nest_of(doms, i, j, splits, split_from, taken) for i, j in pairs.items()}
