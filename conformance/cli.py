@@ -41,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run the mutant table for this mutant only (repeatable; implies --mutants)")
     p.add_argument("--kills-json", type=Path, metavar="FILE",
                    help="write which checks killed each mutant (implies --mutants)")
+    p.add_argument("--until-killed", action="store_true",
+                   help="stop each mutant at the first case that kills it: a quicker table, whose counts cover "
+                        "only the cases run (implies --mutants)")
     p.add_argument("--no-mpi", action="store_true",
                    help="leave out the default run's batch under mpiexec -n 4 (run where an mpiexec is at hand)")
     p.add_argument("--outcomes-json", type=Path, help=argparse.SUPPRESS)  # how the MPI batch reports back
@@ -91,10 +94,11 @@ def check_modes(args: argparse.Namespace) -> None:
 
     from refir.errors import InputError
 
-    if args.mutant or args.kills_json:
+    if args.mutant or args.kills_json or args.until_killed:
         args.mutants = True
     if args.mutants and args.coverage:
-        raise InputError("--coverage and --mutants (or --mutant, --kills-json) are separate runs: give one")
+        raise InputError("--coverage and --mutants (or --mutant, --kills-json, --until-killed) are separate runs: "
+                         "give one")
     if args.junit is not None and (args.mutants or args.coverage):
         other = "--mutants" if args.mutants else "--coverage"
         raise InputError(f"--junit reports the suite's cases: leave it out with {other}")
@@ -256,7 +260,7 @@ def mutants(args: argparse.Namespace) -> int:
     chosen = [m for m in MUTANTS if not args.mutant or m.name in args.mutant]
     cases = chosen_cases(args)
     kills = hunt(cases + [c for index in range(args.cases) for c in drawn(args.seed, index)], mutants=chosen,
-                 backends=tuple(available_backends()))
+                 backends=tuple(available_backends()), until_killed=args.until_killed)
     world = mpi_world()
     if args.kills_json and (world is None or world.is_root):
         args.kills_json.write_text(json.dumps(as_json(kills)))

@@ -78,9 +78,10 @@ def why_not() -> str:
     return ""
 
 
-def hunt_under_mpi(names: list[str], timeout: float = 240) -> dict[str, dict] | str:
+def hunt_under_mpi(names: list[str], until_killed: bool = False, timeout: float = 240) -> dict[str, dict] | str:
     """{mutant: {"checks": {check: cases}, "first": ...}} from an mpiexec run of
-    BATCH with only the named mutants, or why there is none."""
+    BATCH with only the named mutants (`until_killed`: as conformance.teeth.hunt),
+    or why there is none."""
     reason = why_not()
     if reason:
         return reason
@@ -88,6 +89,7 @@ def hunt_under_mpi(names: list[str], timeout: float = 240) -> dict[str, dict] | 
         out = Path(tmp) / "kills.json"
         cmd = [mpiexec() or "mpiexec", "-n", str(RANKS), sys.executable, "-m", "refir", "conform", "--mutants",
                "--cases", "0", "--kills-json", str(out), *(f"--mutant={n}" for n in names),
+               *(["--until-killed"] if until_killed else []),
                *(str(CORPUS / f"{f}.rir") for f in BATCH)]
         env = {**os.environ, "MPIEXEC_TIMEOUT": str(int(timeout)), "REFIR_MPI_TIMEOUT": "60"}
         try:

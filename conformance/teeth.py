@@ -49,14 +49,16 @@ def _not_here(m: Mutant, backends: list[str]) -> str:
 
 
 def hunt(cases: list[Case], backend: str = "spmd", mutants: list[Mutant] | None = None,
-         backends: tuple[str, ...] = ("spmd", "gpu")) -> list[Kill]:
+         backends: tuple[str, ...] = ("spmd", "gpu"), until_killed: bool = False) -> list[Kill]:
     """Every mutant against every case that reaches what it breaks, on the
     backend it breaks (`backend` stands for "spmd"). References are computed
     before any mutant is in place, so a mutant cannot corrupt its own
     yardstick, except for a mutant of the impls the reference shares (its
     reference is made with it in place: the expect lines judge it). Mutants
     of the MPI transport, in a plain run, go to a small mpiexec batch
-    (conformance/mpi_batch.py)."""
+    (conformance/mpi_batch.py). With `until_killed` a mutant stops at the
+    first case that kills it (a quicker yes or no: its counts cover only the
+    cases run; under MPI every rank stops alike, the verdicts being agreed)."""
     world = mpi_world()
     refs = []
     for c in cases:
@@ -86,13 +88,15 @@ def hunt(cases: list[Case], backend: str = "spmd", mutants: list[Mutant] | None 
                 meant = [p for p in problems if p.check == m.by]
                 if meant and not kill.first:
                     kill.first = f"{case.name}: {meant[0]}"
+                if meant and until_killed:
+                    break
     if batch:
-        _from_mpi_batch(batch)
+        _from_mpi_batch(batch, until_killed)
     return kills
 
 
-def _from_mpi_batch(kills: list[Kill]) -> None:
-    got = hunt_under_mpi([k.mutant.name for k in kills])
+def _from_mpi_batch(kills: list[Kill], until_killed: bool) -> None:
+    got = hunt_under_mpi([k.mutant.name for k in kills], until_killed)
     for k in kills:
         if isinstance(got, str):
             k.not_run = f"an MPI transport bug, and no MPI batch ran: {got}"

@@ -169,9 +169,11 @@ def conform_args(*argv: str):
 def test_conform_mode_options(capsys):
     assert conform_args("--mutant", "max_drops_nan").mutants  # --mutant implies --mutants
     assert conform_args("--mutant", "mpi_broadcast_root_world_rank").mutants  # the MPI batch names these
+    assert conform_args("--until-killed").mutants
     assert not conform_args("--cases", "0").mutants
     assert refused(capsys, "conform", "--coverage", "--mutants") == (
-        "error: --coverage and --mutants (or --mutant, --kills-json) are separate runs: give one\n")
+        "error: --coverage and --mutants (or --mutant, --kills-json, --until-killed) are separate runs: give one\n")
+    assert refused(capsys, "conform", "--coverage", "--until-killed").startswith("error: --coverage and --mutants")
     assert refused(capsys, "--coverage", "--mutant", "max_drops_nan").startswith("error: --coverage and --mutants")
     assert refused(capsys, "conform", "--mutant", "max_drop_nan") == (
         "error: --mutant max_drop_nan: no such mutant, did you mean max_drops_nan\n")

@@ -17,6 +17,6 @@ def test_corpus_and_200_generated_programs_agree_under_mpirun(tmp_path):
 
 
 def test_every_mutant_is_killed_under_mpirun():
-    done = run_mpi(4, ["-m", "refir", "conform", "--mutants", "--cases", "0"], timeout=300, env=MPI_ENV)
+    done = run_mpi(4, ["-m", "refir", "conform", "--until-killed", "--cases", "0"], timeout=300, env=MPI_ENV)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "SURVIVED" not in done.stdout and done.stdout.count("mutants,") == 1
