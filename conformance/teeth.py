@@ -32,9 +32,14 @@ class Kill:
         return self.checks[self.mutant.by] > 0
 
 
-def _reaches(case: Case, needs: tuple[type, ...]) -> bool:
-    """Whether the case's lowered program has one of the ops (any, if none named)."""
-    return not needs or any(isinstance(s.op, needs) for s in lower(case.checked).steps)
+def _reaches(case: Case, needs: tuple[type, ...], kinds: dict[int, tuple[type, ...]]) -> bool:
+    """Whether the case's lowered program has one of the ops (any, if none named);
+    `kinds`: the op types of each case's lowered steps, by id(case), lowered once a hunt."""
+    if not needs:
+        return True
+    if id(case) not in kinds:
+        kinds[id(case)] = tuple({type(s.op) for s in lower(case.checked).steps})
+    return any(issubclass(k, needs) for k in kinds[id(case)])
 
 
 def _not_here(m: Mutant, backends: list[str]) -> str:
@@ -71,11 +76,12 @@ def hunt(cases: list[Case], backend: str = "spmd", mutants: list[Mutant] | None 
     chosen = mutants if mutants is not None else MUTANTS
     kills = [Kill(m, not_run=_not_here(m, list(backends))) for m in chosen]
     batch = [k for k in kills if world is None and k.mutant.transport == "mpi" and not k.not_run]
+    kinds: dict[int, tuple[type, ...]] = {}
     for kill in kills:
         if kill.not_run or kill in batch:
             continue
         m = kill.mutant
-        reached = [(case, ref) for case, ref in refs if _reaches(case, m.needs)]  # lowered without the mutant
+        reached = [(case, ref) for case, ref in refs if _reaches(case, m.needs, kinds)]  # lowered without the mutant
         with m.inject():
             for case, ref in reached:
                 if m.reference:  # the reference itself is wrong: only the expect lines can tell
