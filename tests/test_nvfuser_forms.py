@@ -105,8 +105,42 @@ def test_expand_of_a_broadcast_axis():
     assert "T2: f32[i0, 8] on m = expand(T0, i0, 8)" in imported.text
     xs, got = run_all(imported.program, {"i0": 6})
     np.testing.assert_array_equal(got["T3"], xs["T0"] + xs["T1"])
-    with pytest.raises(ParseError, match="leaves axis 0 of T0 a broadcast"):
-        import_nvfuser((DATA / "nvfuser_expand.txt").read_text().replace("bS4{1 ex i0}", "bS4{1}"), "ex.txt")
+    # an expand that grows nothing (its axis printed bS4{1}) is the values as they are
+    same = import_nvfuser((DATA / "nvfuser_expand.txt").read_text().replace("bS4{1 ex i0}", "bS4{1}"), "ex.txt")
+    assert "T2: f32[b, 8] on m = set(T0)" in same.text
+    xs, got = run_all(same.program, {"i0": 6})
+    np.testing.assert_array_equal(got["T3"], xs["T0"] + xs["T1"])
+
+
+# test_resize.cpp's RoPE fusion (NVIDIA/Fuser, the pattern of its printed comment; its `*` restored):
+# an expand to {1, 4, 1, 16} grows axis 1 only and leaves axes 0 and 2 broadcast
+PARTIAL_EXPAND = """Inputs:
+  T13_g_float[bS35{1}, iS36{16}]
+  T64_g_float[bS215{1}, iS216{4}, bS217{1}, iS218{16}]
+Outputs:
+  T89_g_float[bS319{1}, iS320{4}, bS321{1}, iS322{16}]
+%kernel_math {
+T106_l_float[bS399{1}, bS400{1}, bS401{1}, iS402{16}]
+   = broadcast( T13_g_float[bS35{1}, iS36{16}], flags = {true, true, false, false} )
+T77_g_float[bS267{1}, bS268{1 ex 4}, bS269{1}, iS270{16}] = expand( T106_l_float[bS399{1}, bS400{1}, bS401{1},
+iS402{16}], {1, 4, 1, 16} )
+T89_g_float[bS319{1}, iS320{4}, bS321{1}, iS322{16}]
+   = T64_g_float[bS215{1}, iS216{4}, bS217{1}, iS218{16}]
+   * T77_g_float[bS267{1}, bS268{1 ex 4}, bS269{1}, iS270{16}];
+} // %kernel_math
+"""
+
+
+def test_an_expand_that_leaves_some_broadcast_axes_keeps_them_broadcast():
+    imported = import_nvfuser(PARTIAL_EXPAND, "rope.txt")
+    text = imported.text
+    assert "T77_squeezed: f32[b, 16] on m = max(T106, dims=[0, 2])" in text, text
+    assert "T77_grown: f32[4, 16] on m = expand(T77_squeezed, 4, 16)" in text, text
+    assert "T77: f32[b, 4, b, 16] on m = unsqueeze(T77_grown, dims=[0, 2])" in text, text
+    assert any("expand leaves axes [0, 2] of T106 broadcast" in n for n in imported.notes)
+    xs, got = run_all(imported.program)
+    assert got["T89"].shape == (1, 4, 1, 16)
+    np.testing.assert_array_equal(got["T89"], xs["T64"] * xs["T13"].reshape(1, 1, 1, 16))
 
 
 def test_communication_input_printed_only_in_the_communication():

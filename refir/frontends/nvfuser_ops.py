@@ -10,7 +10,8 @@ import re
 
 from refir.checks.rules_reshape import groups
 from refir.errors import Loc, ParseError
-from refir.frontends.nvfuser_axes import Ax, EqualityClasses, flags_of, kept
+from refir.frontends.nvfuser_axes import Ax, EqualityClasses, kept
+from refir.frontends.nvfuser_broadcasts import BroadcastMapper
 from refir.frontends.nvfuser_dump import Call, Scalar, Statement, TVRef
 from refir.frontends.nvfuser_masks import MaskMapper
 from refir.frontends.nvfuser_partial import REDUCE_KINDS, REDUCING_COMMS, PartialMapper
@@ -37,7 +38,7 @@ COMM_NAMES = {"Allgather": "allgather", "Gather": "gather", "Scatter": "scatter"
 MOVING_COMMS = ("Allgather", "Gather", "Scatter", "Broadcast", "SendRecv", "AllToAll")
 
 
-class OpMapper(WindowMapper, MaskMapper, PartialMapper):
+class OpMapper(BroadcastMapper, WindowMapper, MaskMapper, PartialMapper):
     """Maps one statement after another onto equations (see the module doc)."""
 
     file: str
@@ -226,63 +227,6 @@ class OpMapper(WindowMapper, MaskMapper, PartialMapper):
         self.emit_local(out, f"permute({x.name}, [{', '.join(map(str, perm))}])", comment,
                         [src[p] for p in perm], self.refs[x.name].mesh, want,
                         layout if layout != tuple(range(len(src))) else None)
-
-    def broadcast(self, out: str, x: TVRef, call: Call, comment: list[str]) -> None:
-        want = kept(self.axes[out])
-        src = kept(self.axes[x.name])
-        flags = flags_of(call, "flags")
-        b_axes = [i for i, a in enumerate(want) if a.broadcast]
-        if flags is None:  # every b axis of out is new, which only an operand without b axes says
-            if any(a.broadcast for a in src):
-                raise ParseError(call.loc, f"{out} = broadcast({x.name}) prints no flags, and {x.name} has "
-                                 "broadcast axes of its own: which of the result's are new is not said")
-            dims = b_axes
-        else:  # the flags name the new axes
-            dims = [i for i, f in enumerate(flags) if f]
-            if len(flags) != len(want) or not set(dims) <= set(b_axes):
-                raise ParseError(call.loc, f"broadcast flags {flags} disagree with {out}'s broadcast axes {b_axes}")
-        rest = [a for i, a in enumerate(want) if i not in dims]
-        self._unify(rest, src, call.loc, f"{out} = broadcast({x.name})")
-        self.dtypes.join(x.name, out, call.loc, f"the dtype of {out}")
-        it = iter(src)
-        got = [Ax(1, None, True, False, 0) if i in dims else next(it) for i in range(len(want))]
-        self.emit_local(out, f"unsqueeze({x.name}, dims=[{', '.join(map(str, dims))}])", comment, got,
-                        self.refs[x.name].mesh, want)
-
-    def expand(self, out: str, x: TVRef, call: Call, comment: list[str]) -> None:
-        """expand(x): the b axes of x that the result prints with an extent
-        (`iS3{8}`, or `bS3{1 ex 8}`) become that extent."""
-        want, src = kept(self.axes[out]), kept(self.axes[x.name])
-        if len(want) != len(src):
-            raise ParseError(call.loc, f"expand: {out} has {len(want)} axes, {x.name} has {len(src)}")
-        extents = []
-        for i, (a, w) in enumerate(zip(src, want)):
-            if a.broadcast and w.broadcast:
-                raise ParseError(call.loc, f"expand leaves axis {i} of {x.name} a broadcast; refir's expand gives "
-                                 "every b axis an extent (leave that one to unsqueeze)")
-            if not a.broadcast:
-                self.same_extent(a, w, call.loc, f"{out} = expand({x.name})")
-            extents.append(f"{{{{extent:{w.extent}}}}}")  # written once the extents are all joined (emit)
-        self.dtypes.join(x.name, out, call.loc, f"the dtype of {out}")
-        axes = [Ax(w.extent, w.shard if a.broadcast else a.shard, False, False, w.number,
-                   split=w.split if a.broadcast else a.split) for a, w in zip(src, want)]
-        self.emit_local(out, f"expand({x.name}, {', '.join(extents)})", comment, axes, self.refs[x.name].mesh, want)
-
-    def squeeze(self, out: str, x: TVRef, call: Call, comment: list[str]) -> None:
-        src = kept(self.axes[x.name])
-        flags = flags_of(call, "flags") or flags_of(call, "squeeze_flags")
-        if flags is None:
-            raise ParseError(call.loc, "squeeze needs its flags = {...} to say which axes go")
-        dims = [i for i, f in enumerate(flags) if f]
-        for i in dims:
-            if not (src[i].broadcast or src[i].extent == 1) or src[i].shard:
-                raise ParseError(call.loc, f"squeeze of axis {i} of {x.name}, which is not of extent 1")
-        self._unify(kept(self.axes[out]), [a for i, a in enumerate(src) if i not in dims], call.loc,
-                    f"{out} = squeeze({x.name})")
-        self.dtypes.join(x.name, out, call.loc, f"the dtype of {out}")
-        self.notes.append(f"{call.loc}: squeeze of extent-1 axes {dims} written as max over them (one element "
-                          "each: the same values)")
-        self.eqns.append((out, f"max({x.name}, dims=[{', '.join(map(str, dims))}])", comment))
 
     def reshape(self, out: str, x: TVRef, call: Call, comment: list[str]) -> None:
         """nvFuser's view (ReshapeOp): refir's reshape to the printed result's extents,
