@@ -143,6 +143,17 @@ def test_reduction_over_a_device_axis_with_a_split_result_is_a_reduce_scatter():
     np.testing.assert_array_equal(values["T3"], np.maximum(2 * values["in:T0"], 0).sum(0))
 
 
+def test_an_operand_whose_operator_was_lost_is_an_error_at_it():
+    # test_resize.cpp's printed comment lost a `*` at a line's start (a C++ comment's margin):
+    # read as T3 = T1 the second operand would vanish without a word
+    text = "T3_g_float[ iS4{4} ]\n   = T1_g_float[ iS0{4} ]\n   T2_g_float[ iS2{4} ];\n"
+    with pytest.raises(ParseError) as e:
+        import_nvfuser(text, "lost.txt")
+    assert (e.value.loc.line, e.value.loc.col) == (3, 4)
+    assert "T2_g_float follows the expression with no operator between them" in e.value.message
+    assert import_nvfuser(text.replace("   T2", "   * T2"), "lost.txt").text.count("mul(T1, T2)") == 1
+
+
 def test_an_unsupported_op_is_an_error_at_its_token():
     with pytest.raises(ParseError) as e:
         import_nvfuser((DATA / "nvfuser_unsupported.txt").read_text(), "bad.txt")

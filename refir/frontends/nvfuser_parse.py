@@ -75,6 +75,7 @@ class DumpParser(TensorViewReader):
                                 d.mentions.append(a)
                     elif expr.name:
                         d.mentions.append(expr)
+                    self.no_lost_operator(expr)
                     d.statements.append(Statement(ref, expr, self.flat_since(start), max(d.segments, 1)))
                     self.accept(";")
                     section = ""
@@ -85,6 +86,20 @@ class DumpParser(TensorViewReader):
             else:
                 self.next()
         return d
+
+    def no_lost_operator(self, expr: TVRef | Call) -> None:
+        """A TensorView right after a statement's expression that ends the statement
+        (`T3 = T1 T2;`) is an operand whose operator was lost (a C++ comment's
+        leading `*` taken for its margin): refused, not read as T3 = T1."""
+        if not self.at_tv():
+            return
+        at, token = self.i, self.tok
+        self.tv()
+        ends = self.tok.text == ";"
+        self.i = at
+        if ends:
+            raise ParseError(token.loc, f"{token.text} follows the expression with no operator between them (an "
+                             "infix operator lost from the paste? a C++ comment's leading '*' is often stripped)")
 
     def _comm_ahead(self) -> bool:
         k = 1 if self.peek().text == "(" else 2
