@@ -208,3 +208,16 @@ def test_broadcast_of_an_operand_with_broadcast_axes_of_its_own():
         import_nvfuser(text.replace(", flags = {true, false, false}", ""))
     with pytest.raises(ParseError, match=r"broadcast flags \[False, False, True\] disagree"):
         import_nvfuser(text.replace("{true, false, false}", "{false, false, true}"))
+
+
+def test_an_output_that_its_own_segment_reads_is_a_result():
+    # nvFuser lists T1 among the fusion's outputs although T2 reads it: both are results
+    # (an output a later segment reads is that segment's input: tests/test_nvfuser_import.py's seeds)
+    text = ("Inputs:\n  T0_g_float[ iS0{4} ]\nOutputs:\n  T1_g_float[ iS1{4} ]\n  T2_g_float[ iS2{4} ]\n"
+            "%kernel_math {\nT1_g_float[ iS1{4} ]\n   = expf(T0_g_float[ iS0{4} ]);\n"
+            "T2_g_float[ iS2{4} ]\n   = T1_g_float[ iS1{4} ]\n   + T0_g_float[ iS0{4} ];\n} // %kernel_math\n")
+    imported = import_nvfuser(text, "two.txt")
+    assert "return T1, T2" in imported.text
+    xs, got = run_all(imported.program)
+    np.testing.assert_array_equal(got["T2"], got["T1"] + xs["T0"])
+    np.testing.assert_allclose(got["T1"], np.exp(xs["T0"]), rtol=1e-6)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from refir.errors import InputError, Loc, ParseError
 from refir.frontends.nvfuser_axes import Ax, EqualityClasses, kept, logical_axes, static_nest_hint
-from refir.frontends.nvfuser_dump import Call, Domain, Scalar, Statement, TVRef
+from refir.frontends.nvfuser_dump import LATER, Call, Domain, Scalar, Statement, TVRef, results_of
 from refir.frontends.nvfuser_forms import one_copy, read_splits, stream_note, stream_views
 from refir.frontends.nvfuser_ops import COMM_NAMES, OpMapper, short
 from refir.frontends.nvfuser_parse import parse_dump
@@ -155,15 +155,19 @@ class Importer(OpMapper):
             if dst in defined:
                 raise ParseError(defined[dst].out.loc, f"{self.link(dst, src)}: {dst} is already defined here")
         reads: list[str] = []
+        read_in: dict[str, set[int]] = {}  # the segments whose statements read each TensorView
         for s in d.statements:
             for a in self.operands(s):
                 if isinstance(a, TVRef):
                     reads.append(a.name)
+                    read_in.setdefault(a.name, set()).add(s.segment)
         reads += list(self.links.values())
+        for src in self.links.values():  # a link passes a segment's output on to another's input
+            read_in.setdefault(src, set()).add(LATER)
         params = [r.name for r in d.inputs if r.name not in defined and r.name not in self.links]
         params += [n for n in reads if n not in defined and n not in self.links]
         params = list(dict.fromkeys(params))
-        results = self.results(defined, set(reads))
+        results = results_of([r.name for r in d.outputs], defined, set(reads), read_in)
         done: set[str] = set(params)
         for i, s in enumerate(d.statements):
             try:
@@ -210,12 +214,6 @@ class Importer(OpMapper):
         if note not in self.notes:
             self.notes.append(note)
         return self.refs[hits[0]]
-
-    def results(self, defined: dict[str, Statement], reads: set[str]) -> list[str]:
-        listed = [r.name for r in self.dump.outputs]
-        if listed:
-            return [n for n in dict.fromkeys(listed) if n not in reads] or listed[-1:]
-        return [n for n in defined if n not in reads]
 
     def _after(self, name: str) -> int:
         for i, (out, _, _) in enumerate(self.eqns):

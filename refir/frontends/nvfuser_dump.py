@@ -88,3 +88,21 @@ class Dump:
     # `Outer split: iS2{3} by factor 2 -> ideviceIdx.x3{2}, iS4{2}`): a chain of
     # them is a nest, one axis split over several mesh axes (nvfuser_axes).
     split_from: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+LATER = 1 << 30  # the segment of a link's reader: after every printed one
+
+
+def results_of(listed: list[str], defined: dict[str, Statement], reads: set[str],
+               read_in: dict[str, set[int]]) -> list[str]:
+    """What the imported program returns: the `Outputs:` listed, but those a later
+    segment reads (`read_in`: the segments whose statements read each; a segment's
+    output is the next one's input, not a result); none listed, what nothing reads."""
+    if not listed:
+        return [n for n in defined if n not in reads]
+
+    def passed_on(n: str) -> bool:
+        if n not in defined:
+            return n in reads
+        return any(seg > defined[n].segment for seg in read_in.get(n, ()))
+    return [n for n in dict.fromkeys(listed) if not passed_on(n)] or listed[-1:]
