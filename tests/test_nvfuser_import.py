@@ -143,15 +143,25 @@ def test_reduction_over_a_device_axis_with_a_split_result_is_a_reduce_scatter():
     np.testing.assert_array_equal(values["T3"], np.maximum(2 * values["in:T0"], 0).sum(0))
 
 
-def test_an_operand_whose_operator_was_lost_is_an_error_at_it():
+def test_an_operand_whose_operator_was_lost_is_an_error_at_it(tmp_path, capsys):
     # test_resize.cpp's printed comment lost a `*` at a line's start (a C++ comment's margin):
     # read as T3 = T1 the second operand would vanish without a word
     text = "T3_g_float[ iS4{4} ]\n   = T1_g_float[ iS0{4} ]\n   T2_g_float[ iS2{4} ];\n"
     with pytest.raises(ParseError) as e:
         import_nvfuser(text, "lost.txt")
     assert (e.value.loc.line, e.value.loc.col) == (3, 4)
-    assert "T2_g_float follows the expression with no operator between them" in e.value.message
+    assert e.value.message.startswith("T2 follows T1 with no operator between them"), e.value.message
     assert import_nvfuser(text.replace("   T2", "   * T2"), "lost.txt").text.count("mul(T1, T2)") == 1
+    # said which it was, it maps, with a note
+    imported = import_nvfuser(text, "lost.txt", lost="-")
+    assert "T3: f32[4] on m = sub(T1, T2)" in imported.text
+    assert any("no operator between T1 and T2" in n and "read as '-'" in n for n in imported.notes)
+    with pytest.raises(InputError, match=r"^lost='x': the operator a paste lost is one of \+ - \* /$"):
+        import_nvfuser(text, "lost.txt", lost="x")
+    dump = tmp_path / "lost.txt"
+    dump.write_text(text)
+    assert main(["import-nvfuser", str(dump), "--lost", "*"]) == 0
+    assert "T3: f32[4] on m = mul(T1, T2)" in capsys.readouterr().out
 
 
 def test_an_unsupported_op_is_an_error_at_its_token():

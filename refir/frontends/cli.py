@@ -34,7 +34,7 @@ def cmd_import_nvfuser(args: argparse.Namespace) -> int:
     # A regular UTF-8 file within refir's size limit, as program text is (- is standard input).
     text = read_source(Path(args.dump))
     imported = import_nvfuser(text, "<stdin>" if args.dump == "-" else args.dump, _links(args.link), args.bullet,
-                              option="--link")
+                              option="--link", lost=args.lost)
     for note in imported.notes:
         sys.stderr.write(f"note: {note}\n")
     if output is not None:
@@ -73,6 +73,8 @@ def add_subcommands(sub: argparse._SubParsersAction, then: Callable[[list[str]],
                      help="join segments: the later segment's input IN is the earlier one's output OUT")
     imp.add_argument("--bullet", default="+", choices=["+", "-", "*"],
                      help="the infix operator a markdown bullet replaced (default +)")
+    imp.add_argument("--lost", choices=["+", "-", "*", "/"],
+                     help="the infix operator a paste lost between two operands (`T3 = T1 T2;`; default: refused)")
     how = imp.add_mutually_exclusive_group()
     how.add_argument("--lower", action="store_true",
                      help="print the lowered program (segments, collectives, strides) instead of the .rir")

@@ -38,7 +38,7 @@ class Imported:
 
 class Importer(OpMapper):
     def __init__(self, text: str, file: str, links: dict[str, str], bullet: str = "+",
-                 option: str = "links", static: frozenset[str] = frozenset()) -> None:
+                 option: str = "links", static: frozenset[str] = frozenset(), lost: str | None = None) -> None:
         self.dump = parse_dump(text, file)
         self.static = static  # TensorViews whose static loop splits read as one axis (nvfuser_forms)
         self.notes: list[str] = []
@@ -49,6 +49,7 @@ class Importer(OpMapper):
         self.links = links
         self.option = option  # how errors name a link: "links" (the API) or "--link" (the command line)
         self.bullet = bullet
+        self.lost = lost  # the infix operator a paste lost between two operands (None: refused)
         self.syms = EqualityClasses()
         self.dtypes = EqualityClasses()
         self.refs: dict[str, TVRef] = {}  # name -> the printing that fixes its type
@@ -357,16 +358,19 @@ def _nest(flat: list[int], shape: tuple[int, ...]) -> str:
 
 
 def import_nvfuser(text: str, file: str = "<dump>", links: dict[str, str] | None = None,
-                   bullet: str = "+", option: str = "links") -> Imported:
+                   bullet: str = "+", option: str = "links", lost: str | None = None) -> Imported:
     """The refir program of an nvFuser dump, its .rir text and the importer's notes.
-    `option` names the links in messages: `links` (the API) or `--link` (the command line)."""
+    `option` names the links in messages: `links` (the API) or `--link` (the command line);
+    `lost`: the infix operator (+ - * /) a paste lost between two operands (None: refused)."""
     if not isinstance(text, str):
         raise InputError(f"the dump is a {type(text).__name__}: pass its text (a str)")
     if links is not None and (not isinstance(links, dict)
                               or not all(isinstance(k, str) and isinstance(v, str) for k, v in links.items())):
         raise InputError(f"links={links!r}: map each later input to the earlier output it is, "
                          "e.g. links={'T5': 'T4'}")
-    return read_splits(lambda static: Importer(text, file, dict(links or {}), bullet, option, static).run())
+    if lost is not None and lost not in ("+", "-", "*", "/"):
+        raise InputError(f"lost={lost!r}: the operator a paste lost is one of + - * /")
+    return read_splits(lambda static: Importer(text, file, dict(links or {}), bullet, option, static, lost).run())
 
 
 def from_nvfuser(text: str, links: dict[str, str] | None = None) -> Program:

@@ -35,6 +35,7 @@ REDUCE_OPS = REDUCE_KINDS
 COMM_NAMES = {"Allgather": "allgather", "Gather": "gather", "Scatter": "scatter", "Broadcast": "broadcast",
               "SendRecv": "send_recv", "AllToAll": "all_to_all", "Allreduce": "allreduce", "Reduce": "reduce",
               "ReduceScatter": "reduce_scatter"}
+LOST = {"+": "add", "-": "sub", "*": "mul", "/": "div"}  # an infix operator a paste lost, as --lost names it
 MOVING_COMMS = ("Allgather", "Gather", "Scatter", "Broadcast", "SendRecv", "AllToAll")
 
 
@@ -43,6 +44,7 @@ class OpMapper(BroadcastMapper, WindowMapper, MaskMapper, PartialMapper):
 
     file: str
     bullet: str
+    lost: str | None
     notes: list[str]
     dtypes: EqualityClasses
     refs: dict[str, TVRef]
@@ -74,6 +76,14 @@ class OpMapper(BroadcastMapper, WindowMapper, MaskMapper, PartialMapper):
             self.notes.append(f"{call.loc}: a markdown bullet stands where an infix operator was "
                               f"(a leading +, - or * becomes a bullet); read as {self.bullet!r}")
             op = {"+": "add", "-": "sub", "*": "mul"}[self.bullet]
+        if op == "lost":
+            if self.lost is None:
+                raise ParseError(call.loc, f"{tensors[1].name} follows {tensors[0].name} with no operator between "
+                                 "them (an infix operator lost from the paste? a C++ comment's or markdown's leading "
+                                 "'*' is often stripped: --lost '*', or lost='*', reads it as a product)")
+            self.notes.append(f"{call.loc}: no operator between {tensors[0].name} and {tensors[1].name} "
+                              f"(lost from the paste); read as {self.lost!r}, as --lost says")
+            op = LOST[self.lost]
         if op in BINARY:
             self.binary(out, BINARY[op], args, call, comment)
         elif op in COMPARISONS:

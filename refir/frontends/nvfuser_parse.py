@@ -68,14 +68,13 @@ class DumpParser(TensorViewReader):
                     self.skip_group()
                 elif self.tok.text == "=" and self.peek().text != "=":
                     self.next()
-                    expr = self.expression()
+                    expr = self.lost_operator(self.expression())
                     if isinstance(expr, Call):
                         for a in expr.args:
                             if isinstance(a, TVRef):
                                 d.mentions.append(a)
                     elif expr.name:
                         d.mentions.append(expr)
-                    self.no_lost_operator(expr)
                     d.statements.append(Statement(ref, expr, self.flat_since(start), max(d.segments, 1)))
                     self.accept(";")
                     section = ""
@@ -87,19 +86,22 @@ class DumpParser(TensorViewReader):
                 self.next()
         return d
 
-    def no_lost_operator(self, expr: TVRef | Call) -> None:
+    def lost_operator(self, expr: TVRef | Call) -> TVRef | Call:
         """A TensorView right after a statement's expression that ends the statement
-        (`T3 = T1 T2;`) is an operand whose operator was lost (a C++ comment's
-        leading `*` taken for its margin): refused, not read as T3 = T1."""
+        (`T3 = T1 T2;`) is an operand whose infix operator the paste lost (a C++
+        comment's leading `*` taken for its margin, markdown's for emphasis): read
+        as `lost(T1, T2)`, which the importer maps as its `lost` option says or
+        refuses; never as T3 = T1."""
         if not self.at_tv():
-            return
+            return expr
         at, token = self.i, self.tok
-        self.tv()
-        ends = self.tok.text == ";"
-        self.i = at
-        if ends:
-            raise ParseError(token.loc, f"{token.text} follows the expression with no operator between them (an "
-                             "infix operator lost from the paste? a C++ comment's leading '*' is often stripped)")
+        second = self.tv()
+        if self.tok.text != ";":
+            self.i = at
+            return expr
+        if not isinstance(expr, TVRef):
+            raise ParseError(token.loc, f"{token.text} follows the expression with no operator between them")
+        return Call("lost", (expr, second), {}, token.loc)
 
     def _comm_ahead(self) -> bool:
         k = 1 if self.peek().text == "(" else 2
