@@ -71,11 +71,11 @@ _LISTENING = [True]  # False while members make what they all agreed to make (Co
 
 @contextmanager
 def _deaf() -> Iterator[None]:
-    _LISTENING[0] = False
+    before, _LISTENING[0] = _LISTENING[0], False
     try:
         yield
     finally:
-        _LISTENING[0] = True
+        _LISTENING[0] = before
 
 
 def wait(req: MPI.Request | list[MPI.Request], what: str = "a communication",
