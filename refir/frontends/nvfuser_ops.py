@@ -71,11 +71,6 @@ class OpMapper(BroadcastMapper, WindowMapper, MaskMapper, PartialMapper):
         args = self._resolve_args(s)
         tensors = [a for a in args if isinstance(a, TVRef)]
         op = call.op
-        self.check_partial_use(out, op, tensors, call.loc)
-        if op == "bullet":
-            self.notes.append(f"{call.loc}: a markdown bullet stands where an infix operator was "
-                              f"(a leading +, - or * becomes a bullet); read as {self.bullet!r}")
-            op = {"+": "add", "-": "sub", "*": "mul"}[self.bullet]
         if op == "lost":
             if self.lost is None:
                 raise ParseError(call.loc, f"{tensors[1].name} follows {tensors[0].name} with no operator between "
@@ -84,6 +79,11 @@ class OpMapper(BroadcastMapper, WindowMapper, MaskMapper, PartialMapper):
             self.notes.append(f"{call.loc}: no operator between {tensors[0].name} and {tensors[1].name} "
                               f"(lost from the paste); read as {self.lost!r}, as --lost says")
             op = LOST[self.lost]
+        self.check_partial_use(out, op, tensors, call.loc)
+        if op == "bullet":
+            self.notes.append(f"{call.loc}: a markdown bullet stands where an infix operator was "
+                              f"(a leading +, - or * becomes a bullet); read as {self.bullet!r}")
+            op = {"+": "add", "-": "sub", "*": "mul"}[self.bullet]
         if op in BINARY:
             self.binary(out, BINARY[op], args, call, comment)
         elif op in COMPARISONS:
