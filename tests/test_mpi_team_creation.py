@@ -2,9 +2,11 @@
 ends that wait; so members agree first that all will (refir.world.mpi_job,
 _all_will_create), and a rank that hears of another's failure while they
 agree says no before it stops. These three-rank jobs plant the races a loaded
-machine makes (once seen in CI as a conformance mutant's stall): rank 2 fails
-while rank 0 waits for rank 1, which comes later. Without the agreement rank 1
-would enter the creation alone and the job would run to mpiexec's limit."""
+machine makes (once seen in CI as a conformance mutant's stall), in order, by
+messages of their own: rank 2 fails while rank 0 waits for rank 1, which comes
+only once rank 0 has left. Without the agreement rank 1 would enter the
+creation alone and the job would run to mpiexec's limit; once ranks 0 and 1
+agreed, rank 0 makes it with rank 1 though it hears of rank 2 meanwhile."""
 
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,14 +21,17 @@ from refir.errors import RunError
 from refir.world.mpi_job import COMMS, barrier
 from refir.world.rank_failures import watched
 
-case, rank = sys.argv[1], MPI.COMM_WORLD.rank
+case, rank, world = sys.argv[1], MPI.COMM_WORLD.rank, MPI.COMM_WORLD
+LEFT, GO = 77, 78  # the test's own messages, on COMM_WORLD (refir's travel on duplicates of it)
 team = COMMS.team((0, 1)) if rank < 2 else None
 barrier(COMMS.world())  # every rank starts the run together
 
 
 def make(comm):  # a blocking creation (as NCCL's init): a barrier first, then MPI's blocking one
-    if comm.rank == 1:
-        time.sleep(4.0)  # rank 2 fails while rank 0 waits here
+    if comm.rank == 0:
+        world.send("agreed", dest=2, tag=GO)  # ranks 0 and 1 agreed: now rank 2 fails
+    else:
+        time.sleep(2.0)  # while rank 0 waits in the barrier, deaf to rank 2's failure
     barrier(comm)
     comm.Barrier()
     return "made"
@@ -36,10 +41,10 @@ try:
     with watched():
         if rank == 2:
             if case == "agreed":
-                time.sleep(2.0)  # after ranks 0 and 1 agreed to make it
+                world.recv(source=0, tag=GO)
             raise RunError("planted failure")
         if rank == 1 and case != "agreed":
-            time.sleep(1.0)  # rank 0 hears of rank 2's failure while it waits for rank 1
+            world.recv(source=0, tag=LEFT)  # rank 0 heard of rank 2's failure and left first
         if case == "team":
             COMMS.team((1, 0))
         else:
@@ -47,6 +52,8 @@ try:
         print(f"rank {rank}: made it", flush=True)
 except Exception as exc:
     print(f"rank {rank}: {type(exc).__name__}: {exc}", flush=True)
+    if rank == 0 and case != "agreed":
+        world.send("left", dest=1, tag=LEFT)
 """
 LIMIT_S = 60  # far above what any case takes (a few seconds): a job that runs to it has hung
 
