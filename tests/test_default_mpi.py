@@ -14,11 +14,11 @@ import sys
 import time
 
 import pytest
+from helpers import ROOT, run_job
 
 from conformance.cases import CORPUS, cases_of
 from conformance.mpi_batch import RANKS, SUITE, mpiexec, shown, why_not
 from refir.cli import main
-from tests.helpers import ROOT, run_job
 
 pytestmark = pytest.mark.skipif(bool(why_not()), reason=f"no MPI batch here: {why_not()}")
 

@@ -348,7 +348,7 @@ def test_the_pool_manager_keeps_one_upstream_manager_however_often_numba_initial
     import subprocess
     import sys
 
-    from tests.helpers import ROOT
+    from helpers import ROOT
 
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", MANAGER_PROBE], capture_output=True, text=True, env=env,

@@ -5,6 +5,7 @@ import weakref
 
 import numpy as np
 import pytest
+from helpers import SEED2
 
 import refir
 from interp.liveness import drops, largest_live
@@ -13,7 +14,6 @@ from interp.transport import InProcess
 from refir.lowering.lower import lower
 from refir.running.bindings import bind_inputs
 from refir.running.shard_inputs import shard_inputs
-from tests.helpers import SEED2
 
 
 def _lowered(text):

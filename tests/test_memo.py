@@ -4,6 +4,7 @@ dtypes or strides, and never the inputs' values."""
 
 import numpy as np
 import pytest
+from helpers import SEED2
 
 import refir
 import refir.running.backends
@@ -13,7 +14,6 @@ import refir.running.shard_inputs
 from interp import spmd
 from refir.errors import InputError
 from refir.ir.program_cache import Memo, shape_signature
-from tests.helpers import SEED2
 
 
 def inputs(m: int, k: int, n: int, seed: int = 0) -> dict[str, np.ndarray]:

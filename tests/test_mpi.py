@@ -408,7 +408,7 @@ import numpy as np
 import refir
 from interp.backend import run_spmd
 from refir.errors import RefirError
-from tests.helpers import SEED2
+from helpers import SEED2
 
 rank = refir.world.ranks.mpi_world().rank
 program = refir.load(SEED2)

@@ -178,7 +178,7 @@ def test_check_lower_and_explain_refuse_the_bindings_a_run_refuses(command, caps
     """reshape_c2/c4 and select_c3 wait for the bindings: a command given them
     (--bind; explain also the # bind: line) refuses them as a run does: it never
     draws, or calls local, a reshape that cuts a head in half."""
-    from tests.helpers import refused
+    from helpers import refused
 
     attention = ROOT / "examples/causal_attention.rir"
     err = refused(capsys, command, attention, "--bind", "H=6", "Q=12")  # 3 columns a device: half heads of 2

@@ -110,7 +110,7 @@ print("WALK", rank, json.dumps(walks))
 def test_under_mpi_each_module_is_entered_once() -> None:
     import json
 
-    from tests.helpers import run_mpi
+    from helpers import run_mpi
 
     done = run_mpi(4, ["-c", CHILD], timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr

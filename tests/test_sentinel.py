@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import ROOT, run_mpi
 
 import refir
 from conformance.cases import CORPUS, cases_of
 from conformance.compare import bad_elements
 from interp import sentinel
 from refir.ir.types import DTYPES
-from tests.helpers import ROOT, run_mpi
 
 
 @pytest.fixture
