@@ -408,7 +408,7 @@ import numpy as np
 import refir
 from interp.backend import run_spmd
 from refir.errors import RefirError
-from helpers import SEED2
+from tests.helpers import SEED2  # this child runs from the repository root, without tests/ on its path
 
 rank = refir.world.ranks.mpi_world().rank
 program = refir.load(SEED2)
