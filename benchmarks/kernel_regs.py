@@ -4,7 +4,7 @@
 
 Registers decide how many blocks of THREADS an SM holds (65,536 a SM: 256 threads at 64
 registers or fewer fit four blocks, at 80 three), and so the bytes in flight of a memory-bound
-kernel. This compiles each variant of the word copy (gpu_backend/kernels/row_words.py's knobs, its 16-byte words),
+kernel. This compiles each variant of the word copy (gpu_backend/kernels/row_words.py's knobs),
 the where kernels (masks' element rows, where_words' 8-byte words) for float32, to PTX as
 benchmarks/kernel_ptx.py does, and asks ptxas (CUDA_HOME/bin/ptxas) for its -v report. The GPU's
 own figures (kernel_probe `layer`) are the ones that count; these only say which variants can
@@ -64,9 +64,6 @@ def main() -> None:
         kernel = row_words.row_words_kernel(2, wide, blocks, pairs, step)
         print(f"row_words f32 wide {wide} min blocks {blocks} pairs {pairs} step {step}: "
               f"{report(kernel, ROW_WORDS, options)}")
-    for wide in (True, False):  # the 16-byte words (row_pairs)
-        kernel = row_words.row_words_kernel(2, wide, 0, False, 1, True)
-        print(f"row_words f32 16-byte words wide {wide}: {report(kernel, ROW_WORDS, {})}")
     for steps in [(1, 1, 0), (-1, -1, -1)]:
         print(f"where rows f32 steps {steps}: {report(masks.where_rows_kernel(*steps), WHERE_ROWS, {})}")
     for steps in [(1, 1, 0), (1, 1, 1)]:

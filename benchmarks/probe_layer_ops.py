@@ -6,10 +6,10 @@ Each row is benchmarks/gpu_layer_ops.py's case (the same operands, its values ch
 against torch's under every variant before it is timed), as % of a device copy of the
 bytes it counts, one call and piped, then the kernels' registers:
 
-- slice [:, 1:-1], reshape [:, 1:-1] -> 1-D, pad: row_words' 16-byte words (the default: four
-  a round, 84 registers), eight a round (WORDS_VECTOR_WIDE: 130), launch bounds of four blocks
-  an SM (WORDS_MIN_BLOCKS: 64, 76 bytes spilled), 8-byte words (WORDS_VECTOR off: 72), those with shifted
-  f32 rows by their 4-byte elements (WORDS_PAIRS); pad also window.FRAMED (its border
+- slice [:, 1:-1], reshape [:, 1:-1] -> 1-D, pad: row_words' WORDS_MIN_BLOCKS (launch
+  bounds: four blocks an SM, 64 registers, or none: 72), WORDS_WIDE (eight words a round or
+  four), WORDS_PAIRS (shifted f32 rows by their 4-byte elements), WORDS_BY_STEP (a kernel per
+  source stride, or one for all: 80 registers, as before); pad also window.FRAMED (its border
   along the rows written by the interior's copy, or by fills after it);
 - where mask: masks.WHERE_WORDS (8-byte words, or the element row kernel);
 - reshape heads: elementwise.ROWS1_LEAST (the row kernel's narrowest rows of threads),
@@ -31,12 +31,12 @@ from gpu_backend.device import cuda
 from gpu_backend.kernels import elementwise, masks, matmul_ranks, row_words, transpose, window
 
 # each a kernel compiled (seconds each: the stage's 240 s); the last: the one kernel of every stride, as before
-WORDS = [{}, {"WORDS_VECTOR_WIDE": True}, {"WORDS_MIN_BLOCKS": 4}, {"WORDS_VECTOR": False},
-         {"WORDS_VECTOR": False, "WORDS_PAIRS": True}]
+WORDS = [{}, {"WORDS_MIN_BLOCKS": 0}, {"WORDS_WIDE": False, "WORDS_MIN_BLOCKS": 0},
+         {"WORDS_PAIRS": True, "WORDS_MIN_BLOCKS": 0}, {"WORDS_BY_STEP": False}]
 # (module, knob values) variants per row, by the start of the row's name; the first: the defaults
 VARIANTS: dict[str, list[tuple[Any, dict[str, Any]]]] = {
     "slice [:, 1:-1]": [(row_words, v) for v in WORDS],
-    "reshape [:, 1:-1]": [(row_words, v) for v in WORDS],
+    "reshape [:, 1:-1]": [(row_words, v) for v in WORDS[:4]],  # with WORDS_PAIRS (slice's best per call)
     "pad 1": [(row_words, v) for v in WORDS] + [(window, {"FRAMED": False})],
     "where mask": [(masks, {}), (masks, {"WHERE_WORDS": False})],
     "reshape heads": [(elementwise, {"ROWS1_LEAST": least, "ROWS1_SWAP": swap, "ROWS1_MIN_BLOCKS": blocks})
@@ -74,10 +74,10 @@ def layer_section(torch: Any, n: int, knobs: Callable[..., Any], row: Callable[.
             except Exception as e:  # noqa: BLE001  (a variant that fails is said; the others still run)
                 say(f"  {label}: {type(e).__name__}: {e}")
     cuda.synchronize()
-    for wide, blocks, pairs, vector in [(False, 0, False, True), (True, 0, False, True), (False, 4, False, True),
-                                        (True, 0, False, False), (True, 0, True, False)]:
-        say(f"  regs row_words f32 wide {wide} min blocks {blocks} pairs {pairs} 16-byte words {vector}: "
-            f"{regs(row_words.row_words_kernel(2, wide, blocks, pairs, 1, vector))}")
+    for wide, blocks, pairs, step in [(True, 4, False, 1), (True, 0, False, 1), (False, 0, False, 1),
+                                      (True, 0, True, 1), (True, 0, False, -1)]:
+        say(f"  regs row_words f32 wide {wide} min blocks {blocks} pairs {pairs} step {step}: "
+            f"{regs(row_words.row_words_kernel(2, wide, blocks, pairs, step))}")
     from gpu_backend.kernels.elementwise_kernels import ignoring_scalar, rows1_kernel
     from gpu_backend.kernels.where_words import where_words_kernel
 

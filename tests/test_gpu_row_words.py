@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 from gpu_backend.buffers.buffer import DeviceBuffer, download, upload
-from gpu_backend.buffers.memory import address
 from gpu_backend.device import SIMULATED, max_blocks
-from gpu_backend.kernels import elementwise, row_words
+from gpu_backend.kernels import elementwise
 from gpu_backend.kernels.elementwise import copy_into
 from gpu_backend.kernels.row_words import MIN_INNER, words_geometry
 
@@ -43,16 +42,17 @@ def _copied(host: np.ndarray, view: tuple, dst_index: tuple | None = None, dst_s
     return how, download(big)[dst_index], want
 
 
-# The word copy's variants (row_words' knobs, which benchmarks/kernel_probe.py `layer` times): the defaults
-# (16-byte words), their rounds of eight, 8-byte words, their rounds of four, shifted 4-byte elements loaded
-# each, one kernel for every source stride (the launch bounds are a no-op under the simulator).
-EIGHT = {"WORDS_VECTOR": False}
-VARIANTS = [{}, {"WORDS_VECTOR_WIDE": True}, EIGHT, {**EIGHT, "WORDS_WIDE": False}, {**EIGHT, "WORDS_PAIRS": True},
-            {**EIGHT, "WORDS_PAIRS": True, "WORDS_WIDE": False}, {**EIGHT, "WORDS_BY_STEP": False}]
+# The word copy's variants (row_words' knobs, which benchmarks/kernel_probe.py `words` times): the defaults,
+# rounds of four, shifted 4-byte elements loaded each, one kernel for every source stride (the launch
+# bounds are a no-op under the simulator).
+VARIANTS = [{}, {"WORDS_WIDE": False}, {"WORDS_PAIRS": True}, {"WORDS_PAIRS": True, "WORDS_WIDE": False},
+            {"WORDS_BY_STEP": False, "WORDS_MIN_BLOCKS": 0}]
 
 
 @pytest.fixture(params=VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "defaults")
 def variant(request, monkeypatch):
+    from gpu_backend.kernels import row_words
+
     for k, x in request.param.items():
         monkeypatch.setattr(row_words, k, x)
     elementwise.clear_plans()
@@ -85,40 +85,6 @@ def test_long_shifted_rows_take_rounds_of_eight_four_and_a_ragged_end(variant):
     host = _values((3, 1204), "f4")  # 601 words a row: many rounds of each size at the simulator's 8 threads
     how, got, want = _copied(host, (slice(None), slice(1, 1203)))
     assert how == "words" and got.tobytes() == want.tobytes()
-
-
-def _kernel() -> object:
-    (plan,) = elementwise._copies.values()
-    return plan[1]
-
-
-@pytest.mark.parametrize("dtype", ["f4", "i2", "u1"])
-@pytest.mark.parametrize("start", range(9))
-def test_memories_on_16_bytes_take_16_byte_words(dtype, start):
-    """Every shift of a row against its 16-byte words (a whole 8-byte word, part of one, either half)."""
-    host = _values((5, 144), dtype)
-    how, got, want = _copied(host, (slice(None), slice(start, start + 100)))
-    f = 8 // host.dtype.itemsize
-    assert got.tobytes() == want.tobytes()
-    if how == "words":
-        assert _kernel() is row_words.row_words_kernel(f, False, 0, False, 1, True)
-    else:  # rows aligned alike to 8 bytes: the row kernel's 8-byte words
-        assert start % f == 0 and how == "rows"
-
-
-def test_memories_off_16_bytes_or_not_whole_16_byte_words_take_8_byte_words():
-    host = _values((5, 82), "f4")  # 410 elements: whole 8-byte words, not 16-byte ones
-    how, got, want = _copied(host, (slice(None), slice(1, 80)))
-    assert how == "words" and got.tobytes() == want.tobytes()
-    assert _kernel() is row_words.row_words_kernel(2, True, 0, False, 1)
-    whole = upload(_values((1, 5 * 80 + 1), "f4"))  # a memory one element (4 bytes) past 16
-    src = DeviceBuffer(whole.data[1:], 0, (5, 80), (80, 1))
-    assert address(src.data) % 16 == 4
-    dst = DeviceBuffer.empty((5, 78), np.dtype("f4"))
-    assert _plan(dst, src[:, 1:79]) == "words"
-    assert _kernel() is row_words.row_words_kernel(2, True, 0, False, 1)
-    want = download(whole).reshape(-1)[1:].reshape(5, 80)[:, 1:79]
-    assert download(dst).tobytes() == np.ascontiguousarray(want).tobytes()
 
 
 def test_into_a_misaligned_interior_like_pad():

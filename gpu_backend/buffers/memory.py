@@ -43,15 +43,6 @@ class Lease:
             pass
 
 
-def address(data: Any) -> int:
-    """The device address of a buffer's memory (`Memory`, a numba device array; under the simulator
-    its host array's, so that alignment decides alike there)."""
-    if type(data) is Memory:
-        return data.ptr
-    face = getattr(data, "__cuda_array_interface__", None)
-    return int((face or data.__array_interface__)["data"][0])
-
-
 class Memory:
     """`size` elements of `dtype` at device address `ptr`, kept alive by `lease`."""
 

@@ -27,7 +27,7 @@ from math import prod
 import numpy as np
 
 from gpu_backend.buffers.buffer import DeviceBuffer
-from gpu_backend.buffers.memory import Memory, address
+from gpu_backend.buffers.memory import Memory
 from gpu_backend.device import SIMULATED, blocks_for, cuda, fitted, max_blocks, rows_block
 from gpu_backend.kernels.elementwise_kernels import (
     dense1_kernel,
@@ -251,10 +251,9 @@ _ready_words: KeptLaunches = {}
 DENSE_COPY = "memcpy"
 
 
-def _copy_plan(dst: DeviceBuffer, src: DeviceBuffer, memcpy: bool, aligned16: bool) -> tuple[object, ...]:
+def _copy_plan(dst: DeviceBuffer, src: DeviceBuffer, memcpy: bool) -> tuple[object, ...]:
     """("none",); ("memcpy", bytes) for one dense run each (where `memcpy`); ("rows", f, word,
-    shape, dst strides, src strides) in words of f elements; row_words' plan ("words", ...; its
-    16-byte words where `aligned16`: both memories start on 16 bytes); or ("tiles", word,
+    shape, dst strides, src strides) in words of f elements; or ("tiles", word,
     the transpose's plan)."""
     if dst.size == 0:
         return ("none",)
@@ -265,8 +264,7 @@ def _copy_plan(dst: DeviceBuffer, src: DeviceBuffer, memcpy: bool, aligned16: bo
         return ("memcpy", shape[0] * dst.data.dtype.itemsize)
     if fast == len(shape) - 1 or ss[fast] == 0:
         f = _widening(dst, src, shape, ds, ss)
-        words = None if f > 1 else words_plan(shape, ds, ss, dst.data.dtype.itemsize, src.data.size,
-                                                 aligned16=aligned16)
+        words = None if f > 1 else words_plan(shape, ds, ss, dst.data.dtype.itemsize, src.data.size)
         if words is not None:  # rows that align differently, or a broadcast along them: 8-byte words
             return words
         if f == 1:  # src broadcast to dst's shape
@@ -296,8 +294,7 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     dd, sd = dst.data, src.data
     pooled = type(dd) is Memory and type(sd) is Memory  # raw addresses: the driver's copy can take them
     key = (dst.shape, dst.strides, src.shape, src.strides, dd.dtype.itemsize, dst.offset % 8, src.offset % 8,
-           dd.size % 8, sd.size % 8, pooled, (address(dd) | address(sd)) % 16)  # the sizes: whether the memories
-    # are whole words; the addresses: whether they take 16-byte words
+           dd.size % 8, sd.size % 8, pooled)  # the sizes: whether the memories are whole words
     ready = _ready_words.get(key)
     if ready is not None:  # the word copy's kept launch: each memory as elements, then as words
         direct, grid, block, consts = ready
@@ -316,7 +313,7 @@ def copy_into(dst: DeviceBuffer, src: DeviceBuffer) -> DeviceBuffer:
     if plan is None:
         if len(_copies) >= PLANS_KEPT:
             _copies.clear()
-        plan = _copies[key] = _copy_plan(dst, src, pooled and DENSE_COPY == "memcpy" and not SIMULATED, key[-1] == 0)
+        plan = _copies[key] = _copy_plan(dst, src, pooled and DENSE_COPY == "memcpy" and not SIMULATED)
     how = plan[0]
     if how == "memcpy":
         size = dd.dtype.itemsize

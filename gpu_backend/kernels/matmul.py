@@ -17,7 +17,7 @@ from math import prod
 from typing import Any
 
 from gpu_backend.buffers.buffer import DeviceBuffer
-from gpu_backend.buffers.memory import address
+from gpu_backend.buffers.memory import Memory
 from gpu_backend.device import MATMUL_TILE, SIMULATED, blocks_for, cuda
 from gpu_backend.kernels import gemm
 from gpu_backend.kernels.functions import accumulator, narrow
@@ -97,7 +97,7 @@ def _as_cupy(cupy: Any, b: DeviceBuffer) -> Any:
     data = b.data
     dtype = data.dtype  # float32 or float64: the stored dtype is the logical one
     itemsize = dtype.itemsize
-    base = address(data)
+    base = data.ptr if type(data) is Memory else data.__cuda_array_interface__["data"][0]
     key = (base + b.offset * itemsize, b.shape, tuple([s * itemsize for s in b.strides]), dtype.str)
     got = _views.get(key)
     if got is None:
@@ -154,7 +154,7 @@ def matmul_into(out: DeviceBuffer, a: DeviceBuffer, b: DeviceBuffer, library: bo
 def _operand(b: DeviceBuffer) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     """(address of element [0, ...], shape, strides in elements), as gemm.gemm_call takes it."""
     data = b.data
-    base = address(data)
+    base = data.ptr if type(data) is Memory else data.__cuda_array_interface__["data"][0]
     return base + b.offset * data.dtype.itemsize, b.shape, b.strides
 
 

@@ -40,7 +40,6 @@ from typing import Any
 import numpy as np
 
 from gpu_backend.device import cuda, fitted, jit_options, max_blocks, rows_block
-from gpu_backend.kernels.row_pairs import U, run_pairs
 from gpu_backend.kernels.strides import Arr
 
 MIN_INNER = 64  # shorter rows keep the row kernel: a word path pays its head and tail per row
@@ -54,13 +53,10 @@ WORDS_WIDE = True
 WORDS_BY_STEP = True
 WORDS_MIN_BLOCKS = 0
 WORDS_PAIRS = False  # 4-byte elements of shifted rows loaded each (mode 4); False: two words joined (mode 1)
-# Unit-stride sources by 16-byte words (row_pairs) where both memories start on 16 bytes; their rounds
-# of eight (else four) words a thread: eight take 130 registers for f32 (one block an SM), four 84 (three).
-WORDS_VECTOR = True
-WORDS_VECTOR_WIDE = False
 WORD = np.dtype(np.uint64)
 
 
+U = np.uint64  # indices as unsigned: numba adds no wraparound code (they are element places, never negative)
 LOW32 = np.uint64(0xFFFFFFFF)
 HALF = np.uint64(32)
 
@@ -152,17 +148,14 @@ def _framed(a_e: Arr, pa: int, e: int, a_in: int, inner: int, fill: Any) -> Any:
 
 @cache
 def row_words_kernel(f: int, wide: bool = True, min_blocks: int = 0, pairs: bool = False,
-                     step: int = -1, vector: bool = False) -> Callable:
+                     step: int = -1) -> Callable:
     """The word copy for elements of 64 / f bits (f a constant: its divisions are shifts);
     `wide`: eight words a round (else four: fewer registers, more threads an SM); `min_blocks`:
     blocks of THREADS an SM asked of the compiler (launch bounds: registers capped), 0 none;
     `pairs` (f 2 only): shifted rows by their elements (mode 4), not by two words a word;
     `step`: the source's inner stride (0, 1 or 2) where the kernel is made for it (a constant:
-    only its modes compiled, mode 1's 16 loads of a round no longer beside mode 3's), -1 any;
-    `vector` (step 1 only): the words 16 bytes (row_pairs), the memories' starts aligned to them."""
-    assert not vector or step == 1, "16-byte words read unit-stride sources only"
+    only its modes compiled, mode 1's 16 loads of a round no longer beside mode 3's), -1 any."""
     pairs = pairs and f == 2
-    big = 2 * f if vector else f  # elements a word of the row's body
     bits = 64 // f
     rep = np.uint64(sum(1 << (q * bits) for q in range(f)))  # 1 in every element's lowest bit
 
@@ -179,9 +172,9 @@ def row_words_kernel(f: int, wide: bool = True, min_blocks: int = 0, pairs: bool
             for j in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, nj, cuda.gridDim.y * cuda.blockDim.y):
                 po = o_off + i * o_i + j * o_j  # the rows' first elements
                 pa = a_off + i * a_i + j * a_j
-                head = min((big - po % big) % big, inner)  # elements before dst's first whole word
-                words = (inner - head) // big
-                tail0 = head + words * big
+                head = min((f - po % f) % f, inner)  # elements before dst's first whole word
+                words = (inner - head) // f
+                tail0 = head + words * f
                 nh = lo + head  # element by element: the frame's and the row's before the words,
                 nt = inner + hi - tail0  # and after them
                 z0 = cuda.blockIdx.z == 0
@@ -199,9 +192,7 @@ def row_words_kernel(f: int, wide: bool = True, min_blocks: int = 0, pairs: bool
                 tv = _framed(a_e, pa, et, a_in, inner, fill)
                 w0 = cuda.blockIdx.z * chunk
                 w1 = min(w0 + chunk, words)
-                if vector and w0 < w1:
-                    run_pairs(o8, a8, (po + head) // big, pa + head, w0 + t, w1, bx, wide, f)
-                elif w0 < w1:
+                if w0 < w1:
                     wo = (po + head) // f  # dst's first whole word
                     s = pa + head * a_in  # the source element going to its first element
                     r = s % f
@@ -259,16 +250,14 @@ def words_geometry(ni: int, nj: int, inner: int, f: int) -> tuple[tuple[int, int
 
 
 def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, src_n: int,
-               frame: tuple[int, int, int] = (0, 0, 0), aligned16: bool = False) -> tuple[object, ...] | None:
+               frame: tuple[int, int, int] = (0, 0, 0)) -> tuple[object, ...] | None:
     """("words", the kernel, element word, f, grid, block, its constants after the offsets), for a
     copy coalesced to `shape` with strides ds (dst) and ss (src), where this kernel takes it:
     narrow elements, dst rows unit stride, src rows unit stride or broadcast, at most two
     outer axes, rows of MIN_INNER elements or more, src's memory whole words where its words
     are read (a shifted word reads the whole word holding a row's last element); else None.
     dst's words are whole words inside its rows: its memory is seen to its last whole word.
-    `frame`: (lo, hi, fill bits): each dst row's lo elements before and hi after set to fill.
-    `aligned16`: both memories start on 16 bytes; then a unit-stride source whose memory is whole
-    16-byte words takes 16-byte words (WORDS_VECTOR)."""
+    `frame`: (lo, hi, fill bits): each dst row's lo elements before and hi after set to fill."""
     f = 8 // itemsize
     gather = itemsize == 4 and ss[-1] == 2  # every other element: mode 3
     if itemsize not in (1, 2, 4) or len(shape) > 3 or ds[-1] != 1 or (ss[-1] not in (0, 1) and not gather):
@@ -277,14 +266,10 @@ def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, sr
         return None
     pad = 3 - len(shape)
     (ni, nj, inner), (o_i, o_j, _), (a_i, a_j, a_in) = [[1] * pad + shape, [0] * pad + ds, [0] * pad + ss]
-    vector = WORDS_VECTOR and aligned16 and a_in == 1 and src_n % (2 * f) == 0
-    grid, block, chunk = words_geometry(ni, nj, inner, 2 * f if vector else f)
+    grid, block, chunk = words_geometry(ni, nj, inner, f)
     elem = np.dtype(f"u{itemsize}")
     lo, hi, fill = frame
-    blocks = WORDS_MIN_BLOCKS if a_in == 1 and (WORDS_BY_STEP or vector) else 0
-    if vector:
-        kernel = row_words_kernel(f, WORDS_VECTOR_WIDE, blocks, False, 1, True)
-    else:
-        kernel = row_words_kernel(f, WORDS_WIDE, blocks, WORDS_PAIRS, a_in if WORDS_BY_STEP else -1)
+    blocks = WORDS_MIN_BLOCKS if a_in == 1 and WORDS_BY_STEP else 0
+    kernel = row_words_kernel(f, WORDS_WIDE, blocks, WORDS_PAIRS, a_in if WORDS_BY_STEP else -1)
     return ("words", kernel, elem, f, grid, block,
             (o_i, o_j, a_i, a_j, a_in, ni, nj, inner, chunk, lo, hi, elem.type(fill)))

@@ -9,10 +9,6 @@ is `lanes` plain element reads, with the same indexing. A load of two lanes
 fills the tuple's last two places with its two values again (a caller that
 folds four lanes and stores two leaves the copies to dead-code elimination):
 one tuple type for both widths keeps the callers free of typed branches.
-
-`storer()` is the store's counterpart for two lanes: `store(x, i, a, b)` writes
-x[i] = a and x[i + 1] = b by one `st.v2` of a `<2 x T>` vector aligned to its
-size (the same guarantee asked of the caller); under the simulator two writes.
 """
 
 from __future__ import annotations
@@ -75,47 +71,3 @@ def _device(lanes: int) -> Callable:
         return result(array, index), codegen
 
     return load
-
-
-@cache
-def storer() -> Callable:
-    """`store(x, i, a, b)`: x[i], x[i + 1] = a, b in one aligned vector store (two lanes)."""
-    if SIMULATED:
-        @cuda.jit(device=True)
-        def store2(x: Any, i: int, a: Any, b: Any) -> None:
-            x[i] = a
-            x[i + 1] = b
-
-        return store2
-    return _device_store()
-
-
-def _device_store() -> Callable:
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda import cgutils
-    from numba.cuda.extending import intrinsic
-
-    @intrinsic
-    def store(typingctx: Any, array: Any, index: Any, a: Any, b: Any) -> Any:
-        if not isinstance(array, types.Array) or array.ndim != 1 or not isinstance(index, types.Integer):
-            return None
-        dtype = array.dtype  # a and b are cast to it by the call (the signature's types)
-
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            array_type, index_type = sig.args[:2]
-            ary = context.make_array(array_type)(context, builder, value=args[0])
-            i = context.cast(builder, args[1], index_type, types.intp)
-            ptr = cgutils.get_item_pointer(context, builder, array_type, ary, [i])
-            element = context.get_value_type(dtype)
-            vector_type = ir.VectorType(element, 2)
-            vector = ir.Constant(vector_type, ir.Undefined)
-            for k, value in enumerate(args[2:]):
-                vector = builder.insert_element(vector, value, ir.Constant(ir.IntType(32), k))
-            size = 2 * context.get_abi_sizeof(element)
-            builder.store(vector, builder.bitcast(ptr, vector_type.as_pointer()), align=size)
-            return context.get_dummy_value()
-
-        return types.void(array, index, dtype, dtype), codegen
-
-    return store

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from gpu_backend.buffers.buffer import DeviceBuffer
-from gpu_backend.buffers.memory import Memory, address
+from gpu_backend.buffers.memory import Memory
 from gpu_backend.device import cuda
 from gpu_backend.kernels import row_words
 from gpu_backend.kernels.elementwise import _whole_words, as_words, elementwise, word_copy_params
@@ -65,8 +65,7 @@ def copy_framed(dst: DeviceBuffer, src: DeviceBuffer, lo: int, hi: int, value: n
     pooled = type(dd) is Memory and type(sd) is Memory
     key = (dst.shape, dst.strides, src.shape, src.strides, size, dst.offset % 8, src.offset % 8,
            dd.size % 8, sd.size % 8, lo, hi, bits, row_words.WORDS_WIDE, row_words.WORDS_MIN_BLOCKS,
-           row_words.WORDS_PAIRS, row_words.WORDS_BY_STEP, row_words.WORDS_VECTOR,
-           (address(dd) | address(sd)) % 16)  # what the plan depends on: copy_into's key, the knobs
+           row_words.WORDS_PAIRS, row_words.WORDS_BY_STEP)  # what the plan depends on: copy_into's key, the knobs
     if pooled:
         ready = _ready_framed.get(key)
         if ready is not None:  # launched before: the memories and offsets are all a call adds
@@ -78,7 +77,7 @@ def copy_framed(dst: DeviceBuffer, src: DeviceBuffer, lo: int, hi: int, value: n
     if plan is False:
         if len(_framed_plans) >= 1024:
             _framed_plans.clear()
-        plan = _framed_plans[key] = _framed_plan(dst, src, lo, hi, bits, key[-1] == 0)
+        plan = _framed_plans[key] = _framed_plan(dst, src, lo, hi, bits)
     if plan is None:
         return False
     _, kernel, elem, f, grid, block, consts = plan
@@ -96,11 +95,10 @@ _ready_framed: KeptLaunches = {}  # copy_framed's launches between pooled Memory
 _framed_plans: dict[tuple[object, ...], tuple[object, ...] | None] = {}  # copy_framed's, by layout and frame
 
 
-def _framed_plan(dst: DeviceBuffer, src: DeviceBuffer, lo: int, hi: int, bits: int,
-                 aligned16: bool) -> tuple[object, ...] | None:
+def _framed_plan(dst: DeviceBuffer, src: DeviceBuffer, lo: int, hi: int, bits: int) -> tuple[object, ...] | None:
     """row_words' plan for copy_framed: the outer axes coalesced, the rows (last axis) kept apart."""
     outer, (ds, ss) = coalesce(dst.shape[:-1], [dst.strides[:-1], src.strides[:-1]], dst.strides[:-1])
     if not dst.shape[:-1]:
         outer, ds, ss = [], [], []
     return words_plan([*outer, dst.shape[-1]], [*ds, 1], [*ss, src.strides[-1]], dst.data.dtype.itemsize,
-                      src.data.size, (lo, hi, bits), aligned16)
+                      src.data.size, (lo, hi, bits))
