@@ -15,7 +15,8 @@ warps never diverge on it):
 - the source aligned like the destination: one aligned word load;
 - shifted by r elements: the two aligned source words it straddles, each loaded
   whole, joined by two shifts (little-endian: element e is bits (e mod f) * bits
-  of word e // f);
+  of word e // f); for 4-byte elements, the word's two elements loaded each (the
+  default: on the H200 2-3 points of the copy ahead of joined words);
 - the source's inner stride 0 (an expand along the fastest axis): the row's one
   value, read once, repeated f times into a word (multiplied by 0x..0101);
 - 4-byte elements at source stride 2 (a slice `[:, ::2]`, which reads every sector
@@ -26,8 +27,8 @@ indexed over two strided outer axes (grid x and y, no division), and a long row
 is cut into chunks over grid z so that few long rows still fill the GPU. Each
 thread loads eight words (sixteen in the shifted case) before it stores any, then
 four, the row's ragged end too (its loads clamped to the chunk's last word). A kernel is
-made per source inner stride (its modes only), for unit strides with launch bounds of
-four blocks an SM (64 registers); WORDS_* choose the other variants (kernel_probe).
+made per source inner stride (its modes only), without launch bounds (72 registers for
+f32); WORDS_* choose the other variants (kernel_probe).
 """
 
 from __future__ import annotations
@@ -49,10 +50,12 @@ MIN_INNER = 64  # shorter rows keep the row kernel: a word path pays its head an
 # alone takes 72); for unit-stride sources, blocks an SM asked of the compiler (launch bounds; 0 none).
 # Measured on the H200 (RESULTS.md, ninth session): launch bounds of 4 (64 registers, four blocks an SM)
 # ran slice [:, 1:-1] at 77.9% of the copy, none (72 registers) at 85.7%; pad 74.6% against 81.4%.
+# Shifted f32 rows by their 4-byte elements (WORDS_PAIRS, 72 registers too; thirteenth session):
+# slice [:, 1:-1] 89.4% against 86.8% joined words, pad 86.4% against 84.4%, reshape 90.3% / 88.5%.
 WORDS_WIDE = True
 WORDS_BY_STEP = True
 WORDS_MIN_BLOCKS = 0
-WORDS_PAIRS = False  # 4-byte elements of shifted rows loaded each (mode 4); False: two words joined (mode 1)
+WORDS_PAIRS = True  # 4-byte elements of shifted rows loaded each (mode 4); False: two words joined (mode 1)
 WORD = np.dtype(np.uint64)
 
 
