@@ -166,8 +166,7 @@ def _host(torch: Any, n: int, f32: np.dtype, ceil: dict[int, float]) -> None:
 
 
 # Transpose variants: (side, rows, walk, blocks x max_blocks); the first is the default.
-TRANSPOSES = [(32, 4, 0, 1), (32, 2, 0, 1), (64, 4, 0, 1), (64, 8, 0, 1), (64, 2, 0, 1), (32, 4, 1, 1),
-              (32, 4, 0, 2)]
+TRANSPOSES = [(64, 2, 1, 2), (64, 2, 0, 1), (64, 2, 0, 2), (64, 2, 2, 2), (32, 4, 1, 2), (64, 4, 1, 2)]
 # Permutes timed: 3-D orders (perm, reversed result) and the 4-D one.
 PERMUTES = [((0, 1, 2), False), ((0, 2, 1), False), ((2, 1, 0), False), ((1, 2, 0), True), ((2, 1, 0), True),
             ((2, 0, 3, 1), False)]

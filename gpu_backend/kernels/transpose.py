@@ -146,8 +146,11 @@ def _transpose_batched(itemsize: int) -> Callable:
 # The tiled transpose's geometry on a GPU (benchmarks/kernel_probe.py measures the choices).
 TRANSPOSE_SIDE = TILE  # of a tile
 TRANSPOSE_ROWS = TILE_ROWS  # thread rows of a block: TRANSPOSE_SIDE / TRANSPOSE_ROWS elements a thread
-TRANSPOSE_WALK = ALONG_A
-TRANSPOSE_BLOCKS = 1  # times max_blocks()
+# Measured on the H200 (thirteenth session, benchmarks/kernel_probe.py permutes and layer): twice
+# the resident blocks, tiles taken along b, ran every tiled permute 0.5-2 points of the copy ahead
+# (piped) and the column-major reshape 90.3% a call against 86.5% (one block a slot, along a).
+TRANSPOSE_WALK = ALONG_B
+TRANSPOSE_BLOCKS = 2  # times max_blocks()
 TRANSPOSE_FIT = True  # where both tiled axes are short, halve the side while a tile still covers them
 TRANSPOSE_SIDE_MIN = 2 if SIMULATED else 16
 
