@@ -73,8 +73,8 @@ def layer_section(torch: Any, n: int, knobs: Callable[..., Any], row: Callable[.
             except Exception as e:  # noqa: BLE001  (a variant that fails is said; the others still run)
                 say(f"  {label}: {type(e).__name__}: {e}")
     cuda.synchronize()
-    for wide, blocks, pairs, step in [(True, 4, False, 1), (True, 0, False, 1), (False, 0, False, 1),
-                                      (True, 0, True, 1), (True, 0, False, -1)]:
+    for wide, blocks, pairs, step in [(True, 0, True, 1), (True, 0, False, 1), (False, 0, True, 1),
+                                      (True, 4, True, 1), (True, 0, True, -1)]:  # WORDS' kernels, as compiled
         say(f"  regs row_words f32 wide {wide} min blocks {blocks} pairs {pairs} step {step}: "
             f"{regs(row_words.row_words_kernel(2, wide, blocks, pairs, step))}")
     from gpu_backend.kernels.elementwise_kernels import ignoring_scalar, rows1_kernel
