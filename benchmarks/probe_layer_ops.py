@@ -35,7 +35,7 @@ WORDS = [{}, {"WORDS_PAIRS": False}, {"WORDS_WIDE": False}, {"WORDS_MIN_BLOCKS":
 # (module, knob values) variants per row, by the start of the row's name; the first: the defaults
 VARIANTS: dict[str, list[tuple[Any, dict[str, Any]]]] = {
     "slice [:, 1:-1]": [(row_words, v) for v in WORDS],
-    "reshape [:, 1:-1]": [(row_words, v) for v in WORDS[:4]],  # with WORDS_PAIRS (slice's best per call)
+    "reshape [:, 1:-1]": [(row_words, v) for v in WORDS[:4]],  # not the one kernel for all (the stage's time)
     "pad 1": [(row_words, v) for v in WORDS] + [(window, {"FRAMED": False})],
     "where mask": [(masks, {}), (masks, {"WHERE_WORDS": False})],
     "reshape heads": [(elementwise, {"ROWS1_LEAST": least, "ROWS1_SWAP": swap, "ROWS1_MIN_BLOCKS": blocks})

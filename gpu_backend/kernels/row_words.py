@@ -15,8 +15,8 @@ warps never diverge on it):
 - the source aligned like the destination: one aligned word load;
 - shifted by r elements: the two aligned source words it straddles, each loaded
   whole, joined by two shifts (little-endian: element e is bits (e mod f) * bits
-  of word e // f); for 4-byte elements, the word's two elements loaded each (the
-  default: on the H200 2-3 points of the copy ahead of joined words);
+  of word e // f); for 4-byte elements, by default, the word's two elements loaded
+  each (WORDS_PAIRS: measured below);
 - the source's inner stride 0 (an expand along the fastest axis): the row's one
   value, read once, repeated f times into a word (multiplied by 0x..0101);
 - 4-byte elements at source stride 2 (a slice `[:, ::2]`, which reads every sector
