@@ -4,6 +4,7 @@ A corpus file may carry, besides `# expect:` lines:
 
     # bind: N=4 M=3            one case per line (default: refir's bindings)
     # data: exact special      the kinds of input data to run (default: exact)
+    # data: exact/dense        a kind with every input row-major (no gaps, no reversal)
     # data: {"kind": ...}      or one exact DataSpec, as a saved failure has
 
 The shared examples are read from ../shared/examples (or $REFIR_SHARED/examples).
@@ -49,7 +50,8 @@ class Case:
     @property
     def name(self) -> str:
         bind = ",".join(f"{k}={v}" for k, v in sorted(self.bindings.items()))
-        return f"{self.label}[{bind}]/{self.data.kind}" if bind else f"{self.label}/{self.data.kind}"
+        kind = self.data.kind + ("/dense" if self.data.views == () else "")
+        return f"{self.label}[{bind}]/{kind}" if bind else f"{self.label}/{kind}"
 
     @cached_property
     def checked(self) -> Checked:
@@ -69,10 +71,13 @@ def data_specs(text: str, seed: int) -> list[DataSpec]:
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise InputError(f"bad '# data:' line {line[:60]!r}: {type(exc).__name__}: {exc}") from exc
             continue
-        for kind in line.split():
+        for word in line.split():
+            # `kind/dense`: no views drawn, every input row-major (conformance/data.py make_inputs),
+            # for a backend path that only row-major inputs take (the gpu's word copy of long rows)
+            kind, dense = (word[:-len("/dense")], True) if word.endswith("/dense") else (word, False)
             if kind not in KINDS:
-                raise InputError(f"unknown data kind {kind!r} (known: {', '.join(KINDS)})")
-            specs.append(DataSpec(kind, seed))
+                raise InputError(f"unknown data kind {word!r} (known: {', '.join(KINDS)}, each may end in /dense)")
+            specs.append(DataSpec(kind, seed, () if dense else None))
     return specs or [DataSpec("exact", seed)]
 
 

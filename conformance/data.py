@@ -46,7 +46,8 @@ class View:
 @dataclass(frozen=True)
 class DataSpec:
     """Everything that fixes a case's inputs. Without `views`, each input's
-    view is drawn from the seed."""
+    view is drawn from the seed; with them, an input they do not name is
+    row-major (`views=()`: every input, a corpus file's `# data: exact/dense`)."""
 
     kind: str = "exact"
     seed: int = 0

@@ -349,3 +349,21 @@ def test_inputs_lie_in_memory_as_their_view_says(view):
     assert np.array_equal(v, x) and not v.flags.c_contiguous
     assert [s < 0 for s in v.strides] == list(view.flip)
     assert (v.base == SENTINEL).sum() == v.base.size - x.size
+
+
+def test_a_dense_data_kind_lays_every_input_out_row_major_and_names_its_case(tmp_path):
+    """`# data: exact/dense`: the gpu's word copy of long rows takes only row-major inputs,
+    which a drawn view is a third of the time (window_word_rows runs both)."""
+    f = tmp_path / "two.rir"
+    f.write_text("mesh m = [0, 1]\nfunc main(x: f32[4@DIDx, 6], y: i32[3, 2]) {\n  return x, y\n}\n"
+                 "# data: exact exact/dense special/dense\n")
+    drawn, dense, special = cases_of(f, seed=3)
+    assert [c.name for c in (drawn, dense, special)] == ["two/exact", "two/exact/dense", "two/special/dense"]
+    for case in (dense, special):
+        for v in case.inputs().values():
+            assert v.flags.c_contiguous and (v if v.base is None else v.base).size == v.size  # no gaps
+    assert not all(v.flags.c_contiguous for v in drawn.inputs().values())  # seed 3 draws a strided view
+    assert np.array_equal(dense.inputs()["x"], drawn.inputs()["x"])  # the same values, laid out anew
+    f.write_text(f.read_text().replace("special/dense", "exact/rowmajor"))
+    with pytest.raises(refir.RefirError, match=r"unknown data kind 'exact/rowmajor'.*may end in /dense"):
+        cases_of(f)
