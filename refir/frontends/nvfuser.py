@@ -12,16 +12,15 @@ is written into the program's header as a note (docs/frontends/nvfuser.md).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from refir.errors import InputError, Loc, ParseError
 from refir.frontends.nvfuser_axes import Ax, EqualityClasses, kept, logical_axes, static_nest_hint
 from refir.frontends.nvfuser_dump import LATER, Call, Domain, Scalar, Statement, TVRef, results_of
 from refir.frontends.nvfuser_forms import one_copy, read_splits, stream_note, stream_views
-from refir.frontends.nvfuser_ops import COMM_NAMES, OpMapper, short
+from refir.frontends.nvfuser_ops import OpMapper, communication_notes, short
 from refir.frontends.nvfuser_parse import parse_dump
-from refir.ir.extents import Extent, ExtentExpr, NotAnExtent, extent_expr
+from refir.frontends.nvfuser_text import mesh_text, quotient_text, sharding_text
 from refir.ir.program import Program
 from refir.ir.types import RESERVED
 from refir.text.parser import parse, parse_extent
@@ -264,7 +263,7 @@ class Importer(OpMapper):
             layout = None
         else:
             axes, mesh, layout = kept(self.axes[name]), self.refs[name].mesh, self.layouts.get(name)
-        dims = ", ".join("b" if a.broadcast else self.extent(a) + _at(a.shard)
+        dims = ", ".join("b" if a.broadcast else self.extent(a) + sharding_text(a.shard)
                          + (f":{a.split}" if a.shard and a.split > 1 else "") for a in axes)
         text = f"{self.dtype(name)}[{dims}] on {self.mesh_names[mesh]}"
         text += f" layout[{', '.join(map(str, layout))}]" if layout else ""
@@ -307,7 +306,7 @@ class Importer(OpMapper):
         head = [f"func main({', '.join(f'{p}: {self.type_text(p)}' for p in params)}) {{"]
         lines = []
         for m, name in self.mesh_names.items():
-            lines.append(f"mesh {name} = {_nest(list(m[1]), m[0])}")
+            lines.append(f"mesh {name} = {mesh_text(list(m[1]), m[0])}")
         lines.append("")
         for p in params:
             lines.append(f"# {p}: {short(self.refs[p].spelling)}")
@@ -316,46 +315,12 @@ class Importer(OpMapper):
             lines += [f"  # {c}" for c in comments]
             lines.append(text)
         lines += [f"  return {', '.join(results)}", "}", ""]
-        self.compare_communications(parse("\n".join(lines), f"{self.file} (imported)"))
+        self.notes += communication_notes(self.eqns, self.comm_kinds,
+                                          parse("\n".join(lines), f"{self.file} (imported)"))
         header = [f"# Imported from nvFuser fusion IR ({self.file}) by `refir import-nvfuser`."]
         text = "\n".join(header + [f"# note: {n}" for n in self.notes] + lines)
         program = parse(text, f"{self.file} (imported)")
         return Imported(program, text, self.notes)
-
-    def compare_communications(self, program: Program) -> None:
-        """Where the dump names the communication nvFuser chose, say if refir's
-        lowering chooses another."""
-        from refir.checks.verifier import verify
-        from refir.ir.ops import op_name
-        from refir.lowering.lower import lower
-
-        mapped = ("set(", "sum(", "prod(", "max(", "min(", "matmul(")
-        chosen = {out: kind for out, call, _ in self.eqns if call.startswith(mapped)
-                  for kind in [self.comm_kinds.get(out)] if kind}
-        if not chosen:
-            return
-        lowered = lower(verify(program))
-        for out, kind in chosen.items():
-            ours = [op_name(s.op) for s in lowered.steps if s.eqn.out == out and s.is_communication]
-            want = COMM_NAMES[kind]
-            if want not in ours:
-                self.notes.append(f"nvFuser lowered {out} to {kind}; refir lowers it to "
-                                  f"{', '.join(ours) or 'no communication'}")
-
-
-def _at(shard: str | tuple[str, ...] | None) -> str:
-    """`@DIDx`, a nest's `@(DIDy,DIDx)`, or nothing."""
-    if not shard:
-        return ""
-    return f"@{shard}" if isinstance(shard, str) else f"@({','.join(shard)})"
-
-
-def _nest(flat: list[int], shape: tuple[int, ...]) -> str:
-    if len(shape) == 1:
-        return "[" + ", ".join(map(str, flat)) + "]"
-    step = len(flat) // shape[0]
-    return "[" + ", ".join(_nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])) + "]"
-
 
 def import_nvfuser(text: str, file: str = "<dump>", links: dict[str, str] | None = None,
                    bullet: str = "+", option: str = "links", lost: str | None = None) -> Imported:
@@ -376,22 +341,6 @@ def import_nvfuser(text: str, file: str = "<dump>", links: dict[str, str] | None
 def from_nvfuser(text: str, links: dict[str, str] | None = None) -> Program:
     """`refir.from_nvfuser(dump_text)`: the refir Program of a printed fusion."""
     return import_nvfuser(text, links=links).program
-
-
-def quotient_text(e: Extent, name: Callable[[str], str]) -> str:
-    """An extent expression over nvFuser's symbols written over refir's (`name` of
-    each: a symbol, or a number where the dump fixes it), in canonical form."""
-    if not isinstance(e, ExtentExpr):
-        return str(e)
-    coef, syms = e.coef, []
-    for s in e.syms:
-        n = name(s)
-        coef, syms = (coef * int(n), syms) if n.isdigit() else (coef, [*syms, n])
-    den = name(e.den) if isinstance(e.den, str) else e.den
-    try:
-        return str(extent_expr(coef, syms, int(den) if isinstance(den, str) and den.isdigit() else den))
-    except NotAnExtent as err:  # a divisor the dump fixes to 0, or one that does not divide a fixed product
-        raise InputError(f"the extent {e} is no extent where the dump fixes its symbols: {err}") from None
 
 
 __all__ = ["Domain", "Imported", "from_nvfuser", "import_nvfuser", "Statement"]

@@ -1,5 +1,5 @@
 """nvFuser's ops that add, grow or drop broadcast axes, as refir equations (a
-mixin of OpMapper, as nvfuser_window's): what nvFuser prints for them and what
+mixin of OpMapper, refir/frontends/nvfuser_mapping.py): what nvFuser prints for them and what
 each becomes:
 
     T1 = broadcast( T0, flags = {true, false} )     unsqueeze(T0, dims=[0])
@@ -12,28 +12,13 @@ docstring says which)."""
 from __future__ import annotations
 
 from refir.errors import Loc, ParseError
-from refir.frontends.nvfuser_axes import Ax, EqualityClasses, flags_of, kept
+from refir.frontends.nvfuser_axes import Ax, flags_of, kept
 from refir.frontends.nvfuser_dump import Call, TVRef
+from refir.frontends.nvfuser_mapping import MapperBase
 
 
-class BroadcastMapper:
-    file: str
-    notes: list[str]
-    dtypes: EqualityClasses
-    refs: dict[str, TVRef]
-    axes: dict[str, list[Ax]]
-    eqns: list[tuple[str, str, list[str]]]
-    local_types: dict[str, tuple[list[Ax], tuple]]
-
-    def _unify(self, xs: list[Ax], ys: list[Ax], loc: Loc, where: str) -> None:
-        raise NotImplementedError  # OpMapper's
-
-    def same_extent(self, a: Ax, b: Ax, loc: Loc, where: str) -> None:
-        raise NotImplementedError  # Importer's
-
-    def emit_local(self, out: str, call: str, comment: list[str], axes: list[Ax], mesh: tuple,
-                   want_axes: list[Ax], layout: tuple[int, ...] | None = None) -> None:
-        raise NotImplementedError  # OpMapper's
+class BroadcastMapper(MapperBase):
+    """broadcast, expand and squeeze statements: called by OpMapper.statement."""
 
     def broadcast(self, out: str, x: TVRef, call: Call, comment: list[str]) -> None:
         want = kept(self.axes[out])

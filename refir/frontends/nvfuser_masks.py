@@ -1,14 +1,15 @@
 """nvFuser's comparisons, `where` and `iota` as refir equations: a mixin of the
-importer's OpMapper (refir/frontends/nvfuser_ops.py), using its tables and emitters."""
+importer's OpMapper (refir/frontends/nvfuser_mapping.py), using its tables and emitters."""
 
 from __future__ import annotations
 
 from refir.errors import ParseError
 from refir.frontends.nvfuser_axes import kept
 from refir.frontends.nvfuser_dump import Call, Scalar, TVRef
+from refir.frontends.nvfuser_mapping import MapperBase
 
 
-class MaskMapper:
+class MaskMapper(MapperBase):
     """compare, where, iota: called by OpMapper.statement."""
 
     def compare(self, out: str, name: str, args: tuple, call: Call, comment: list[str]) -> None:

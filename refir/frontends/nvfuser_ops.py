@@ -1,34 +1,27 @@
 """nvFuser's ops as refir equations: the half of the importer that maps one
 statement (refir/frontends/nvfuser.py holds the rest: types, order, text).
 
-`OpMapper` is a mixin of `Importer`: it reads and extends the importer's
-tables (axes, refs, dtypes, eqns) and calls back into its type methods."""
+`OpMapper` joins the mappers of each family of ops (refir/frontends/nvfuser_mapping.py
+lists them) and maps what is left: reductions, permutes, reshapes and
+communications. It reads and extends the importer's tables (axes, refs, dtypes,
+eqns) and calls back into its type methods."""
 
 from __future__ import annotations
 
-import re
-
 from refir.checks.rules_reshape import groups
-from refir.errors import Loc, ParseError
-from refir.frontends.nvfuser_axes import Ax, EqualityClasses, kept
+from refir.errors import ParseError
+from refir.frontends.nvfuser_axes import Ax, kept
 from refir.frontends.nvfuser_broadcasts import BroadcastMapper
-from refir.frontends.nvfuser_dump import Call, Scalar, Statement, TVRef
+from refir.frontends.nvfuser_dump import Call, Statement, TVRef
+from refir.frontends.nvfuser_elementwise import BINARY, CAST, UNARY, ElementwiseMapper
 from refir.frontends.nvfuser_masks import MaskMapper
+from refir.frontends.nvfuser_matmul import MatmulMapper
 from refir.frontends.nvfuser_partial import REDUCE_KINDS, REDUCING_COMMS, PartialMapper
 from refir.frontends.nvfuser_window import WINDOW_OPS, WindowMapper
+from refir.ir.program import Program
 from refir.ir.types import Axis, Mesh, TensorType
 from refir.text.parser import parse_extent
 
-CAST = re.compile(r"^_*(half|float|double|bfloat16|bfloat|int64|int32|int|bool)2"
-               r"(half|float|double|bfloat16|bfloat|int64|int32|int|bool)$")
-CAST_DTYPES = {"half": "f16", "float": "f32", "double": "f64", "bfloat": "bf16", "bfloat16": "bf16",
-               "int": "i32", "int32": "i32", "int64": "i64", "bool": "bool"}
-BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "maximum", "fmax": "maximum",
-          "max": "maximum", "minimum": "minimum", "fmin": "minimum", "min": "minimum"}
-UNARY = {"neg": "neg", "abs": "abs", "fabs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "relu": "relu",
-         "tanh": "tanh", "erf": "erf", "sigmoid": "sigmoid", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos"}
-# printMath writes CUDA's float overloads: sqrtf, expf, fabsf
-UNARY.update({f + "f": v for f, v in list(UNARY.items()) if f not in ("neg", "relu", "sigmoid")})
 # Comparisons (printed as calls or infix, nvfuser_parse.INFIX), to bool; where; iota/arange.
 COMPARISONS = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 REDUCE_OPS = REDUCE_KINDS
@@ -39,26 +32,8 @@ LOST = {"+": "add", "-": "sub", "*": "mul", "/": "div"}  # an infix operator a p
 MOVING_COMMS = ("Allgather", "Gather", "Scatter", "Broadcast", "SendRecv", "AllToAll")
 
 
-class OpMapper(BroadcastMapper, WindowMapper, MaskMapper, PartialMapper):
+class OpMapper(ElementwiseMapper, MatmulMapper, BroadcastMapper, WindowMapper, MaskMapper, PartialMapper):
     """Maps one statement after another onto equations (see the module doc)."""
-
-    file: str
-    bullet: str
-    lost: str | None
-    notes: list[str]
-    dtypes: EqualityClasses
-    refs: dict[str, TVRef]
-    axes: dict[str, list[Ax]]
-    layouts: dict[str, tuple[int, ...]]
-    eqns: list[tuple[str, str, list[str]]]
-    local_types: dict[str, tuple[list[Ax], tuple]]
-    comm_kinds: dict[str, str]
-
-    def same_extent(self, a: Ax, b: Ax, loc: Loc, where: str) -> None:
-        raise NotImplementedError  # Importer's
-
-    def _resolve_args(self, s: Statement) -> tuple[TVRef | Scalar, ...]:
-        raise NotImplementedError  # Importer's
 
     def statement(self, s: Statement) -> None:
         out = s.out.name
@@ -130,77 +105,6 @@ class OpMapper(BroadcastMapper, WindowMapper, MaskMapper, PartialMapper):
             raise ParseError(call.loc, f"cannot map the nvFuser op {op!r} onto refir "
                              "(docs/frontends/nvfuser.md lists what maps)")
 
-    def _one(self, tensors: list[TVRef], call: Call) -> TVRef:
-        if len(tensors) != 1:
-            raise ParseError(call.loc, f"{call.op} takes one TensorView operand here, not {len(tensors)}")
-        return tensors[0]
-
-    def _arg(self, a: TVRef | Scalar, call: Call) -> str:
-        if isinstance(a, Scalar):
-            return repr(a.value)
-        return a.name
-
-    def _unify(self, xs: list[Ax], ys: list[Ax], loc: Loc, where: str) -> None:
-        if len(xs) != len(ys):
-            raise ParseError(loc, f"{where}: {len(xs)} axes against {len(ys)}")
-        for a, b in zip(xs, ys):
-            self.same_extent(a, b, loc, where)
-
-    def set_like(self, out: str, src: TVRef, loc: Loc) -> None:
-        self._unify(kept(self.axes[out]), kept(self.axes[src.name]), loc, f"{out} = set({src.name})")
-        self.dtypes.join(src.name, out, loc, f"the dtype of {out}")
-
-    def emit_local(self, out: str, call: str, comment: list[str], axes: list[Ax], mesh: tuple,
-                   want_axes: list[Ax], layout: tuple[int, ...] | None = None) -> None:
-        """`out = call` where the op gives `axes` on `mesh`; when the TensorView is
-        printed with another placement, the op writes a helper and a set reshards."""
-        shards = [a.shard for a in axes]
-        if mesh == self.refs[out].mesh and shards == [a.shard for a in want_axes]:
-            if layout is not None:
-                self.layouts[out] = layout
-            self.eqns.append((out, call, comment))
-            return
-        helper = f"{out}_local"
-        self.local_types[helper] = (axes, mesh)
-        self.dtypes.join(helper, out, Loc(self.file, 0, 0), "")
-        self.eqns.append((helper, call, comment))
-        self.eqns.append((out, f"set({helper})", [f"{out} is printed with another placement: a resharding"]))
-
-    def binary(self, out: str, name: str, args: tuple, call: Call, comment: list[str]) -> None:
-        tensors = [a for a in args if isinstance(a, TVRef)]
-        if not tensors:
-            raise ParseError(call.loc, f"{name} of two numbers is not a TensorView")
-        want = kept(self.axes[out])
-        shards: list[str | None] = [None] * len(want)
-        for t in tensors:
-            axes = kept(self.axes[t.name])
-            self._unify(want, axes, call.loc, f"{out} = {name}(...)")
-            self.dtypes.join(t.name, out, call.loc, f"operands of {out}")
-            for i, a in enumerate(axes):
-                shards[i] = shards[i] or a.shard
-        follows = all(a.shard in (None, w.shard) for t in tensors for a, w in zip(kept(self.axes[t.name]), want))
-        axes = [Ax(w.extent, w.shard if follows else s, w.broadcast, False, w.number, split=w.split if follows else 1)
-                for w, s in zip(want, shards)]
-        text = f"{name}({', '.join(self._arg(a, call) for a in args)})"
-        self.emit_local(out, text, comment, axes, self.refs[tensors[0].name].mesh, want)
-
-    def unary_like(self, out: str, text: str, x: TVRef, call: Call, comment: list[str]) -> None:
-        want = kept(self.axes[out])
-        self._unify(want, kept(self.axes[x.name]), call.loc, f"{out} = {call.op}({x.name})")
-        self.dtypes.join(x.name, out, call.loc, f"the dtype of {out}")
-        self.emit_local(out, text, comment, kept(self.axes[x.name]), self.refs[x.name].mesh, want)
-
-    def cast(self, out: str, op: str, x: TVRef, call: Call, comment: list[str]) -> None:
-        m = CAST.match(op)
-        src, dst = (CAST_DTYPES[m.group(1)], CAST_DTYPES[m.group(2)]) if m else (None, op.partition(":")[2])
-        if src:
-            self.dtypes.fix(x.name, src, call.loc, f"{op} reads {x.name}")
-        self.dtypes.fix(out, dst, call.loc, f"{op} writes {out}")
-        want = kept(self.axes[out])
-        self._unify(want, kept(self.axes[x.name]), call.loc, f"{out} = {op}({x.name})")
-        self.emit_local(out, f"cast({x.name}, dtype={dst})", comment, kept(self.axes[x.name]),
-                        self.refs[x.name].mesh, want)
-
     def reduction(self, out: str, kind: str, x: TVRef, call: Call, comment: list[str]) -> None:
         axes = self.axes[out]
         src = kept(self.axes[x.name])
@@ -252,70 +156,6 @@ class OpMapper(BroadcastMapper, WindowMapper, MaskMapper, PartialMapper):
             [self.extent(a) for a in src], [a.shard for a in src], shape))]
         self.emit_local(out, f"reshape({x.name}, [{', '.join(shape)}])", comment, got, self.refs[x.name].mesh, want)
 
-    def matmul(self, out: str, tensors: list[TVRef], call: Call, comment: list[str]) -> None:
-        """np.matmul of any ranks >= 1 (refir's matmul: docs/spec.md 5.6)."""
-        if len(tensors) != 2:
-            raise ParseError(call.loc, "matmul takes two TensorViews")
-        a, b = (kept(self.axes[t.name]) for t in tensors)
-        if not a or not b:
-            raise ParseError(call.loc, f"cannot map matmul of ranks {len(a)} and {len(b)}: refir's matmul "
-                             "takes operands of rank at least 1")
-        where = f"{out} = matmul(...)"
-        self._contract(a, b[-2:-1] if len(b) > 1 else b, a[:-2], b[:-2], call, where)
-        batch = self._batch(a[:-2], b[:-2])
-        self._unify(kept(self.axes[out]), batch + a[-2:-1] + (b[-1:] if len(b) > 1 else []), call.loc, where)
-        for t in tensors:
-            self.dtypes.join(t.name, out, call.loc, f"operands of {out}")
-        self.eqns.append((out, f"matmul({tensors[0].name}, {tensors[1].name})", comment))
-
-    def _contract(self, a: list[Ax], k: list[Ax], ba: list[Ax], bb: list[Ax], call: Call, where: str) -> None:
-        self._unify(a[-1:], k, call.loc, where)
-        for x, y in zip(reversed(ba), reversed(bb)):
-            if not x.broadcast and not y.broadcast:
-                self.same_extent(x, y, call.loc, where)
-
-    def _batch(self, ba: list[Ax], bb: list[Ax]) -> list[Ax]:
-        n = max(len(ba), len(bb))
-        pa = [None] * (n - len(ba)) + list(ba)
-        pb = [None] * (n - len(bb)) + list(bb)
-        return [y if x is None or x.broadcast and y is not None else x for x, y in zip(pa, pb)]  # type: ignore[misc]
-
-    def linear(self, out: str, tensors: list[TVRef], call: Call, comment: list[str]) -> None:
-        """linear(x[..., K], w[N, K], bias[N]) = x @ w^T + bias: any rank of x (a
-        [B, S, E] input in every sequence-parallel layer)."""
-        if len(tensors) not in (2, 3) or not kept(self.axes[tensors[0].name]) \
-                or len(kept(self.axes[tensors[1].name])) != 2:
-            raise ParseError(call.loc, "cannot map linear: refir maps linear(x[..., K], w[N, K] [, bias[N]])")
-        x, w = tensors[:2]
-        xa, wa = kept(self.axes[x.name]), kept(self.axes[w.name])
-        where = f"{out} = linear(...)"
-        self._unify(xa[-1:], wa[-1:], call.loc, where)
-        self._unify(kept(self.axes[out]), xa[:-1] + wa[:1], call.loc, where)
-        for t in tensors:
-            self.dtypes.join(t.name, out, call.loc, f"operands of {out}")
-        wt = f"{w.name}_t"
-        self.local_types[wt] = ([wa[1], wa[0]], self.refs[w.name].mesh)
-        self.dtypes.join(wt, out, call.loc, "")
-        self.eqns.append((wt, f"permute({w.name}, [1, 0])", comment))
-        if len(tensors) == 2:
-            self.eqns.append((out, f"matmul({x.name}, {wt})", ["linear = x @ w^T"]))
-            return
-        bias = tensors[2]
-        if out in self.partials:
-            raise ParseError(call.loc, f"cannot map linear with a bias writing {out} as a partial value: the bias "
-                             "would be added once per device (nvFuser adds it after the reduction)")
-        self._unify(kept(self.axes[bias.name]), wa[:1], call.loc, where)
-        mm, bb = f"{out}_mm", f"{bias.name}_b"
-        lead = len(xa) - 1
-        self.local_types[mm] = (kept(self.axes[out]), self.refs[out].mesh)
-        self.local_types[bb] = ([Ax(1, None, True, False, 0)] * lead + kept(self.axes[bias.name]),
-                                self.refs[bias.name].mesh)
-        for n in (mm, bb):
-            self.dtypes.join(n, out, call.loc, "")
-        self.eqns.append((mm, f"matmul({x.name}, {wt})", ["linear = x @ w^T + bias"]))
-        self.eqns.append((bb, f"unsqueeze({bias.name}, dims=[{', '.join(map(str, range(lead)))}])", []))
-        self.eqns.append((out, f"add({mm}, {bb})", []))
-
     def communication(self, out: str, kind: str, x: TVRef, call: Call, comment: list[str]) -> None:
         self.comm_kinds[out] = kind
         if kind in MOVING_COMMS:
@@ -335,6 +175,30 @@ class OpMapper(BroadcastMapper, WindowMapper, MaskMapper, PartialMapper):
         if not any(a.reduced for a in self.axes[out]):
             raise ParseError(call.loc, f"the output {out} of this {kind} shows no reduced (r) domain")
         self.reduction(out, REDUCE_OPS[op], x, call, comment + [f"nvFuser lowered this to {kind}"])
+
+
+def communication_notes(eqns: list[tuple[str, str, list[str]]], comm_kinds: dict[str, str],
+                    program: Program) -> list[str]:
+    """Where the dump names the communication nvFuser chose, say if refir's
+    lowering chooses another."""
+    from refir.checks.verifier import verify
+    from refir.ir.ops import op_name
+    from refir.lowering.lower import lower
+
+    mapped = ("set(", "sum(", "prod(", "max(", "min(", "matmul(")
+    chosen = {out: kind for out, call, _ in eqns if call.startswith(mapped)
+              for kind in [comm_kinds.get(out)] if kind}
+    if not chosen:
+        return []
+    lowered = lower(verify(program))
+    notes = []
+    for out, kind in chosen.items():
+        ours = [op_name(s.op) for s in lowered.steps if s.eqn.out == out and s.is_communication]
+        want = COMM_NAMES[kind]
+        if want not in ours:
+            notes.append(f"nvFuser lowered {out} to {kind}; refir lowers it to "
+                         f"{', '.join(ours) or 'no communication'}")
+    return notes
 
 
 def reshape_sharding(src: list[str], shards: list[str | None], shape: list[str]) -> list[str | None]:

@@ -18,8 +18,9 @@ reduces, and stays what it was.
 from __future__ import annotations
 
 from refir.errors import Loc, ParseError
-from refir.frontends.nvfuser_axes import Ax, EqualityClasses, kept
-from refir.frontends.nvfuser_dump import Call, Dump, Scalar, Statement, TVRef
+from refir.frontends.nvfuser_axes import kept
+from refir.frontends.nvfuser_dump import Call, Statement, TVRef
+from refir.frontends.nvfuser_mapping import MapperBase
 
 MESH_ORDER = ("DIDz", "DIDy", "DIDx")  # refir keeps a partial's mesh axes in this order
 REDUCE_KINDS = {"add": "sum", "sum": "sum", "mul": "prod", "max": "max", "fmax": "max", "min": "min", "fmin": "min"}
@@ -28,21 +29,8 @@ SETS = ("Set", "set", "LoadStoreOp", "ShardByStream")
 REDUCING_COMMS = ("Allreduce", "Reduce", "ReduceScatter")
 
 
-class PartialMapper:
+class PartialMapper(MapperBase):
     """Finds the partial TensorViews and maps the statements that reduce them."""
-
-    dump: Dump
-    axes: dict[str, list[Ax]]
-    refs: dict[str, TVRef]
-    dtypes: EqualityClasses
-    eqns: list[tuple[str, str, list[str]]]
-    partials: dict[str, tuple[str, tuple[str, ...]]]  # name -> (kind, mesh axes in mesh order)
-
-    def operands(self, s: Statement) -> list[TVRef | Scalar]:
-        raise NotImplementedError  # Importer's
-
-    def _unify(self, xs: list[Ax], ys: list[Ax], loc: Loc, where: str) -> None:
-        raise NotImplementedError  # OpMapper's
 
     # ---- which TensorViews are partial --------------------------------------------------
 

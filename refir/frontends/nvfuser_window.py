@@ -1,5 +1,5 @@
-"""nvFuser's window ops as refir equations (a mixin of OpMapper, as nvfuser_ops is
-of the importer): what nvFuser prints for them (its SliceOp, SelectOp, PadOp and
+"""nvFuser's window ops as refir equations (a mixin of OpMapper,
+refir/frontends/nvfuser_mapping.py): what nvFuser prints for them (its SliceOp, SelectOp, PadOp and
 CatOp toString) and what each becomes (docs/spec.md §5.8):
 
     T1 = slice( T0, { {0, 3, 1} {2, 6, 2} } )        slice(T0, starts=[..], stops=[..], steps=[..], axes=[..])
@@ -14,28 +14,17 @@ from __future__ import annotations
 
 import re
 
-from refir.errors import Loc, ParseError
-from refir.frontends.nvfuser_axes import Ax, EqualityClasses, kept
+from refir.errors import ParseError
+from refir.frontends.nvfuser_axes import Ax, kept
 from refir.frontends.nvfuser_dump import Call, Scalar, TVRef
+from refir.frontends.nvfuser_mapping import MapperBase
 
 WINDOW_OPS = ("slice", "select", "pad", "cat")
 _NUMBER = re.compile(r"^-?\d+$")
 
 
-class WindowMapper:
-    notes: list[str]
-    dtypes: EqualityClasses
-    refs: dict[str, TVRef]
-    axes: dict[str, list[Ax]]
-    eqns: list[tuple[str, str, list[str]]]
-    pads: dict[str, tuple[str, tuple[int, ...]]]  # a pad's result -> its operand and low widths
-
-    def _unify(self, xs: list[Ax], ys: list[Ax], loc: Loc, where: str) -> None:
-        raise NotImplementedError  # OpMapper's
-
-    def emit_local(self, out: str, call: str, comment: list[str], axes: list[Ax], mesh: tuple,
-                   want_axes: list[Ax], layout: tuple[int, ...] | None = None) -> None:
-        raise NotImplementedError  # OpMapper's
+class WindowMapper(MapperBase):
+    """slice, select, pad and cat statements: called by OpMapper.statement."""
 
     def window(self, out: str, op: str, args: tuple, call: Call, comment: list[str]) -> None:
         tensors = [a for a in args if isinstance(a, TVRef)]
