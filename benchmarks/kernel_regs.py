@@ -38,7 +38,7 @@ from gpu_backend.kernels.where_words import where_words_kernel  # noqa: E402
 
 I = T.int64  # noqa: E741
 U1, U2, U4, U8 = (T.Array(t, 1, "C") for t in (T.uint8, T.uint16, T.uint32, T.uint64))
-ROW_WORDS = (U4, U8, U4, U8, *[I] * 13, T.uint32)  # float32's memory as elements and as words
+ROW_WORDS = (U4, U8, U4, U8, *[I] * 15, T.uint32)  # float32's memory as elements and as words
 WHERE_ROWS = (U4, I, I, I, T.Array(T.boolean, 1, "C"), I, I, I, I, U4, I, I, I, I, U4, I, I, I, I, I, I, I, I)
 WHERE_WORDS = (U8, I, I, I, U2, U1, I, I, I, U8, U4, I, I, I, U8, U4, I, I, I, I, I, I, I)
 
@@ -57,14 +57,14 @@ def report(kernel: Any, signature: tuple[Any, ...], options: dict[str, Any]) -> 
 
 
 def main() -> None:
-    for wide, blocks, pairs, step, staged in [
-            (True, 0, False, -1, False), (True, 0, False, 1, False), (True, 0, False, 0, False),
-            (True, 0, False, 2, False), (False, 0, False, 1, False), (True, 0, True, 1, False),
-            (False, 0, True, 1, False), (True, 4, False, 1, False), (True, 4, True, 1, False),
-            (True, 0, True, 1, True), (False, 0, True, 1, True)]:
+    for wide, blocks, pairs, step, staged, rows in [
+            (True, 0, False, -1, False, False), (True, 0, False, 1, False, False), (True, 0, False, 0, False, False),
+            (True, 0, False, 2, False, False), (False, 0, False, 1, False, False), (True, 0, True, 1, False, False),
+            (False, 0, True, 1, False, False), (True, 4, False, 1, False, False), (True, 4, True, 1, False, False),
+            (True, 0, True, 1, True, False), (False, 0, True, 1, True, False), (True, 0, True, 1, False, True)]:
         options = {"launch_bounds": (256, blocks)} if blocks else {}
-        kernel = row_words.row_words_kernel(2, wide, blocks, pairs, step, staged)
-        print(f"row_words f32 wide {wide} min blocks {blocks} pairs {pairs} step {step} staged {staged}: "
+        kernel = row_words.row_words_kernel(2, wide, blocks, pairs, step, staged, rows)
+        print(f"row_words f32 wide {wide} min blocks {blocks} pairs {pairs} step {step} staged {staged} rows {rows}: "
               f"{report(kernel, ROW_WORDS, options)}")
     for steps in [(1, 1, 0), (-1, -1, -1)]:
         print(f"where rows f32 steps {steps}: {report(masks.where_rows_kernel(*steps), WHERE_ROWS, {})}")

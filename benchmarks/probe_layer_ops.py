@@ -9,7 +9,8 @@ bytes it counts, one call and piped, then the kernels' registers:
 - slice [:, 1:-1], reshape [:, 1:-1] -> 1-D, pad: row_words' WORDS_WIDE (eight words a
   round or four), WORDS_PAIRS (shifted f32 rows by their 4-byte elements), WORDS_STAGED
   (shifted rows through shared memory, eight or four words a round); pad also window.FRAMED
-  (its border along the rows written by the interior's copy, or by fills after it);
+  (its border along the rows written by the interior's copy, or by fills after it) and
+  window.PAD_ROWS (its top and bottom rows written by that copy too: one launch, not two);
 - where mask: masks.WHERE_WORDS (8-byte words, or the element row kernel);
 - reshape heads: elementwise.ROWS1_LEAST (the row kernel's narrowest rows of threads),
   ROWS1_SWAP (its outer axes swapped: a block's rows neighbours in the source) and
@@ -37,7 +38,7 @@ WORDS = [{}, {"WORDS_PAIRS": False}, {"WORDS_WIDE": False}, {"WORDS_STAGED": Tru
 VARIANTS: dict[str, list[tuple[Any, dict[str, Any]]]] = {
     "slice [:, 1:-1]": [(row_words, v) for v in WORDS],
     "reshape [:, 1:-1]": [(row_words, v) for v in WORDS],
-    "pad 1": [(row_words, v) for v in WORDS] + [(window, {"FRAMED": False})],
+    "pad 1": [(row_words, v) for v in WORDS] + [(window, {"FRAMED": False}), (window, {"PAD_ROWS": True})],
     "where mask": [(masks, {}), (masks, {"WHERE_WORDS": False})],
     "reshape heads": [(elementwise, {"ROWS1_LEAST": least, "ROWS1_SWAP": swap, "ROWS1_MIN_BLOCKS": blocks})
                       for least, swap, blocks in [(8, True, 0), (16, True, 0), (32, True, 0), (8, False, 0),
@@ -78,6 +79,8 @@ def layer_section(torch: Any, n: int, knobs: Callable[..., Any], row: Callable[.
                                 (True, True, True), (False, True, True)]:  # WORDS' kernels, as compiled
         say(f"  regs row_words f32 wide {wide} pairs {pairs} staged {staged}: "
             f"{regs(row_words.row_words_kernel(2, wide, 0, pairs, 1, staged))}")
+    blank = row_words.row_words_kernel(2, True, 0, True, 1, False, True)
+    say(f"  regs row_words f32 with pad's blank rows: {regs(blank)}")
     from gpu_backend.kernels.elementwise_kernels import ignoring_scalar, rows1_kernel
     from gpu_backend.kernels.where_words import where_words_kernel
 

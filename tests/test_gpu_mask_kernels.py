@@ -165,14 +165,18 @@ def test_pad_of_an_empty_and_of_a_strided_operand_in_every_order(dtype):
             _check(GPU_IMPLS[ops.Pad](op, order, upload(arg)), want, order)
 
 
+@pytest.mark.parametrize("rows", [False, True])
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "i8"])
-def test_pad_writes_its_rows_ends_with_the_interior_copy(dtype, monkeypatch):
+def test_pad_writes_its_rows_ends_with_the_interior_copy(dtype, rows, monkeypatch):
     """Rows of narrow elements along the last axis: one row_words launch writes the interior
     and the border either side of each row (frames one a thread, or wider than the block one
     by one), the fills only the other axes' slabs; a frame wider than FRAME_MAX, or short rows,
-    copy and fill as before; every case bit for bit, from aligned, shifted and strided operands."""
+    copy and fill as before; every case bit for bit, from aligned, shifted and strided operands.
+    `rows` (window.PAD_ROWS): the rows before and after along axis -2 blank rows of that launch, the
+    fills only the slabs of the axes before it (none for 2-D)."""
     from gpu_backend.kernels import window, window_kernels
 
+    monkeypatch.setattr(window, "PAD_ROWS", rows)
     rng = np.random.default_rng(9)
     t = DTYPES[dtype]
     framed, fills = [], []
@@ -191,8 +195,16 @@ def test_pad_writes_its_rows_ends_with_the_interior_copy(dtype, monkeypatch):
         order = tuple(range(x.ndim))
         _check(GPU_IMPLS[ops.Pad](op, order, upload(x)), want, order)
         assert len(framed) == (1 if one_launch else 0), (low, high)
-        if one_launch:  # the fills: the slabs of every axis but the last
-            assert len(fills) == len(border(want.shape, low, x.shape, x.ndim - 1))
+        if one_launch:  # the fills: the slabs of every axis but the last (and, with rows, axis -2)
+            assert len(fills) == len(border(want.shape, low, x.shape, x.ndim - (2 if rows else 1)))
+    if rows:  # every order of a 3-D result whose last axis stays innermost: axis -2 is j however laid out
+        for order in [(0, 1, 2), (1, 0, 2)]:
+            x = base[:, :, 1:73]
+            op = ops.Pad((1, 2, 1), (2, 1, 1), 5)
+            framed.clear()
+            fills.clear()
+            _check(GPU_IMPLS[ops.Pad](op, order, upload(x)), IMPLS[ops.Pad](op, x), order)
+            assert len(framed) == 1 and len(fills) == 2  # axis 0's slabs, before and after
     monkeypatch.setattr(window, "FRAMED", False)
     framed.clear()
     x = base[0, :, :72]

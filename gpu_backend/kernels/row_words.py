@@ -196,14 +196,15 @@ def _framed(a_e: Arr, pa: int, e: int, a_in: int, inner: int, fill: Any) -> Any:
 
 @cache
 def row_words_kernel(f: int, wide: bool = True, min_blocks: int = 0, pairs: bool = False,
-                     step: int = -1, staged: bool = False) -> Callable:
+                     step: int = -1, staged: bool = False, fill_rows: bool = False) -> Callable:
     """The word copy for elements of 64 / f bits (f a constant: its divisions are shifts);
     `wide`: eight words a round (else four: fewer registers, more threads an SM); `min_blocks`:
     blocks of THREADS an SM asked of the compiler (launch bounds: registers capped), 0 none;
     `pairs` (f 2 only): shifted rows by their elements (mode 4), not by two words a word;
     `step`: the source's inner stride (0, 1 or 2) where the kernel is made for it (a constant:
     only its modes compiled, mode 1's 16 loads of a round no longer beside mode 3's), -1 any;
-    `staged` (blocks one row high only): shifted rows through shared memory (mode 5)."""
+    `staged` (blocks one row high only): shifted rows through shared memory (mode 5);
+    `fill_rows`: blank rows of pad's border written too (their words as mode 2's, of the fill)."""
     pairs = pairs and f == 2
     bits = 64 // f
     rep = np.uint64(sum(1 << (q * bits) for q in range(f)))  # 1 in every element's lowest bit
@@ -211,35 +212,44 @@ def row_words_kernel(f: int, wide: bool = True, min_blocks: int = 0, pairs: bool
     @cuda.jit(**jit_options(min_blocks))
     def row_words(o_e: Arr, o8: Arr, a_e: Arr, a8: Arr, o_off: int, a_off: int,
                   o_i: int, o_j: int, a_i: int, a_j: int, a_in: int, ni: int, nj: int, inner: int,
-                  chunk: int, lo: int, hi: int, fill: Any) -> None:
+                  chunk: int, lo: int, hi: int, rows_lo: int, rows_hi: int, fill: Any) -> None:
         """dst row (i, j) = src row (i, j), `inner` elements; o_e, a_e the buffers' memory as
         unsigned elements, o8, a8 the same memory as 8-byte words. With a frame (pad's): the
-        lo elements before each dst row and the hi after it set to `fill` (an element's bits)."""
+        lo elements before each dst row and the hi after it set to `fill` (an element's bits);
+        with `fill_rows`, the rows_lo rows before row 0 along j and the rows_hi after the last
+        too, frame and all (pad's border along the rows' outer axis, in the same launch)."""
         bx = cuda.blockDim.x
         t = cuda.threadIdx.x
         sm = cuda.shared.array(STAGE if staged else 1, WORD)
+        rows = nj + (rows_lo + rows_hi if fill_rows else 0)  # pad's blank rows too (fill_rows)
+        gy = cuda.gridDim.y * cuda.blockDim.y
         for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
-            for j in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, nj, cuda.gridDim.y * cuda.blockDim.y):
+            for jj in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, rows, gy):
+                j = jj - rows_lo if fill_rows else jj
+                blank = fill_rows and (j < 0 or j >= nj)  # a row all `fill`, its frame included: no source
                 po = o_off + i * o_i + j * o_j  # the rows' first elements
-                pa = a_off + i * a_i + j * a_j
-                head = min((f - po % f) % f, inner)  # elements before dst's first whole word
-                words = (inner - head) // f
+                pa = a_off + i * a_i + (0 if blank else j * a_j)
+                flo, fhi, n_in, src_n = (0, 0, lo + inner + hi, 0) if blank else (lo, hi, inner, inner)
+                if blank:
+                    po -= lo
+                head = min((f - po % f) % f, n_in)  # elements before dst's first whole word
+                words = (n_in - head) // f
                 tail0 = head + words * f
-                nh = lo + head  # element by element: the frame's and the row's before the words,
-                nt = inner + hi - tail0  # and after them
+                nh = flo + head  # element by element: the frame's and the row's before the words,
+                nt = n_in + fhi - tail0  # and after them
                 z0 = cuda.blockIdx.z == 0
                 spread = bx >= nh and bx >= nt  # the elements sharing a word with another row: one a thread
                 if z0 and not spread and t == 0:  # (blocks narrower than them: one thread, one by one)
-                    for e in range(-lo, head):
-                        o_e[U(po + e)] = _framed(a_e, pa, e, a_in, inner, fill)
-                    for e in range(tail0, inner + hi):
-                        o_e[U(po + e)] = _framed(a_e, pa, e, a_in, inner, fill)
-                do_h = z0 and spread and t < nh  # head element t - lo, tail element tail0 + bx - 1 - t:
+                    for e in range(-flo, head):
+                        o_e[U(po + e)] = _framed(a_e, pa, e, a_in, src_n, fill)
+                    for e in range(tail0, n_in + fhi):
+                        o_e[U(po + e)] = _framed(a_e, pa, e, a_in, src_n, fill)
+                do_h = z0 and spread and t < nh  # head element t - flo, tail element tail0 + bx - 1 - t:
                 do_t = z0 and spread and bx - 1 - t < nt  # loaded with the row's words
-                eh = t - lo if do_h else 0
+                eh = t - flo if do_h else 0
                 et = tail0 + bx - 1 - t if do_t else 0
-                hv = _framed(a_e, pa, eh, a_in, inner, fill)
-                tv = _framed(a_e, pa, et, a_in, inner, fill)
+                hv = _framed(a_e, pa, eh, a_in, src_n, fill)
+                tv = _framed(a_e, pa, et, a_in, src_n, fill)
                 w0 = cuda.blockIdx.z * chunk
                 w1 = min(w0 + chunk, words)
                 if w0 < w1:
@@ -249,9 +259,10 @@ def row_words_kernel(f: int, wide: bool = True, min_blocks: int = 0, pairs: bool
                     lo_shift = np.uint64(r * bits)
                     hi_shift = np.uint64(64 - r * bits)
                     at = a_in if step < 0 else step  # the inner stride, a constant where made for one
-                    mode = 2 if at == 0 else (3 if at == 2 else (0 if r == 0 else 1))
+                    mode = 2 if at == 0 or blank else (3 if at == 2 else (0 if r == 0 else 1))
                     wa = s // f
-                    repeated = np.uint64(a_e[U(pa)]) * rep if mode == 2 else np.uint64(0)  # read once a row
+                    value = np.uint64(fill) if blank else np.uint64(a_e[U(pa)])
+                    repeated = value * rep if mode == 2 else np.uint64(0)  # read once a row
                     k = w0 + t
                     if mode == 0:  # each call inlined with its mode a constant: loops without the other modes
                         _run(o8, a8, a_e, wo, wa, s, k, w1, bx, wide, 0, lo_shift, hi_shift, repeated)
@@ -302,14 +313,16 @@ def words_geometry(ni: int, nj: int, inner: int, f: int) -> tuple[tuple[int, int
 
 
 def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, src_n: int,
-               frame: tuple[int, int, int] = (0, 0, 0)) -> tuple[object, ...] | None:
+               frame: tuple[int, int, int] = (0, 0, 0), rows: tuple[int, int] = (0, 0)) -> tuple[object, ...] | None:
     """("words", the kernel, element word, f, grid, block, its constants after the offsets), for a
     copy coalesced to `shape` with strides ds (dst) and ss (src), where this kernel takes it:
     narrow elements, dst rows unit stride, src rows unit stride or broadcast, at most two
     outer axes, rows of MIN_INNER elements or more, src's memory whole words where its words
     are read (a shifted word reads the whole word holding a row's last element); else None.
     dst's words are whole words inside its rows: its memory is seen to its last whole word.
-    `frame`: (lo, hi, fill bits): each dst row's lo elements before and hi after set to fill."""
+    `frame`: (lo, hi, fill bits): each dst row's lo elements before and hi after set to fill;
+    `rows`: (before, after): that many rows before the first along the row's outer axis (j, whose
+    stride ds[-2] is dst's row to row) and after its last set to fill, frame included."""
     f = 8 // itemsize
     gather = itemsize == 4 and ss[-1] == 2  # every other element: mode 3
     if itemsize not in (1, 2, 4) or len(shape) > 3 or ds[-1] != 1 or (ss[-1] not in (0, 1) and not gather):
@@ -318,11 +331,12 @@ def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, sr
         return None
     pad = 3 - len(shape)
     (ni, nj, inner), (o_i, o_j, _), (a_i, a_j, a_in) = [[1] * pad + shape, [0] * pad + ds, [0] * pad + ss]
-    grid, block, chunk = words_geometry(ni, nj, inner, f)
-    elem = np.dtype(f"u{itemsize}")
     lo, hi, fill = frame
+    rows_lo, rows_hi = rows
+    grid, block, chunk = words_geometry(ni, nj + rows_lo + rows_hi, inner + lo + hi if any(rows) else inner, f)
+    elem = np.dtype(f"u{itemsize}")
     blocks = WORDS_MIN_BLOCKS if a_in == 1 and WORDS_BY_STEP else 0
     staged = WORDS_STAGED and block[1] == 1 and a_in == 1
-    kernel = row_words_kernel(f, WORDS_WIDE, blocks, WORDS_PAIRS, a_in if WORDS_BY_STEP else -1, staged)
+    kernel = row_words_kernel(f, WORDS_WIDE, blocks, WORDS_PAIRS, a_in if WORDS_BY_STEP else -1, staged, any(rows))
     return ("words", kernel, elem, f, grid, block,
-            (o_i, o_j, a_i, a_j, a_in, ni, nj, inner, chunk, lo, hi, elem.type(fill)))
+            (o_i, o_j, a_i, a_j, a_in, ni, nj, inner, chunk, lo, hi, rows_lo, rows_hi, elem.type(fill)))

@@ -22,6 +22,9 @@ from refir.ir import ops
 from refir.ir.types import dense_strides
 
 FRAMED = True  # pad's border along the rows written by the interior's copy (copy_framed); False: by fills
+# pad's border along the rows' outer axis (the top and bottom rows of a 2-D pad) written by that copy too,
+# blank rows of the same launch (one launch, not a fill's after it); off until measured on a GPU
+PAD_ROWS = False
 
 
 @impl(ops.Slice)
@@ -75,15 +78,16 @@ def border(shape: tuple[int, ...], low: tuple[int, ...], inner: tuple[int, ...],
 
 Box = tuple[int, tuple[int, ...], tuple[int, ...]]  # a view's offset, shape and strides in its buffer
 # pad's geometry by the operand's shape, the widths and the result's order (all a fresh result's
-# views depend on): the result's shape, its interior, and its border slabs, with the last
-# axis's (plain) and without them (framed: pad's interior copy writes those). Worked out once:
+# views depend on): the result's shape, its interior, and its border slabs: without the last
+# two axes' (framed with blank rows: pad's interior copy writes those), without the last axis's
+# (framed), and all (plain). Worked out once:
 # `border` and a view a slab cost more Python than the launches (benchmarks/probe_layer_ops.py).
-_pad_plans: dict[tuple[object, ...], tuple[tuple[int, ...], Box, list[Box], list[Box]]] = {}
+_pad_plans: dict[tuple[object, ...], tuple[tuple[int, ...], Box, list[Box], list[Box], list[Box]]] = {}
 PAD_PLANS_KEPT = 1024  # then the cache starts again
 
 
 def _pad_plan(shape: tuple[int, ...], low: tuple[int, ...], high: tuple[int, ...],
-              order: Order) -> tuple[tuple[int, ...], Box, list[Box], list[Box]]:
+              order: Order) -> tuple[tuple[int, ...], Box, list[Box], list[Box], list[Box]]:
     padded = tuple(n + lo + hi for n, lo, hi in zip(shape, low, high))
     out = DeviceBuffer(None, 0, padded, dense_strides(padded, order, 1))  # a fresh result's layout
 
@@ -92,8 +96,8 @@ def _pad_plan(shape: tuple[int, ...], low: tuple[int, ...], high: tuple[int, ...
         return v.offset, v.shape, v.strides
 
     interior = box(tuple(slice(lo, lo + n) for n, lo in zip(shape, low)))
-    return (padded, interior, [box(s) for s in border(padded, low, shape, len(shape) - 1)],
-            [box(s) for s in border(padded, low, shape)])
+    return (padded, interior, [box(s) for s in border(padded, low, shape, len(shape) - 2)],
+            [box(s) for s in border(padded, low, shape, len(shape) - 1)], [box(s) for s in border(padded, low, shape)])
 
 
 @lru_cache(maxsize=256)
@@ -112,14 +116,17 @@ def pad(op: ops.Pad, order: Order, x: DeviceBuffer) -> DeviceBuffer:
         if len(_pad_plans) >= PAD_PLANS_KEPT:
             _pad_plans.clear()
         plan = _pad_plans[key] = _pad_plan(x.shape, op.low, op.high, order)
-    shape, inner, framed, slabs = plan
+    shape, inner, framed_rows, framed, slabs = plan
     out = DeviceBuffer.empty(shape, x.dtype, order)
     v = op.value
     value = _pad_value(type(v), struct.pack("<d", v) if type(v) is float else v, x.dtype)
     if x.size:
         interior = DeviceBuffer(out.data, *inner)
         lo, hi = op.low[-1], op.high[-1]
-        if FRAMED and lo + hi and copy_framed(interior, x, lo, hi, value):  # the last axis's border with it
+        rows = (op.low[-2], op.high[-2]) if PAD_ROWS and x.ndim in (2, 3) else (0, 0)
+        if FRAMED and lo + hi and any(rows) and copy_framed(interior, x, lo, hi, value, rows):
+            slabs = framed_rows  # the last two axes' border with it
+        elif FRAMED and lo + hi and copy_framed(interior, x, lo, hi, value):  # the last axis's border with it
             slabs = framed
         else:
             copy_into(interior, x)

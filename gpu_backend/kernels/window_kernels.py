@@ -52,12 +52,17 @@ def _bits(value: bytes, size: int) -> np.generic:
     return np.frombuffer(value[:size], word)[0]
 
 
-def copy_framed(dst: DeviceBuffer, src: DeviceBuffer, lo: int, hi: int, value: np.ndarray) -> bool:
+def copy_framed(dst: DeviceBuffer, src: DeviceBuffer, lo: int, hi: int, value: np.ndarray,
+                rows: tuple[int, int] = (0, 0)) -> bool:
     """dst[...] = src, and the lo elements before and hi after each of dst's rows (along its
     last axis, unit stride) set to the 0-d `value`'s bits, in one row_words launch (True);
     False, nothing done, where that kernel does not take the copy (wide elements, short
-    rows, more than two outer axes, a frame wider than FRAME_MAX)."""
+    rows, more than two outer axes, a frame wider than FRAME_MAX). `rows`: (before, after),
+    whole rows along dst's axis -2 either side of it set too, frame and all (pad's border
+    along that axis; dst a view into a buffer that holds them), for dst of 2 or 3 axes."""
     if dst.size == 0 or dst.strides[-1] != 1 or max(lo, hi) > FRAME_MAX or dst.data.dtype.itemsize > 4:
+        return False
+    if any(rows) and dst.ndim not in (2, 3):
         return False
     dd, sd = dst.data, src.data
     size = dd.dtype.itemsize
@@ -65,7 +70,7 @@ def copy_framed(dst: DeviceBuffer, src: DeviceBuffer, lo: int, hi: int, value: n
     pooled = type(dd) is Memory and type(sd) is Memory
     key = (dst.shape, dst.strides, src.shape, src.strides, size, dst.offset % 8, src.offset % 8,
            dd.size % 8, sd.size % 8, lo, hi, bits, row_words.WORDS_WIDE, row_words.WORDS_MIN_BLOCKS,
-           row_words.WORDS_PAIRS, row_words.WORDS_BY_STEP, row_words.WORDS_STAGED)  # copy_into's key, the knobs
+           row_words.WORDS_PAIRS, row_words.WORDS_BY_STEP, row_words.WORDS_STAGED, rows)  # copy_into's key, the knobs
     if pooled:
         ready = _ready_framed.get(key)
         if ready is not None:  # launched before: the memories and offsets are all a call adds
@@ -77,7 +82,7 @@ def copy_framed(dst: DeviceBuffer, src: DeviceBuffer, lo: int, hi: int, value: n
     if plan is False:
         if len(_framed_plans) >= 1024:
             _framed_plans.clear()
-        plan = _framed_plans[key] = _framed_plan(dst, src, lo, hi, bits)
+        plan = _framed_plans[key] = _framed_plan(dst, src, lo, hi, bits, rows)
     if plan is None:
         return False
     _, kernel, elem, f, grid, block, consts = plan
@@ -95,10 +100,15 @@ _ready_framed: KeptLaunches = {}  # copy_framed's launches between pooled Memory
 _framed_plans: dict[tuple[object, ...], tuple[object, ...] | None] = {}  # copy_framed's, by layout and frame
 
 
-def _framed_plan(dst: DeviceBuffer, src: DeviceBuffer, lo: int, hi: int, bits: int) -> tuple[object, ...] | None:
-    """row_words' plan for copy_framed: the outer axes coalesced, the rows (last axis) kept apart."""
-    outer, (ds, ss) = coalesce(dst.shape[:-1], [dst.strides[:-1], src.strides[:-1]], dst.strides[:-1])
-    if not dst.shape[:-1]:
+def _framed_plan(dst: DeviceBuffer, src: DeviceBuffer, lo: int, hi: int, bits: int,
+                 rows: tuple[int, int]) -> tuple[object, ...] | None:
+    """row_words' plan for copy_framed: the outer axes coalesced, the rows (last axis) kept apart;
+    with `rows`, the axes as they are (the blank rows are axis -2's neighbours)."""
+    if any(rows):
+        outer, ds, ss = list(dst.shape[:-1]), list(dst.strides[:-1]), list(src.strides[:-1])
+    elif dst.shape[:-1]:
+        outer, (ds, ss) = coalesce(dst.shape[:-1], [dst.strides[:-1], src.strides[:-1]], dst.strides[:-1])
+    else:
         outer, ds, ss = [], [], []
     return words_plan([*outer, dst.shape[-1]], [*ds, 1], [*ss, src.strides[-1]], dst.data.dtype.itemsize,
-                      src.data.size, (lo, hi, bits))
+                      src.data.size, (lo, hi, bits), rows)
