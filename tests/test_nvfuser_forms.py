@@ -221,3 +221,45 @@ def test_an_output_that_its_own_segment_reads_is_a_result():
     xs, got = run_all(imported.program)
     np.testing.assert_array_equal(got["T2"], got["T1"] + xs["T0"])
     np.testing.assert_allclose(got["T1"], np.exp(xs["T0"]), rtol=1e-6)
+
+
+# ---- a scheduled kernel printed with its transforms --------------------------------------
+
+SCHEDULED = (DATA / "nvfuser_scheduled_kernel.txt").read_text()
+
+
+def test_a_scheduled_kernel_reads_as_its_transforms_logical_domains():
+    """Loop domains of blockIdx, threadIdx and vectorized domains, their extents ceilDivs of
+    merges: each TensorView is read as its ` logical domain : (...)` line, the rows split
+    over the devices by `Outer split:` (one of them split on into blockIdx)."""
+    imported = import_nvfuser(SCHEDULED, "sched.txt")
+    types = {e.out: str(e.type) for e in imported.program.funcs[0].eqns}
+    assert types == {"T2": "f32[i0@DIDx, i2] on m", "T3": "f32[i0@DIDx] on m", "T4": "f32[i0@DIDx] on m"}
+    assert any(n.startswith("T2, T3, T4: printed as a scheduled kernel's loop domain") for n in imported.notes)
+    xs, got = run_all(imported.program, {"i0": 5, "i2": 3})  # 5 rows over 2 devices: blocks of 3 and 2
+    np.testing.assert_allclose(got["T4"], np.exp((xs["T0"] + xs["T1"]).sum(1)), rtol=1e-6)
+
+
+def test_a_scheduled_kernel_without_its_transforms_is_refused_and_says_what_to_print():
+    bare = SCHEDULED[:SCHEDULED.index("TransformPrinter")]
+    with pytest.raises(ParseError, match=r"iblockIdx.x14.*print_transforms\(\)") as e:
+        import_nvfuser(bare, "sched.txt")
+    assert e.value.loc.line == 14  # T2's printing in the kernel, the first that needs its axes
+
+
+def test_a_scheduled_device_split_refir_cannot_read_is_an_error_at_its_line():
+    # T4's device domain made by splitting a split of the scheduler's (not a logical axis):
+    # no logical axis is sharded by it
+    moved = SCHEDULED.replace("  Outer split: iS22{i0} by factor 2 -> ideviceIdx.x24{2}, iS25{( ceilDiv(i0, 2) )}\n",
+                              "  Outer split: iS30{i9} by factor 2 -> ideviceIdx.x24{2}, iS25{( ceilDiv(i0, 2) )}\n")
+    with pytest.raises(ParseError, match=r"cannot map the scheduled T4: its loop domain's device domains "
+                                         r"\(ideviceIdx.x24\) are not the device splits"):
+        import_nvfuser(moved, "sched.txt")
+    odd = SCHEDULED.replace("  Outer split: iS16{i0} by factor 2 -> ideviceIdx.x19{2}",
+                            "  Outer split: iS16{( i0 % 3 )} by factor 2 -> ideviceIdx.x19{2}")
+    with pytest.raises(ParseError) as e:  # a device's split of an extent refir has no expression for
+        import_nvfuser(odd, "sched.txt")
+    assert e.value.loc.line == SCHEDULED[:SCHEDULED.index("  Outer split: iS16")].count("\n") + 1
+    lost = SCHEDULED.replace(" logical domain : (iS16{i0}, rS18{i2})", " logical domain : (iS16{i0}, rS18{i2 + 1})")
+    with pytest.raises(ParseError, match="refir has no extent expressions besides"):
+        import_nvfuser(lost, "sched.txt")  # T3's logical domain, unreadable, is what T3 needs

@@ -207,7 +207,8 @@ def logical_axes(ref: TVRef, splits: dict[int, object] | None = None, static: bo
                              "device (deviceIdx.x/y/z), stream, reduction and broadcast domains, not parallel "
                              f"type {d.ptype!r} (a scheduled kernel's loop domain, which does not show the "
                              "logical axes: print the fusion before it is scheduled, as fd.fusion.print_math() "
-                             "or fusion->printMath() before scheduling)")
+                             "or fusion->printMath() before scheduling, or with its transforms, whose logical "
+                             "domains refir reads: fusion->print(), fd.fusion.print_transforms())")
     pairs = split_partners(doms, splits, static, split_from)
     taken = set(pairs)
     nests = {j: nest_of(doms, i, j, splits, split_from, taken) for i, j in pairs.items()}

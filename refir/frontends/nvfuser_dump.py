@@ -36,6 +36,16 @@ class Domain:
         """DIDx/DIDy/DIDz for a device-parallel domain."""
         return "DID" + self.ptype[-1] if self.ptype.startswith("deviceIdx.") else None
 
+    @property
+    def scheduled(self) -> bool:
+        """A kernel's parallel type (blockIdx, threadIdx, vectorize, unroll...): a scheduled
+        kernel's loop domain, whose extents are those of its merges and splits."""
+        return scheduled_type(self.ptype)
+
+
+def scheduled_type(ptype: str) -> bool:
+    return ptype not in ("S", "US", "streamIdx") and not ptype.startswith("deviceIdx.")
+
 
 @dataclass(frozen=True)
 class TVRef:
@@ -88,6 +98,13 @@ class Dump:
     # `Outer split: iS2{3} by factor 2 -> ideviceIdx.x3{2}, iS4{2}`): a chain of
     # them is a nest, one axis split over several mesh axes (nvfuser_axes).
     split_from: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # ... and, where the outer domain is a device's, both domains by the split one's number
+    # (a scheduled TensorView's device split, whose inner domain its loop domain no longer shows).
+    device_splits: dict[int, tuple[Domain, Domain]] = field(default_factory=dict)
+    # ` logical domain : (iS0{i0}, iS1{i2})` (printTransforms) by the TensorView printed above it,
+    # or the error reading it; nvfuser_forms.scheduled_views reads scheduled TensorViews by it.
+    logical: dict[str, tuple[Domain, ...]] = field(default_factory=dict)
+    logical_errors: dict[str, Exception] = field(default_factory=dict)
 
 
 LATER = 1 << 30  # the segment of a link's reader: after every printed one

@@ -9,17 +9,23 @@
   where the plain reading does not fit a statement, the dump is read again with
   the split reading for that statement's TensorViews (`read_splits`), and noted;
 - host IR's `X = ShardByStream(Y)` of an output `Y` that only a later statement
-  writes through `X` (a stream's view of the output): read as `Y = X`.
+  writes through `X` (a stream's view of the output): read as `Y = X`;
+- a scheduled kernel's TensorView (`iblockIdx.x14{...}, ithreadIdx.x15{128}`: its loop
+  domain, merged and split for the kernel) printed with its transforms (`fusion->print()`,
+  `print_transforms()`): read as its ` logical domain : (...)` line says, each logical
+  domain that an `Outer split:` line splits over a device printed as that device domain
+  and the inner one (the loop domain before scheduling) (`scheduled_views`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from itertools import combinations
 from typing import Any
 
 from refir.errors import ParseError
-from refir.frontends.nvfuser_dump import Call, Dump, Statement, TVRef
+from refir.frontends.nvfuser_dump import Call, Domain, Dump, Statement, TVRef
 
 
 def one_copy(d: Dump, notes: list[str]) -> None:
@@ -71,6 +77,56 @@ def stream_views(d: Dump, notes: list[str]) -> None:
         if s.out.name in pending:
             out.append(pending.pop(s.out.name))
     d.statements = out
+
+
+def scheduled_views(d: Dump, notes: list[str]) -> None:
+    """Every printing of a scheduled TensorView with a logical domain in the dump read as
+    that domain with its device splits (see the module doc); its device domains must be
+    the loop domain's, or the device split is one of the scheduler's own (refused)."""
+    read: dict[str, tuple[Domain, ...]] = {}
+
+    def view(r: TVRef) -> TVRef:
+        if not any(dom.scheduled for dom in r.domains) or not r.name:
+            return r
+        if r.name in d.logical_errors and r.name not in d.logical:
+            raise d.logical_errors[r.name]
+        if r.name not in d.logical:
+            return r  # refused where its axes are read (nvfuser_axes.logical_axes), asking for the transforms
+        if r.name not in read:
+            domains = tuple(x for dom in d.logical[r.name] for x in _device_split(dom, d))
+            printed = {dom.number for dom in r.domains if dom.device}
+            if printed != {dom.number for dom in domains if dom.device}:
+                shown = ", ".join(dom.text for dom in r.domains if dom.device) or "none"
+                raise ParseError(r.loc, f"cannot map the scheduled {r.name}: its loop domain's device domains "
+                                 f"({shown}) are not the device splits of its logical domain's axes that the "
+                                 "transforms print (`Outer split: ... -> ideviceIdx.x...`)")
+            read[r.name] = domains
+        return replace(r, domains=read[r.name])
+
+    for i, s in enumerate(d.statements):
+        expr = s.expr
+        if isinstance(expr, TVRef):
+            expr = view(expr)
+        else:
+            expr = replace(expr, args=tuple(view(a) if isinstance(a, TVRef) else a for a in expr.args))
+        d.statements[i] = replace(s, out=view(s.out), expr=expr)
+    d.inputs, d.outputs, d.mentions = ([view(r) for r in refs] for refs in (d.inputs, d.outputs, d.mentions))
+    if read:
+        notes.append(f"{', '.join(sorted(read, key=lambda n: (len(n), n)))}: printed as a scheduled kernel's loop "
+                     "domain (blockIdx, threadIdx...); read as the logical domain the transforms print, each axis "
+                     "split over a device sharded on it")
+
+
+def _device_split(dom: Domain, d: Dump) -> list[Domain]:
+    """A logical domain as the loop domain before scheduling shows it: a device domain and
+    the inner one where an `Outer split:` splits it over a device (nested splits in turn)."""
+    if dom.number not in d.device_splits:
+        return [dom]
+    outer, inner = d.device_splits[dom.number]
+    if inner.scheduled:  # parallelized itself (`iblockIdx.x7{...}`): serial before scheduling
+        inner = replace(inner, text=f"{inner.kind}S{inner.number}", ptype="S",
+                        extent=("ceilDiv", dom.extent, outer.extent))
+    return [outer, *_device_split(inner, d)]
 
 
 def stream_note(d: Dump, notes: list[str]) -> None:

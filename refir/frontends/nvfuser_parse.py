@@ -34,6 +34,7 @@ class DumpParser(TensorViewReader):
     def dump(self) -> Dump:
         d = Dump()
         section = ""
+        last: TVRef | None = None  # the TensorView printed last outside a statement: a transforms' header
         while self.tok.kind != "eof":
             t = self.tok
             if t.text in ("Inputs", "Outputs") and self.peek().text == ":":
@@ -47,15 +48,16 @@ class DumpParser(TensorViewReader):
             elif (t.text == "Outer" and self.peek().text == "split" and self.peek(2).text == ":"
                   and DOMAIN_NAME.match(self.peek(3).text)):  # not prose that names the form
                 self.i += 3
-                whole = self.domain()
-                while self.tok.text not in ("-", "eof") and self.tok.kind != "eof":
-                    self.next()
-                if self.accept("-") and self.accept(">"):
-                    outer = self.domain()
-                    self.expect(",")
-                    inner = self.domain()
-                    d.splits[inner.number] = whole.extent
-                    d.split_from[inner.number] = (outer.number, whole.number)
+                self.outer_split(d)
+            elif (t.text == "logical" and self.peek().text == "domain" and self.peek(2).text == ":"
+                  and self.peek(3).text == "(" and last is not None):  # printTransforms, under its TensorView
+                self.i += 4
+                try:
+                    d.logical[last.name] = tuple(self.domains((")",)))
+                    self.expect(")", "')' closing the logical domain")
+                except ParseError as e:  # raised where the TensorView needs it (nvfuser_forms.scheduled_views)
+                    d.logical_errors[last.name] = e
+                last = None
             elif t.text == "Communication" and self.peek().kind in ("num", "punct") and self._comm_ahead():
                 d.statements.append(self.communication(max(d.segments, 1)))
                 section = ""
@@ -63,6 +65,7 @@ class DumpParser(TensorViewReader):
                 start = t.pos
                 ref = self.tv()
                 d.mentions.append(ref)
+                last = ref
                 if self.tok.text == "=" and self.peek().text.upper() in HOST_BOOKKEEPING:
                     self.i += 2
                     self.skip_group()
@@ -78,6 +81,7 @@ class DumpParser(TensorViewReader):
                     d.statements.append(Statement(ref, expr, self.flat_since(start), max(d.segments, 1)))
                     self.accept(";")
                     section = ""
+                    last = None
                 elif section == "Inputs":
                     d.inputs.append(ref)
                 elif section == "Outputs":
@@ -85,6 +89,34 @@ class DumpParser(TensorViewReader):
             else:
                 self.next()
         return d
+
+    def outer_split(self, d: Dump) -> None:
+        """`Outer split: iS0{i0} by factor 2 -> ideviceIdx.x2{2}, iS3{( ceilDiv(i0, 2) )}` after
+        its `Outer split:`. A scheduler's split of a merged domain (an extent refir has no
+        expression for) is skipped: only a device's split says where an axis is sharded."""
+        at = self.i
+        try:
+            whole = self.domain()
+            while self.tok.text not in ("-", "eof") and self.tok.kind != "eof":
+                self.next()
+            if not (self.accept("-") and self.accept(">")):
+                return
+            outer = self.domain()
+            self.expect(",")
+            inner = self.domain()
+        except ParseError as e:
+            self.i = at
+            while self.tok.kind != "eof" and self.tok.text != ">":  # to its domains: a device's is refused
+                self.next()
+            self.accept(">")
+            m = DOMAIN_NAME.match(self.tok.text) if self.tok.kind == "name" else None
+            if m is not None and m.group(2).startswith("deviceIdx."):
+                raise e  # at the extent refir cannot read
+            return
+        d.splits[inner.number] = whole.extent
+        d.split_from[inner.number] = (outer.number, whole.number)
+        if outer.device:
+            d.device_splits.setdefault(whole.number, (outer, inner))
 
     def lost_operator(self, expr: TVRef | Call) -> TVRef | Call:
         """A TensorView right after a statement's expression that ends the statement

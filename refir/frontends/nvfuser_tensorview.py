@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from refir.errors import Loc, ParseError
-from refir.frontends.nvfuser_dump import NV_DTYPES, Domain, Extent, TVRef
+from refir.frontends.nvfuser_dump import NV_DTYPES, Domain, Extent, TVRef, scheduled_type
 from refir.frontends.nvfuser_tokens import Tok, TokenCursor
 from refir.ir.extents import ExtentExpr, NotAnExtent, extent_expr
 from refir.text.parser import parse_extent
@@ -73,8 +73,11 @@ class TensorViewReader(TokenCursor):
             raise self.fail("expected an IterDomain such as iS0{4}")
         self.next()
         self.expect("{", "'{' and the extent of " + t.text)
-        extent = self.extent()
         kind = m.group(1)
+        if scheduled_type(m.group(2)):  # its extent, a scheduler's ceilDivs of merges, is never read
+            extent: Extent = self.opaque_extent()
+        else:
+            extent = self.extent()
         if extent == 1 and self.tok.text == "ex":  # an expanded broadcast, `bS3{1 ex 8}`: an axis of 8
             self.next()
             extent = self.extent()
@@ -85,6 +88,13 @@ class TensorViewReader(TokenCursor):
             rf = True
             self.next()
         return Domain(t.text + ("rf" if rf else ""), kind, m.group(2), int(m.group(3)), extent, rf, t.loc)
+
+    def opaque_extent(self) -> str:
+        """A scheduled domain's extent, as text, up to the '}' that closes it."""
+        start = self.i
+        while self.tok.kind != "eof" and self.tok.text not in ("}", "]", ";"):
+            self.next()
+        return " ".join(tok.text for tok in self.toks[start:self.i])
 
     def extent(self) -> Extent:
         """`4`, `i0`, `( ceilDiv(i0, 2) )`, or a product over at most one divisor,
