@@ -96,7 +96,7 @@ def _pad_plan(shape: tuple[int, ...], low: tuple[int, ...], high: tuple[int, ...
         return v.offset, v.shape, v.strides
 
     interior = box(tuple(slice(lo, lo + n) for n, lo in zip(shape, low)))
-    return (padded, interior, [box(s) for s in border(padded, low, shape, len(shape) - 2)],
+    return (padded, interior, [box(s) for s in border(padded, low, shape, max(len(shape) - 2, 0))],
             [box(s) for s in border(padded, low, shape, len(shape) - 1)], [box(s) for s in border(padded, low, shape)])
 
 
