@@ -58,6 +58,20 @@ def test_gpu_tree_missing_its_last_level_is_killed_past_one_block():
     assert not _killed_by("gpu_tree_skips_last_level", "integer_reductions").killed
 
 
+@pytest.mark.parametrize("name, program, spared", [
+    ("gpu_words_shift_dropped", "window_word_rows", "window_local"),
+    ("gpu_where_words_misaligned", "masks_long_rows", "masks_compare_where"),
+    ("gpu_reduce_inner_run_only", "reduce_split_dims", "reduce_tree_sizes"),
+    ("gpu_transpose_batch_axis_dropped", "permute_five_axes", "scatter_after_permute_sweep"),
+])
+def test_each_gpu_kernel_path_mutant_is_killed_by_the_program_chosen_for_its_path(name, program, spared):
+    kill = _killed_by(name, program)
+    assert kill.killed and kill.mutant.backend == "gpu" and kill.first.startswith(program), (kill.first, kill.not_run)
+    # ... and a program with the op the mutant needs, that never takes the path, runs clean under it.
+    kill = _killed_by(name, spared)
+    assert not kill.checks and not kill.not_run
+
+
 def test_reduce_tree_sizes_cross_the_simulated_and_the_real_block():
     (case,) = cases_of(CORPUS / "reduce_tree_sizes.rir")
     extents = {p.name: p.type.axes[-1].extent for p in case.checked.func.params}

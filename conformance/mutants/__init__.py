@@ -8,6 +8,7 @@
     nested         an axis over several mesh axes (spec §3.2): a nest cut in the other order
     data           wrong implementations only the corpus's edge data shows
     hidden         bugs a plain run on small 1-D meshes misses (2-D teams, casts, the GPU tree, MPI)
+    kernels        the gpu kernel paths only some layouts take (word copies, split reductions, batches)
     mpi_sentinel   an MPI allgather bug only the receive-buffer sentinel shows
     numeric        the arithmetic the global reference itself shares (the expect lines judge it)
     partial        a partial value consumed as if it were reduced (spec §3.3)
@@ -22,7 +23,7 @@ from conformance.mutants.registry import MUTANTS, Mutant, mutant
 # Each family appends its mutants to MUTANTS as it is imported: this order is the table's.
 # isort: off
 from conformance.mutants import communication, local, uneven  # noqa: E402, F401
-from conformance.mutants import data, hidden, join, masks, mpi_sentinel, numeric, reshape, window  # noqa: E402, F401
+from conformance.mutants import data, hidden, join, kernels, masks, mpi_sentinel, numeric, reshape, window  # noqa: E402, F401
 from conformance.mutants import interleaved, nested, partial  # noqa: E402, F401
 # isort: on
 
