@@ -263,3 +263,48 @@ def test_a_scheduled_device_split_refir_cannot_read_is_an_error_at_its_line():
     lost = SCHEDULED.replace(" logical domain : (iS16{i0}, rS18{i2})", " logical domain : (iS16{i0}, rS18{i2 + 1})")
     with pytest.raises(ParseError, match="refir has no extent expressions besides"):
         import_nvfuser(lost, "sched.txt")  # T3's logical domain, unreadable, is what T3 needs
+
+
+HEADS = (DATA / "nvfuser_head_split_transforms.txt").read_text()
+
+
+def test_heads_split_over_the_devices_before_their_view_read_as_the_hidden_axis_in_blocks():
+    """T0's hidden axis of 24 split into 4 heads of 6 (`Split:`, an inner split), the
+    heads over 2 devices, its loop domain those pieces first: read by its logical domain
+    as [5, 24@DIDx] (each device two whole heads), and the views into heads and back local."""
+    imported = import_nvfuser(HEADS, "heads.txt")
+    types = {e.out: str(e.type) for e in imported.program.funcs[0].eqns}
+    assert types == {"T1": "f32[5, 4@DIDx, 6] on m", "T2": "f32[5, 4@DIDx, 6] on m", "T3": "f32[5, 24@DIDx] on m"}
+    assert "func main(T0: f32[5, 24@DIDx] on m)" in imported.text
+    assert any(n.startswith("T0, T3: an axis split into heads whose heads are split over the devices")
+               for n in imported.notes)
+    assert not [s for s in lower(refir.verify(imported.program)).steps if s.is_communication]
+    xs, got = run_all(imported.program)
+    assert xs["T0"].shape == (5, 24)
+    np.testing.assert_array_equal(got["T3"], np.maximum(xs["T0"], 0))
+
+
+def test_a_head_split_is_chosen_over_a_device_split_the_loop_domain_does_not_print():
+    # nvFuser may keep an allocation domain's direct device split of the axis beside the
+    # head split its loop domain shows: the loop domain's device domain says which holds.
+    both = HEADS.replace("  Split: iS1{24} by factor 6 -> iS5{4}, iS6{6}\n",
+                         "  Outer split: iS1{24} by factor 2 -> ideviceIdx.x40{2}, iS41{12}\n"
+                         "  Split: iS1{24} by factor 6 -> iS5{4}, iS6{6}\n")
+    assert both != HEADS
+    types = {e.out: str(e.type) for e in import_nvfuser(both, "heads.txt").program.funcs[0].eqns}
+    assert types["T1"] == "f32[5, 4@DIDx, 6] on m"
+    assert "func main(T0: f32[5, 24@DIDx] on m)" in import_nvfuser(both, "heads.txt").text
+
+
+def test_heads_the_devices_do_not_divide_and_a_head_split_without_its_logical_domain_are_errors():
+    odd = HEADS.replace("Split: iS1{24} by factor 6 -> iS5{4}, iS6{6}", "Split: iS1{24} by factor 8 -> iS5{3}, iS6{8}")
+    odd = odd.replace("Outer split: iS5{4} by factor 2 -> ideviceIdx.x7{2}, iS8{2}",
+                      "Outer split: iS5{3} by factor 2 -> ideviceIdx.x7{2}, iS8{2}")
+    with pytest.raises(ParseError, match=r"cannot map 'ideviceIdx.x7': it splits the heads of iS1 \(3\) over 2 "
+                                         r"devices") as e:
+        import_nvfuser(odd, "heads.txt")
+    assert e.value.loc.line == odd[:odd.index("  Outer split: iS5{3}")].count("\n") + 1
+    bare = HEADS.replace(" logical domain : (iS0{5}, iS1{24})\n", "")
+    with pytest.raises(ParseError, match=r"cannot map T0: its ideviceIdx.x7 splits the heads of a split axis") as e:
+        import_nvfuser(bare, "heads.txt")
+    assert e.value.loc.line == 15  # the first statement that reads T0

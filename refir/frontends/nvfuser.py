@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from refir.errors import InputError, Loc, ParseError
 from refir.frontends.nvfuser_axes import Ax, EqualityClasses, kept, logical_axes, static_nest_hint
 from refir.frontends.nvfuser_dump import LATER, Call, Domain, Scalar, Statement, TVRef, results_of
-from refir.frontends.nvfuser_forms import one_copy, read_splits, scheduled_views, stream_note, stream_views
+from refir.frontends.nvfuser_forms import logical_views, one_copy, read_splits, stream_note, stream_views
 from refir.frontends.nvfuser_ops import OpMapper, communication_notes, short
 from refir.frontends.nvfuser_parse import parse_dump
 from refir.frontends.nvfuser_text import mesh_text, quotient_text, sharding_text
@@ -42,7 +42,7 @@ class Importer(OpMapper):
         self.static = static  # TensorViews whose static loop splits read as one axis (nvfuser_forms)
         self.notes: list[str] = []
         one_copy(self.dump, self.notes)
-        scheduled_views(self.dump, self.notes)
+        logical_views(self.dump, self.notes)
         stream_views(self.dump, self.notes)
         stream_note(self.dump, self.notes)
         self.file = file

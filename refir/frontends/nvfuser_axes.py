@@ -134,7 +134,7 @@ def nest_of(doms: list[Domain], i: int, j: int, splits: dict[int, object],
         k = next((k for k, o in enumerate(doms) if k not in taken and k != j and _outer_of(o) and o.extent == n
                   and (k == chain[0] - 1 or o.number + 2 == first.number)), None)
         if k is None:
-            raise ParseError(d.loc, f"cannot map {d.text!r}: its extent {_text(d.extent)} splits a split, and no "
+            raise ParseError(d.loc, f"cannot map {d.text!r}: its extent {extent_text(d.extent)} splits a split, and no "
                              f"device domain of extent {n} is printed before {first.text} to nest it with")
         chain.insert(0, k)
         taken.add(k)
@@ -142,8 +142,8 @@ def nest_of(doms: list[Domain], i: int, j: int, splits: dict[int, object],
     return chain, whole
 
 
-def _text(e: object) -> str:
-    return f"ceilDiv({_text(e[1])}, {e[2]})" if isinstance(e, tuple) else str(e)
+def extent_text(e: object) -> str:
+    return f"ceilDiv({extent_text(e[1])}, {e[2]})" if isinstance(e, tuple) else str(e)
 
 
 def _nest_axis(doms: list[Domain], chain: list[int], j: int, whole: int | str) -> Ax:

@@ -101,8 +101,13 @@ class Dump:
     # ... and, where the outer domain is a device's, both domains by the split one's number
     # (a scheduled TensorView's device split, whose inner domain its loop domain no longer shows).
     device_splits: dict[int, tuple[Domain, Domain]] = field(default_factory=dict)
+    # Splits of neither part a device's, `Outer split:` or `Split:` (an inner split), by the
+    # outer domain's number: (the split domain, the inner one). A device split of such an
+    # outer domain shards heads (`Split: iS1{24} by factor 6 -> iS5{4}, iS6{6}`, then
+    # `Outer split: iS5{4} by factor 2 -> ideviceIdx.x7{2}, iS8{2}`: nvfuser_forms' head splits).
+    plain_splits: dict[int, tuple[Domain, Domain]] = field(default_factory=dict)
     # ` logical domain : (iS0{i0}, iS1{i2})` (printTransforms) by the TensorView printed above it,
-    # or the error reading it; nvfuser_forms.scheduled_views reads scheduled TensorViews by it.
+    # or the error reading it; nvfuser_forms.logical_views reads scheduled TensorViews by it.
     logical: dict[str, tuple[Domain, ...]] = field(default_factory=dict)
     logical_errors: dict[str, Exception] = field(default_factory=dict)
 

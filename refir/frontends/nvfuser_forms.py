@@ -14,7 +14,12 @@
   domain, merged and split for the kernel) printed with its transforms (`fusion->print()`,
   `print_transforms()`): read as its ` logical domain : (...)` line says, each logical
   domain that an `Outer split:` line splits over a device printed as that device domain
-  and the inner one (the loop domain before scheduling) (`scheduled_views`).
+  and the inner one (the loop domain before scheduling) (`logical_views`);
+- a TensorView whose axis is split into heads and its heads over a device (`Split: iS1{24}
+  by factor 6 -> iS5{4}, iS6{6}`, `Outer split: iS5{4} by factor 2 -> ideviceIdx.x7{2},
+  iS8{2}`: nvFuser propagates a view's head split back to the view's operand), its loop
+  domain in any order: read by its logical domain too, the axis in blocks of whole heads
+  (`logical_views`; the devices must divide the heads).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from itertools import combinations
 from typing import Any
 
 from refir.errors import ParseError
+from refir.frontends.nvfuser_axes import extent_text
 from refir.frontends.nvfuser_dump import Call, Domain, Dump, Statement, TVRef
 
 
@@ -79,28 +85,40 @@ def stream_views(d: Dump, notes: list[str]) -> None:
     d.statements = out
 
 
-def scheduled_views(d: Dump, notes: list[str]) -> None:
-    """Every printing of a scheduled TensorView with a logical domain in the dump read as
-    that domain with its device splits (see the module doc); its device domains must be
-    the loop domain's, or the device split is one of the scheduler's own (refused)."""
+def logical_views(d: Dump, notes: list[str]) -> None:
+    """Every printing of a scheduled TensorView, or of one whose heads are split over a
+    device, read as its logical domain with its device splits (see the module doc); its
+    device domains must be the loop domain's, or the device split is one of the scheduler's
+    own (refused)."""
     read: dict[str, tuple[Domain, ...]] = {}
+    heads = {dev.number for h, (dev, _) in d.device_splits.items() if h in d.plain_splits}
+    scheduled: set[str] = set()
 
     def view(r: TVRef) -> TVRef:
-        if not any(dom.scheduled for dom in r.domains) or not r.name:
+        split_heads = next((dom for dom in r.domains if dom.number in heads), None)
+        if not r.name or (split_heads is None and not any(dom.scheduled for dom in r.domains)):
             return r
         if r.name in d.logical_errors and r.name not in d.logical:
             raise d.logical_errors[r.name]
+        if r.name not in d.logical and split_heads is not None:
+            raise ParseError(split_heads.loc, f"cannot map {r.name}: its {split_heads.text} splits the heads of a "
+                             "split axis over the devices, and its ` logical domain : (...)` line, which says "
+                             "which axis, is not printed (print it with its transforms: fusion->print(), "
+                             "fd.fusion.print_transforms())")
         if r.name not in d.logical:
             return r  # refused where its axes are read (nvfuser_axes.logical_axes), asking for the transforms
         if r.name not in read:
-            domains = tuple(x for dom in d.logical[r.name] for x in _device_split(dom, d))
             printed = {dom.number for dom in r.domains if dom.device}
+            domains = tuple(x for dom in d.logical[r.name] for x in _device_split(dom, d, printed))
             if printed != {dom.number for dom in domains if dom.device}:
                 shown = ", ".join(dom.text for dom in r.domains if dom.device) or "none"
-                raise ParseError(r.loc, f"cannot map the scheduled {r.name}: its loop domain's device domains "
+                what = "the scheduled " if split_heads is None else ""
+                raise ParseError(r.loc, f"cannot map {what}{r.name}: its loop domain's device domains "
                                  f"({shown}) are not the device splits of its logical domain's axes that the "
                                  "transforms print (`Outer split: ... -> ideviceIdx.x...`)")
             read[r.name] = domains
+            if split_heads is None:
+                scheduled.add(r.name)
         return replace(r, domains=read[r.name])
 
     for i, s in enumerate(d.statements):
@@ -111,24 +129,53 @@ def scheduled_views(d: Dump, notes: list[str]) -> None:
             expr = replace(expr, args=tuple(view(a) if isinstance(a, TVRef) else a for a in expr.args))
         d.statements[i] = replace(s, out=view(s.out), expr=expr)
     d.inputs, d.outputs, d.mentions = ([view(r) for r in refs] for refs in (d.inputs, d.outputs, d.mentions))
-    if read:
-        notes.append(f"{', '.join(sorted(read, key=lambda n: (len(n), n)))}: printed as a scheduled kernel's loop "
-                     "domain (blockIdx, threadIdx...); read as the logical domain the transforms print, each axis "
-                     "split over a device sharded on it")
+    if scheduled:
+        notes.append(f"{_names(scheduled)}: printed as a scheduled kernel's loop domain (blockIdx, threadIdx...); "
+                     "read as the logical domain the transforms print, each axis split over a device sharded on it")
+    if set(read) - scheduled:
+        notes.append(f"{_names(set(read) - scheduled)}: an axis split into heads whose heads are split over the "
+                     "devices (the split of a view propagated to its operand); read as the logical domain the "
+                     "transforms print, that axis sharded in blocks of whole heads")
 
 
-def _device_split(dom: Domain, d: Dump) -> list[Domain]:
+def _names(names: set[str]) -> str:
+    return ", ".join(sorted(names, key=lambda n: (len(n), n)))
+
+
+def _device_split(dom: Domain, d: Dump, printed: set[int]) -> list[Domain]:
     """A logical domain as the loop domain before scheduling shows it: a device domain and
-    the inner one where an `Outer split:` splits it over a device (nested splits in turn)."""
+    the inner one where an `Outer split:` splits it over a device (nested splits in turn),
+    or where it is split into heads and its heads over a device whose domain is `printed`
+    (nvFuser's head split: the axis in blocks of whole heads, as if split over the device)."""
+    heads = _head_split(dom, d)
+    if heads is not None and (heads[0].number in printed or dom.number not in d.device_splits):
+        return heads
     if dom.number not in d.device_splits:
         return [dom]
     outer, inner = d.device_splits[dom.number]
     if inner.scheduled:  # parallelized itself (`iblockIdx.x7{...}`): serial before scheduling
         inner = replace(inner, text=f"{inner.kind}S{inner.number}", ptype="S",
                         extent=("ceilDiv", dom.extent, outer.extent))
-    return [outer, *_device_split(inner, d)]
+    return [outer, *_device_split(inner, d, printed)]
 
 
+def _head_split(dom: Domain, d: Dump) -> list[Domain] | None:
+    """[the device domain, the rest of dom] where dom is split into heads and heads
+    (the split's outer part) over a device: device k holds heads k H/n to (k + 1) H/n - 1,
+    the block k of dom split over n devices, where n divides H (checked); else None."""
+    split = next(((h, inner) for h, (whole, inner) in d.plain_splits.items()
+                  if whole.number == dom.number and h in d.device_splits), None)
+    if split is None:
+        return None
+    h, inner = split
+    dev, per = d.device_splits[h]
+    count = d.splits[per.number]  # the heads' extent, which the device split splits
+    if not (isinstance(count, int) and isinstance(dev.extent, int) and count % dev.extent == 0):
+        raise ParseError(dev.loc, f"cannot map {dev.text!r}: it splits the heads of {dom.text} ({extent_text(count)}) "
+                         f"over {extent_text(dev.extent)} devices, which refir reads as {dom.text} in blocks of whole "
+                         "heads only where the devices divide a static head count (else a block cuts through a head)")
+    rest = replace(inner, text=f"{inner.kind}S{inner.number}", ptype="S", extent=("ceilDiv", dom.extent, dev.extent))
+    return [dev, rest]
 def stream_note(d: Dump, notes: list[str]) -> None:
     if any(dom.ptype == "streamIdx" for r in d.mentions for dom in r.domains):
         notes.append("stream-parallel domains (istreamIdx) split an axis over streams: when work runs, not what "

@@ -48,14 +48,17 @@ class DumpParser(TensorViewReader):
             elif (t.text == "Outer" and self.peek().text == "split" and self.peek(2).text == ":"
                   and DOMAIN_NAME.match(self.peek(3).text)):  # not prose that names the form
                 self.i += 3
-                self.outer_split(d)
+                self.split_line(d, outer_split=True)
+            elif t.text == "Split" and self.peek().text == ":" and DOMAIN_NAME.match(self.peek(2).text):
+                self.i += 2
+                self.split_line(d, outer_split=False)
             elif (t.text == "logical" and self.peek().text == "domain" and self.peek(2).text == ":"
                   and self.peek(3).text == "(" and last is not None):  # printTransforms, under its TensorView
                 self.i += 4
                 try:
                     d.logical[last.name] = tuple(self.domains((")",)))
                     self.expect(")", "')' closing the logical domain")
-                except ParseError as e:  # raised where the TensorView needs it (nvfuser_forms.scheduled_views)
+                except ParseError as e:  # raised where the TensorView needs it (nvfuser_forms.logical_views)
                     d.logical_errors[last.name] = e
                 last = None
             elif t.text == "Communication" and self.peek().kind in ("num", "punct") and self._comm_ahead():
@@ -90,10 +93,12 @@ class DumpParser(TensorViewReader):
                 self.next()
         return d
 
-    def outer_split(self, d: Dump) -> None:
+    def split_line(self, d: Dump, outer_split: bool) -> None:
         """`Outer split: iS0{i0} by factor 2 -> ideviceIdx.x2{2}, iS3{( ceilDiv(i0, 2) )}` after
-        its `Outer split:`. A scheduler's split of a merged domain (an extent refir has no
-        expression for) is skipped: only a device's split says where an axis is sharded."""
+        its `Outer split:`, or an inner split's `Split: iS1{24} by factor 6 -> iS5{4}, iS6{6}`
+        after its `Split:`. A scheduler's split of a merged domain (an extent refir has no
+        expression for) is skipped: only a device's split says where an axis is sharded. An
+        inner split is kept only as a plain split (the heads of nvfuser_forms' head splits)."""
         at = self.i
         try:
             whole = self.domain()
@@ -110,8 +115,12 @@ class DumpParser(TensorViewReader):
                 self.next()
             self.accept(">")
             m = DOMAIN_NAME.match(self.tok.text) if self.tok.kind == "name" else None
-            if m is not None and m.group(2).startswith("deviceIdx."):
+            if m is not None and m.group(2).startswith("deviceIdx.") and outer_split:
                 raise e  # at the extent refir cannot read
+            return
+        if not outer.device and not inner.device:
+            d.plain_splits.setdefault(outer.number, (whole, inner))
+        if not outer_split:
             return
         d.splits[inner.number] = whole.extent
         d.split_from[inner.number] = (outer.number, whole.number)
