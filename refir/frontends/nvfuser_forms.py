@@ -147,12 +147,14 @@ def _device_split(dom: Domain, d: Dump, printed: set[int]) -> list[Domain]:
     the inner one where an `Outer split:` splits it over a device (nested splits in turn),
     or where it is split into heads and its heads over a device whose domain is `printed`
     (nvFuser's head split: the axis in blocks of whole heads, as if split over the device)."""
-    heads = _head_split(dom, d)
-    if heads is not None and (heads[0].number in printed or dom.number not in d.device_splits):
-        return heads
-    if dom.number not in d.device_splits:
+    direct = d.device_splits.get(dom.number)
+    if direct is None or direct[0].number not in printed:
+        heads = _head_split(dom, d)
+        if heads is not None:
+            return heads
+    if direct is None:
         return [dom]
-    outer, inner = d.device_splits[dom.number]
+    outer, inner = direct
     if inner.scheduled:  # parallelized itself (`iblockIdx.x7{...}`): serial before scheduling
         inner = replace(inner, text=f"{inner.kind}S{inner.number}", ptype="S",
                         extent=("ceilDiv", dom.extent, outer.extent))
@@ -176,6 +178,8 @@ def _head_split(dom: Domain, d: Dump) -> list[Domain] | None:
                          "heads only where the devices divide a static head count (else a block cuts through a head)")
     rest = replace(inner, text=f"{inner.kind}S{inner.number}", ptype="S", extent=("ceilDiv", dom.extent, dev.extent))
     return [dev, rest]
+
+
 def stream_note(d: Dump, notes: list[str]) -> None:
     if any(dom.ptype == "streamIdx" for r in d.mentions for dom in r.domains):
         notes.append("stream-parallel domains (istreamIdx) split an axis over streams: when work runs, not what "
