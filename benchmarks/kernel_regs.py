@@ -57,14 +57,14 @@ def report(kernel: Any, signature: tuple[Any, ...], options: dict[str, Any]) -> 
 
 
 def main() -> None:
-    for wide, blocks, pairs, step, staged, rows in [
-            (True, 0, False, -1, False, False), (True, 0, False, 1, False, False), (True, 0, False, 0, False, False),
-            (True, 0, False, 2, False, False), (False, 0, False, 1, False, False), (True, 0, True, 1, False, False),
-            (False, 0, True, 1, False, False), (True, 4, False, 1, False, False), (True, 4, True, 1, False, False),
-            (True, 0, True, 1, True, False), (False, 0, True, 1, True, False), (True, 0, True, 1, False, True)]:
+    for wide, blocks, pairs, step, rows in [
+            (True, 0, False, -1, False), (True, 0, False, 1, False), (True, 0, False, 0, False),
+            (True, 0, False, 2, False), (False, 0, False, 1, False), (True, 0, True, 1, False),
+            (False, 0, True, 1, False), (True, 4, False, 1, False), (True, 4, True, 1, False),
+            (True, 0, True, 1, True)]:
         options = {"launch_bounds": (256, blocks)} if blocks else {}
-        kernel = row_words.row_words_kernel(2, wide, blocks, pairs, step, staged, rows)
-        print(f"row_words f32 wide {wide} min blocks {blocks} pairs {pairs} step {step} staged {staged} rows {rows}: "
+        kernel = row_words.row_words_kernel(2, wide, blocks, pairs, step, rows)
+        print(f"row_words f32 wide {wide} min blocks {blocks} pairs {pairs} step {step} rows {rows}: "
               f"{report(kernel, ROW_WORDS, options)}")
     for steps in [(1, 1, 0), (-1, -1, -1)]:
         print(f"where rows f32 steps {steps}: {report(masks.where_rows_kernel(*steps), WHERE_ROWS, {})}")

@@ -7,8 +7,7 @@ against torch's under every variant before it is timed), as % of a device copy o
 bytes it counts, one call and piped, then the kernels' registers:
 
 - slice [:, 1:-1], reshape [:, 1:-1] -> 1-D, pad: row_words' WORDS_WIDE (eight words a
-  round or four), WORDS_PAIRS (shifted f32 rows by their 4-byte elements), WORDS_STAGED
-  (shifted rows through shared memory, eight or four words a round); pad also window.FRAMED
+  round or four), WORDS_PAIRS (shifted f32 rows by their 4-byte elements); pad also window.FRAMED
   (its border along the rows written by the interior's copy, or by fills after it) and
   window.PAD_ROWS (its top and bottom rows written by that copy too: one launch, not two);
 - where mask: masks.WHERE_WORDS (8-byte words, or the element row kernel);
@@ -30,10 +29,9 @@ from benchmarks.gpu_timing import NONE, median_time, say
 from gpu_backend.device import cuda
 from gpu_backend.kernels import elementwise, masks, matmul_ranks, row_words, transpose, window
 
-# each a kernel compiled (seconds each: the stage's 240 s); launch bounds and one kernel for every stride,
-# which lost (HISTORY.md), left out for the shifted rows staged through shared memory, rounds of eight or four
-WORDS = [{}, {"WORDS_PAIRS": False}, {"WORDS_WIDE": False}, {"WORDS_STAGED": True},
-         {"WORDS_STAGED": True, "WORDS_WIDE": False}]
+# each a kernel compiled (seconds each: the stage's 240 s); launch bounds, one kernel for every stride and
+# shifted rows staged through shared memory, which lost (HISTORY.md), left out
+WORDS = [{}, {"WORDS_PAIRS": False}, {"WORDS_WIDE": False}]
 # (module, knob values) variants per row, by the start of the row's name; the first: the defaults
 VARIANTS: dict[str, list[tuple[Any, dict[str, Any]]]] = {
     "slice [:, 1:-1]": [(row_words, v) for v in WORDS],
@@ -75,11 +73,9 @@ def layer_section(torch: Any, n: int, knobs: Callable[..., Any], row: Callable[.
             except Exception as e:  # noqa: BLE001  (a variant that fails is said; the others still run)
                 say(f"  {label}: {type(e).__name__}: {e}")
     cuda.synchronize()
-    for wide, pairs, staged in [(True, True, False), (True, False, False), (False, True, False),
-                                (True, True, True), (False, True, True)]:  # WORDS' kernels, as compiled
-        say(f"  regs row_words f32 wide {wide} pairs {pairs} staged {staged}: "
-            f"{regs(row_words.row_words_kernel(2, wide, 0, pairs, 1, staged))}")
-    blank = row_words.row_words_kernel(2, True, 0, True, 1, False, True)
+    for wide, pairs in [(True, True), (True, False), (False, True)]:  # WORDS' kernels, as compiled
+        say(f"  regs row_words f32 wide {wide} pairs {pairs}: {regs(row_words.row_words_kernel(2, wide, 0, pairs, 1))}")
+    blank = row_words.row_words_kernel(2, True, 0, True, 1, True)
     say(f"  regs row_words f32 with pad's blank rows: {regs(blank)}")
     from gpu_backend.kernels.elementwise_kernels import ignoring_scalar, rows1_kernel
     from gpu_backend.kernels.where_words import where_words_kernel

@@ -44,10 +44,9 @@ def _copied(host: np.ndarray, view: tuple, dst_index: tuple | None = None, dst_s
 
 # The word copy's variants (row_words' knobs, which benchmarks/kernel_probe.py `words` times): the defaults,
 # rounds of four, shifted 4-byte elements as two joined words (not loaded each), one kernel for every
-# source stride (the launch bounds are a no-op under the simulator), shifted rows staged through shared memory.
+# source stride (the launch bounds are a no-op under the simulator).
 VARIANTS = [{}, {"WORDS_WIDE": False}, {"WORDS_PAIRS": False}, {"WORDS_PAIRS": False, "WORDS_WIDE": False},
-            {"WORDS_BY_STEP": False, "WORDS_MIN_BLOCKS": 0}, {"WORDS_STAGED": True},
-            {"WORDS_STAGED": True, "WORDS_WIDE": False}]
+            {"WORDS_BY_STEP": False, "WORDS_MIN_BLOCKS": 0}]
 
 
 @pytest.fixture(params=VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "defaults")

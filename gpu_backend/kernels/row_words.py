@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_backend.device import THREADS, cuda, fitted, jit_options, max_blocks, rows_block
+from gpu_backend.device import cuda, fitted, jit_options, max_blocks, rows_block
 from gpu_backend.kernels.strides import Arr
 
 MIN_INNER = 64  # shorter rows keep the row kernel: a word path pays its head and tail per row
@@ -56,10 +56,9 @@ WORDS_WIDE = True
 WORDS_BY_STEP = True
 WORDS_MIN_BLOCKS = 0
 WORDS_PAIRS = True  # 4-byte elements of shifted rows loaded each (mode 4); False: two words joined (mode 1)
-# Shifted rows staged through shared memory (mode 5: each source word loaded once, whole and aligned,
-# then joined with its neighbour's from shared memory), where a block takes one row (its barriers need
-# every thread of the block on the same row): blocks one row high, a unit-stride source.
-WORDS_STAGED = False
+# Shifted rows staged through shared memory (each source word loaded once, blocks one row high) lost on
+# the H200 (fifteenth session: slice [:, 1:-1] 79.8% of the copy a call against 83.8%, pad 79.0% / 85.1%):
+# removed (HISTORY.md).
 WORD = np.dtype(np.uint64)
 
 
@@ -144,47 +143,6 @@ def _run(o8: Arr, a8: Arr, a_e: Arr, wo: int, wa: int, s: int, k: int, w1: int, 
         _put(o8, wo, k, bx, w1, True, _four(a8, a_e, wa, s, k, bx, last, True, mode, lo_shift, hi_shift, fill))
 
 
-ROUND = 8  # words a thread loads a staged round
-STAGE = ROUND * THREADS + 1  # a staged round's source words: one past the block's (its last word's neighbour)
-
-
-@cuda.jit(device=True)
-def _staged(o8: Arr, a8: Arr, sm: Arr, wo: int, wa: int, w0: int, w1: int, t: int, bx: int, wide: bool,
-            lo_shift: np.uint64, hi_shift: np.uint64) -> None:
-    """Words w0 to w1 of a shifted row (mode 5), rounds of eight words a thread (four without
-    `wide`: 80 registers for f32, not 115): the round's source words and the one after them
-    loaded whole into sm (all issued before any is kept; the last round's clamped to word
-    wa + w1, mode 1's last read too), then each dst word joined from two neighbours in sm.
-    Every thread of the block runs the same rounds (the barriers'): the row is the block's
-    alone, and w0, w1 are the block's."""
-    per = ROUND if wide else ROUND // 2
-    span = per * bx
-    for k0 in range(w0, w1, span):
-        n = min(span, w1 - k0)  # the round's words; its source words n + 1
-        b = U(wa + k0)
-        v0 = a8[b + U(min(t, n))]
-        v1 = a8[b + U(min(t + bx, n))]
-        v2 = a8[b + U(min(t + 2 * bx, n))]
-        v3 = a8[b + U(min(t + 3 * bx, n))]
-        if wide:
-            v4 = a8[b + U(min(t + 4 * bx, n))]
-            v5 = a8[b + U(min(t + 5 * bx, n))]
-            v6 = a8[b + U(min(t + 6 * bx, n))]
-            v7 = a8[b + U(min(t + 7 * bx, n))]
-        if t == 0:
-            sm[span] = a8[b + U(n)]  # the neighbour of a whole round's last word
-        sm[t], sm[t + bx], sm[t + 2 * bx], sm[t + 3 * bx] = v0, v1, v2, v3
-        if wide:
-            sm[t + 4 * bx], sm[t + 5 * bx], sm[t + 6 * bx], sm[t + 7 * bx] = v4, v5, v6, v7
-        cuda.syncthreads()
-        e = t
-        for _ in range(per):  # a constant trip count: unrolled
-            if e < n:
-                o8[U(wo + k0 + e)] = (sm[e] >> lo_shift) | (sm[e + 1] << hi_shift)
-            e += bx
-        cuda.syncthreads()  # sm is the next round's
-
-
 @cuda.jit(device=True)
 def _framed(a_e: Arr, pa: int, e: int, a_in: int, inner: int, fill: Any) -> Any:
     """Element e of a dst row: the src row's where 0 <= e < inner, else the frame's `fill`
@@ -196,14 +154,13 @@ def _framed(a_e: Arr, pa: int, e: int, a_in: int, inner: int, fill: Any) -> Any:
 
 @cache
 def row_words_kernel(f: int, wide: bool = True, min_blocks: int = 0, pairs: bool = False,
-                     step: int = -1, staged: bool = False, fill_rows: bool = False) -> Callable:
+                     step: int = -1, fill_rows: bool = False) -> Callable:
     """The word copy for elements of 64 / f bits (f a constant: its divisions are shifts);
     `wide`: eight words a round (else four: fewer registers, more threads an SM); `min_blocks`:
     blocks of THREADS an SM asked of the compiler (launch bounds: registers capped), 0 none;
     `pairs` (f 2 only): shifted rows by their elements (mode 4), not by two words a word;
     `step`: the source's inner stride (0, 1 or 2) where the kernel is made for it (a constant:
     only its modes compiled, mode 1's 16 loads of a round no longer beside mode 3's), -1 any;
-    `staged` (blocks one row high only): shifted rows through shared memory (mode 5);
     `fill_rows`: blank rows of pad's border written too (their words as mode 2's, of the fill)."""
     pairs = pairs and f == 2
     bits = 64 // f
@@ -220,7 +177,6 @@ def row_words_kernel(f: int, wide: bool = True, min_blocks: int = 0, pairs: bool
         too, frame and all (pad's border along the rows' outer axis, in the same launch)."""
         bx = cuda.blockDim.x
         t = cuda.threadIdx.x
-        sm = cuda.shared.array(STAGE if staged else 1, WORD)
         rows = nj + (rows_lo + rows_hi if fill_rows else 0)  # pad's blank rows too (fill_rows)
         gy = cuda.gridDim.y * cuda.blockDim.y
         for i in range(cuda.blockIdx.x, ni, cuda.gridDim.x):
@@ -266,8 +222,6 @@ def row_words_kernel(f: int, wide: bool = True, min_blocks: int = 0, pairs: bool
                     k = w0 + t
                     if mode == 0:  # each call inlined with its mode a constant: loops without the other modes
                         _run(o8, a8, a_e, wo, wa, s, k, w1, bx, wide, 0, lo_shift, hi_shift, repeated)
-                    elif mode == 1 and staged:  # the same for every thread of the block: one row
-                        _staged(o8, a8, sm, wo, wa, w0, w1, t, bx, wide, lo_shift, hi_shift)
                     elif mode == 1 and pairs:  # 4-byte elements: each loaded, not two words a word
                         _run(o8, a8, a_e, wo, wa, s, k, w1, bx, wide, 4, lo_shift, hi_shift, repeated)
                     elif mode == 1:
@@ -336,7 +290,6 @@ def words_plan(shape: list[int], ds: list[int], ss: list[int], itemsize: int, sr
     grid, block, chunk = words_geometry(ni, nj + rows_lo + rows_hi, inner + lo + hi if any(rows) else inner, f)
     elem = np.dtype(f"u{itemsize}")
     blocks = WORDS_MIN_BLOCKS if a_in == 1 and WORDS_BY_STEP else 0
-    staged = WORDS_STAGED and block[1] == 1 and a_in == 1
-    kernel = row_words_kernel(f, WORDS_WIDE, blocks, WORDS_PAIRS, a_in if WORDS_BY_STEP else -1, staged, any(rows))
+    kernel = row_words_kernel(f, WORDS_WIDE, blocks, WORDS_PAIRS, a_in if WORDS_BY_STEP else -1, any(rows))
     return ("words", kernel, elem, f, grid, block,
             (o_i, o_j, a_i, a_j, a_in, ni, nj, inner, chunk, lo, hi, rows_lo, rows_hi, elem.type(fill)))

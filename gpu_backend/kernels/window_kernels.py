@@ -70,7 +70,7 @@ def copy_framed(dst: DeviceBuffer, src: DeviceBuffer, lo: int, hi: int, value: n
     pooled = type(dd) is Memory and type(sd) is Memory
     key = (dst.shape, dst.strides, src.shape, src.strides, size, dst.offset % 8, src.offset % 8,
            dd.size % 8, sd.size % 8, lo, hi, bits, row_words.WORDS_WIDE, row_words.WORDS_MIN_BLOCKS,
-           row_words.WORDS_PAIRS, row_words.WORDS_BY_STEP, row_words.WORDS_STAGED, rows)  # copy_into's key, the knobs
+           row_words.WORDS_PAIRS, row_words.WORDS_BY_STEP, rows)  # copy_into's key, the knobs
     if pooled:
         ready = _ready_framed.get(key)
         if ready is not None:  # launched before: the memories and offsets are all a call adds
