@@ -31,7 +31,7 @@ from benchmarks.gpu_timing import MIB, NONE, median_time, pipelined_time, say
 from gpu_backend.buffers.buffer import DeviceBuffer
 from gpu_backend.device import SIMULATED, cuda
 from gpu_backend.kernels import elementwise as kernels
-from gpu_backend.kernels import elementwise_kernels, masks, reduce, reduce_kernels, transpose
+from gpu_backend.kernels import elementwise_kernels, forget_plans, reduce, reduce_kernels, transpose
 from gpu_backend.kernels.elementwise import copy_into
 from gpu_backend.kernels.functions import accumulator, binary, cast, narrow
 from gpu_backend.kernels.reduce import reduce_into
@@ -42,19 +42,13 @@ def knobs(module: Any, **values: Any) -> Iterator[None]:
     old = {k: getattr(module, k) for k in values}
     for k, v in values.items():
         setattr(module, k, v)
-    _forget_plans()  # launches worked out under the old knobs
+    forget_plans()  # launches worked out under the old knobs
     try:
         yield
     finally:
         for k, v in old.items():
             setattr(module, k, v)
-        _forget_plans()
-
-
-def _forget_plans() -> None:
-    kernels.clear_plans()
-    reduce.clear_plans()
-    masks.clear_plans()  # where's plans (their keys hold its knob too)
+        forget_plans()
 
 
 def split(fn: Callable[[], object], repeats: int = 10) -> tuple[float, float]:

@@ -25,6 +25,7 @@ import numpy as np
 
 import interp.collectives
 import interp.impls
+from conformance.mutants.patching import fresh_kernels
 from conformance.mutants.registry import mutant
 from refir.ir import ops
 from refir.ir.types import DTYPES
@@ -78,22 +79,13 @@ def integer_cast_saturates() -> Iterator[None]:
 @mutant("the GPU block reduction's shared-memory tree skips its last level (partial[1] is never folded)",
         by="values", backend="gpu", needs=(ops.Reduction,))
 def gpu_tree_skips_last_level() -> Iterator[None]:
-    import gpu_backend.kernels.reduce as reduce
     import gpu_backend.kernels.reduce_kernels as reduce_kernels
 
     tree = reduce_kernels._tree
-    # every kernel that folds through the tree
+    # every kernel that folds through the tree, built again with the wrong one
     built = (reduce_kernels.per_block_kernel, reduce_kernels.plane_kernel, reduce_kernels.total_kernel)
-    for kernels in built:
-        kernels.cache_clear()  # kernels built with the right tree must not be reused
-    reduce.clear_plans()  # nor launches kept ready with them
-    try:
-        with mock.patch.object(reduce_kernels, "_tree", lambda kind: tree(kind, last=2)):
-            yield
-    finally:
-        for kernels in built:
-            kernels.cache_clear()
-        reduce.clear_plans()
+    with fresh_kernels(*built), mock.patch.object(reduce_kernels, "_tree", lambda kind: tree(kind, last=2)):
+        yield
 
 
 def _mpi_transport() -> Any:

@@ -22,34 +22,12 @@ Importing this module registers them in the table (conformance/mutants/registry.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 from unittest import mock
 
+from conformance.mutants.patching import fresh_kernels
 from conformance.mutants.registry import mutant
 from refir.ir import ops
-
-
-@contextmanager
-def _fresh_kernels(*built: Any) -> Iterator[None]:
-    """The gpu backend's plans and kept launches forgotten, and these cached
-    kernel builders cleared, before and after the block."""
-    import gpu_backend.kernels.elementwise as elementwise
-    import gpu_backend.kernels.masks as masks
-    import gpu_backend.kernels.reduce as reduce
-
-    def forget() -> None:
-        for make in built:
-            make.cache_clear()
-        elementwise.clear_plans()  # the transpose's plans too
-        reduce.clear_plans()
-        masks.clear_plans()
-
-    forget()
-    try:
-        yield
-    finally:
-        forget()
 
 
 @mutant("the gpu's word copy reads a shifted row's words as if aligned (the shift between the rows dropped)",
@@ -66,7 +44,7 @@ def gpu_words_shift_dropped() -> Iterator[None]:
         shifted = mode == 1 or mode == 4
         return right(a8, a_e, wa, s, k, 0 if shifted else mode, lo_shift, hi_shift, fill)
 
-    with _fresh_kernels(row_words.row_words_kernel), mock.patch.object(row_words, "_word", aligned):
+    with fresh_kernels(row_words.row_words_kernel), mock.patch.object(row_words, "_word", aligned):
         yield
 
 
@@ -75,7 +53,7 @@ def gpu_words_shift_dropped() -> Iterator[None]:
 def gpu_where_words_misaligned() -> Iterator[None]:
     import gpu_backend.kernels.where_words as where_words
 
-    with _fresh_kernels(), mock.patch.object(where_words, "_aligned", lambda offset, st, f: True):
+    with fresh_kernels(), mock.patch.object(where_words, "_aligned", lambda offset, st, f: True):
         yield
 
 
@@ -98,7 +76,7 @@ def gpu_reduce_inner_run_only() -> Iterator[None]:
         x_args[7], x_args[9] = n_red, -(-n_red // plan.chunks)
         return plan._replace(x_args=tuple(x_args))
 
-    with _fresh_kernels(), _patched_plan(reduce, inner_only):
+    with fresh_kernels(), _patched_plan(reduce, inner_only):
         yield
 
 
@@ -113,5 +91,5 @@ def gpu_transpose_batch_axis_dropped() -> Iterator[None]:
         batch = plan.d_args[0]
         return plan._replace(d_args=((*batch[:-1], 0), *plan.d_args[1:]))
 
-    with _fresh_kernels(), _patched_plan(transpose, axis_dropped):
+    with fresh_kernels(), _patched_plan(transpose, axis_dropped):
         yield

@@ -2,7 +2,8 @@
 
 The MPI transport's rules and module (only under an MPI launch: a plain run
 never loads mpi4py), the mesh axis a 2-D mix-up picks, the team lookup's
-patch point, and a buffer's memory read as if it were row-major.
+patch point, a buffer's memory read as if it were row-major, and the gpu backend's
+plans and kernels forgotten around a mutant of its kernels.
 """
 
 from __future__ import annotations
@@ -89,3 +90,22 @@ def sharded_symbols_from_blocks(guess: Callable[[TensorType, Any, int], int]) ->
 
     with mock.patch.object(interp.spmd, "operand_values", operand_values):
         yield
+
+
+@contextmanager
+def fresh_kernels(*built: Any) -> Iterator[None]:
+    """The gpu backend's plans and kept launches forgotten, and these cached kernel
+    builders cleared, before and after the block: nothing made with the right piece
+    runs under a mutant's wrong one, nor the reverse after it."""
+    from gpu_backend.kernels import forget_plans
+
+    def forget() -> None:
+        for make in built:
+            make.cache_clear()
+        forget_plans()
+
+    forget()
+    try:
+        yield
+    finally:
+        forget()
